@@ -1,0 +1,33 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build: compile in the Rust image, run as a non-root user in a slim Debian.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY migrations ./migrations
+COPY schemas ./schemas
+RUN cargo build --release --locked && strip target/release/orca
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates curl \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --home-dir /var/lib/orca --create-home orca \
+ && mkdir -p /var/lib/orca/workspace /etc/orca \
+ && chown -R orca:orca /var/lib/orca
+COPY --from=build /src/target/release/orca /usr/local/bin/orca
+COPY config/default.toml /etc/orca/orca.toml
+USER orca
+WORKDIR /var/lib/orca
+ENV ORCA_CONFIG=/etc/orca/orca.toml \
+    ORCA_BIND=0.0.0.0:8080 \
+    DATABASE_URL=sqlite:///var/lib/orca/orca.db \
+    ORCA_TOOLS__WORKSPACE_DIR=/var/lib/orca/workspace \
+    RUST_LOG=info
+VOLUME ["/var/lib/orca"]
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/orca"]
+CMD ["serve"]

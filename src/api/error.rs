@@ -1,0 +1,164 @@
+//! API errors as RFC 9457 problem+json with stable `code`s. Infrastructure failures are logged
+//! with their cause chain and answered with an opaque 500: no internals leave the process.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// One located problem: a JSON Pointer into the request body (or `/query/NAME`,
+/// `/headers/NAME` for parameters) and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct FieldError {
+    pub pointer: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            pointer: pointer.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The problem+json body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    pub r#type: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    pub code: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("the body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("{detail}")]
+    Validation {
+        detail: String,
+        errors: Vec<FieldError>,
+    },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the body is larger than the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("send the body as application/json")]
+    UnsupportedMediaType,
+    #[error("missing or invalid credentials")]
+    Unauthorized,
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn validation(pointer: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        ApiError::Validation {
+            detail: message.clone(),
+            errors: vec![FieldError::new(pointer, message)],
+        }
+    }
+
+    pub fn validation_many(errors: Vec<FieldError>) -> Self {
+        let detail = match errors.len() {
+            1 => errors[0].message.clone(),
+            n => format!("the request has {n} problems"),
+        };
+        ApiError::Validation { detail, errors }
+    }
+
+    pub fn internal(e: impl Into<anyhow::Error>) -> Self {
+        ApiError::Internal(e.into())
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            ApiError::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json", "Invalid JSON"),
+            ApiError::Validation { .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation_failed",
+                "Validation failed",
+            ),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            ApiError::PayloadTooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "Payload too large",
+            ),
+            ApiError::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "Unsupported media type",
+            ),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            ApiError::Unavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "Service unavailable",
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "Internal error",
+            ),
+        }
+    }
+}
+
+impl From<crate::store::Error> for ApiError {
+    fn from(e: crate::store::Error) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, title) = self.parts();
+        if let ApiError::Internal(e) = &self {
+            tracing::error!(error = ?e, "request failed");
+        }
+        let errors = match &self {
+            ApiError::Validation { errors, .. } => errors.clone(),
+            _ => Vec::new(),
+        };
+        let problem = Problem {
+            r#type: format!("https://orca.dev/problems/{code}"),
+            title: title.to_owned(),
+            status: status.as_u16(),
+            detail: self.to_string(),
+            code: code.to_owned(),
+            errors,
+        };
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut resp = (status, body).into_response();
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        match self {
+            ApiError::Unauthorized => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"orca\""),
+                );
+            }
+            ApiError::Unavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}

@@ -1,0 +1,101 @@
+//! Request bodies: read within the size limit, parsed as JSON, checked against the JSON Schema
+//! of `schemas/`, then deserialised into typed requests. Every failure is a problem+json with
+//! every located error at once, never a 500.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::header;
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::Validator;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::error::{ApiError, FieldError};
+
+/// A JSON body, parsed but not yet validated.
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+            let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+            let essence = ct.split(';').next().unwrap_or("").trim();
+            if !(essence == "application/json" || essence.ends_with("+json")) {
+                return Err(ApiError::UnsupportedMediaType);
+            }
+        }
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(usize::MAX, |l| l.0);
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(limit)
+            } else {
+                ApiError::InvalidJson(rejection.body_text())
+            }
+        })?;
+        if bytes.is_empty() {
+            return Err(ApiError::InvalidJson("the body is empty".into()));
+        }
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::InvalidJson(e.to_string()))
+    }
+}
+
+/// The configured body limit, put in request extensions so rejections can name it.
+#[derive(Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// Compiles one of the schemas shipped in `schemas/`. They are part of the binary and checked
+/// by tests, so failing here is a build defect.
+pub fn compile_schema(text: &str) -> Validator {
+    let schema: Value = serde_json::from_str(text).expect("shipped schema is JSON");
+    jsonschema::validator_for(&schema).expect("shipped schema compiles")
+}
+
+/// All schema violations of `value`, each with a JSON Pointer to the offending member.
+pub fn schema_errors(validator: &Validator, value: &Value) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    for err in validator.iter_errors(value) {
+        let base = err.instance_path().as_str().to_owned();
+        match err.kind() {
+            ValidationErrorKind::Required { property } => {
+                let name = property.as_str().unwrap_or_default();
+                out.push(FieldError::new(
+                    format!("{base}/{}", escape_pointer(name)),
+                    format!("`{name}` is required"),
+                ));
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                for name in unexpected {
+                    out.push(FieldError::new(
+                        format!("{base}/{}", escape_pointer(name)),
+                        format!("`{name}` is not a known field"),
+                    ));
+                }
+            }
+            _ => out.push(FieldError::new(base, err.to_string())),
+        }
+    }
+    out
+}
+
+/// Validates against the schema, then deserialises.
+pub fn parse_with_schema<T: DeserializeOwned>(
+    validator: &Validator,
+    value: Value,
+) -> Result<T, ApiError> {
+    let errors = schema_errors(validator, &value);
+    if !errors.is_empty() {
+        return Err(ApiError::validation_many(errors));
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::validation("", e.to_string()))
+}
+
+pub fn escape_pointer(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}

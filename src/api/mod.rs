@@ -1,0 +1,178 @@
+//! The HTTP surface — the only module that knows HTTP. One router per resource; every error is
+//! problem+json ([`error`]); bodies are schema-checked at the edge ([`extract`]).
+
+pub mod error;
+pub mod extract;
+pub mod runs;
+pub mod system;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use jsonschema::Validator;
+use tokio_util::sync::CancellationToken;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+
+use crate::config::Config;
+use crate::domain::Tenant;
+use crate::engine::Engine;
+
+use error::ApiError;
+use extract::BodyLimit;
+
+/// What handlers share: handles, not locks.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    pub config: Arc<Config>,
+    pub run_schema: Arc<Validator>,
+    /// Fired on server stop: open event streams end so the server can drain.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    pub fn new(engine: Engine, config: Arc<Config>, shutdown: CancellationToken) -> Self {
+        AppState {
+            engine,
+            config,
+            run_schema: Arc::new(extract::compile_schema(include_str!(
+                "../../schemas/RunRequest.schema.json"
+            ))),
+            shutdown,
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "orca",
+        description = "HTTP streaming orchestration service for LLM agents.",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        runs::create_run, runs::list_runs, runs::get_run, runs::run_events, runs::run_steps,
+        runs::cancel_run, system::list_tools, system::healthz, system::readyz, system::metrics,
+    ),
+    components(schemas(
+        crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
+        crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
+        crate::tools::ToolInfo,
+    )),
+    modifiers(&SecurityAddon),
+    tags(
+        (name = "runs", description = "Create, watch, query and cancel runs"),
+        (name = "tools", description = "Tools runs can use"),
+        (name = "system", description = "Health, readiness, metrics"),
+    )
+)]
+pub struct ApiDoc;
+
+struct SecurityAddon;
+
+impl utoipa::Modify for SecurityAddon {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI document (the same text as the repository's `openapi.yaml`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.config.server.body_limit_bytes;
+    let v1 = Router::new()
+        .route("/runs", post(runs::create_run).get(runs::list_runs))
+        .route("/runs/{id}", get(runs::get_run))
+        .route("/runs/{id}/events", get(runs::run_events))
+        .route("/runs/{id}/steps", get(runs::run_steps))
+        .route("/runs/{id}/cancel", post(runs::cancel_run))
+        .route("/tools", get(system::list_tools));
+    let protected = Router::new()
+        .nest("/v1", v1)
+        .route("/metrics", get(system::metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    let request_id = HeaderName::from_static("x-request-id");
+    Router::new()
+        .route("/healthz", get(system::healthz))
+        .route("/readyz", get(system::readyz))
+        .route("/openapi.json", get(system::openapi_json))
+        .merge(protected)
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .method_not_allowed_fallback(|| async {
+            ApiError::NotFound("no such endpoint for this method".into())
+        })
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(move |mut req: Request, next: Next| async move {
+            req.extensions_mut().insert(BodyLimit(body_limit));
+            next.run(req).await
+        }))
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let id = req
+                    .headers()
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                tracing::info_span!("http", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            }),
+        )
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+            HeaderName::from_static("x-api-key"),
+        ]))
+}
+
+/// Resolves the caller's tenant. Without configured keys everyone is the `default` tenant;
+/// with keys, `Authorization: Bearer KEY` or `X-API-Key: KEY` is required.
+async fn authenticate(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let keys = &state.config.auth.api_keys;
+    let tenant = if keys.is_empty() {
+        Tenant::default_tenant()
+    } else {
+        let headers = req.headers();
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized)?;
+        keys.iter()
+            .find(|k| constant_time_eq(k.key.expose().as_bytes(), presented.as_bytes()))
+            .map(|k| Tenant(k.tenant.clone()))
+            .ok_or(ApiError::Unauthorized)?
+    };
+    req.extensions_mut().insert(tenant);
+    Ok(next.run(req).await)
+}
+
+/// Compares without an early exit, so response timing does not leak how much of a key matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

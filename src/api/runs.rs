@@ -1,0 +1,449 @@
+//! `/v1/runs`: create (streaming or not), read, list, events (SSE or JSON), steps, cancel.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::domain::run::RunSpec;
+use crate::domain::{Event, Limits, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant};
+use crate::engine::{self, Created};
+use crate::store::RunFilter;
+
+use super::AppState;
+use super::error::{ApiError, FieldError};
+use super::extract::{JsonBody, parse_with_schema};
+
+/// The body of `POST /v1/runs` (schema: `schemas/RunRequest.schema.json`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRun {
+    #[schema(value_type = Object)]
+    pub input: Value,
+    #[serde(default)]
+    pub orchestration: Orchestration,
+    #[schema(value_type = Option<Object>)]
+    pub workflow: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub plan: Option<Value>,
+    pub model: Option<String>,
+    pub tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub metadata: Map<String, Value>,
+    pub session_id: Option<String>,
+}
+
+/// `GET /v1/runs` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunList {
+    pub runs: Vec<Run>,
+    pub next_cursor: Option<String>,
+}
+
+fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
+}
+
+fn parse_run_id(s: &str) -> Result<RunId, ApiError> {
+    RunId::parse(s).ok_or_else(|| ApiError::NotFound(format!("no run `{s}`")))
+}
+
+async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, ApiError> {
+    state
+        .engine
+        .services()
+        .hub
+        .store()
+        .get_run(tenant, id)
+        .await?
+        .map(|s| s.run)
+        .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))
+}
+
+/// Create a run.
+///
+/// With `Accept: text/event-stream` the answer is the run's event stream, from its first event
+/// to `final`; otherwise 201 with the run object while the run proceeds in the background.
+#[utoipa::path(
+    post, path = "/v1/runs", tag = "runs",
+    request_body = CreateRun,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Same key (per caller) returns the first run")),
+    responses(
+        (status = 201, description = "Run created", body = Run),
+        (status = 200, description = "Existing run for this Idempotency-Key, or the event stream (text/event-stream)", body = Run),
+        (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid request", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Too many queued runs", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn create_run(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
+    let key = idempotency_key(&headers)?;
+    let spec = validate_run(&state, req)?;
+    let created = state
+        .engine
+        .create_run(&tenant, spec, key.as_deref())
+        .await
+        .map_err(|e| match e {
+            engine::Error::Overloaded => ApiError::Unavailable(e.to_string()),
+            other => ApiError::internal(other),
+        })?;
+    let (run, fresh) = match created {
+        Created::New(r) => (r, true),
+        Created::Existing(r) => (r, false),
+    };
+    if wants_sse(&headers) {
+        return Ok(sse(&state, run.id, 0));
+    }
+    let location = HeaderValue::from_str(&format!("/v1/runs/{}", run.id))
+        .map_err(ApiError::internal)?;
+    let status = if fresh { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, [(header::LOCATION, location)], Json(run)).into_response())
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = || {
+        ApiError::validation(
+            "/headers/idempotency-key",
+            "Idempotency-Key must be 1-255 visible ASCII characters",
+        )
+    };
+    let s = v.to_str().map_err(|_| bad())?;
+    if s.is_empty() || s.len() > 255 || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad());
+    }
+    Ok(Some(s.to_owned()))
+}
+
+/// Checks what the schema cannot: names that must exist in this server's configuration.
+fn validate_run(state: &AppState, req: CreateRun) -> Result<RunSpec, ApiError> {
+    let mut errors = Vec::new();
+    let services = state.engine.services();
+    if let Some(model) = &req.model
+        && !services.llm.has_alias(model)
+    {
+        errors.push(FieldError::new(
+            "/model",
+            format!(
+                "unknown model alias `{model}`; configured: {}",
+                services.llm.aliases().join(", ")
+            ),
+        ));
+    }
+    if let Some(tools) = &req.tools {
+        for (i, t) in tools.iter().enumerate() {
+            if !services.tools.contains(t) {
+                errors.push(FieldError::new(format!("/tools/{i}"), format!("no tool named `{t}`")));
+            }
+        }
+    }
+    match req.orchestration {
+        Orchestration::Auto | Orchestration::Simple => {
+            if req.workflow.is_some() {
+                errors.push(FieldError::new(
+                    "/workflow",
+                    "`workflow` is only used with orchestration `fixed`",
+                ));
+            }
+            if req.plan.is_some() {
+                errors.push(FieldError::new(
+                    "/plan",
+                    "running a ready plan is not available yet",
+                ));
+            }
+        }
+        other => errors.push(FieldError::new(
+            "/orchestration",
+            format!("orchestration `{}` is not available yet", other.as_str()),
+        )),
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::validation_many(errors));
+    }
+    Ok(RunSpec {
+        input: req.input,
+        orchestration: req.orchestration,
+        workflow: req.workflow,
+        plan: req.plan,
+        model: req.model,
+        tools: req.tools,
+        limits: req.limits,
+        metadata: req.metadata,
+        session_id: req.session_id,
+    })
+}
+
+/// Get a run.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, body = Run),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_run(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Run>, ApiError> {
+    let id = parse_run_id(&id)?;
+    Ok(Json(load_run(&state, &tenant, id).await?))
+}
+
+/// List runs, newest first.
+///
+/// Filters: `status`, `orchestration`, `created_after`, `created_before` (RFC 3339),
+/// `metadata.KEY=VALUE`; `limit` (1-200, default 50); `cursor` from the previous page.
+#[utoipa::path(
+    get, path = "/v1/runs", tag = "runs",
+    params(
+        ("status" = Option<RunStatus>, Query),
+        ("orchestration" = Option<Orchestration>, Query),
+        ("created_after" = Option<String>, Query, format = DateTime),
+        ("created_before" = Option<String>, Query, format = DateTime),
+        ("limit" = Option<u32>, Query, maximum = 200, minimum = 1),
+        ("cursor" = Option<String>, Query),
+    ),
+    responses(
+        (status = 200, body = RunList),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_runs(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<RunList>, ApiError> {
+    let mut filter = RunFilter {
+        limit: 50,
+        ..Default::default()
+    };
+    let mut errors = Vec::new();
+    let time = |v: &str| DateTime::parse_from_rfc3339(v).map(|t| t.with_timezone(&Utc));
+    for (k, v) in &params {
+        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
+        match k.as_str() {
+            "status" => match RunStatus::parse(v) {
+                Some(s) => filter.status = Some(s),
+                None => errors.push(FieldError::new(pointer, format!("unknown status `{v}`"))),
+            },
+            "orchestration" => match Orchestration::parse(v) {
+                Some(o) => filter.orchestration = Some(o),
+                None => errors.push(FieldError::new(pointer, format!("unknown orchestration `{v}`"))),
+            },
+            "created_after" => match time(v) {
+                Ok(t) => filter.created_after = Some(t),
+                Err(_) => errors.push(FieldError::new(pointer, "expected an RFC 3339 time")),
+            },
+            "created_before" => match time(v) {
+                Ok(t) => filter.created_before = Some(t),
+                Err(_) => errors.push(FieldError::new(pointer, "expected an RFC 3339 time")),
+            },
+            "limit" => match v.parse::<u32>() {
+                Ok(n) if (1..=200).contains(&n) => filter.limit = n,
+                _ => errors.push(FieldError::new(pointer, "limit must be an integer from 1 to 200")),
+            },
+            "cursor" => match RunId::parse(v) {
+                Some(id) => filter.before_id = Some(id),
+                None => errors.push(FieldError::new(pointer, "not a cursor from this API")),
+            },
+            key if key.starts_with("metadata.") && key.len() > "metadata.".len() => {
+                filter
+                    .metadata
+                    .push((key["metadata.".len()..].to_owned(), v.clone()));
+            }
+            _ => errors.push(FieldError::new(pointer, format!("unknown parameter `{k}`"))),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::validation_many(errors));
+    }
+    let limit = filter.limit;
+    filter.limit += 1; // one more tells whether a next page exists
+    let mut runs = state
+        .engine
+        .services()
+        .hub
+        .store()
+        .list_runs(&tenant, &filter)
+        .await?;
+    let next_cursor = if runs.len() > limit as usize {
+        runs.truncate(limit as usize);
+        runs.last().map(|r| r.id.to_string())
+    } else {
+        None
+    };
+    Ok(Json(RunList { runs, next_cursor }))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    after: Option<String>,
+}
+
+/// A run's events.
+///
+/// Server-Sent Events by default: the history, then live events until `final`. Resume with
+/// `Last-Event-ID: N` or `?after=N`. With `Accept: application/json`, the history as an array.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/events", tag = "runs",
+    params(
+        ("id" = String, Path),
+        ("after" = Option<u64>, Query, description = "Only events with seq > after"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "Same as after"),
+    ),
+    responses(
+        (status = 200, description = "text/event-stream, or a JSON array with Accept: application/json", body = Vec<Event>),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn run_events(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = parse_run_id(&id)?;
+    load_run(&state, &tenant, id).await?;
+    let mut after = 0u64;
+    if let Some(v) = headers.get("last-event-id") {
+        after = v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| {
+                ApiError::validation("/headers/last-event-id", "Last-Event-ID must be an event seq")
+            })?;
+    }
+    if let Some(v) = q.after {
+        after = v
+            .parse()
+            .map_err(|_| ApiError::validation("/query/after", "after must be an event seq"))?;
+    }
+    let json_wanted = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json") && !v.contains("text/event-stream"));
+    if json_wanted {
+        let store = state.engine.services().hub.store();
+        let mut all = Vec::new();
+        loop {
+            let page = store.events_after(id, after, 1000).await?;
+            let n = page.len();
+            if let Some(last) = page.last() {
+                after = last.seq;
+            }
+            all.extend(page);
+            if n < 1000 {
+                break;
+            }
+        }
+        return Ok(Json(all).into_response());
+    }
+    Ok(sse(&state, id, after))
+}
+
+/// The SSE response for a run from `after` on: replay, then live, then `final`.
+fn sse(state: &AppState, id: RunId, after: u64) -> Response {
+    let stream = state
+        .engine
+        .services()
+        .hub
+        .follow(id, after, state.shutdown.clone())
+        .filter_map(|item| async move {
+            match item {
+                Ok(ev) => Some(Ok::<_, Infallible>(to_sse(&ev))),
+                Err(e) => {
+                    tracing::error!(error = ?e, "reading events failed; closing the stream");
+                    None
+                }
+            }
+        });
+    let keep_alive = KeepAlive::new()
+        .interval(Duration::from_secs(state.config.server.keep_alive_secs))
+        .text("keep-alive");
+    let mut resp = Sse::new(stream).keep_alive(keep_alive).into_response();
+    // Proxies (nginx) must not buffer the stream.
+    resp.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+fn to_sse(ev: &Arc<Event>) -> SseEvent {
+    SseEvent::default()
+        .id(ev.seq.to_string())
+        .event(ev.kind.as_str())
+        .data(serde_json::to_string(&**ev).unwrap_or_default())
+}
+
+/// Every step attempt of a run, in start order.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/steps", tag = "runs",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = Vec<StepAttempt>),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn run_steps(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<StepAttempt>>, ApiError> {
+    let id = parse_run_id(&id)?;
+    load_run(&state, &tenant, id).await?;
+    Ok(Json(state.engine.services().hub.store().step_attempts(id).await?))
+}
+
+/// Cancel a run: it ends `cancelled`; in-flight LLM and tool calls are aborted.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/cancel", tag = "runs",
+    params(("id" = String, Path)),
+    responses(
+        (status = 202, description = "Cancellation requested", body = Run),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already terminal", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn cancel_run(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Run>), ApiError> {
+    let id = parse_run_id(&id)?;
+    match state.engine.cancel(&tenant, id).await {
+        Ok(run) => Ok((StatusCode::ACCEPTED, Json(run))),
+        Err(engine::Error::NotFound) => Err(ApiError::NotFound(format!("no run `{id}`"))),
+        Err(engine::Error::AlreadyTerminal(s)) => {
+            Err(ApiError::Conflict(format!("the run is already {s}")))
+        }
+        Err(e) => Err(ApiError::internal(e)),
+    }
+}

@@ -1,0 +1,66 @@
+//! Health, readiness, metrics, the tool list and the OpenAPI document.
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::tools::ToolInfo;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Liveness: 200 while the process serves HTTP.
+#[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "Alive")))]
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Readiness: 200 when the store answers.
+#[utoipa::path(get, path = "/readyz", tag = "system", responses(
+    (status = 200, description = "Ready"),
+    (status = 503, description = "The store is unreachable", body = super::error::Problem, content_type = "application/problem+json"),
+))]
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    state
+        .engine
+        .services()
+        .hub
+        .store()
+        .ping()
+        .await
+        .map_err(|_| ApiError::Unavailable("the store is unreachable".into()))?;
+    Ok(Json(json!({ "status": "ready" })))
+}
+
+/// Prometheus metrics (OpenMetrics text).
+#[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Metrics", content_type = "application/openmetrics-text")))]
+pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let services = state.engine.services();
+    let by_status = services.hub.store().count_runs_by_status().await?;
+    let text = services.metrics.render(&by_status, services.hub.open_streams());
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+/// Every tool, with the JSON Schema of its arguments.
+#[utoipa::path(get, path = "/v1/tools", tag = "tools", responses((status = 200, body = Vec<ToolInfo>)))]
+pub async fn list_tools(State(state): State<AppState>) -> Json<Vec<ToolInfo>> {
+    Json(state.engine.services().tools.list())
+}
+
+pub async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi().to_pretty_json().unwrap_or_default(),
+    )
+        .into_response()
+}

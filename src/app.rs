@@ -1,0 +1,118 @@
+//! Wiring: build every component from a [`Config`], bind the listener, run until a stop signal.
+//! `main` and the tests take the same path: `App::build(config)`, `app.local_addr()`,
+//! `app.run_until_stopped(signal)`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::{self, AppState};
+use crate::config::Config;
+use crate::engine::{Engine, Services};
+use crate::llm::LlmRouter;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::stream::EventHub;
+use crate::tools::ToolRegistry;
+
+pub struct App {
+    listener: TcpListener,
+    router: axum::Router,
+    engine: Engine,
+    store: Store,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    writer: tokio::task::JoinHandle<()>,
+    grace: Duration,
+}
+
+impl App {
+    /// Builds the app from a configuration, with the built-in LLM providers and tools.
+    pub async fn build(config: Config) -> anyhow::Result<App> {
+        let llm = LlmRouter::from_config(&config).map_err(anyhow::Error::msg)?;
+        let tools = ToolRegistry::with_builtins(&config.tools);
+        Self::build_with(config, llm, tools).await
+    }
+
+    /// Builds the app with the given LLM router and tools (library users and tests).
+    pub async fn build_with(
+        config: Config,
+        llm: LlmRouter,
+        tools: ToolRegistry,
+    ) -> anyhow::Result<App> {
+        config.validate()?;
+        let store = Store::connect(&config.database.url, config.database.max_connections)
+            .await
+            .with_context(|| "opening the database (database.url)")?;
+        let (hub, writer) = EventHub::start(store.clone(), config.engine.event_buffer);
+        let tracker = TaskTracker::new();
+        let shutdown = CancellationToken::new();
+        let services = Services {
+            llm,
+            tools,
+            hub,
+            metrics: Metrics::new(),
+            config: Arc::new(config.engine.clone()),
+        };
+        let engine = Engine::new(services, tracker.clone(), shutdown.clone());
+        let resumed = engine.resume_unfinished().await?;
+        if resumed > 0 {
+            tracing::info!(runs = resumed, "resuming runs left unfinished");
+        }
+        let bind = config.server.bind.clone();
+        let listener = TcpListener::bind(&bind)
+            .await
+            .with_context(|| format!("binding {bind} (server.bind)"))?;
+        let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+        let state = AppState::new(engine.clone(), Arc::new(config), shutdown.clone());
+        Ok(App {
+            listener,
+            router: api::router(state),
+            engine,
+            store,
+            tracker,
+            shutdown,
+            writer,
+            grace,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Serves until `signal` completes, then stops accepting, ends event streams, lets run
+    /// tasks persist their state, and returns.
+    pub async fn run_until_stopped(self, signal: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let shutdown = self.shutdown.clone();
+        let served = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move {
+                signal.await;
+                tracing::info!("stop requested: draining");
+                shutdown.cancel();
+            })
+            .await;
+        // Run tasks see the same token and leave their runs to be resumed next start.
+        self.shutdown.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(self.grace, self.tracker.wait()).await.is_err() {
+            tracing::warn!("some runs did not stop within the grace period");
+        }
+        self.engine.services().hub.flush().await;
+        self.writer.abort();
+        self.store.close().await;
+        served.context("serving HTTP")
+    }
+}

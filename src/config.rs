@@ -1,0 +1,549 @@
+//! Configuration: defaults < TOML file (`ORCA_CONFIG`, else `config/default.toml` when present)
+//! < environment < command-line flags. Loaded and validated once at start; an invalid value stops
+//! the start with a message naming the key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// A string that must never reach logs, events or responses.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"***\"" })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub auth: AuthConfig,
+    pub engine: EngineConfig,
+    pub llm: LlmConfig,
+    pub tools: ToolsConfig,
+    pub workflows: WorkflowsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// `host:port`; loopback unless told otherwise.
+    pub bind: String,
+    pub body_limit_bytes: usize,
+    /// Seconds between `: keep-alive` comments on an idle event stream.
+    pub keep_alive_secs: u64,
+    /// Seconds to let in-flight responses finish after a stop signal.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: "127.0.0.1:8080".into(),
+            body_limit_bytes: 1024 * 1024,
+            keep_alive_secs: 15,
+            shutdown_grace_secs: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    pub url: String,
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: "sqlite://orca.db".into(),
+            max_connections: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// When empty, no credentials are needed and every caller is the tenant `default`.
+    pub api_keys: Vec<ApiKey>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    pub key: Secret,
+    pub tenant: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Runs executing at once; the rest wait as `queued`.
+    pub max_running_runs: usize,
+    /// Runs waiting for a slot; past this, new runs are refused with 503.
+    pub max_queued_runs: usize,
+    pub max_run_duration_ms: u64,
+    pub max_steps: u64,
+    pub max_retries: u64,
+    pub max_replans: u64,
+    /// Total tokens per run; 0 = no limit.
+    pub max_tokens: u64,
+    /// Model ↔ tool round trips of one LLM step before it gives up.
+    pub max_tool_rounds: u32,
+    pub tool_timeout_ms: u64,
+    /// Live events buffered per subscriber before it is moved to replay from the store.
+    pub event_buffer: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_running_runs: 64,
+            max_queued_runs: 1024,
+            max_run_duration_ms: 600_000,
+            max_steps: 200,
+            max_retries: 20,
+            max_replans: 3,
+            max_tokens: 0,
+            max_tool_rounds: 8,
+            tool_timeout_ms: 30_000,
+            event_buffer: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderChoice {
+    /// OpenAI-compatible when `OPENAI_BASE_URL` or `OPENAI_API_KEY` is set, offline otherwise.
+    Auto,
+    Openai,
+    Offline,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    pub provider: ProviderChoice,
+    /// The alias used when a run names no model.
+    pub default_model: String,
+    pub openai: OpenAiConfig,
+    /// Model aliases callers may name, each mapped to a provider and its model name.
+    pub models: BTreeMap<String, ModelAlias>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        let mut models = BTreeMap::new();
+        models.insert(
+            "default".to_owned(),
+            ModelAlias {
+                provider: "openai".into(),
+                model: "gpt-4o-mini".into(),
+            },
+        );
+        models.insert(
+            "offline".to_owned(),
+            ModelAlias {
+                provider: "offline".into(),
+                model: "offline".into(),
+            },
+        );
+        LlmConfig {
+            provider: ProviderChoice::Auto,
+            default_model: "default".into(),
+            openai: OpenAiConfig::default(),
+            models,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelAlias {
+    /// `openai` or `offline`.
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenAiConfig {
+    /// e.g. `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`; empty = not configured.
+    pub base_url: String,
+    pub api_key: Secret,
+    pub connect_timeout_ms: u64,
+    /// Longest silence allowed between two chunks of a streamed answer.
+    pub read_timeout_ms: u64,
+    /// Retries of a request that failed with 429, 5xx or a connect error before any byte.
+    pub max_retries: u32,
+    pub retry_initial_delay_ms: u64,
+    pub retry_max_delay_ms: u64,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        OpenAiConfig {
+            base_url: String::new(),
+            api_key: Secret::default(),
+            connect_timeout_ms: 5_000,
+            read_timeout_ms: 60_000,
+            max_retries: 3,
+            retry_initial_delay_ms: 500,
+            retry_max_delay_ms: 8_000,
+        }
+    }
+}
+
+impl OpenAiConfig {
+    pub fn is_configured(&self) -> bool {
+        !self.base_url.is_empty() || !self.api_key.is_empty()
+    }
+
+    /// The base URL to call: the configured one, or OpenAI's when only a key is set.
+    pub fn effective_base_url(&self) -> &str {
+        if self.base_url.is_empty() {
+            "https://api.openai.com/v1"
+        } else {
+            self.base_url.trim_end_matches('/')
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// The only directory file tools may touch.
+    pub workspace_dir: PathBuf,
+    pub fs_read_max_bytes: u64,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            workspace_dir: PathBuf::from("./workspace"),
+            fs_read_max_bytes: 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkflowsConfig {
+    /// Directory of workflow files loaded into the registry at start; empty = none.
+    pub dir: PathBuf,
+}
+
+/// Values given on the command line; each overrides everything else.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub bind: Option<String>,
+    pub database_url: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("configuration: {0}")]
+    Load(Box<figment::Error>),
+    #[error("configuration: `{key}` {message}")]
+    Invalid { key: &'static str, message: String },
+    #[error("configuration: file {0} does not exist")]
+    MissingFile(PathBuf),
+}
+
+impl Config {
+    /// Loads the layered configuration from the process environment.
+    pub fn load(overrides: &Overrides) -> Result<Config, Error> {
+        let vars: Vec<(String, String)> = std::env::vars().collect();
+        Self::load_from(overrides, &vars)
+    }
+
+    /// Loads the layered configuration with an explicit environment (tests pass their own).
+    pub fn load_from(overrides: &Overrides, env: &[(String, String)]) -> Result<Config, Error> {
+        let var = |name: &str| {
+            env.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.is_empty())
+        };
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+
+        let file = overrides
+            .config_file
+            .clone()
+            .or_else(|| var("ORCA_CONFIG").map(PathBuf::from));
+        match file {
+            Some(path) if !path.exists() => return Err(Error::MissingFile(path)),
+            Some(path) => fig = fig.merge(Toml::file_exact(path)),
+            None => {
+                let default = Path::new("config/default.toml");
+                if default.exists() {
+                    fig = fig.merge(Toml::file_exact(default));
+                }
+            }
+        }
+
+        // Nested keys: ORCA_ENGINE__MAX_RUNNING_RUNS=8 sets engine.max_running_runs. Values
+        // are parsed like figment's Env provider does (numbers, booleans, arrays, strings).
+        for (name, value) in env {
+            if let Some(rest) = name.strip_prefix("ORCA_")
+                && rest.contains("__")
+            {
+                let key = rest.to_ascii_lowercase().replace("__", ".");
+                let value: figment::value::Value = value.parse().expect("parsing is infallible");
+                fig = fig.merge(Serialized::default(&key, value));
+            }
+        }
+        for (name, key) in [
+            ("DATABASE_URL", "database.url"),
+            ("ORCA_BIND", "server.bind"),
+            ("OPENAI_BASE_URL", "llm.openai.base_url"),
+            ("OPENAI_API_KEY", "llm.openai.api_key"),
+        ] {
+            if let Some(v) = var(name) {
+                fig = fig.merge(Serialized::default(key, v));
+            }
+        }
+        if let Some(v) = &overrides.bind {
+            fig = fig.merge(Serialized::default("server.bind", v));
+        }
+        if let Some(v) = &overrides.database_url {
+            fig = fig.merge(Serialized::default("database.url", v));
+        }
+
+        let config: Config = fig.extract().map_err(|e| Error::Load(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: ranges, addresses, references between keys.
+    pub fn validate(&self) -> Result<(), Error> {
+        let invalid = |key, message: &str| Error::Invalid {
+            key,
+            message: message.to_owned(),
+        };
+        if self.server.bind.parse::<SocketAddr>().is_err() {
+            return Err(Error::Invalid {
+                key: "server.bind",
+                message: format!("`{}` is not a host:port address", self.server.bind),
+            });
+        }
+        if self.server.body_limit_bytes < 1024 {
+            return Err(invalid("server.body_limit_bytes", "must be at least 1024"));
+        }
+        if self.server.keep_alive_secs == 0 {
+            return Err(invalid("server.keep_alive_secs", "must be at least 1"));
+        }
+        if !self.database.url.starts_with("sqlite:") {
+            return Err(invalid(
+                "database.url",
+                "must be a sqlite: URL (e.g. sqlite://orca.db)",
+            ));
+        }
+        if self.database.max_connections == 0 {
+            return Err(invalid("database.max_connections", "must be at least 1"));
+        }
+        if self.engine.max_running_runs == 0 {
+            return Err(invalid("engine.max_running_runs", "must be at least 1"));
+        }
+        if self.engine.max_run_duration_ms == 0 {
+            return Err(invalid("engine.max_run_duration_ms", "must be at least 1"));
+        }
+        if self.engine.max_tool_rounds == 0 {
+            return Err(invalid("engine.max_tool_rounds", "must be at least 1"));
+        }
+        if self.engine.event_buffer < 16 {
+            return Err(invalid("engine.event_buffer", "must be at least 16"));
+        }
+        for k in &self.auth.api_keys {
+            if k.key.expose().len() < 16 {
+                return Err(invalid(
+                    "auth.api_keys",
+                    "every key must be at least 16 characters",
+                ));
+            }
+            if k.tenant.is_empty() {
+                return Err(invalid("auth.api_keys", "every key needs a tenant"));
+            }
+        }
+        if !self.llm.models.contains_key(&self.llm.default_model) {
+            return Err(Error::Invalid {
+                key: "llm.default_model",
+                message: format!(
+                    "`{}` is not one of llm.models ({})",
+                    self.llm.default_model,
+                    self.llm.models.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+        for (alias, m) in &self.llm.models {
+            if !matches!(m.provider.as_str(), "openai" | "offline") {
+                return Err(Error::Invalid {
+                    key: "llm.models",
+                    message: format!(
+                        "alias `{alias}` names provider `{}`; expected `openai` or `offline`",
+                        m.provider
+                    ),
+                });
+            }
+        }
+        if self.llm.provider == ProviderChoice::Openai && !self.llm.openai.is_configured() {
+            return Err(invalid(
+                "llm.openai.base_url",
+                "is required when llm.provider = \"openai\" (or set OPENAI_API_KEY)",
+            ));
+        }
+        if self.llm.openai.read_timeout_ms == 0 || self.llm.openai.connect_timeout_ms == 0 {
+            return Err(invalid(
+                "llm.openai.read_timeout_ms",
+                "timeouts must be at least 1 ms",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether runs go to an OpenAI-compatible endpoint (else the offline provider answers).
+    pub fn uses_openai(&self) -> bool {
+        match self.llm.provider {
+            ProviderChoice::Auto => self.llm.openai.is_configured(),
+            ProviderChoice::Openai => true,
+            ProviderChoice::Offline => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(env: &[(&str, &str)], overrides: Overrides) -> Result<Config, Error> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load_from(&overrides, &env)
+    }
+
+    fn toml_file(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    #[test]
+    fn defaults_bind_loopback_and_use_offline() {
+        let c = load(&[], Overrides::default()).unwrap();
+        assert_eq!(c.server.bind, "127.0.0.1:8080");
+        assert_eq!(c.database.url, "sqlite://orca.db");
+        assert!(!c.uses_openai());
+    }
+
+    #[test]
+    fn layers_override_in_order() {
+        let f = toml_file("[server]\nbind = \"127.0.0.1:9000\"\n[engine]\nmax_running_runs = 3\n");
+        let path = f.path().to_str().unwrap();
+        // file beats default
+        let c = load(&[("ORCA_CONFIG", path)], Overrides::default()).unwrap();
+        assert_eq!(c.server.bind, "127.0.0.1:9000");
+        assert_eq!(c.engine.max_running_runs, 3);
+        // environment beats file
+        let c = load(
+            &[
+                ("ORCA_CONFIG", path),
+                ("ORCA_BIND", "127.0.0.1:9001"),
+                ("ORCA_ENGINE__MAX_RUNNING_RUNS", "4"),
+            ],
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.server.bind, "127.0.0.1:9001");
+        assert_eq!(c.engine.max_running_runs, 4);
+        // flags beat environment
+        let c = load(
+            &[("ORCA_CONFIG", path), ("ORCA_BIND", "127.0.0.1:9001")],
+            Overrides {
+                bind: Some("127.0.0.1:9002".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.server.bind, "127.0.0.1:9002");
+    }
+
+    #[test]
+    fn openai_env_switches_provider_and_key_stays_secret() {
+        let c = load(
+            &[
+                ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"),
+                ("OPENAI_API_KEY", "sk-very-secret"),
+            ],
+            Overrides::default(),
+        )
+        .unwrap();
+        assert!(c.uses_openai());
+        assert_eq!(c.llm.openai.api_key.expose(), "sk-very-secret");
+        assert!(!format!("{c:?}").contains("sk-very-secret"));
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let cases: &[(&str, &str)] = &[
+            ("[server]\nbind = \"nowhere\"\n", "server.bind"),
+            ("[engine]\nmax_running_runs = 0\n", "engine.max_running_runs"),
+            ("[engine]\nmax_running_runs = \"many\"\n", "max_running_runs"),
+            ("[engine]\nmax_runing_runs = 2\n", "max_runing_runs"),
+            ("[llm]\ndefault_model = \"gpt-9\"\n", "llm.default_model"),
+            ("[database]\nurl = \"postgres://x\"\n", "database.url"),
+            (
+                "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",
+                "auth.api_keys",
+            ),
+        ];
+        for (text, key) in cases {
+            let f = toml_file(text);
+            let err = load(&[("ORCA_CONFIG", f.path().to_str().unwrap())], Overrides::default())
+                .expect_err(text)
+                .to_string();
+            assert!(err.contains(key), "{text:?} gave {err:?}");
+        }
+    }
+
+    #[test]
+    fn the_shipped_default_toml_lists_exactly_the_defaults() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml");
+        let c = load(&[("ORCA_CONFIG", path)], Overrides::default()).unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn missing_config_file_is_an_error() {
+        let err = load(&[("ORCA_CONFIG", "/nonexistent/orca.toml")], Overrides::default())
+            .unwrap_err();
+        assert!(matches!(err, Error::MissingFile(_)));
+    }
+}

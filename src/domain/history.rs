@@ -1,0 +1,28 @@
+//! What a run leaves behind besides events: step attempts (and later plans and checkpoints).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::plan::{StepKind, StepStatus};
+use super::run::RunError;
+
+/// One attempt of one step, as `GET /v1/runs/{id}/steps` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StepAttempt {
+    pub step_id: String,
+    pub name: String,
+    pub kind: StepKind,
+    pub status: StepStatus,
+    pub attempt: u32,
+    pub plan_version: u32,
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    pub error: Option<RunError>,
+    pub started_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub duration_ms: Option<u64>,
+}

@@ -1,0 +1,112 @@
+//! Identifier newtypes, parsed once at the edge.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A run id: a UUIDv7, so ids sort by creation time (the list endpoint's keyset relies on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunId(uuid::Uuid);
+
+impl RunId {
+    pub fn new() -> Self {
+        RunId(uuid::Uuid::now_v7())
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        uuid::Uuid::parse_str(s).ok().map(RunId)
+    }
+}
+
+impl Default for RunId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+/// A step id, unique within a plan: 1–64 characters of `[A-Za-z0-9_.-]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct StepId(String);
+
+impl StepId {
+    pub fn new(s: impl Into<String>) -> Result<Self, String> {
+        let s = s.into();
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if ok {
+            Ok(StepId(s))
+        } else {
+            Err(format!(
+                "step id `{s}` must be 1-64 characters of letters, digits, `_`, `-` or `.`"
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for StepId {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        StepId::new(s)
+    }
+}
+
+impl From<StepId> for String {
+    fn from(id: StepId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for StepId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Who owns a run. Derived from the API key; `default` when no keys are configured.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tenant(pub String);
+
+impl Tenant {
+    pub fn default_tenant() -> Self {
+        Tenant("default".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_ids_are_checked() {
+        for ok in ["a", "s1", "fetch-data", "x.y_z"] {
+            assert!(StepId::new(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "has space", "slash/", &"x".repeat(65)] {
+            assert!(StepId::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn run_ids_round_trip_and_sort_by_time() {
+        let a = RunId::new();
+        let b = RunId::new();
+        assert!(a < b);
+        assert_eq!(RunId::parse(&a.to_string()), Some(a));
+        assert_eq!(RunId::parse("nope"), None);
+    }
+}

@@ -1,0 +1,16 @@
+//! orca: an HTTP streaming orchestration service for LLM agents.
+//!
+//! Reading order: [`domain`] (the vocabulary), [`config`], [`store`] (all SQL), [`stream`]
+//! (per-run event hub), [`llm`] and [`tools`] (what steps call), [`engine`] (runs, executors),
+//! [`api`] (the only module that knows HTTP), and [`app`] (wiring it together).
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod domain;
+pub mod engine;
+pub mod llm;
+pub mod metrics;
+pub mod store;
+pub mod stream;
+pub mod tools;

@@ -1,0 +1,166 @@
+//! The LLM layer: one provider-neutral conversation shape, a streaming provider trait, the
+//! providers (OpenAI-compatible over HTTP, and the offline demonstration provider) and the router
+//! from model aliases to providers.
+//!
+//! Provider wire shapes stay inside `providers/*`: everything that leaves this module is one of
+//! the types below, so runs and history never store a provider's JSON.
+
+pub mod providers;
+pub mod router;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub use router::LlmRouter;
+
+/// One message of a conversation, in our own shape (not any provider's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call, answered back to the model.
+    Tool {
+        call_id: String,
+        content: String,
+    },
+}
+
+/// A tool call the model asked for. `arguments` is the JSON text exactly as the model wrote it:
+/// it may be invalid, and the caller decides what to do about that.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+}
+
+/// Ask the model for JSON held to this schema (OpenAI `response_format: json_schema`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResponseSchema {
+    pub name: String,
+    pub schema: Value,
+}
+
+/// One chat completion request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatRequest {
+    /// The provider's own model name (already resolved from an alias by the router).
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub response_schema: Option<ResponseSchema>,
+    pub temperature: Option<f32>,
+    pub max_tokens: Option<u32>,
+}
+
+impl ChatRequest {
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+        Self {
+            model: model.into(),
+            messages,
+            tools: Vec::new(),
+            response_schema: None,
+            temperature: None,
+            max_tokens: None,
+        }
+    }
+}
+
+/// Token usage of one LLM call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// What a provider stream yields, in order: text deltas and complete tool calls as they become
+/// known, and usage (at most once, usually last).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmEvent {
+    TextDelta(String),
+    ToolCall(ToolCall),
+    Usage(Usage),
+}
+
+pub type LlmStream = BoxStream<'static, Result<LlmEvent, Error>>;
+
+/// A chat model that streams. Implementations must stop promptly (yielding
+/// `Err(Error::Cancelled)` or ending) once `cancel` fires, and must never panic on bad input
+/// from the wire.
+#[async_trait]
+pub trait LlmProvider: Send + Sync + 'static {
+    /// A short name for logs and metrics, e.g. `openai` or `offline`.
+    fn name(&self) -> &str;
+
+    /// Starts one completion. Errors before the first byte (connect, HTTP status) come back
+    /// here; errors mid-stream come back as stream items.
+    async fn stream(&self, request: ChatRequest, cancel: CancellationToken)
+    -> Result<LlmStream, Error>;
+}
+
+/// Everything that can go wrong talking to a model.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the provider is rate limiting requests (HTTP 429)")]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("the provider answered HTTP {status}: {message}")]
+    Status { status: u16, message: String },
+    #[error("the provider did not answer in time ({0})")]
+    Timeout(String),
+    #[error("could not reach the provider: {0}")]
+    Connect(String),
+    #[error("the provider sent a malformed stream: {0}")]
+    Malformed(String),
+    #[error("the call was cancelled")]
+    Cancelled,
+    #[error("unknown model alias `{0}`")]
+    UnknownModel(String),
+}
+
+impl Error {
+    /// The stable error code carried in events and run errors.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::RateLimited { .. } => "llm_rate_limited",
+            Error::Status { .. } => "llm_error",
+            Error::Timeout(_) => "llm_timeout",
+            Error::Connect(_) => "llm_unavailable",
+            Error::Malformed(_) => "llm_malformed_response",
+            Error::Cancelled => "cancelled",
+            Error::UnknownModel(_) => "unknown_model",
+        }
+    }
+
+    /// Whether trying the same request again may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Error::RateLimited { .. } | Error::Timeout(_) | Error::Connect(_) => true,
+            Error::Status { status, .. } => *status >= 500,
+            Error::Malformed(_) | Error::Cancelled | Error::UnknownModel(_) => false,
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The router from model aliases (what callers name in a run) to a provider and that
+//! provider's own model name.
+//!
+//! It owns the alias table and the provider instances, built once from the configuration and
+//! cheap to clone. It must not call models itself or know anything about runs: the engine asks
+//! it for a provider and streams.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::config::Config;
+
+use super::providers::offline::{self, OfflineProvider};
+use super::providers::openai::OpenAiProvider;
+use super::{Error, LlmProvider};
+
+/// Where one alias goes.
+#[derive(Clone)]
+struct Route {
+    provider: Arc<dyn LlmProvider>,
+    /// The name sent to the provider, e.g. `gpt-4o-mini`.
+    model: String,
+}
+
+#[derive(Clone)]
+pub struct LlmRouter {
+    /// Immutable after construction, so clones share it without a lock.
+    routes: Arc<BTreeMap<String, Route>>,
+    default_alias: String,
+}
+
+impl LlmRouter {
+    /// Builds the providers and the alias table from the configuration.
+    ///
+    /// Without an OpenAI-compatible endpoint configured, every alias answers with the offline
+    /// provider: a default install then completes runs instead of failing on a missing key.
+    pub fn from_config(config: &Config) -> Result<LlmRouter, String> {
+        let offline: Arc<dyn LlmProvider> = Arc::new(OfflineProvider::new());
+        let openai: Option<Arc<dyn LlmProvider>> = if config.uses_openai() {
+            Some(Arc::new(OpenAiProvider::new(&config.llm.openai)?))
+        } else {
+            None
+        };
+        let offline_route = || Route {
+            provider: offline.clone(),
+            model: offline::MODEL.to_owned(),
+        };
+
+        let mut routes = BTreeMap::new();
+        for (alias, target) in &config.llm.models {
+            let route = match (target.provider.as_str(), &openai) {
+                ("openai", Some(openai)) => Route {
+                    provider: openai.clone(),
+                    model: target.model.clone(),
+                },
+                ("openai", None) => offline_route(),
+                ("offline", _) => offline_route(),
+                (other, _) => {
+                    return Err(format!(
+                        "llm.models: alias `{alias}` names provider `{other}`; expected `openai` \
+                         or `offline`"
+                    ));
+                }
+            };
+            routes.insert(alias.clone(), route);
+        }
+        if !routes.contains_key(&config.llm.default_model) {
+            return Err(format!(
+                "llm.default_model: `{}` is not one of llm.models",
+                config.llm.default_model
+            ));
+        }
+        Ok(LlmRouter {
+            routes: Arc::new(routes),
+            default_alias: config.llm.default_model.clone(),
+        })
+    }
+
+    /// A router where every alias in `aliases` (and the default) goes to `provider`.
+    ///
+    /// The only alias is `default_alias`, and the model name sent is the alias itself; tests
+    /// use this to put a scripted provider behind a run.
+    pub fn single(provider: Arc<dyn LlmProvider>, default_alias: &str) -> LlmRouter {
+        let mut routes = BTreeMap::new();
+        routes.insert(
+            default_alias.to_owned(),
+            Route {
+                provider,
+                model: default_alias.to_owned(),
+            },
+        );
+        LlmRouter {
+            routes: Arc::new(routes),
+            default_alias: default_alias.to_owned(),
+        }
+    }
+
+    /// The provider and the provider's model name for an alias (`None` = the default alias).
+    pub fn resolve(&self, alias: Option<&str>) -> Result<(Arc<dyn LlmProvider>, String), Error> {
+        let alias = alias.unwrap_or(&self.default_alias);
+        self.routes
+            .get(alias)
+            .map(|route| (route.provider.clone(), route.model.clone()))
+            .ok_or_else(|| Error::UnknownModel(alias.to_owned()))
+    }
+
+    pub fn has_alias(&self, alias: &str) -> bool {
+        self.routes.contains_key(alias)
+    }
+
+    /// Configured aliases, sorted.
+    pub fn aliases(&self) -> Vec<String> {
+        self.routes.keys().cloned().collect()
+    }
+
+    /// The alias used when a run names no model.
+    pub fn default_alias(&self) -> &str {
+        &self.default_alias
+    }
+}
+
+impl fmt::Debug for LlmRouter {
+    /// `alias → provider/model`, the part worth seeing in a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut map = f.debug_map();
+        for (alias, route) in self.routes.iter() {
+            map.entry(
+                alias,
+                &format_args!("{}/{}", route.provider.name(), route.model),
+            );
+        }
+        map.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ModelAlias, ProviderChoice, Secret};
+
+    fn config(provider: ProviderChoice, base_url: &str) -> Config {
+        let mut config = Config::default();
+        config.llm.provider = provider;
+        config.llm.openai.base_url = base_url.into();
+        config.llm.models.insert(
+            "smart".into(),
+            ModelAlias {
+                provider: "openai".into(),
+                model: "gpt-4o".into(),
+            },
+        );
+        config
+    }
+
+    fn route(router: &LlmRouter, alias: Option<&str>) -> (String, String) {
+        let (provider, model) = router.resolve(alias).unwrap();
+        (provider.name().to_owned(), model)
+    }
+
+    #[test]
+    fn aliases_resolve_to_providers_and_models() {
+        let pair = |p: &str, m: &str| (p.to_owned(), m.to_owned());
+        let cases = [
+            // Nothing configured: every alias answers offline.
+            (
+                config(ProviderChoice::Auto, ""),
+                [
+                    (None, pair("offline", "offline")),
+                    (Some("smart"), pair("offline", "offline")),
+                    (Some("offline"), pair("offline", "offline")),
+                ],
+            ),
+            (
+                config(ProviderChoice::Auto, "http://127.0.0.1:9/v1"),
+                [
+                    (None, pair("openai", "gpt-4o-mini")),
+                    (Some("smart"), pair("openai", "gpt-4o")),
+                    (Some("offline"), pair("offline", "offline")),
+                ],
+            ),
+            // Forced offline wins over a configured endpoint.
+            (
+                config(ProviderChoice::Offline, "http://127.0.0.1:9/v1"),
+                [
+                    (None, pair("offline", "offline")),
+                    (Some("smart"), pair("offline", "offline")),
+                    (Some("offline"), pair("offline", "offline")),
+                ],
+            ),
+        ];
+        for (config, expectations) in cases {
+            let router = LlmRouter::from_config(&config).unwrap();
+            assert_eq!(router.aliases(), ["default", "offline", "smart"]);
+            for (alias, want) in expectations {
+                assert_eq!(route(&router, alias), want, "{alias:?} in {router:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_a_key_means_openai_itself() {
+        let mut config = Config::default();
+        config.llm.openai.api_key = Secret::new("sk-test");
+        let router = LlmRouter::from_config(&config).unwrap();
+        assert_eq!(
+            route(&router, None),
+            ("openai".into(), "gpt-4o-mini".into())
+        );
+    }
+
+    #[test]
+    fn unknown_aliases_and_bad_config_are_errors() {
+        let router = LlmRouter::from_config(&Config::default()).unwrap();
+        assert!(!router.has_alias("gpt-9"));
+        assert!(router.has_alias("offline"));
+        let err = router.resolve(Some("gpt-9")).err().unwrap();
+        assert!(matches!(&err, Error::UnknownModel(a) if a == "gpt-9"));
+        assert_eq!(err.code(), "unknown_model");
+
+        let mut bad = Config::default();
+        bad.llm.default_model = "missing".into();
+        assert!(
+            LlmRouter::from_config(&bad)
+                .unwrap_err()
+                .contains("missing")
+        );
+
+        let mut bad = Config::default();
+        bad.llm.models.insert(
+            "x".into(),
+            ModelAlias {
+                provider: "anthropic".into(),
+                model: "m".into(),
+            },
+        );
+        assert!(
+            LlmRouter::from_config(&bad)
+                .unwrap_err()
+                .contains("anthropic")
+        );
+
+        let bad = config(ProviderChoice::Openai, "not a url");
+        assert!(LlmRouter::from_config(&bad).is_err());
+    }
+
+    #[test]
+    fn single_routes_its_one_alias() {
+        let router = LlmRouter::single(Arc::new(OfflineProvider::new()), "scripted");
+        assert_eq!(router.aliases(), ["scripted"]);
+        assert_eq!(router.default_alias(), "scripted");
+        assert_eq!(route(&router, None), ("offline".into(), "scripted".into()));
+        assert_eq!(
+            route(&router, Some("scripted")),
+            ("offline".into(), "scripted".into())
+        );
+        assert!(router.resolve(Some("default")).is_err());
+    }
+}

@@ -1,0 +1,130 @@
+//! The `orca` binary: telemetry, configuration, then one of `serve`, `migrate`, `openapi`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use orca::app::App;
+use orca::config::{Config, Overrides};
+use tracing_subscriber::EnvFilter;
+
+/// orca — an HTTP streaming orchestration service for LLM agents.
+///
+/// Configuration is layered: built-in defaults < TOML file (--config or ORCA_CONFIG, else
+/// ./config/default.toml when present) < environment (DATABASE_URL, ORCA_BIND, OPENAI_BASE_URL,
+/// OPENAI_API_KEY, ORCA_SECTION__KEY) < these flags. RUST_LOG sets the log filter.
+#[derive(Debug, Parser)]
+#[command(name = "orca", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format.
+    #[arg(long, global = true, value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start the HTTP service (binds 127.0.0.1:8080 unless told otherwise).
+    Serve(ConfigArgs),
+    /// Create the database if needed, apply pending migrations, and exit.
+    Migrate(ConfigArgs),
+    /// Print the OpenAPI 3.1 document as YAML (the repository's openapi.yaml).
+    Openapi {
+        /// Write to this file instead of standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct ConfigArgs {
+    /// TOML configuration file (overrides ORCA_CONFIG).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Address to listen on, host:port (overrides ORCA_BIND and server.bind).
+    #[arg(long)]
+    bind: Option<String>,
+    /// Database URL, e.g. sqlite://orca.db (overrides DATABASE_URL and database.url).
+    #[arg(long)]
+    database_url: Option<String>,
+}
+
+impl ConfigArgs {
+    fn load(&self) -> anyhow::Result<Config> {
+        Ok(Config::load(&Overrides {
+            config_file: self.config.clone(),
+            bind: self.bind.clone(),
+            database_url: self.database_url.clone(),
+        })?)
+    }
+}
+
+fn init_tracing(format: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Openapi { output } => {
+            let yaml = orca::api::openapi().to_yaml().context("rendering the OpenAPI document")?;
+            match output {
+                Some(path) => std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => print!("{yaml}"),
+            }
+            Ok(())
+        }
+        Command::Migrate(args) => {
+            init_tracing(&cli.log_format);
+            let config = args.load()?;
+            orca::store::Store::migrate(&config.database.url).await?;
+            tracing::info!(database = %config.database.url, "migrations applied");
+            Ok(())
+        }
+        Command::Serve(args) => {
+            init_tracing(&cli.log_format);
+            let config = args.load()?;
+            if !config.uses_openai() {
+                tracing::warn!(
+                    "no OPENAI_BASE_URL or OPENAI_API_KEY: runs use the offline demonstration provider"
+                );
+            }
+            let app = App::build(config).await?;
+            tracing::info!(address = %app.local_addr(), "orca is listening");
+            app.run_until_stopped(stop_signal()).await?;
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

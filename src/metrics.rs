@@ -1,0 +1,137 @@
+//! Prometheus metrics, one registry per app (so tests in one process do not share counters).
+//! Gauges that the store or the hub already know (runs by status, open streams) are read at
+//! scrape time instead of being kept in step by hand.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabel {
+    pub r#type: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    runs_finished: Family<StatusLabel, Counter>,
+    step_seconds: Family<KindLabel, Histogram>,
+    llm_seconds: Histogram,
+    tokens: Family<TokenLabel, Counter>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 ms .. ~65 s
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("orca");
+        let runs_finished = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "runs_finished",
+            "Runs that reached a terminal status since start",
+            runs_finished.clone(),
+        );
+        let step_seconds =
+            Family::<KindLabel, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
+        registry.register(
+            "step_duration_seconds",
+            "Duration of step attempts by kind",
+            step_seconds.clone(),
+        );
+        let llm_seconds = latency_histogram();
+        registry.register(
+            "llm_request_duration_seconds",
+            "Duration of LLM calls, request to last chunk",
+            llm_seconds.clone(),
+        );
+        let tokens = Family::<TokenLabel, Counter>::default();
+        registry.register("llm_tokens", "LLM tokens used", tokens.clone());
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                runs_finished,
+                step_seconds,
+                llm_seconds,
+                tokens,
+            }),
+        }
+    }
+
+    pub fn run_finished(&self, status: &str) {
+        self.inner
+            .runs_finished
+            .get_or_create(&StatusLabel {
+                status: status.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn step_finished(&self, kind: &str, seconds: f64) {
+        self.inner
+            .step_seconds
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn llm_call(&self, seconds: f64, prompt_tokens: u64, completion_tokens: u64) {
+        self.inner.llm_seconds.observe(seconds);
+        for (t, n) in [("prompt", prompt_tokens), ("completion", completion_tokens)] {
+            self.inner
+                .tokens
+                .get_or_create(&TokenLabel {
+                    r#type: t.to_owned(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// The text exposition, with scrape-time gauges appended.
+    pub fn render(&self, runs_by_status: &[(String, i64)], open_streams: usize) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.inner.registry);
+        out.push_str("# HELP orca_runs Runs in the store by status.\n# TYPE orca_runs gauge\n");
+        for status in crate::domain::RunStatus::ALL {
+            let n = runs_by_status
+                .iter()
+                .find(|(s, _)| s == status.as_str())
+                .map_or(0, |(_, n)| *n);
+            out.push_str(&format!("orca_runs{{status=\"{}\"}} {n}\n", status.as_str()));
+        }
+        out.push_str(
+            "# HELP orca_open_streams Open event streams.\n# TYPE orca_open_streams gauge\n",
+        );
+        out.push_str(&format!("orca_open_streams {open_streams}\n"));
+        let _ = prometheus_client::encoding::text::encode_eof(&mut out);
+        out
+    }
+}

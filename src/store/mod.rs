@@ -1,0 +1,518 @@
+//! The store: every SQL statement of orca lives here. SQLite now (WAL, one file); the queries
+//! are plain runtime SQL so a Postgres twin can follow without touching callers.
+//!
+//! The store only persists and reads back domain types; it decides nothing about runs.
+//! Invariant: a run's `final` event and its terminal row are written in one transaction
+//! ([`Store::finish_run`]), so history never shows one without the other.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{AssertSqlSafe, Row, SqlitePool};
+
+use crate::domain::{
+    Completion, Event, EventKind, Orchestration, Run, RunError, RunId, RunStatus, StepAttempt,
+    Tenant, Usage,
+};
+use crate::domain::run::RunSpec;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+    #[error("database migration failed")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Fixed-width RFC 3339 UTC text, so that stored times compare in time order as strings.
+pub fn fmt_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn parse_time(s: &str) -> Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| Error::Corrupt(format!("time `{s}`: {e}")))
+}
+
+fn parse_opt_time(s: Option<String>) -> Result<Option<DateTime<Utc>>> {
+    s.as_deref().map(parse_time).transpose()
+}
+
+fn parse_json(s: &str) -> Result<Value> {
+    serde_json::from_str(s).map_err(|e| Error::Corrupt(format!("json: {e}")))
+}
+
+fn parse_opt_json<T: serde::de::DeserializeOwned>(s: Option<String>) -> Result<Option<T>> {
+    s.map(|s| serde_json::from_str(&s).map_err(|e| Error::Corrupt(format!("json: {e}"))))
+        .transpose()
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    // Serialising our own types to JSON text cannot fail: they hold no maps with non-string
+    // keys and no failing Serialize impls.
+    serde_json::to_string(v).expect("domain types serialise")
+}
+
+/// Filters of `GET /v1/runs`, already parsed.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    pub orchestration: Option<Orchestration>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// `metadata.KEY=VALUE` pairs; a value matches a string equal to it, or a number or
+    /// boolean whose JSON text equals it.
+    pub metadata: Vec<(String, String)>,
+    /// Keyset cursor: only runs with an id below this one.
+    pub before_id: Option<RunId>,
+    pub limit: u32,
+}
+
+/// A run row together with what the engine needs to resume it.
+#[derive(Debug, Clone)]
+pub struct StoredRun {
+    pub run: Run,
+    pub tenant: Tenant,
+    pub spec: RunSpec,
+}
+
+/// Outcome of [`Store::insert_run`].
+pub enum Inserted {
+    New,
+    /// The tenant already used this idempotency key: here is that run.
+    Existing(Box<StoredRun>),
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database and applies pending migrations.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Store> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // WAL + NORMAL: a committed transaction survives a process crash; only an OS crash
+            // can lose the last few, which the fsync cost per event would not be worth.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections)
+            .connect_with(options)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Store { pool })
+    }
+
+    /// Applies migrations only (for `orca migrate`).
+    pub async fn migrate(url: &str) -> Result<()> {
+        Store::connect(url, 1).await.map(|_| ())
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    // ---- runs ---------------------------------------------------------------------------
+
+    /// Inserts a new run, or returns the tenant's earlier run with the same idempotency key.
+    pub async fn insert_run(
+        &self,
+        tenant: &Tenant,
+        run: &Run,
+        spec: &RunSpec,
+        idempotency_key: Option<&str>,
+    ) -> Result<Inserted> {
+        let res = sqlx::query(
+            "INSERT INTO runs (id, tenant, status, completion, orchestration, spec, input, output,
+                error, metadata, session_id, plan_version, idempotency_key, created_at)
+             VALUES (?, ?, ?, NULL, ?, ?, ?, NULL, NULL, ?, ?, NULL, ?, ?)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(run.id.to_string())
+        .bind(&tenant.0)
+        .bind(run.status.as_str())
+        .bind(run.orchestration.as_str())
+        .bind(to_json(spec))
+        .bind(to_json(&run.input))
+        .bind(to_json(&run.metadata))
+        .bind(&run.session_id)
+        .bind(idempotency_key)
+        .bind(fmt_time(run.created_at))
+        .execute(&self.pool)
+        .await?;
+        if res.rows_affected() == 1 {
+            return Ok(Inserted::New);
+        }
+        let key = idempotency_key.ok_or_else(|| Error::Corrupt("run id collision".into()))?;
+        let row = sqlx::query("SELECT * FROM runs WHERE tenant = ? AND idempotency_key = ?")
+            .bind(&tenant.0)
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?)))
+    }
+
+    pub async fn get_run(&self, tenant: &Tenant, id: RunId) -> Result<Option<StoredRun>> {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND tenant = ?")
+            .bind(id.to_string())
+            .bind(&tenant.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(stored_run_from_row).transpose()
+    }
+
+    /// Writes every mutable field of a run (status, output, usage, times...).
+    pub async fn save_run(&self, run: &Run) -> Result<()> {
+        save_run_with(&self.pool, run).await
+    }
+
+    /// Runs that were not terminal when the server stopped, oldest first.
+    pub async fn unfinished_runs(&self) -> Result<Vec<StoredRun>> {
+        let rows = sqlx::query(
+            "SELECT * FROM runs WHERE status IN ('queued', 'running', 'waiting_input') ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(stored_run_from_row).collect()
+    }
+
+    pub async fn list_runs(&self, tenant: &Tenant, f: &RunFilter) -> Result<Vec<Run>> {
+        // Only static fragments are concatenated; every value is a bind parameter.
+        let mut sql = String::from("SELECT * FROM runs WHERE tenant = ?");
+        if f.status.is_some() {
+            sql.push_str(" AND status = ?");
+        }
+        if f.orchestration.is_some() {
+            sql.push_str(" AND orchestration = ?");
+        }
+        if f.created_after.is_some() {
+            sql.push_str(" AND created_at > ?");
+        }
+        if f.created_before.is_some() {
+            sql.push_str(" AND created_at < ?");
+        }
+        for _ in &f.metadata {
+            sql.push_str(
+                " AND CASE json_type(metadata, ?1_path)
+                     WHEN 'text' THEN json_extract(metadata, ?1_path) = ?1_value
+                     WHEN 'integer' THEN CAST(json_extract(metadata, ?1_path) AS TEXT) = ?1_value
+                     WHEN 'real' THEN CAST(json_extract(metadata, ?1_path) AS TEXT) = ?1_value
+                     WHEN 'true' THEN ?1_value = 'true'
+                     WHEN 'false' THEN ?1_value = 'false'
+                     ELSE 0 END",
+            );
+        }
+        if f.before_id.is_some() {
+            sql.push_str(" AND id < ?");
+        }
+        sql.push_str(" ORDER BY id DESC LIMIT ?");
+        // Placeholders above are written once per use for clarity; expand them to plain `?`
+        // in order, binding the path and value as many times as they appear.
+        let sql = sql
+            .replace("?1_path", "?")
+            .replace("?1_value", "?");
+        let mut q = sqlx::query(AssertSqlSafe(sql)).bind(&tenant.0);
+        if let Some(s) = f.status {
+            q = q.bind(s.as_str());
+        }
+        if let Some(o) = f.orchestration {
+            q = q.bind(o.as_str());
+        }
+        if let Some(t) = f.created_after {
+            q = q.bind(fmt_time(t));
+        }
+        if let Some(t) = f.created_before {
+            q = q.bind(fmt_time(t));
+        }
+        for (key, value) in &f.metadata {
+            let path = format!("$.\"{}\"", key.replace('"', "\\\""));
+            // Order of appearance in the CASE: path, path, value, path, value, path, value,
+            // path, value, value, value.
+            q = q
+                .bind(path.clone())
+                .bind(path.clone())
+                .bind(value.clone())
+                .bind(path.clone())
+                .bind(value.clone())
+                .bind(path.clone())
+                .bind(value.clone())
+                .bind(value.clone())
+                .bind(value.clone());
+        }
+        if let Some(id) = f.before_id {
+            q = q.bind(id.to_string());
+        }
+        q = q.bind(f.limit as i64);
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| stored_run_from_row(r).map(|s| s.run))
+            .collect()
+    }
+
+    /// Earlier succeeded runs of a session, oldest first, as (input, output) pairs.
+    pub async fn session_history(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        before: RunId,
+        limit: u32,
+    ) -> Result<Vec<(Value, Value)>> {
+        let rows = sqlx::query(
+            "SELECT input, output FROM runs
+             WHERE tenant = ? AND session_id = ? AND id < ? AND status = 'succeeded'
+               AND output IS NOT NULL
+             ORDER BY id DESC LIMIT ?",
+        )
+        .bind(&tenant.0)
+        .bind(session_id)
+        .bind(before.to_string())
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut pairs = rows
+            .iter()
+            .map(|r| {
+                Ok((
+                    parse_json(&r.try_get::<String, _>("input")?)?,
+                    parse_json(&r.try_get::<String, _>("output")?)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        pairs.reverse();
+        Ok(pairs)
+    }
+
+    pub async fn count_runs_by_status(&self) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM runs GROUP BY status")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("status")?, r.try_get("n")?)))
+            .collect()
+    }
+
+    // ---- events -------------------------------------------------------------------------
+
+    /// Appends events in one transaction.
+    pub async fn append_events(&self, events: &[std::sync::Arc<Event>]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for ev in events {
+            insert_event(&mut *tx, ev).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Writes the terminal run row and its `final` event atomically.
+    pub async fn finish_run(&self, run: &Run, final_event: &Event) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        insert_event(&mut *tx, final_event).await?;
+        save_run_with(&mut *tx, run).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Events with `seq > after`, in order, at most `limit`.
+    pub async fn events_after(&self, run: RunId, after: u64, limit: u32) -> Result<Vec<Event>> {
+        let rows = sqlx::query(
+            "SELECT * FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(run.to_string())
+        .bind(after as i64)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| event_from_row(run, r)).collect()
+    }
+
+    pub async fn last_seq(&self, run: RunId) -> Result<u64> {
+        let n: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE run_id = ?")
+            .bind(run.to_string())
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n.unwrap_or(0) as u64)
+    }
+
+    // ---- steps --------------------------------------------------------------------------
+
+    pub async fn upsert_step_attempt(&self, run: RunId, a: &StepAttempt) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO step_attempts (run_id, plan_version, step_id, attempt, name, kind, status,
+                input, output, error, started_at, completed_at, duration_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (run_id, plan_version, step_id, attempt) DO UPDATE SET
+                status = excluded.status, output = excluded.output, error = excluded.error,
+                completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
+        )
+        .bind(run.to_string())
+        .bind(a.plan_version as i64)
+        .bind(&a.step_id)
+        .bind(a.attempt as i64)
+        .bind(&a.name)
+        .bind(a.kind.as_str())
+        .bind(a.status.as_str())
+        .bind(a.input.as_ref().map(to_json))
+        .bind(a.output.as_ref().map(to_json))
+        .bind(a.error.as_ref().map(to_json))
+        .bind(fmt_time(a.started_at))
+        .bind(a.completed_at.map(fmt_time))
+        .bind(a.duration_ms.map(|d| d as i64))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn step_attempts(&self, run: RunId) -> Result<Vec<StepAttempt>> {
+        let rows = sqlx::query(
+            "SELECT * FROM step_attempts WHERE run_id = ?
+             ORDER BY started_at, plan_version, step_id, attempt",
+        )
+        .bind(run.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(step_attempt_from_row).collect()
+    }
+}
+
+async fn insert_event<'e, E>(exec: E, ev: &Event) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    sqlx::query("INSERT INTO events (run_id, seq, kind, step_id, ts, data) VALUES (?, ?, ?, ?, ?, ?)")
+        .bind(ev.run_id.to_string())
+        .bind(ev.seq as i64)
+        .bind(ev.kind.as_str())
+        .bind(&ev.step_id)
+        .bind(fmt_time(ev.ts))
+        .bind(to_json(&ev.data))
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+async fn save_run_with<'e, E>(exec: E, run: &Run) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    sqlx::query(
+        "UPDATE runs SET status = ?, completion = ?, orchestration = ?, output = ?, error = ?,
+            plan_version = ?, prompt_tokens = ?, completion_tokens = ?, llm_calls = ?,
+            tool_calls = ?, started_at = ?, finished_at = ?
+         WHERE id = ?",
+    )
+    .bind(run.status.as_str())
+    .bind(run.completion.map(|c| c.as_str()))
+    .bind(run.orchestration.as_str())
+    .bind(run.output.as_ref().map(to_json))
+    .bind(run.error.as_ref().map(to_json))
+    .bind(run.plan_version.map(|v| v as i64))
+    .bind(run.usage.prompt_tokens as i64)
+    .bind(run.usage.completion_tokens as i64)
+    .bind(run.usage.llm_calls as i64)
+    .bind(run.usage.tool_calls as i64)
+    .bind(run.started_at.map(fmt_time))
+    .bind(run.finished_at.map(fmt_time))
+    .bind(run.id.to_string())
+    .execute(exec)
+    .await?;
+    Ok(())
+}
+
+fn stored_run_from_row(r: &SqliteRow) -> Result<StoredRun> {
+    let id: String = r.try_get("id")?;
+    let id = RunId::parse(&id).ok_or_else(|| Error::Corrupt(format!("run id `{id}`")))?;
+    let status: String = r.try_get("status")?;
+    let status =
+        RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("status `{status}`")))?;
+    let completion: Option<String> = r.try_get("completion")?;
+    let completion = completion
+        .map(|c| Completion::parse(&c).ok_or_else(|| Error::Corrupt(format!("completion `{c}`"))))
+        .transpose()?;
+    let orchestration: String = r.try_get("orchestration")?;
+    let orchestration = Orchestration::parse(&orchestration)
+        .ok_or_else(|| Error::Corrupt(format!("orchestration `{orchestration}`")))?;
+    let metadata = match parse_json(&r.try_get::<String, _>("metadata")?)? {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let spec: RunSpec = serde_json::from_str(&r.try_get::<String, _>("spec")?)
+        .map_err(|e| Error::Corrupt(format!("spec: {e}")))?;
+    let run = Run {
+        id,
+        status,
+        completion,
+        orchestration,
+        input: parse_json(&r.try_get::<String, _>("input")?)?,
+        output: parse_opt_json(r.try_get("output")?)?,
+        error: parse_opt_json::<RunError>(r.try_get("error")?)?,
+        metadata,
+        session_id: r.try_get("session_id")?,
+        plan_version: r.try_get::<Option<i64>, _>("plan_version")?.map(|v| v as u32),
+        usage: Usage {
+            prompt_tokens: r.try_get::<i64, _>("prompt_tokens")? as u64,
+            completion_tokens: r.try_get::<i64, _>("completion_tokens")? as u64,
+            llm_calls: r.try_get::<i64, _>("llm_calls")? as u64,
+            tool_calls: r.try_get::<i64, _>("tool_calls")? as u64,
+        },
+        created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
+        started_at: parse_opt_time(r.try_get("started_at")?)?,
+        finished_at: parse_opt_time(r.try_get("finished_at")?)?,
+    };
+    Ok(StoredRun {
+        run,
+        tenant: Tenant(r.try_get("tenant")?),
+        spec,
+    })
+}
+
+fn event_from_row(run: RunId, r: &SqliteRow) -> Result<Event> {
+    let kind: String = r.try_get("kind")?;
+    Ok(Event {
+        seq: r.try_get::<i64, _>("seq")? as u64,
+        run_id: run,
+        kind: EventKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("kind `{kind}`")))?,
+        ts: parse_time(&r.try_get::<String, _>("ts")?)?,
+        step_id: r.try_get("step_id")?,
+        data: parse_json(&r.try_get::<String, _>("data")?)?,
+    })
+}
+
+fn step_attempt_from_row(r: &SqliteRow) -> Result<StepAttempt> {
+    let kind: String = r.try_get("kind")?;
+    let status: String = r.try_get("status")?;
+    Ok(StepAttempt {
+        step_id: r.try_get("step_id")?,
+        name: r.try_get("name")?,
+        kind: serde_json::from_value(Value::String(kind.clone()))
+            .map_err(|_| Error::Corrupt(format!("step kind `{kind}`")))?,
+        status: crate::domain::StepStatus::parse(&status)
+            .ok_or_else(|| Error::Corrupt(format!("step status `{status}`")))?,
+        attempt: r.try_get::<i64, _>("attempt")? as u32,
+        plan_version: r.try_get::<i64, _>("plan_version")? as u32,
+        input: parse_opt_json(r.try_get("input")?)?,
+        output: parse_opt_json(r.try_get("output")?)?,
+        error: parse_opt_json(r.try_get("error")?)?,
+        started_at: parse_time(&r.try_get::<String, _>("started_at")?)?,
+        completed_at: parse_opt_time(r.try_get("completed_at")?)?,
+        duration_ms: r.try_get::<Option<i64>, _>("duration_ms")?.map(|d| d as u64),
+    })
+}

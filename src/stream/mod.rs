@@ -1,0 +1,276 @@
+//! The per-run event hub: assigns nothing, decides nothing; it persists events and fans them out.
+//!
+//! Invariant (persist, then publish): an event reaches live subscribers only after it is in the
+//! store, so a replay never disagrees with what a live client saw. One writer task batches
+//! appends of all runs into few transactions; emitters wait only for room in its queue, never
+//! for a subscriber, so a slow client can never slow a run.
+//!
+//! [`EventHub::follow`] is the read side: replay from the store, then live, with no gap and no
+//! duplicate, falling back to the store whenever a subscriber lags behind.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::Stream;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{Event, EventKind, RunId};
+use crate::store::{self, Store};
+
+/// Most events written in one transaction.
+const MAX_BATCH: usize = 512;
+/// Events read from the store per replay page.
+const REPLAY_PAGE: u32 = 512;
+
+enum Command {
+    Append(Arc<Event>),
+    /// Answered once everything queued before it is durable.
+    Flush(oneshot::Sender<()>),
+}
+
+#[derive(Clone)]
+pub struct EventHub {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    writer: mpsc::Sender<Command>,
+    /// Live channels by run. A std mutex: every critical section is a map lookup or insert,
+    /// never held across an await.
+    channels: Mutex<HashMap<RunId, broadcast::Sender<Arc<Event>>>>,
+    buffer: usize,
+}
+
+impl EventHub {
+    /// Starts the writer task; it ends when every hub handle is dropped. The caller owns the
+    /// returned handle.
+    pub fn start(store: Store, buffer: usize) -> (EventHub, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(8192);
+        let inner = Arc::new(Inner {
+            store: store.clone(),
+            writer: tx,
+            channels: Mutex::new(HashMap::new()),
+            buffer,
+        });
+        let weak = Arc::downgrade(&inner);
+        let writer = tokio::spawn(writer_loop(store, rx, weak));
+        (EventHub { inner }, writer)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Queues an event for persistence and then broadcast. Returns once it is queued.
+    pub async fn append(&self, event: Arc<Event>) {
+        if self.inner.writer.send(Command::Append(event)).await.is_err() {
+            tracing::error!("event writer has stopped; event dropped");
+        }
+    }
+
+    /// Waits until every event queued so far is durable (and broadcast).
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.inner.writer.send(Command::Flush(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Broadcasts an event that the caller already persisted itself (the `final` event, which
+    /// is written together with the run row).
+    pub fn publish_persisted(&self, event: Arc<Event>) {
+        self.inner.broadcast(&event);
+    }
+
+    /// A receiver of the run's live events. Subscribe *before* replaying history.
+    pub fn subscribe(&self, run: RunId) -> broadcast::Receiver<Arc<Event>> {
+        let mut map = self.inner.channels.lock().expect("hub lock");
+        map.entry(run)
+            .or_insert_with(|| broadcast::channel(self.inner.buffer).0)
+            .subscribe()
+    }
+
+    /// Drops the run's channel if nobody listens any more.
+    fn release(&self, run: RunId) {
+        let mut map = self.inner.channels.lock().expect("hub lock");
+        if map.get(&run).is_some_and(|tx| tx.receiver_count() == 0) {
+            map.remove(&run);
+        }
+    }
+
+    /// Number of live subscriptions (open event streams).
+    pub fn open_streams(&self) -> usize {
+        let map = self.inner.channels.lock().expect("hub lock");
+        map.values().map(|tx| tx.receiver_count()).sum()
+    }
+
+    /// Every event of `run` with seq > `after`: history from the store, then live events until
+    /// `final`, or until `stop` fires. Lagging falls back to the store; nothing is skipped or
+    /// repeated.
+    pub fn follow(
+        &self,
+        run: RunId,
+        after: u64,
+        stop: CancellationToken,
+    ) -> impl Stream<Item = Result<Arc<Event>, store::Error>> + Send + 'static {
+        let hub = self.clone();
+        async_stream(move |tx| async move {
+            let _guard = Release { hub: hub.clone(), run };
+            let mut rx = hub.subscribe(run);
+            let mut last = after;
+            // Replay, then follow; every time the live side cannot prove continuity, replay again.
+            loop {
+                loop {
+                    let page = match hub.inner.store.events_after(run, last, REPLAY_PAGE).await {
+                        Ok(p) => p,
+                        Err(e) => {
+                            let _ = tx.send(Err(e)).await;
+                            return;
+                        }
+                    };
+                    let n = page.len();
+                    for ev in page {
+                        last = ev.seq;
+                        let is_final = ev.kind == EventKind::Final;
+                        if tx.send(Ok(Arc::new(ev))).await.is_err() || is_final {
+                            return;
+                        }
+                    }
+                    if n < REPLAY_PAGE as usize {
+                        break;
+                    }
+                }
+                loop {
+                    let next = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tx.closed() => return,
+                        r = rx.recv() => r,
+                    };
+                    match next {
+                        Ok(ev) if ev.seq <= last => continue,
+                        Ok(ev) if ev.seq == last + 1 => {
+                            last = ev.seq;
+                            let is_final = ev.kind == EventKind::Final;
+                            if tx.send(Ok(ev)).await.is_err() || is_final {
+                                return;
+                            }
+                        }
+                        // A gap (we subscribed after it was broadcast) or a lag: everything
+                        // broadcast is already stored, so the store fills it in.
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            // The hub is gone (shutdown); give what the store has and stop.
+                            rx = hub.subscribe(run);
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
+impl Inner {
+    fn broadcast(&self, event: &Arc<Event>) {
+        let map = self.channels.lock().expect("hub lock");
+        if let Some(tx) = map.get(&event.run_id) {
+            // No receivers is fine: nobody is watching this run right now.
+            let _ = tx.send(event.clone());
+        }
+    }
+}
+
+struct Release {
+    hub: EventHub,
+    run: RunId,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.hub.release(self.run);
+    }
+}
+
+/// A small channel-backed stream: the producer future runs inside the stream, so dropping the
+/// stream (a client disconnecting) drops the producer too.
+fn async_stream<T, F, Fut>(f: F) -> impl Stream<Item = T> + Send + 'static
+where
+    T: Send + 'static,
+    F: FnOnce(mpsc::Sender<T>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<T>(64);
+    let producer = f(tx);
+    futures::stream::unfold(
+        (Some(Box::pin(producer)), rx),
+        |(mut producer, mut rx)| async move {
+            loop {
+                match producer.as_mut() {
+                    Some(p) => {
+                        tokio::select! {
+                            biased;
+                            item = rx.recv() => return item.map(|i| (i, (producer, rx))),
+                            _ = p.as_mut() => { producer = None; }
+                        }
+                    }
+                    None => return rx.recv().await.map(|i| (i, (None, rx))),
+                }
+            }
+        },
+    )
+}
+
+async fn writer_loop(
+    store: Store,
+    mut rx: mpsc::Receiver<Command>,
+    hub: std::sync::Weak<Inner>,
+) {
+    let mut batch: Vec<Arc<Event>> = Vec::with_capacity(MAX_BATCH);
+    let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(cmd) = next.take() {
+            match cmd {
+                Command::Append(ev) => batch.push(ev),
+                Command::Flush(w) => waiters.push(w),
+            }
+            if batch.len() >= MAX_BATCH {
+                break;
+            }
+            next = rx.try_recv().ok();
+        }
+        if !batch.is_empty() {
+            write_with_retry(&store, &batch).await;
+            if let Some(inner) = hub.upgrade() {
+                for ev in &batch {
+                    inner.broadcast(ev);
+                }
+            }
+            batch.clear();
+        }
+        for w in waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+}
+
+/// A failed append is retried a few times (the database may be briefly busy); after that the
+/// batch is logged and dropped rather than wedging every run behind it.
+async fn write_with_retry(store: &Store, batch: &[Arc<Event>]) {
+    let mut delay = std::time::Duration::from_millis(20);
+    for attempt in 1..=5 {
+        match store.append_events(batch).await {
+            Ok(()) => return,
+            Err(e) if attempt < 5 => {
+                tracing::warn!(error = %e, attempt, "appending events failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err(e) => {
+                tracing::error!(error = ?e, events = batch.len(), "appending events failed; dropped");
+            }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Tools the engine can call: the [`Tool`] trait, the [`ToolRegistry`] that validates arguments
+//! against each tool's JSON Schema before any call, and the built-in tools (one file each).
+//!
+//! This module knows nothing of runs, HTTP or the store: it takes JSON arguments and a
+//! cancellation token and gives back JSON or a [`ToolError`] with a stable code.
+
+pub mod registry;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub use registry::{ToolInfo, ToolRegistry, ToolsConfig};
+
+/// A callable tool. Arguments reach `call` only after they passed `input_schema`.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// Dotted name, e.g. `clock.now`.
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// JSON Schema (draft 2020-12) of the arguments object.
+    fn input_schema(&self) -> Value;
+    /// Runs the tool. Must return `Err(ToolError::Cancelled)` promptly once `cancel` fires.
+    async fn call(&self, args: Value, cancel: &CancellationToken) -> Result<Value, ToolError>;
+}
+
+/// One problem with a tool's arguments, located by JSON Pointer into the arguments.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ArgumentError {
+    pub pointer: String,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("no tool named `{0}`")]
+    NotFound(String),
+    #[error("invalid arguments for `{tool}`: {}", .errors.iter().map(|e| format!("{} {}", e.pointer, e.message)).collect::<Vec<_>>().join("; "))]
+    InvalidArguments {
+        tool: String,
+        errors: Vec<ArgumentError>,
+    },
+    /// The tool ran and failed; `code` is stable (e.g. `path_outside_workspace`).
+    #[error("{message}")]
+    Failed { code: &'static str, message: String },
+    #[error("the tool call was cancelled")]
+    Cancelled,
+}
+
+impl ToolError {
+    pub fn failed(code: &'static str, message: impl Into<String>) -> Self {
+        ToolError::Failed {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The stable error code carried in events and run errors.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::NotFound(_) => "tool_not_found",
+            ToolError::InvalidArguments { .. } => "invalid_tool_arguments",
+            ToolError::Failed { code, .. } => code,
+            ToolError::Cancelled => "cancelled",
+        }
+    }
+}
+pub mod clock;
+pub mod fs;
+pub mod math;

@@ -1,0 +1,237 @@
+//! Every error code of the contract, as problem+json, never a 500 for bad input.
+
+use orca::config::ApiKey;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+async fn problem(resp: reqwest::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["status"], status);
+    for field in ["type", "title", "detail", "code"] {
+        assert!(body[field].is_string(), "{field} in {body}");
+    }
+    (status, body)
+}
+
+#[tokio::test]
+async fn malformed_json_is_400_invalid_json() {
+    let app = spawn_app(|_| {}).await;
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .header("content-type", "application/json")
+        .body("{\"input\": ")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = problem(resp).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_json")));
+}
+
+#[tokio::test]
+async fn schema_violations_are_422_with_every_pointer() {
+    let app = spawn_app(|_| {}).await;
+    let cases = [
+        (json!({}), vec!["/input"]),
+        (json!({ "input": "" }), vec!["/input"]),
+        (json!({ "input": 5 }), vec!["/input"]),
+        (json!({ "input": "hi", "orchestration": "magic" }), vec!["/orchestration"]),
+        (
+            json!({ "input": "hi", "limits": { "max_steps": 0, "bogus": 1 } }),
+            vec!["/limits/max_steps", "/limits/bogus"],
+        ),
+        (json!({ "input": "hi", "colour": "blue" }), vec!["/colour"]),
+        (json!({ "input": "hi", "model": "gpt-nine" }), vec!["/model"]),
+        (json!({ "input": "hi", "tools": ["clock.now", "nope"] }), vec!["/tools/1"]),
+        (json!({ "input": "hi", "workflow": "x" }), vec!["/workflow"]),
+        (json!([1, 2]), vec![""]),
+    ];
+    for (body, pointers) in cases {
+        let resp = app.client.post(app.url("/v1/runs")).json(&body).send().await.unwrap();
+        let (status, problem) = problem(resp).await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(problem["code"], "validation_failed");
+        let got: Vec<&str> = problem["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["pointer"].as_str().unwrap())
+            .collect();
+        for p in pointers {
+            assert!(got.contains(&p), "{body}: wanted {p} in {got:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn unknown_ids_are_404_and_a_terminal_cancel_is_409() {
+    let app = spawn_app(|_| {}).await;
+    for path in [
+        "/v1/runs/not-a-uuid",
+        "/v1/runs/0190a0a0-0000-7000-8000-000000000000",
+        "/v1/runs/0190a0a0-0000-7000-8000-000000000000/events",
+        "/v1/runs/0190a0a0-0000-7000-8000-000000000000/steps",
+        "/v1/nothing-here",
+    ] {
+        let resp = app.client.get(app.url(path)).send().await.unwrap();
+        let (status, body) = problem(resp).await;
+        assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "{path}");
+    }
+    let events = app.stream_run(json!({ "input": "hello" })).await;
+    let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    let resp = app
+        .client
+        .post(app.url(&format!("/v1/runs/{id}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = problem(resp).await;
+    assert_eq!((status, body["code"].as_str()), (409, Some("conflict")));
+}
+
+#[tokio::test]
+async fn an_oversize_body_is_413_and_a_wrong_media_type_415() {
+    let app = spawn_app(|c| c.server.body_limit_bytes = 4096).await;
+    let big = json!({ "input": "x".repeat(10_000) });
+    let resp = app.client.post(app.url("/v1/runs")).json(&big).send().await.unwrap();
+    let (status, body) = problem(resp).await;
+    assert_eq!((status, body["code"].as_str()), (413, Some("payload_too_large")));
+
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .header("content-type", "text/plain")
+        .body("{\"input\":\"hi\"}")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = problem(resp).await;
+    assert_eq!((status, body["code"].as_str()), (415, Some("unsupported_media_type")));
+}
+
+#[tokio::test]
+async fn bad_query_parameters_are_422() {
+    let app = spawn_app(|_| {}).await;
+    for (query, pointer) in [
+        ("status=sleeping", "/query/status"),
+        ("limit=500", "/query/limit"),
+        ("limit=0", "/query/limit"),
+        ("cursor=zzz", "/query/cursor"),
+        ("created_after=yesterday", "/query/created_after"),
+        ("colour=blue", "/query/colour"),
+    ] {
+        let resp = app.client.get(app.url(&format!("/v1/runs?{query}"))).send().await.unwrap();
+        let (status, body) = problem(resp).await;
+        assert_eq!(status, 422, "{query}");
+        assert_eq!(body["errors"][0]["pointer"], pointer, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn api_keys_gate_access_and_tenants_are_isolated() {
+    let key_a = "key-for-team-a-0123456789";
+    let key_b = "key-for-team-b-0123456789";
+    let app = spawn_app(|c| {
+        c.auth.api_keys = vec![
+            ApiKey { key: orca::config::Secret::new(key_a), tenant: "a".into() },
+            ApiKey { key: orca::config::Secret::new(key_b), tenant: "b".into() },
+        ];
+    })
+    .await;
+
+    // No key, a wrong key: 401. Health stays open.
+    for auth in [None, Some("Bearer wrong-key-000000000000")] {
+        let mut req = app.client.get(app.url("/v1/runs"));
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let (status, body) = problem(req.send().await.unwrap()).await;
+        assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
+    }
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), 200);
+
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .bearer_auth(key_a)
+        .json(&json!({ "input": "hello" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let run: Value = resp.json().await.unwrap();
+    let id = run["id"].as_str().unwrap();
+
+    // Tenant a sees it (also with X-API-Key); tenant b does not, by id or in its list.
+    let resp = app
+        .client
+        .get(app.url(&format!("/v1/runs/{id}")))
+        .header("x-api-key", key_a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = app
+        .client
+        .get(app.url(&format!("/v1/runs/{id}")))
+        .bearer_auth(key_b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let list: Value = app
+        .client
+        .get(app.url("/v1/runs"))
+        .bearer_auth(key_b)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["runs"], json!([]));
+    let resp = app
+        .client
+        .post(app.url(&format!("/v1/runs/{id}/cancel")))
+        .bearer_auth(key_b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+}
+
+#[tokio::test]
+async fn a_full_queue_is_503_with_retry_after() {
+    let app = spawn_app(|c| c.engine.max_queued_runs = 0).await;
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .json(&json!({ "input": "hello" }))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.headers().contains_key("retry-after"));
+    let (status, body) = problem(resp).await;
+    assert_eq!((status, body["code"].as_str()), (503, Some("overloaded")));
+}
+
+#[tokio::test]
+async fn responses_carry_a_request_id() {
+    let app = spawn_app(|_| {}).await;
+    let resp = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert!(resp.headers().contains_key("x-request-id"));
+    let resp = app
+        .client
+        .get(app.url("/healthz"))
+        .header("x-request-id", "abc-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-request-id"], "abc-123");
+}

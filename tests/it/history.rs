@@ -1,0 +1,227 @@
+//! History: replay and resume, listing and pagination, idempotency, restart, metrics, OpenAPI.
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+fn run_id(events: &[SseMessage]) -> String {
+    events[0].json()["run_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_stored_history_equals_what_the_live_stream_carried() {
+    let app = spawn_app(|_| {}).await;
+    let live = app.stream_run(json!({ "input": "10 + 20 계산해줘" })).await;
+    let stored = app.history(&run_id(&live)).await;
+    let live: Vec<Value> = live.iter().map(|e| e.json()).collect();
+    assert_eq!(live, stored);
+    // Replaying over SSE gives the same again.
+    let replay = app.follow(&run_id_from(&live)).await;
+    assert_eq!(replay.iter().map(|e| e.json()).collect::<Vec<_>>(), stored);
+}
+
+fn run_id_from(events: &[Value]) -> String {
+    events[0]["run_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn last_event_id_and_after_resume_without_gap_or_duplicate() {
+    let app = spawn_app(|_| {}).await;
+    let all = app.stream_run(json!({ "input": "현재 시간 알려줘" })).await;
+    let id = run_id(&all);
+    let n = all.len() as u64;
+    assert!(n > 6);
+    for cut in [1, 3, n - 1] {
+        let resp = app
+            .client
+            .get(app.url(&format!("/v1/runs/{id}/events")))
+            .header("last-event-id", cut.to_string())
+            .send()
+            .await
+            .unwrap();
+        let rest = SseReader::new(resp).read_to_final().await;
+        assert_well_formed(&rest, cut + 1);
+        assert_eq!(rest.len() as u64, n - cut);
+        assert_eq!(rest[0].json(), all[cut as usize].json());
+
+        let resp = app
+            .client
+            .get(app.url(&format!("/v1/runs/{id}/events?after={cut}")))
+            .send()
+            .await
+            .unwrap();
+        let rest2 = SseReader::new(resp).read_to_final().await;
+        assert_eq!(kinds(&rest2), kinds(&rest));
+    }
+}
+
+#[tokio::test]
+async fn runs_list_newest_first_with_filters_and_keyset_pages() {
+    let app = spawn_app(|_| {}).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let team = if i % 2 == 0 { "red" } else { "blue" };
+        let run = app
+            .create_run(json!({ "input": format!("hello {i}"), "metadata": { "team": team, "n": i, "vip": i == 4 } }))
+            .await;
+        ids.push(run["id"].as_str().unwrap().to_owned());
+        // Let each run finish so status filters are deterministic.
+        app.follow(&ids[i]).await;
+    }
+    ids.reverse(); // newest first
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/runs?limit=2&cursor={c}"),
+            None => "/v1/runs?limit=2".to_owned(),
+        };
+        let (status, page) = app.get_json(&path).await;
+        assert_eq!(status, 200);
+        let runs = page["runs"].as_array().unwrap();
+        assert!(runs.len() <= 2);
+        seen.extend(runs.iter().map(|r| r["id"].as_str().unwrap().to_owned()));
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids);
+
+    let filtered = |q: &'static str| {
+        let app = &app;
+        async move {
+            let (status, page) = app.get_json(&format!("/v1/runs?{q}")).await;
+            assert_eq!(status, 200, "{q}");
+            page["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(filtered("metadata.team=red").await, vec![ids[0].clone(), ids[2].clone(), ids[4].clone()]);
+    assert_eq!(filtered("metadata.n=3").await, vec![ids[1].clone()]);
+    assert_eq!(filtered("metadata.vip=true").await, vec![ids[0].clone()]);
+    assert_eq!(filtered("metadata.team=red&metadata.n=2").await, vec![ids[2].clone()]);
+    assert_eq!(filtered("status=succeeded").await.len(), 5);
+    assert_eq!(filtered("status=failed").await.len(), 0);
+    assert_eq!(filtered("orchestration=simple").await.len(), 5);
+    assert_eq!(filtered("created_after=2999-01-01T00:00:00Z").await.len(), 0);
+    assert_eq!(filtered("created_before=2999-01-01T00:00:00Z").await.len(), 5);
+}
+
+#[tokio::test]
+async fn an_idempotency_key_returns_the_first_run() {
+    let app = spawn_app(|_| {}).await;
+    let post = || {
+        app.client
+            .post(app.url("/v1/runs"))
+            .header("idempotency-key", "order-42")
+            .json(&json!({ "input": "hello" }))
+            .send()
+    };
+    let first = post().await.unwrap();
+    assert_eq!(first.status(), 201);
+    let location = first.headers()["location"].to_str().unwrap().to_owned();
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(location, format!("/v1/runs/{}", first["id"].as_str().unwrap()));
+    let second = post().await.unwrap();
+    assert_eq!(second.status(), 200);
+    let second: Value = second.json().await.unwrap();
+    assert_eq!(first["id"], second["id"]);
+    let (_, list) = app.get_json("/v1/runs").await;
+    assert_eq!(list["runs"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn history_is_intact_after_a_restart() {
+    let app = spawn_app(|_| {}).await;
+    let live = app.stream_run(json!({ "input": "10 + 20 계산해줘", "metadata": { "k": "v" } })).await;
+    let id = run_id(&live);
+    let (_, run_before) = app.get_json(&format!("/v1/runs/{id}")).await;
+    let (_, steps_before) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+    let events_before = app.history(&id).await;
+
+    let dir = app.stop().await;
+    let app = spawn_app_in(dir, |_| {}).await;
+    let (status, run_after) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(run_after, run_before);
+    assert_eq!(run_after["status"], "succeeded");
+    assert_eq!(app.get_json(&format!("/v1/runs/{id}/steps")).await.1, steps_before);
+    assert_eq!(app.history(&id).await, events_before);
+}
+
+#[tokio::test]
+async fn a_slow_client_never_holds_a_run_back() {
+    let app = spawn_app(|c| c.engine.event_buffer = 16).await;
+    let long_input = "word ".repeat(2_000);
+    let run = app.create_run(json!({ "input": long_input })).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    // A client that opens the stream and never reads it.
+    let stalled = app
+        .client
+        .get(app.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    // Another reads to the end: the run finishes although the first client is stuck.
+    let events = app.follow(&id).await;
+    assert_well_formed(&events, 1);
+    assert!(events.len() > 100, "{}", events.len());
+    assert_eq!(final_data(&events)["status"], "succeeded");
+    // And the stuck client still gets every event, gap-free, when it finally reads.
+    let late = SseReader::new(stalled).read_to_final().await;
+    assert_well_formed(&late, 1);
+    assert_eq!(late.len(), events.len());
+}
+
+#[tokio::test]
+async fn health_readiness_tools_and_metrics() {
+    let app = spawn_app(|_| {}).await;
+    assert_eq!(app.get_json("/healthz").await.0, 200);
+    assert_eq!(app.get_json("/readyz").await.0, 200);
+    let (status, tools) = app.get_json("/v1/tools").await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["clock.now", "fs.read", "math.calculate"]);
+    for t in tools.as_array().unwrap() {
+        assert_eq!(t["input_schema"]["type"], "object");
+        assert!(!t["description"].as_str().unwrap().is_empty());
+    }
+
+    app.stream_run(json!({ "input": "10 + 20 계산해줘" })).await;
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for needle in [
+        "orca_runs{status=\"succeeded\"} 1",
+        "orca_runs_finished_total{status=\"succeeded\"} 1",
+        "orca_llm_tokens_total{type=\"completion\"}",
+        "orca_step_duration_seconds_count{kind=\"tool\"} 1",
+        "orca_llm_request_duration_seconds_count 2",
+        "orca_open_streams",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn the_checked_in_openapi_yaml_matches_the_code() {
+    let generated = orca::api::openapi().to_yaml().unwrap();
+    let checked_in = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml"))
+        .expect("openapi.yaml exists");
+    assert!(
+        generated == checked_in,
+        "openapi.yaml is stale: run `cargo run -- openapi -o openapi.yaml`"
+    );
+    let app = spawn_app(|_| {}).await;
+    let (status, doc) = app.get_json("/openapi.json").await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    assert_eq!(doc, serde_json::to_value(orca::api::openapi()).unwrap());
+    for path in ["/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/events", "/v1/runs/{id}/cancel", "/v1/tools", "/metrics"] {
+        assert!(doc["paths"][path].is_object(), "{path}");
+    }
+}

@@ -1,0 +1,9 @@
+//! Black-box tests: the real server on a random loopback port, a temp SQLite file, and a scripted
+//! OpenAI-compatible server on loopback for the provider.
+
+mod support;
+
+mod api_errors;
+mod history;
+mod llm_provider;
+mod offline_samples;

@@ -1,0 +1,294 @@
+//! `spawn_app`: the real server on a random loopback port with a temp SQLite file and a temp
+//! workspace, through the same `App::build` path as `main`. Plus a small SSE reader.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use orca::app::App;
+use orca::config::{Config, ProviderChoice, Secret};
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+use super::scripted_llm::ScriptedLlm;
+
+/// Longest any test waits for something that should happen at once; a hang fails instead of
+/// stalling the suite.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub dir: TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+/// A config for tests: loopback port 0, a database and a workspace in `dir`, offline LLM.
+pub fn test_config(dir: &TempDir) -> Config {
+    let mut c = Config::default();
+    c.server.bind = "127.0.0.1:0".into();
+    c.database.url = format!("sqlite://{}", dir.path().join("orca.db").display());
+    c.tools.workspace_dir = workspace(dir);
+    c.llm.provider = ProviderChoice::Offline;
+    c
+}
+
+/// Points the config at a scripted OpenAI-compatible server, with fast retries and timeouts.
+pub fn use_scripted(c: &mut Config, llm: &ScriptedLlm) {
+    c.llm.provider = ProviderChoice::Openai;
+    c.llm.openai.base_url = llm.base_url();
+    c.llm.openai.api_key = Secret::new("sk-test-secret-key-0123456789");
+    c.llm.openai.max_retries = 2;
+    c.llm.openai.retry_initial_delay_ms = 10;
+    c.llm.openai.retry_max_delay_ms = 50;
+    c.llm.openai.read_timeout_ms = 2_000;
+    c.llm.openai.connect_timeout_ms = 1_000;
+}
+
+pub fn workspace(dir: &TempDir) -> PathBuf {
+    dir.path().join("workspace")
+}
+
+pub async fn spawn_app(configure: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(workspace(&dir)).expect("workspace");
+    spawn_app_in(dir, configure).await
+}
+
+/// Starts an app on an existing directory (a restart keeps the database).
+pub async fn spawn_app_in(dir: TempDir, configure: impl FnOnce(&mut Config)) -> TestApp {
+    let mut config = test_config(&dir);
+    configure(&mut config);
+    let app = App::build(config).await.expect("app builds");
+    let base = format!("http://{}", app.local_addr());
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(app.run_until_stopped(async move {
+        let _ = rx.await;
+    }));
+    TestApp {
+        base,
+        client: reqwest::Client::new(),
+        dir,
+        stop: Some(tx),
+        task: Some(task),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Stops the server gracefully and hands back its directory.
+    pub async fn stop(mut self) -> TempDir {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(PATIENCE, task)
+                .await
+                .expect("server stops in time")
+                .expect("server task")
+                .expect("server ran cleanly");
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Move our TempDir out by swapping in a fresh one (TestApp implements Drop).
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    /// POSTs a run and returns the run object (201).
+    pub async fn create_run(&self, body: Value) -> Value {
+        let resp = self
+            .client
+            .post(self.url("/v1/runs"))
+            .json(&body)
+            .send()
+            .await
+            .expect("POST /v1/runs");
+        assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap_or_default());
+        resp.json().await.expect("run json")
+    }
+
+    /// POSTs a run with `Accept: text/event-stream` and reads the stream to `final`.
+    pub async fn stream_run(&self, body: Value) -> Vec<SseMessage> {
+        let resp = self
+            .client
+            .post(self.url("/v1/runs"))
+            .header("accept", "text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .expect("POST /v1/runs");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        SseReader::new(resp).read_to_final().await
+    }
+
+    /// Follows a run's event stream to `final`.
+    pub async fn follow(&self, run_id: &str) -> Vec<SseMessage> {
+        let resp = self
+            .client
+            .get(self.url(&format!("/v1/runs/{run_id}/events")))
+            .send()
+            .await
+            .expect("GET events");
+        assert_eq!(resp.status(), 200);
+        SseReader::new(resp).read_to_final().await
+    }
+
+    /// The run's whole history as JSON.
+    pub async fn history(&self, run_id: &str) -> Vec<Value> {
+        self.client
+            .get(self.url(&format!("/v1/runs/{run_id}/events")))
+            .header("accept", "application/json")
+            .send()
+            .await
+            .expect("GET events json")
+            .json()
+            .await
+            .expect("events array")
+    }
+
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let resp = self.client.get(self.url(path)).send().await.expect("GET");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// One SSE message: a comment, or an event with its fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseMessage {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: String,
+    pub comment: Option<String>,
+}
+
+impl SseMessage {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).expect("event data is JSON")
+    }
+    pub fn kind(&self) -> &str {
+        self.event.as_deref().unwrap_or("")
+    }
+}
+
+/// A minimal SSE parser over a reqwest response (comments kept, so keep-alives are visible).
+pub struct SseReader {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+}
+
+impl SseReader {
+    pub fn new(resp: reqwest::Response) -> Self {
+        SseReader {
+            body: resp.bytes_stream().boxed(),
+            buf: String::new(),
+        }
+    }
+
+    /// The next message (event or comment), or None at the end of the stream.
+    pub async fn next(&mut self) -> Option<SseMessage> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut msg = SseMessage {
+                    id: None,
+                    event: None,
+                    data: String::new(),
+                    comment: None,
+                };
+                for line in block.lines() {
+                    if let Some(c) = line.strip_prefix(':') {
+                        msg.comment = Some(c.trim().to_owned());
+                    } else if let Some((field, value)) = line.split_once(':') {
+                        let value = value.strip_prefix(' ').unwrap_or(value);
+                        match field {
+                            "id" => msg.id = Some(value.to_owned()),
+                            "event" => msg.event = Some(value.to_owned()),
+                            "data" => {
+                                if !msg.data.is_empty() {
+                                    msg.data.push('\n');
+                                }
+                                msg.data.push_str(value);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                return Some(msg);
+            }
+            let chunk = tokio::time::timeout(PATIENCE, self.body.next())
+                .await
+                .expect("the stream went silent");
+            match chunk {
+                Some(Ok(bytes)) => self.buf.push_str(&String::from_utf8_lossy(&bytes)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next event, skipping comments.
+    pub async fn next_event(&mut self) -> Option<SseMessage> {
+        loop {
+            let m = self.next().await?;
+            if m.event.is_some() {
+                return Some(m);
+            }
+        }
+    }
+
+    /// Reads events until `final` (included) or the end of the stream.
+    pub async fn read_to_final(mut self) -> Vec<SseMessage> {
+        let mut out = Vec::new();
+        while let Some(m) = self.next_event().await {
+            let last = m.kind() == "final";
+            out.push(m);
+            if last {
+                break;
+            }
+        }
+        out
+    }
+}
+
+/// Asserts seq rises by exactly one from `first`, SSE ids equal seq, and the last is `final`.
+pub fn assert_well_formed(events: &[SseMessage], first: u64) {
+    assert!(!events.is_empty(), "no events");
+    for (i, ev) in events.iter().enumerate() {
+        let data = ev.json();
+        let seq = data["seq"].as_u64().expect("seq");
+        assert_eq!(seq, first + i as u64, "seq gap or duplicate at {i}: {events:#?}");
+        assert_eq!(ev.id.as_deref(), Some(seq.to_string().as_str()), "id == seq");
+        assert_eq!(data["kind"].as_str(), ev.event.as_deref(), "event name == kind");
+    }
+    assert_eq!(events.last().unwrap().kind(), "final");
+    assert_eq!(
+        events.iter().filter(|e| e.kind() == "final").count(),
+        1,
+        "exactly one final"
+    );
+}
+
+pub fn kinds(events: &[SseMessage]) -> Vec<String> {
+    events.iter().map(|e| e.kind().to_owned()).collect()
+}
+
+/// The `final` event's data.
+pub fn final_data(events: &[SseMessage]) -> Value {
+    events.last().expect("events").json()["data"].clone()
+}

@@ -1,0 +1,8 @@
+//! Test support: `spawn_app` and the SSE reader ([`app`]), and the scripted OpenAI-compatible
+//! server ([`scripted_llm`]).
+#![allow(dead_code)]
+
+pub mod app;
+pub mod scripted_llm;
+
+pub use app::*;
