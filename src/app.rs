@@ -95,7 +95,10 @@ impl App {
 
     /// Serves until `signal` completes, then stops accepting, ends event streams, lets run
     /// tasks persist their state, and returns.
-    pub async fn run_until_stopped(self, signal: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let shutdown = self.shutdown.clone();
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(async move {
@@ -107,7 +110,10 @@ impl App {
         // Run tasks see the same token and leave their runs to be resumed next start.
         self.shutdown.cancel();
         self.tracker.close();
-        if tokio::time::timeout(self.grace, self.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(self.grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("some runs did not stop within the grace period");
         }
         self.engine.services().hub.flush().await;

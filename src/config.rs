@@ -154,6 +154,9 @@ pub struct LlmConfig {
     pub openai: OpenAiConfig,
     /// Model aliases callers may name, each mapped to a provider and its model name.
     pub models: BTreeMap<String, ModelAlias>,
+    /// Pause between the offline provider's streamed pieces, so demos look like a real model
+    /// streaming; 0 for benchmarks.
+    pub offline_token_delay_ms: u64,
 }
 
 impl Default for LlmConfig {
@@ -178,6 +181,7 @@ impl Default for LlmConfig {
             default_model: "default".into(),
             openai: OpenAiConfig::default(),
             models,
+            offline_token_delay_ms: 5,
         }
     }
 }
@@ -397,7 +401,12 @@ impl Config {
                 message: format!(
                     "`{}` is not one of llm.models ({})",
                     self.llm.default_model,
-                    self.llm.models.keys().cloned().collect::<Vec<_>>().join(", ")
+                    self.llm
+                        .models
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             });
         }
@@ -514,8 +523,14 @@ mod tests {
     fn invalid_values_name_their_key() {
         let cases: &[(&str, &str)] = &[
             ("[server]\nbind = \"nowhere\"\n", "server.bind"),
-            ("[engine]\nmax_running_runs = 0\n", "engine.max_running_runs"),
-            ("[engine]\nmax_running_runs = \"many\"\n", "max_running_runs"),
+            (
+                "[engine]\nmax_running_runs = 0\n",
+                "engine.max_running_runs",
+            ),
+            (
+                "[engine]\nmax_running_runs = \"many\"\n",
+                "max_running_runs",
+            ),
             ("[engine]\nmax_runing_runs = 2\n", "max_runing_runs"),
             ("[llm]\ndefault_model = \"gpt-9\"\n", "llm.default_model"),
             ("[database]\nurl = \"postgres://x\"\n", "database.url"),
@@ -526,9 +541,12 @@ mod tests {
         ];
         for (text, key) in cases {
             let f = toml_file(text);
-            let err = load(&[("ORCA_CONFIG", f.path().to_str().unwrap())], Overrides::default())
-                .expect_err(text)
-                .to_string();
+            let err = load(
+                &[("ORCA_CONFIG", f.path().to_str().unwrap())],
+                Overrides::default(),
+            )
+            .expect_err(text)
+            .to_string();
             assert!(err.contains(key), "{text:?} gave {err:?}");
         }
     }
@@ -542,8 +560,11 @@ mod tests {
 
     #[test]
     fn missing_config_file_is_an_error() {
-        let err = load(&[("ORCA_CONFIG", "/nonexistent/orca.toml")], Overrides::default())
-            .unwrap_err();
+        let err = load(
+            &[("ORCA_CONFIG", "/nonexistent/orca.toml")],
+            Overrides::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::MissingFile(_)));
     }
 }

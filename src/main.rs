@@ -62,7 +62,9 @@ impl ConfigArgs {
 
 fn init_tracing(format: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     if format == "json" {
         builder.json().init();
     } else {
@@ -75,7 +77,9 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Openapi { output } => {
-            let yaml = orca::api::openapi().to_yaml().context("rendering the OpenAPI document")?;
+            let yaml = orca::api::openapi()
+                .to_yaml()
+                .context("rendering the OpenAPI document")?;
             match output {
                 Some(path) => std::fs::write(&path, yaml)
                     .with_context(|| format!("writing {}", path.display()))?,

@@ -125,7 +125,10 @@ impl Metrics {
                 .iter()
                 .find(|(s, _)| s == status.as_str())
                 .map_or(0, |(_, n)| *n);
-            out.push_str(&format!("orca_runs{{status=\"{}\"}} {n}\n", status.as_str()));
+            out.push_str(&format!(
+                "orca_runs{{status=\"{}\"}} {n}\n",
+                status.as_str()
+            ));
         }
         out.push_str(
             "# HELP orca_open_streams Open event streams.\n# TYPE orca_open_streams gauge\n",

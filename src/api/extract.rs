@@ -5,8 +5,8 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
-use jsonschema::error::ValidationErrorKind;
 use jsonschema::Validator;
+use jsonschema::error::ValidationErrorKind;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

@@ -117,9 +117,13 @@ pub async fn create_run(
     if wants_sse(&headers) {
         return Ok(sse(&state, run.id, 0));
     }
-    let location = HeaderValue::from_str(&format!("/v1/runs/{}", run.id))
-        .map_err(ApiError::internal)?;
-    let status = if fresh { StatusCode::CREATED } else { StatusCode::OK };
+    let location =
+        HeaderValue::from_str(&format!("/v1/runs/{}", run.id)).map_err(ApiError::internal)?;
+    let status = if fresh {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, [(header::LOCATION, location)], Json(run)).into_response())
 }
 
@@ -158,7 +162,10 @@ fn validate_run(state: &AppState, req: CreateRun) -> Result<RunSpec, ApiError> {
     if let Some(tools) = &req.tools {
         for (i, t) in tools.iter().enumerate() {
             if !services.tools.contains(t) {
-                errors.push(FieldError::new(format!("/tools/{i}"), format!("no tool named `{t}`")));
+                errors.push(FieldError::new(
+                    format!("/tools/{i}"),
+                    format!("no tool named `{t}`"),
+                ));
             }
         }
     }
@@ -255,7 +262,10 @@ pub async fn list_runs(
             },
             "orchestration" => match Orchestration::parse(v) {
                 Some(o) => filter.orchestration = Some(o),
-                None => errors.push(FieldError::new(pointer, format!("unknown orchestration `{v}`"))),
+                None => errors.push(FieldError::new(
+                    pointer,
+                    format!("unknown orchestration `{v}`"),
+                )),
             },
             "created_after" => match time(v) {
                 Ok(t) => filter.created_after = Some(t),
@@ -267,7 +277,10 @@ pub async fn list_runs(
             },
             "limit" => match v.parse::<u32>() {
                 Ok(n) if (1..=200).contains(&n) => filter.limit = n,
-                _ => errors.push(FieldError::new(pointer, "limit must be an integer from 1 to 200")),
+                _ => errors.push(FieldError::new(
+                    pointer,
+                    "limit must be an integer from 1 to 200",
+                )),
             },
             "cursor" => match RunId::parse(v) {
                 Some(id) => filter.before_id = Some(id),
@@ -339,7 +352,10 @@ pub async fn run_events(
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .ok_or_else(|| {
-                ApiError::validation("/headers/last-event-id", "Last-Event-ID must be an event seq")
+                ApiError::validation(
+                    "/headers/last-event-id",
+                    "Last-Event-ID must be an event seq",
+                )
             })?;
     }
     if let Some(v) = q.after {
@@ -419,7 +435,15 @@ pub async fn run_steps(
 ) -> Result<Json<Vec<StepAttempt>>, ApiError> {
     let id = parse_run_id(&id)?;
     load_run(&state, &tenant, id).await?;
-    Ok(Json(state.engine.services().hub.store().step_attempts(id).await?))
+    Ok(Json(
+        state
+            .engine
+            .services()
+            .hub
+            .store()
+            .step_attempts(id)
+            .await?,
+    ))
 }
 
 /// Cancel a run: it ends `cancelled`; in-flight LLM and tool calls are aborted.

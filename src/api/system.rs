@@ -1,9 +1,9 @@
 //! Health, readiness, metrics, the tool list and the OpenAPI document.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde_json::json;
 
 use crate::tools::ToolInfo;
@@ -39,7 +39,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let services = state.engine.services();
     let by_status = services.hub.store().count_runs_by_status().await?;
-    let text = services.metrics.render(&by_status, services.hub.open_streams());
+    let text = services
+        .metrics
+        .render(&by_status, services.hub.open_streams());
     Ok((
         StatusCode::OK,
         [(

@@ -80,6 +80,9 @@ mod tests {
         assert_eq!(v["seq"], 42);
         assert_eq!(v["kind"], "json_partial");
         assert_eq!(v["step_id"], "s2");
-        assert_eq!(EventKind::parse("json_partial"), Some(EventKind::JsonPartial));
+        assert_eq!(
+            EventKind::parse("json_partial"),
+            Some(EventKind::JsonPartial)
+        );
     }
 }

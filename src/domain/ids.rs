@@ -41,8 +41,7 @@ impl StepId {
         let s = s.into();
         let ok = !s.is_empty()
             && s.len() <= 64
-            && s
-                .chars()
+            && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
         if ok {
             Ok(StepId(s))

@@ -3,6 +3,13 @@
 //! Everything here is what the rest of orca talks in; the API serialises these types as they
 //! are, so renaming a field here is a contract change.
 
+/// The current time at the precision the store keeps (microseconds), so a value a client saw
+/// live equals the value it reads back from history.
+pub fn now() -> chrono::DateTime<chrono::Utc> {
+    use chrono::SubsecRound;
+    chrono::Utc::now().trunc_subsecs(6)
+}
+
 pub mod event;
 pub mod history;
 pub mod ids;
@@ -12,9 +19,5 @@ pub mod run;
 pub use event::{Event, EventKind};
 pub use history::StepAttempt;
 pub use ids::{RunId, StepId, Tenant};
-pub use plan::{
-    BackoffStrategy, Plan, PlanSettings, RetryPolicy, Step, StepKind, StepStatus,
-};
-pub use run::{
-    Completion, Limits, Orchestration, Run, RunError, RunStatus, Usage,
-};
+pub use plan::{BackoffStrategy, Plan, PlanSettings, RetryPolicy, Step, StepKind, StepStatus};
+pub use run::{Completion, Limits, Orchestration, Run, RunError, RunStatus, Usage};

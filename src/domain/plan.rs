@@ -84,7 +84,10 @@ impl StepStatus {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            StepStatus::Completed | StepStatus::Failed | StepStatus::Skipped | StepStatus::Cancelled
+            StepStatus::Completed
+                | StepStatus::Failed
+                | StepStatus::Skipped
+                | StepStatus::Cancelled
         )
     }
 }
@@ -327,7 +330,9 @@ mod tests {
         ];
         for (strategy, want) in table {
             let p = policy(strategy);
-            let got: Vec<u64> = (2..=6).map(|a| p.base_delay(a).as_millis() as u64).collect();
+            let got: Vec<u64> = (2..=6)
+                .map(|a| p.base_delay(a).as_millis() as u64)
+                .collect();
             assert_eq!(got, want, "{strategy:?}");
         }
     }
@@ -375,7 +380,10 @@ mod tests {
         };
         assert!(plan.dependencies_resolve());
         let done = Default::default();
-        let ready: Vec<_> = plan.executable_steps(&done).map(|s| s.id.as_str()).collect();
+        let ready: Vec<_> = plan
+            .executable_steps(&done)
+            .map(|s| s.id.as_str())
+            .collect();
         assert_eq!(ready, ["s1", "s3"]);
     }
 }

@@ -219,7 +219,10 @@ mod tests {
 
     #[test]
     fn orchestration_parses_contract_names() {
-        assert_eq!(Orchestration::parse("reactive"), Some(Orchestration::Reactive));
+        assert_eq!(
+            Orchestration::parse("reactive"),
+            Some(Orchestration::Reactive)
+        );
         assert_eq!(Orchestration::parse("Reactive"), None);
     }
 }

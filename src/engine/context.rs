@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use chrono::Utc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +40,18 @@ pub struct Services {
     pub config: Arc<crate::config::EngineConfig>,
 }
 
+/// Where a run context starts from: a new run, or a stored one being resumed.
+pub struct RunSeed {
+    pub run_id: RunId,
+    pub tenant: Tenant,
+    pub spec: RunSpec,
+    pub limits: EffectiveLimits,
+    /// The last seq already in the run's event log (0 for a new run).
+    pub last_seq: u64,
+    /// Usage counted before a restart.
+    pub usage: Usage,
+}
+
 pub struct RunContext {
     pub run_id: RunId,
     pub tenant: Tenant,
@@ -57,26 +68,17 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    pub fn new(
-        run_id: RunId,
-        tenant: Tenant,
-        spec: RunSpec,
-        limits: EffectiveLimits,
-        cancel: CancellationToken,
-        services: Services,
-        last_seq: u64,
-        usage: Usage,
-    ) -> Self {
+    pub fn new(seed: RunSeed, cancel: CancellationToken, services: Services) -> Self {
         RunContext {
-            run_id,
-            tenant,
-            spec,
-            limits,
+            run_id: seed.run_id,
+            tenant: seed.tenant,
+            spec: seed.spec,
+            limits: seed.limits,
             cancel,
             services,
-            seq: AtomicU64::new(last_seq),
+            seq: AtomicU64::new(seed.last_seq),
             steps_started: AtomicU64::new(0),
-            usage: Mutex::new(usage),
+            usage: Mutex::new(seed.usage),
             open_attempts: Mutex::new(HashMap::new()),
         }
     }
@@ -87,7 +89,7 @@ impl RunContext {
             seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
             run_id: self.run_id,
             kind,
-            ts: Utc::now(),
+            ts: crate::domain::now(),
             step_id: step_id.map(str::to_owned),
             data,
         }
@@ -146,7 +148,10 @@ impl RunContext {
         if n > self.limits.max_steps {
             return Err(RunError::new(
                 "step_limit_exceeded",
-                format!("the run reached its limit of {} steps", self.limits.max_steps),
+                format!(
+                    "the run reached its limit of {} steps",
+                    self.limits.max_steps
+                ),
             ));
         }
         let rec = StepAttempt {
@@ -159,7 +164,7 @@ impl RunContext {
             input,
             output: None,
             error: None,
-            started_at: Utc::now(),
+            started_at: crate::domain::now(),
             completed_at: None,
             duration_ms: None,
         };
@@ -202,7 +207,7 @@ impl RunContext {
         rec.status = status;
         rec.output = output.clone();
         rec.error = error.clone();
-        rec.completed_at = Some(Utc::now());
+        rec.completed_at = Some(crate::domain::now());
         rec.duration_ms = Some(elapsed.as_millis() as u64);
         self.store_attempt(&rec).await;
         self.services

@@ -32,7 +32,7 @@ use crate::domain::{
 };
 use crate::store::{self, Inserted, StoredRun};
 
-pub use context::{EffectiveLimits, RunContext, Services};
+pub use context::{EffectiveLimits, RunContext, RunSeed, Services};
 
 /// How an executor ended.
 #[derive(Debug, Clone)]
@@ -128,12 +128,15 @@ impl Engine {
             session_id: spec.session_id.clone(),
             plan_version: None,
             usage: Default::default(),
-            created_at: Utc::now(),
+            created_at: crate::domain::now(),
             started_at: None,
             finished_at: None,
         };
         let store = self.inner.services.hub.store();
-        match store.insert_run(tenant, &run, &spec, idempotency_key).await? {
+        match store
+            .insert_run(tenant, &run, &spec, idempotency_key)
+            .await?
+        {
             Inserted::Existing(prev) => return Ok(Created::Existing(prev.run)),
             Inserted::New => {}
         }
@@ -198,14 +201,16 @@ impl Engine {
 
     fn context(&self, stored: &StoredRun, last_seq: u64, cancel: CancellationToken) -> RunContext {
         RunContext::new(
-            stored.run.id,
-            stored.tenant.clone(),
-            stored.spec.clone(),
-            self.limits(&stored.spec),
+            RunSeed {
+                run_id: stored.run.id,
+                tenant: stored.tenant.clone(),
+                spec: stored.spec.clone(),
+                limits: self.limits(&stored.spec),
+                last_seq,
+                usage: stored.run.usage,
+            },
             cancel,
             self.inner.services.clone(),
-            last_seq,
-            stored.run.usage,
         )
     }
 
@@ -234,8 +239,12 @@ impl Engine {
     async fn drive(&self, ctx: RunContext, mut run: Run, resumed: bool) {
         let inner = &self.inner;
         if !resumed {
-            ctx.emit(EventKind::Status, None, json!({ "status": RunStatus::Queued }))
-                .await;
+            ctx.emit(
+                EventKind::Status,
+                None,
+                json!({ "status": RunStatus::Queued }),
+            )
+            .await;
         }
         let permit = tokio::select! {
             p = inner.slots.clone().acquire_owned() => p,
@@ -253,7 +262,7 @@ impl Engine {
         let Ok(_permit) = permit else { return };
 
         run.status = RunStatus::Running;
-        let started = *run.started_at.get_or_insert_with(Utc::now);
+        let started = *run.started_at.get_or_insert_with(crate::domain::now);
         if let Err(e) = inner.services.hub.store().save_run(&run).await {
             tracing::error!(error = ?e, "could not mark the run running");
         }
@@ -315,7 +324,10 @@ async fn finalize(ctx: &RunContext, mut run: Run, ending: Ending) {
             None,
             Some(RunError::new(
                 "timed_out",
-                format!("the run exceeded its time limit of {} ms", budget.as_millis()),
+                format!(
+                    "the run exceeded its time limit of {} ms",
+                    budget.as_millis()
+                ),
             )),
         ),
     };
@@ -327,13 +339,14 @@ async fn finalize(ctx: &RunContext, mut run: Run, ending: Ending) {
         ctx.close_open_attempts(step_status, err).await;
     }
     let status = completion.status();
-    ctx.emit(EventKind::Status, None, json!({ "status": status })).await;
+    ctx.emit(EventKind::Status, None, json!({ "status": status }))
+        .await;
     run.status = status;
     run.completion = Some(completion);
     run.output = output;
     run.error = error;
     run.usage = ctx.usage();
-    run.finished_at = Some(Utc::now());
+    run.finished_at = Some(crate::domain::now());
 
     let mut data = json!({
         "status": status,

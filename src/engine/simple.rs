@@ -63,7 +63,9 @@ pub async fn execute(ctx: &RunContext) -> Outcome {
                     });
                 }
             }
-            Err(e) => tracing::warn!(error = ?e, "loading session history failed; continuing without"),
+            Err(e) => {
+                tracing::warn!(error = ?e, "loading session history failed; continuing without")
+            }
         }
     }
     messages.push(Message::User {
@@ -214,9 +216,16 @@ async fn run_tool(
         .as_ref()
         .cloned()
         .unwrap_or_else(|_| Value::String(call.arguments.clone()));
-    ctx.step_started(step_id, &call.name, StepKind::Tool, 1, 0, Some(json!({ "tool": call.name, "arguments": shown_args })))
-        .await
-        .map_err(RunErrorOrStop::Stop)?;
+    ctx.step_started(
+        step_id,
+        &call.name,
+        StepKind::Tool,
+        1,
+        0,
+        Some(json!({ "tool": call.name, "arguments": shown_args })),
+    )
+    .await
+    .map_err(RunErrorOrStop::Stop)?;
     ctx.count_tool_call();
     ctx.emit(
         EventKind::ToolCall,
@@ -247,8 +256,14 @@ async fn run_tool(
                 json!({ "call_id": call.id, "tool": call.name, "output": output }),
             )
             .await;
-            ctx.step_finished(step_id, 1, StepStatus::Completed, Some(output.clone()), None)
-                .await;
+            ctx.step_finished(
+                step_id,
+                1,
+                StepStatus::Completed,
+                Some(output.clone()),
+                None,
+            )
+            .await;
             Ok(output)
         }
         Err(err) => {

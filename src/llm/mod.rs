@@ -118,8 +118,11 @@ pub trait LlmProvider: Send + Sync + 'static {
 
     /// Starts one completion. Errors before the first byte (connect, HTTP status) come back
     /// here; errors mid-stream come back as stream items.
-    async fn stream(&self, request: ChatRequest, cancel: CancellationToken)
-    -> Result<LlmStream, Error>;
+    async fn stream(
+        &self,
+        request: ChatRequest,
+        cancel: CancellationToken,
+    ) -> Result<LlmStream, Error>;
 }
 
 /// Everything that can go wrong talking to a model.

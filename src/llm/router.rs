@@ -23,6 +23,8 @@ struct Route {
     model: String,
 }
 
+/// Model aliases mapped to a provider and its model name. Cheap to clone: clones share one
+/// immutable table.
 #[derive(Clone)]
 pub struct LlmRouter {
     /// Immutable after construction, so clones share it without a lock.
@@ -36,7 +38,9 @@ impl LlmRouter {
     /// Without an OpenAI-compatible endpoint configured, every alias answers with the offline
     /// provider: a default install then completes runs instead of failing on a missing key.
     pub fn from_config(config: &Config) -> Result<LlmRouter, String> {
-        let offline: Arc<dyn LlmProvider> = Arc::new(OfflineProvider::new());
+        let offline: Arc<dyn LlmProvider> = Arc::new(OfflineProvider::with_token_delay(
+            std::time::Duration::from_millis(config.llm.offline_token_delay_ms),
+        ));
         let openai: Option<Arc<dyn LlmProvider>> = if config.uses_openai() {
             Some(Arc::new(OpenAiProvider::new(&config.llm.openai)?))
         } else {

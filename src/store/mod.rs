@@ -10,14 +10,16 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{AssertSqlSafe, Row, SqlitePool};
 
+use crate::domain::run::RunSpec;
 use crate::domain::{
     Completion, Event, EventKind, Orchestration, Run, RunError, RunId, RunStatus, StepAttempt,
     Tenant, Usage,
 };
-use crate::domain::run::RunSpec;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -227,9 +229,7 @@ impl Store {
         sql.push_str(" ORDER BY id DESC LIMIT ?");
         // Placeholders above are written once per use for clarity; expand them to plain `?`
         // in order, binding the path and value as many times as they appear.
-        let sql = sql
-            .replace("?1_path", "?")
-            .replace("?1_value", "?");
+        let sql = sql.replace("?1_path", "?").replace("?1_value", "?");
         let mut q = sqlx::query(AssertSqlSafe(sql)).bind(&tenant.0);
         if let Some(s) = f.status {
             q = q.bind(s.as_str());
@@ -333,14 +333,13 @@ impl Store {
 
     /// Events with `seq > after`, in order, at most `limit`.
     pub async fn events_after(&self, run: RunId, after: u64, limit: u32) -> Result<Vec<Event>> {
-        let rows = sqlx::query(
-            "SELECT * FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        )
-        .bind(run.to_string())
-        .bind(after as i64)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("SELECT * FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?")
+                .bind(run.to_string())
+                .bind(after as i64)
+                .bind(limit as i64)
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter().map(|r| event_from_row(run, r)).collect()
     }
 
@@ -397,15 +396,17 @@ async fn insert_event<'e, E>(exec: E, ev: &Event) -> Result<()>
 where
     E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
 {
-    sqlx::query("INSERT INTO events (run_id, seq, kind, step_id, ts, data) VALUES (?, ?, ?, ?, ?, ?)")
-        .bind(ev.run_id.to_string())
-        .bind(ev.seq as i64)
-        .bind(ev.kind.as_str())
-        .bind(&ev.step_id)
-        .bind(fmt_time(ev.ts))
-        .bind(to_json(&ev.data))
-        .execute(exec)
-        .await?;
+    sqlx::query(
+        "INSERT INTO events (run_id, seq, kind, step_id, ts, data) VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(ev.run_id.to_string())
+    .bind(ev.seq as i64)
+    .bind(ev.kind.as_str())
+    .bind(&ev.step_id)
+    .bind(fmt_time(ev.ts))
+    .bind(to_json(&ev.data))
+    .execute(exec)
+    .await?;
     Ok(())
 }
 
@@ -466,7 +467,9 @@ fn stored_run_from_row(r: &SqliteRow) -> Result<StoredRun> {
         error: parse_opt_json::<RunError>(r.try_get("error")?)?,
         metadata,
         session_id: r.try_get("session_id")?,
-        plan_version: r.try_get::<Option<i64>, _>("plan_version")?.map(|v| v as u32),
+        plan_version: r
+            .try_get::<Option<i64>, _>("plan_version")?
+            .map(|v| v as u32),
         usage: Usage {
             prompt_tokens: r.try_get::<i64, _>("prompt_tokens")? as u64,
             completion_tokens: r.try_get::<i64, _>("completion_tokens")? as u64,
@@ -513,6 +516,8 @@ fn step_attempt_from_row(r: &SqliteRow) -> Result<StepAttempt> {
         error: parse_opt_json(r.try_get("error")?)?,
         started_at: parse_time(&r.try_get::<String, _>("started_at")?)?,
         completed_at: parse_opt_time(r.try_get("completed_at")?)?,
-        duration_ms: r.try_get::<Option<i64>, _>("duration_ms")?.map(|d| d as u64),
+        duration_ms: r
+            .try_get::<Option<i64>, _>("duration_ms")?
+            .map(|d| d as u64),
     })
 }

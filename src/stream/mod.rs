@@ -65,7 +65,13 @@ impl EventHub {
 
     /// Queues an event for persistence and then broadcast. Returns once it is queued.
     pub async fn append(&self, event: Arc<Event>) {
-        if self.inner.writer.send(Command::Append(event)).await.is_err() {
+        if self
+            .inner
+            .writer
+            .send(Command::Append(event))
+            .await
+            .is_err()
+        {
             tracing::error!("event writer has stopped; event dropped");
         }
     }
@@ -117,7 +123,10 @@ impl EventHub {
     ) -> impl Stream<Item = Result<Arc<Event>, store::Error>> + Send + 'static {
         let hub = self.clone();
         async_stream(move |tx| async move {
-            let _guard = Release { hub: hub.clone(), run };
+            let _guard = Release {
+                hub: hub.clone(),
+                run,
+            };
             let mut rx = hub.subscribe(run);
             let mut last = after;
             // Replay, then follow; every time the live side cannot prove continuity, replay again.
@@ -222,11 +231,7 @@ where
     )
 }
 
-async fn writer_loop(
-    store: Store,
-    mut rx: mpsc::Receiver<Command>,
-    hub: std::sync::Weak<Inner>,
-) {
+async fn writer_loop(store: Store, mut rx: mpsc::Receiver<Command>, hub: std::sync::Weak<Inner>) {
     let mut batch: Vec<Arc<Event>> = Vec::with_capacity(MAX_BATCH);
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     while let Some(first) = rx.recv().await {

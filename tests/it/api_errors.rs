@@ -41,19 +41,34 @@ async fn schema_violations_are_422_with_every_pointer() {
         (json!({}), vec!["/input"]),
         (json!({ "input": "" }), vec!["/input"]),
         (json!({ "input": 5 }), vec!["/input"]),
-        (json!({ "input": "hi", "orchestration": "magic" }), vec!["/orchestration"]),
+        (
+            json!({ "input": "hi", "orchestration": "magic" }),
+            vec!["/orchestration"],
+        ),
         (
             json!({ "input": "hi", "limits": { "max_steps": 0, "bogus": 1 } }),
             vec!["/limits/max_steps", "/limits/bogus"],
         ),
         (json!({ "input": "hi", "colour": "blue" }), vec!["/colour"]),
-        (json!({ "input": "hi", "model": "gpt-nine" }), vec!["/model"]),
-        (json!({ "input": "hi", "tools": ["clock.now", "nope"] }), vec!["/tools/1"]),
+        (
+            json!({ "input": "hi", "model": "gpt-nine" }),
+            vec!["/model"],
+        ),
+        (
+            json!({ "input": "hi", "tools": ["clock.now", "nope"] }),
+            vec!["/tools/1"],
+        ),
         (json!({ "input": "hi", "workflow": "x" }), vec!["/workflow"]),
         (json!([1, 2]), vec![""]),
     ];
     for (body, pointers) in cases {
-        let resp = app.client.post(app.url("/v1/runs")).json(&body).send().await.unwrap();
+        let resp = app
+            .client
+            .post(app.url("/v1/runs"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let (status, problem) = problem(resp).await;
         assert_eq!(status, 422, "{body}");
         assert_eq!(problem["code"], "validation_failed");
@@ -81,7 +96,11 @@ async fn unknown_ids_are_404_and_a_terminal_cancel_is_409() {
     ] {
         let resp = app.client.get(app.url(path)).send().await.unwrap();
         let (status, body) = problem(resp).await;
-        assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "{path}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("not_found")),
+            "{path}"
+        );
     }
     let events = app.stream_run(json!({ "input": "hello" })).await;
     let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
@@ -99,9 +118,18 @@ async fn unknown_ids_are_404_and_a_terminal_cancel_is_409() {
 async fn an_oversize_body_is_413_and_a_wrong_media_type_415() {
     let app = spawn_app(|c| c.server.body_limit_bytes = 4096).await;
     let big = json!({ "input": "x".repeat(10_000) });
-    let resp = app.client.post(app.url("/v1/runs")).json(&big).send().await.unwrap();
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .json(&big)
+        .send()
+        .await
+        .unwrap();
     let (status, body) = problem(resp).await;
-    assert_eq!((status, body["code"].as_str()), (413, Some("payload_too_large")));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (413, Some("payload_too_large"))
+    );
 
     let resp = app
         .client
@@ -112,7 +140,10 @@ async fn an_oversize_body_is_413_and_a_wrong_media_type_415() {
         .await
         .unwrap();
     let (status, body) = problem(resp).await;
-    assert_eq!((status, body["code"].as_str()), (415, Some("unsupported_media_type")));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (415, Some("unsupported_media_type"))
+    );
 }
 
 #[tokio::test]
@@ -126,7 +157,12 @@ async fn bad_query_parameters_are_422() {
         ("created_after=yesterday", "/query/created_after"),
         ("colour=blue", "/query/colour"),
     ] {
-        let resp = app.client.get(app.url(&format!("/v1/runs?{query}"))).send().await.unwrap();
+        let resp = app
+            .client
+            .get(app.url(&format!("/v1/runs?{query}")))
+            .send()
+            .await
+            .unwrap();
         let (status, body) = problem(resp).await;
         assert_eq!(status, 422, "{query}");
         assert_eq!(body["errors"][0]["pointer"], pointer, "{query}");
@@ -139,8 +175,14 @@ async fn api_keys_gate_access_and_tenants_are_isolated() {
     let key_b = "key-for-team-b-0123456789";
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![
-            ApiKey { key: orca::config::Secret::new(key_a), tenant: "a".into() },
-            ApiKey { key: orca::config::Secret::new(key_b), tenant: "b".into() },
+            ApiKey {
+                key: orca::config::Secret::new(key_a),
+                tenant: "a".into(),
+            },
+            ApiKey {
+                key: orca::config::Secret::new(key_b),
+                tenant: "b".into(),
+            },
         ];
     })
     .await;
@@ -154,7 +196,15 @@ async fn api_keys_gate_access_and_tenants_are_isolated() {
         let (status, body) = problem(req.send().await.unwrap()).await;
         assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
     }
-    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
 
     let resp = app
         .client

@@ -102,15 +102,27 @@ async fn runs_list_newest_first_with_filters_and_keyset_pages() {
                 .collect::<Vec<_>>()
         }
     };
-    assert_eq!(filtered("metadata.team=red").await, vec![ids[0].clone(), ids[2].clone(), ids[4].clone()]);
+    assert_eq!(
+        filtered("metadata.team=red").await,
+        vec![ids[0].clone(), ids[2].clone(), ids[4].clone()]
+    );
     assert_eq!(filtered("metadata.n=3").await, vec![ids[1].clone()]);
     assert_eq!(filtered("metadata.vip=true").await, vec![ids[0].clone()]);
-    assert_eq!(filtered("metadata.team=red&metadata.n=2").await, vec![ids[2].clone()]);
+    assert_eq!(
+        filtered("metadata.team=red&metadata.n=2").await,
+        vec![ids[2].clone()]
+    );
     assert_eq!(filtered("status=succeeded").await.len(), 5);
     assert_eq!(filtered("status=failed").await.len(), 0);
     assert_eq!(filtered("orchestration=simple").await.len(), 5);
-    assert_eq!(filtered("created_after=2999-01-01T00:00:00Z").await.len(), 0);
-    assert_eq!(filtered("created_before=2999-01-01T00:00:00Z").await.len(), 5);
+    assert_eq!(
+        filtered("created_after=2999-01-01T00:00:00Z").await.len(),
+        0
+    );
+    assert_eq!(
+        filtered("created_before=2999-01-01T00:00:00Z").await.len(),
+        5
+    );
 }
 
 #[tokio::test]
@@ -127,7 +139,10 @@ async fn an_idempotency_key_returns_the_first_run() {
     assert_eq!(first.status(), 201);
     let location = first.headers()["location"].to_str().unwrap().to_owned();
     let first: Value = first.json().await.unwrap();
-    assert_eq!(location, format!("/v1/runs/{}", first["id"].as_str().unwrap()));
+    assert_eq!(
+        location,
+        format!("/v1/runs/{}", first["id"].as_str().unwrap())
+    );
     let second = post().await.unwrap();
     assert_eq!(second.status(), 200);
     let second: Value = second.json().await.unwrap();
@@ -139,7 +154,9 @@ async fn an_idempotency_key_returns_the_first_run() {
 #[tokio::test]
 async fn history_is_intact_after_a_restart() {
     let app = spawn_app(|_| {}).await;
-    let live = app.stream_run(json!({ "input": "10 + 20 계산해줘", "metadata": { "k": "v" } })).await;
+    let live = app
+        .stream_run(json!({ "input": "10 + 20 계산해줘", "metadata": { "k": "v" } }))
+        .await;
     let id = run_id(&live);
     let (_, run_before) = app.get_json(&format!("/v1/runs/{id}")).await;
     let (_, steps_before) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
@@ -151,7 +168,10 @@ async fn history_is_intact_after_a_restart() {
     assert_eq!(status, 200);
     assert_eq!(run_after, run_before);
     assert_eq!(run_after["status"], "succeeded");
-    assert_eq!(app.get_json(&format!("/v1/runs/{id}/steps")).await.1, steps_before);
+    assert_eq!(
+        app.get_json(&format!("/v1/runs/{id}/steps")).await.1,
+        steps_before
+    );
     assert_eq!(app.history(&id).await, events_before);
 }
 
@@ -186,7 +206,12 @@ async fn health_readiness_tools_and_metrics() {
     assert_eq!(app.get_json("/readyz").await.0, 200);
     let (status, tools) = app.get_json("/v1/tools").await;
     assert_eq!(status, 200);
-    let names: Vec<&str> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["clock.now", "fs.read", "math.calculate"]);
     for t in tools.as_array().unwrap() {
         assert_eq!(t["input_schema"]["type"], "object");
@@ -194,7 +219,15 @@ async fn health_readiness_tools_and_metrics() {
     }
 
     app.stream_run(json!({ "input": "10 + 20 계산해줘" })).await;
-    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for needle in [
         "orca_runs{status=\"succeeded\"} 1",
         "orca_runs_finished_total{status=\"succeeded\"} 1",
@@ -221,7 +254,14 @@ async fn the_checked_in_openapi_yaml_matches_the_code() {
     assert_eq!(status, 200);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
     assert_eq!(doc, serde_json::to_value(orca::api::openapi()).unwrap());
-    for path in ["/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/events", "/v1/runs/{id}/cancel", "/v1/tools", "/metrics"] {
+    for path in [
+        "/v1/runs",
+        "/v1/runs/{id}",
+        "/v1/runs/{id}/events",
+        "/v1/runs/{id}/cancel",
+        "/v1/tools",
+        "/metrics",
+    ] {
         assert!(doc["paths"][path].is_object(), "{path}");
     }
 }

@@ -129,13 +129,17 @@ impl OpenAiProvider {
             return Ok(response);
         }
         let retry_after = parse_retry_after(response.headers());
-        let body = read_error_body(response, self.read_timeout).await;
+        // Redact before anything is cut: truncation could otherwise leave half a key behind.
+        let body = self.redact(
+            String::from_utf8_lossy(&read_error_body(response, self.read_timeout).await)
+                .into_owned(),
+        );
         let status = status.as_u16();
         let error = match status {
             429 => Error::RateLimited { retry_after },
             _ => Error::Status {
                 status,
-                message: self.redact(error_message(status, &body)),
+                message: error_message(status, body.as_bytes()),
             },
         };
         Err(Failure {
@@ -382,7 +386,7 @@ impl ToolNames {
         names
     }
 
-    fn to_wire<'a>(&'a self, name: &'a str) -> Cow<'a, str> {
+    fn wire<'a>(&'a self, name: &'a str) -> Cow<'a, str> {
         match self.to_wire.get(name) {
             Some(wire) => Cow::Borrowed(wire),
             None => Cow::Owned(wire_name(name)),
@@ -390,7 +394,7 @@ impl ToolNames {
     }
 
     /// Our name for a name the model used; names we did not rename pass through unchanged.
-    fn from_wire(&self, name: &str) -> String {
+    fn ours(&self, name: &str) -> String {
         self.from_wire
             .get(name)
             .cloned()
@@ -509,12 +513,11 @@ impl ChunkStream {
             return self.finish();
         }
         let chunk: wire::Chunk = serde_json::from_str(data).map_err(|e| {
-            Error::Malformed(redact(
-                &self.api_key,
-                format!(
-                    "a chunk is not a chat.completion.chunk ({e}); it starts with `{}`",
-                    truncate_chars(data, 60)
-                ),
+            // Redact before cutting, so no part of a key can survive in the snippet.
+            let snippet = redact(&self.api_key, data.to_owned());
+            Error::Malformed(format!(
+                "a chunk is not a chat.completion.chunk ({e}); it starts with `{}`",
+                truncate_chars(&snippet, 60)
             ))
         })?;
         if let Some(error) = chunk.error {
@@ -523,12 +526,10 @@ impl ChunkStream {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
                 .unwrap_or_else(|| error.to_string());
-            return Err(Error::Malformed(redact(
-                &self.api_key,
-                format!(
-                    "the provider reported an error mid-stream: {}",
-                    truncate_chars(&collapse_whitespace(&message), MAX_ERROR_MESSAGE_CHARS)
-                ),
+            let message = redact(&self.api_key, collapse_whitespace(&message));
+            return Err(Error::Malformed(format!(
+                "the provider reported an error mid-stream: {}",
+                truncate_chars(&message, MAX_ERROR_MESSAGE_CHARS)
             )));
         }
         if let Some(usage) = chunk.usage {
@@ -585,7 +586,7 @@ impl ChunkStream {
             };
             self.pending.push_back(LlmEvent::ToolCall(ToolCall {
                 id,
-                name: self.names.from_wire(&call.name),
+                name: self.names.ours(&call.name),
                 arguments: call.arguments,
             }));
         }
@@ -642,7 +643,7 @@ mod wire {
                     .map(|t| Tool {
                         kind: "function",
                         function: Function {
-                            name: names.to_wire(&t.name),
+                            name: names.wire(&t.name),
                             description: &t.description,
                             parameters: &t.parameters,
                         },
@@ -705,7 +706,7 @@ mod wire {
                             id: &c.id,
                             kind: "function",
                             function: FunctionCall {
-                                name: names.to_wire(&c.name),
+                                name: names.wire(&c.name),
                                 // Servers parse this; an empty string is not JSON.
                                 arguments: if c.arguments.trim().is_empty() {
                                     "{}"
@@ -862,7 +863,8 @@ mod tests {
 
     #[test]
     fn retry_after_headers() {
-        let cases: &[(&[(&str, &str)], Option<Duration>)] = &[
+        type Headers = &'static [(&'static str, &'static str)];
+        let cases: &[(Headers, Option<Duration>)] = &[
             (&[("retry-after", "2")], Some(Duration::from_secs(2))),
             (&[("retry-after", " 0 ")], Some(Duration::ZERO)),
             (
@@ -930,13 +932,13 @@ mod tests {
             parameters: json!({"type": "object"}),
         };
         let names = ToolNames::new(&[spec("clock.now"), spec("clock_now"), spec("web-search")]);
-        assert_eq!(names.to_wire("clock.now"), "clock_now");
-        assert_eq!(names.to_wire("clock_now"), "clock_now_2");
-        assert_eq!(names.to_wire("web-search"), "web-search");
-        assert_eq!(names.from_wire("clock_now"), "clock.now");
-        assert_eq!(names.from_wire("clock_now_2"), "clock_now");
+        assert_eq!(names.wire("clock.now"), "clock_now");
+        assert_eq!(names.wire("clock_now"), "clock_now_2");
+        assert_eq!(names.wire("web-search"), "web-search");
+        assert_eq!(names.ours("clock_now"), "clock.now");
+        assert_eq!(names.ours("clock_now_2"), "clock_now");
         // A name the model made up (or a server that keeps dots) passes through.
-        assert_eq!(names.from_wire("fs.read"), "fs.read");
+        assert_eq!(names.ours("fs.read"), "fs.read");
         assert_eq!(wire_name(&"ü".repeat(100)).len(), 64);
     }
 

@@ -32,6 +32,7 @@ pub fn test_config(dir: &TempDir) -> Config {
     c.database.url = format!("sqlite://{}", dir.path().join("orca.db").display());
     c.tools.workspace_dir = workspace(dir);
     c.llm.provider = ProviderChoice::Offline;
+    c.llm.offline_token_delay_ms = 0;
     c
 }
 
@@ -107,7 +108,12 @@ impl TestApp {
             .send()
             .await
             .expect("POST /v1/runs");
-        assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap_or_default());
+        assert_eq!(
+            resp.status(),
+            201,
+            "{}",
+            resp.text().await.unwrap_or_default()
+        );
         resp.json().await.expect("run json")
     }
 
@@ -272,9 +278,21 @@ pub fn assert_well_formed(events: &[SseMessage], first: u64) {
     for (i, ev) in events.iter().enumerate() {
         let data = ev.json();
         let seq = data["seq"].as_u64().expect("seq");
-        assert_eq!(seq, first + i as u64, "seq gap or duplicate at {i}: {events:#?}");
-        assert_eq!(ev.id.as_deref(), Some(seq.to_string().as_str()), "id == seq");
-        assert_eq!(data["kind"].as_str(), ev.event.as_deref(), "event name == kind");
+        assert_eq!(
+            seq,
+            first + i as u64,
+            "seq gap or duplicate at {i}: {events:#?}"
+        );
+        assert_eq!(
+            ev.id.as_deref(),
+            Some(seq.to_string().as_str()),
+            "id == seq"
+        );
+        assert_eq!(
+            data["kind"].as_str(),
+            ev.event.as_deref(),
+            "event name == kind"
+        );
     }
     assert_eq!(events.last().unwrap().kind(), "final");
     assert_eq!(

@@ -1,0 +1,653 @@
+//! A scripted OpenAI-compatible chat server on loopback, standing in for a real model in every
+//! integration test.
+//!
+//! Tests push [`Reply`]s into a FIFO; each `POST /v1/chat/completions` takes the next one (or the
+//! default reply when the queue is empty, so a run never hangs on a missing script) and answers
+//! it as OpenAI would: `chat.completion.chunk` SSE frames ending in `data: [DONE]`, or an error
+//! status with an OpenAI-style error body. Every request body is recorded, and tests await
+//! requests and hang-ups through [`Notify`] instead of sleeping.
+//!
+//! It must stay a faithful, boring OpenAI imitation: no orca types, no knowledge of runs.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Longest `wait_for_*` waits before failing the test instead of hanging the suite.
+const WAIT_LIMIT: Duration = Duration::from_secs(20);
+
+/// One scripted answer. Build with a constructor, then adjust with the builder methods:
+/// `Reply::text("Hi").usage(3, 1).chunk_delay(20)`.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    kind: Kind,
+    usage: Option<(u64, u64)>,
+    retry_after: Option<u64>,
+    retry_after_ms: Option<u64>,
+    error_message: Option<String>,
+    delay_before_headers: Duration,
+    delay_before_first_chunk: Duration,
+    chunk_delay: Duration,
+    /// Send this many frames, then stay silent until the client hangs up.
+    stall_after: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Text(String),
+    ToolCalls {
+        text: Option<String>,
+        calls: Vec<(String, String)>,
+    },
+    Json(Value),
+    Status(u16),
+    /// A valid start, then a chunk that is not JSON.
+    Malformed,
+    /// A valid start, then the body ends: no finish_reason, no `[DONE]`.
+    Truncated,
+    /// These `data:` payloads, verbatim.
+    Raw(Vec<String>),
+}
+
+impl Reply {
+    fn new(kind: Kind) -> Self {
+        Reply {
+            kind,
+            usage: None,
+            retry_after: None,
+            retry_after_ms: None,
+            error_message: None,
+            delay_before_headers: Duration::ZERO,
+            delay_before_first_chunk: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+            stall_after: None,
+        }
+    }
+
+    /// Streamed text, one content chunk per word.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::new(Kind::Text(text.into()))
+    }
+
+    /// One tool call; its arguments are streamed split over several chunks.
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
+        Self::tool_calls([(name, arguments)])
+    }
+
+    /// Several tool calls in one answer, with indexes 0, 1, ...
+    pub fn tool_calls<N: Into<String>>(calls: impl IntoIterator<Item = (N, Value)>) -> Self {
+        Self::new(Kind::ToolCalls {
+            text: None,
+            calls: calls
+                .into_iter()
+                .map(|(n, a)| (n.into(), a.to_string()))
+                .collect(),
+        })
+    }
+
+    /// A tool call whose arguments are this exact text (e.g. invalid JSON).
+    pub fn tool_call_raw(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        Self::new(Kind::ToolCalls {
+            text: None,
+            calls: vec![(name.into(), arguments.into())],
+        })
+    }
+
+    /// Adds another tool call to a tool-call reply (or turns a text reply into text + call).
+    pub fn and_tool_call(mut self, name: impl Into<String>, arguments: Value) -> Self {
+        let call = (name.into(), arguments.to_string());
+        self.kind = match self.kind {
+            Kind::ToolCalls { text, mut calls } => {
+                calls.push(call);
+                Kind::ToolCalls { text, calls }
+            }
+            Kind::Text(text) => Kind::ToolCalls {
+                text: Some(text),
+                calls: vec![call],
+            },
+            other => panic!("and_tool_call on a {other:?} reply"),
+        };
+        self
+    }
+
+    /// Structured output: the JSON text of `value` streamed as content in small pieces.
+    pub fn json(value: Value) -> Self {
+        Self::new(Kind::Json(value))
+    }
+
+    /// An error status with an OpenAI-style body `{"error": {"message": ...}}`.
+    pub fn status(status: u16) -> Self {
+        Self::new(Kind::Status(status))
+    }
+
+    /// A chunk that is not JSON after a valid start.
+    pub fn malformed() -> Self {
+        Self::new(Kind::Malformed)
+    }
+
+    /// Some text, then the body ends without finish_reason or `[DONE]`.
+    pub fn truncated() -> Self {
+        Self::new(Kind::Truncated)
+    }
+
+    /// Headers, then silence until the client hangs up.
+    pub fn stalled() -> Self {
+        Self::text("never sent").stall_after(0)
+    }
+
+    /// These `data:` payloads verbatim (add `"[DONE]"` yourself if you want it).
+    pub fn raw<S: Into<String>>(payloads: impl IntoIterator<Item = S>) -> Self {
+        Self::new(Kind::Raw(payloads.into_iter().map(Into::into).collect()))
+    }
+
+    /// The usage chunk's token counts (sent when the request asked for usage).
+    pub fn usage(mut self, prompt_tokens: u64, completion_tokens: u64) -> Self {
+        self.usage = Some((prompt_tokens, completion_tokens));
+        self
+    }
+
+    /// `Retry-After: secs` on a status reply.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// `retry-after-ms: ms` (OpenAI's precise variant) on a status reply.
+    pub fn retry_after_ms(mut self, ms: u64) -> Self {
+        self.retry_after_ms = Some(ms);
+        self
+    }
+
+    /// The `error.message` of a status reply.
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.error_message = Some(message.into());
+        self
+    }
+
+    /// Wait before answering at all (no headers yet).
+    pub fn delay_before_headers(mut self, ms: u64) -> Self {
+        self.delay_before_headers = Duration::from_millis(ms);
+        self
+    }
+
+    /// Headers at once, then wait before the first frame.
+    pub fn delay_before_first_chunk(mut self, ms: u64) -> Self {
+        self.delay_before_first_chunk = Duration::from_millis(ms);
+        self
+    }
+
+    /// Wait between frames.
+    pub fn chunk_delay(mut self, ms: u64) -> Self {
+        self.chunk_delay = Duration::from_millis(ms);
+        self
+    }
+
+    /// Send `frames` frames of the reply, then nothing until the client disconnects.
+    pub fn stall_after(mut self, frames: usize) -> Self {
+        self.stall_after = Some(frames);
+        self
+    }
+}
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// The JSON body (a JSON string holding the raw text if it was not JSON).
+    pub body: Value,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
+}
+
+/// The running server. Dropping it stops the server.
+pub struct ScriptedLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+struct Shared {
+    /// A std mutex: every critical section is a few pushes and pops, never across an await.
+    script: Mutex<Script>,
+    /// Woken whenever a request is recorded.
+    requests_changed: Notify,
+    /// Woken whenever a streamed reply ends, completed or cut off.
+    streams_changed: Notify,
+}
+
+struct Script {
+    queue: VecDeque<Reply>,
+    default_reply: Reply,
+    requests: Vec<RecordedRequest>,
+    /// Streamed replies the client hung up on before their end.
+    aborted_streams: usize,
+    completed_streams: usize,
+    next_call_id: u64,
+    next_completion_id: u64,
+}
+
+impl ScriptedLlm {
+    /// Binds `127.0.0.1:0` and serves until dropped.
+    pub async fn start() -> ScriptedLlm {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the scripted LLM");
+        let addr = listener.local_addr().expect("local addr");
+        let shared = Arc::new(Shared {
+            script: Mutex::new(Script {
+                queue: VecDeque::new(),
+                default_reply: Reply::text("This is the scripted default reply."),
+                requests: Vec::new(),
+                aborted_streams: 0,
+                completed_streams: 0,
+                next_call_id: 1,
+                next_completion_id: 1,
+            }),
+            requests_changed: Notify::new(),
+            streams_changed: Notify::new(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .fallback(not_found)
+            .with_state(shared.clone());
+        let stop = CancellationToken::new();
+        let shutdown = stop.clone().cancelled_owned();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        });
+        ScriptedLlm {
+            addr,
+            shared,
+            stop,
+            task,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, what `OPENAI_BASE_URL` would be.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Queues a reply for the next request that has none yet.
+    pub fn push(&self, reply: Reply) -> &Self {
+        self.shared.lock().queue.push_back(reply);
+        self
+    }
+
+    /// The reply used when the queue is empty.
+    pub fn set_default_reply(&self, reply: Reply) -> &Self {
+        self.shared.lock().default_reply = reply;
+        self
+    }
+
+    /// Scripted replies not taken yet.
+    pub fn pending_replies(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
+    /// Every request body so far, oldest first.
+    pub fn requests(&self) -> Vec<Value> {
+        self.recorded().into_iter().map(|r| r.body).collect()
+    }
+
+    /// Every request with its headers of interest, oldest first.
+    pub fn recorded(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.shared.lock().requests.len()
+    }
+
+    /// Streamed replies cut off because the client went away before their end.
+    pub fn aborted_streams(&self) -> usize {
+        self.shared.lock().aborted_streams
+    }
+
+    /// Streamed replies sent to their end.
+    pub fn completed_streams(&self) -> usize {
+        self.shared.lock().completed_streams
+    }
+
+    /// Returns once at least `n` requests have arrived; panics after 20 s.
+    pub async fn wait_for_requests(&self, n: usize) {
+        let what = format!("{n} request(s)");
+        self.wait_until(&self.shared.requests_changed, &what, || {
+            self.request_count() >= n
+        })
+        .await;
+    }
+
+    /// Returns once at least `n` streamed replies were cut off by the client; panics after 20 s.
+    pub async fn wait_for_aborted_streams(&self, n: usize) {
+        let what = format!("{n} aborted stream(s)");
+        self.wait_until(&self.shared.streams_changed, &what, || {
+            self.aborted_streams() >= n
+        })
+        .await;
+    }
+
+    async fn wait_until(&self, notify: &Notify, what: &str, done: impl Fn() -> bool) {
+        let wait = async {
+            loop {
+                // Register interest before checking, so a wake-up between the check and the
+                // await is not lost.
+                let notified = notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if done() {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        if tokio::time::timeout(WAIT_LIMIT, wait).await.is_err() {
+            panic!(
+                "the scripted LLM waited {WAIT_LIMIT:?} for {what}; saw {} request(s)",
+                self.request_count()
+            );
+        }
+    }
+}
+
+impl Drop for ScriptedLlm {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        // Streams stalled on purpose would keep a graceful shutdown waiting forever.
+        self.task.abort();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Script> {
+        // A test that panicked while holding the lock poisons it; the data is still usable.
+        self.script.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+async fn not_found() -> Response {
+    let body = json!({"error": {"message": "not found", "type": "invalid_request_error"}});
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    let include_usage = body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("scripted")
+        .to_owned();
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+
+    let (reply, frames) = {
+        let mut script = shared.lock();
+        script.requests.push(RecordedRequest {
+            body,
+            authorization,
+        });
+        let reply = match script.queue.pop_front() {
+            Some(reply) => reply,
+            None => script.default_reply.clone(),
+        };
+        let frames = sse_frames(&reply, &model, include_usage, &mut script);
+        (reply, frames)
+    };
+    shared.requests_changed.notify_waiters();
+
+    if !reply.delay_before_headers.is_zero() {
+        tokio::time::sleep(reply.delay_before_headers).await;
+    }
+    if let Kind::Status(status) = reply.kind {
+        return status_response(status, &reply);
+    }
+
+    let mut frames = frames;
+    if let Some(n) = reply.stall_after {
+        frames.truncate(n);
+    }
+    let body = SseBody {
+        frames: frames.into(),
+        first_delay: reply.delay_before_first_chunk,
+        chunk_delay: reply.chunk_delay,
+        started: false,
+        stall: reply.stall_after.is_some(),
+        guard: StreamGuard {
+            shared,
+            completed: false,
+        },
+    };
+    let stream = futures::stream::unfold(body, |mut body| async move {
+        let frame = body.next().await?;
+        Some((Ok::<_, Infallible>(Bytes::from(frame)), body))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("a valid response")
+}
+
+fn status_response(status: u16, reply: &Reply) -> Response {
+    let status = StatusCode::from_u16(status).expect("a valid status code");
+    let message = reply
+        .error_message
+        .clone()
+        .unwrap_or_else(|| format!("scripted error {}", status.as_u16()));
+    let kind = if status.is_server_error() {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    let mut response = (
+        status,
+        axum::Json(json!({"error": {"message": message, "type": kind, "code": null}})),
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    if let Some(secs) = reply.retry_after {
+        headers.insert(header::RETRY_AFTER, secs.into());
+    }
+    if let Some(ms) = reply.retry_after_ms {
+        headers.insert("retry-after-ms", ms.into());
+    }
+    response
+}
+
+/// The SSE frames of a streamed reply (none for a status reply).
+fn sse_frames(reply: &Reply, model: &str, include_usage: bool, script: &mut Script) -> Vec<String> {
+    let id = format!("chatcmpl-scripted-{}", script.next_completion_id);
+    script.next_completion_id += 1;
+    let chunk = |delta: Value, finish_reason: Option<&str>| {
+        json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
+        })
+        .to_string()
+    };
+    let content = |text: &str| chunk(json!({"content": text}), None);
+
+    let mut payloads = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    let mut content_chunks = 0u64;
+    let finish_reason = match &reply.kind {
+        Kind::Status(_) => return Vec::new(),
+        Kind::Raw(raw) => return raw.iter().map(|p| frame(p)).collect(),
+        Kind::Malformed => {
+            payloads.push(content("Hel"));
+            payloads.push("{\"choices\": [{\"delta\": {\"content\": \"lo\"".to_owned());
+            payloads.push("[DONE]".to_owned());
+            return payloads.iter().map(|p| frame(p)).collect();
+        }
+        Kind::Truncated => {
+            payloads.push(content("Hello "));
+            payloads.push(content("wor"));
+            return payloads.iter().map(|p| frame(p)).collect();
+        }
+        Kind::Text(text) => {
+            for piece in words(text) {
+                payloads.push(content(&piece));
+                content_chunks += 1;
+            }
+            "stop"
+        }
+        Kind::Json(value) => {
+            for piece in pieces(&value.to_string(), 6) {
+                payloads.push(content(&piece));
+                content_chunks += 1;
+            }
+            "stop"
+        }
+        Kind::ToolCalls { text, calls } => {
+            for piece in text.iter().flat_map(|t| words(t)) {
+                payloads.push(content(&piece));
+                content_chunks += 1;
+            }
+            for (index, (name, arguments)) in calls.iter().enumerate() {
+                let call_id = format!("call_scripted_{}", script.next_call_id);
+                script.next_call_id += 1;
+                payloads.push(chunk(
+                    json!({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                        "function": {"name": name, "arguments": ""}}]}),
+                    None,
+                ));
+                for piece in pieces(arguments, 5) {
+                    payloads.push(chunk(
+                        json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                        None,
+                    ));
+                    content_chunks += 1;
+                }
+            }
+            "tool_calls"
+        }
+    };
+    payloads.push(chunk(json!({}), Some(finish_reason)));
+    if include_usage {
+        let (prompt, completion) = reply.usage.unwrap_or((10, content_chunks));
+        payloads.push(
+            json!({
+                "id": id,
+                "object": "chat.completion.chunk",
+                "created": 1_700_000_000,
+                "model": model,
+                "choices": [],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion},
+            })
+            .to_string(),
+        );
+    }
+    payloads.push("[DONE]".to_owned());
+    payloads.iter().map(|p| frame(p)).collect()
+}
+
+fn frame(payload: &str) -> String {
+    format!("data: {payload}\n\n")
+}
+
+/// Each word with its trailing whitespace, so the pieces concatenate back to `text`.
+fn words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for c in text.chars() {
+        if !c.is_whitespace() && current.ends_with(char::is_whitespace) {
+            out.push(std::mem::take(&mut current));
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+fn pieces(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// The body of a streamed reply: frames with the scripted pacing, then the end or a stall.
+struct SseBody {
+    frames: VecDeque<String>,
+    first_delay: Duration,
+    chunk_delay: Duration,
+    started: bool,
+    stall: bool,
+    guard: StreamGuard,
+}
+
+impl SseBody {
+    async fn next(&mut self) -> Option<String> {
+        let delay = if self.started {
+            self.chunk_delay
+        } else {
+            self.first_delay
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        self.started = true;
+        match self.frames.pop_front() {
+            Some(frame) => Some(frame),
+            None if self.stall => {
+                // Until the client hangs up, which drops this future and the guard with it.
+                std::future::pending::<()>().await;
+                None
+            }
+            None => {
+                self.guard.completed = true;
+                None
+            }
+        }
+    }
+}
+
+/// Counts how a streamed reply ended when the body is dropped: sent to its end, or cut off by
+/// the client going away.
+struct StreamGuard {
+    shared: Arc<Shared>,
+    completed: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        {
+            let mut script = self.shared.lock();
+            if self.completed {
+                script.completed_streams += 1;
+            } else {
+                script.aborted_streams += 1;
+            }
+        }
+        self.shared.streams_changed.notify_waiters();
+    }
+}
