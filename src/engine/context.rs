@@ -194,11 +194,15 @@ impl RunContext {
         output: Option<Value>,
         error: Option<RunError>,
     ) {
+        // The attempt leaves the open set only once its end is stored: if the run is cancelled
+        // while this future is suspended, `close_open_attempts` still finds and closes it.
+        let key = (step_id.to_owned(), attempt);
         let open = self
             .open_attempts
             .lock()
             .expect("attempts lock")
-            .remove(&(step_id.to_owned(), attempt));
+            .get(&key)
+            .cloned();
         let Some((mut rec, started)) = open else {
             tracing::warn!(step_id, attempt, "finishing a step that was not started");
             return;
@@ -224,6 +228,10 @@ impl RunContext {
             data["error"] = serde_json::to_value(e).unwrap_or(Value::Null);
         }
         self.emit(EventKind::Step, Some(step_id), data).await;
+        self.open_attempts
+            .lock()
+            .expect("attempts lock")
+            .remove(&key);
     }
 
     /// Closes every attempt still open with `status` (the run ended around them).

@@ -287,6 +287,13 @@ impl Engine {
                 return;
             }
         };
+        // A cancel also reaches the executor through its token and may make it fail first;
+        // the caller asked for a cancel, so that is what the run records.
+        let ending = if ctx.cancel.is_cancelled() {
+            Ending::Cancelled
+        } else {
+            ending
+        };
         finalize(&ctx, run, ending).await;
     }
 }

@@ -7,3 +7,4 @@ mod api_errors;
 mod history;
 mod llm_provider;
 mod offline_samples;
+mod scripted_runs;
