@@ -50,6 +50,15 @@ impl App {
         let store = Store::connect(&config.database.url, config.database.max_connections)
             .await
             .with_context(|| "opening the database (database.url)")?;
+        // Before serving: a bad workflow file must stop the start, not surface on first use.
+        // An empty `workflows.dir` also runs, to drop shared workflows of an earlier start.
+        let dir = &config.workflows.dir;
+        let loaded = crate::workflows::load_dir(dir, &store, &tools)
+            .await
+            .context("loading the shared workflows (workflows.dir)")?;
+        if loaded > 0 {
+            tracing::info!(workflows = loaded, "loaded shared workflows");
+        }
         let (hub, writer) = EventHub::start(store.clone(), config.engine.event_buffer);
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -58,6 +67,7 @@ impl App {
             tools,
             hub,
             metrics: Metrics::new(),
+            inputs: Default::default(),
             config: Arc::new(config.engine.clone()),
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());

@@ -11,6 +11,8 @@ pub mod domain;
 pub mod engine;
 pub mod llm;
 pub mod metrics;
+pub mod plan;
 pub mod store;
 pub mod stream;
 pub mod tools;
+pub mod workflows;

@@ -3,8 +3,10 @@
 
 pub mod error;
 pub mod extract;
+pub mod history;
 pub mod runs;
 pub mod system;
+pub mod workflows;
 
 use std::sync::Arc;
 
@@ -60,17 +62,22 @@ impl AppState {
     ),
     paths(
         runs::create_run, runs::list_runs, runs::get_run, runs::run_events, runs::run_steps,
-        runs::cancel_run, system::list_tools, system::healthz, system::readyz, system::metrics,
+        runs::cancel_run, runs::submit_input, history::run_plans, history::run_checkpoints,
+        workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
+        workflows::delete_workflow, system::list_tools, system::healthz, system::readyz,
+        system::metrics,
     ),
     components(schemas(
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
-        crate::tools::ToolInfo,
+        crate::tools::ToolInfo, crate::store::PlanRecord, crate::store::Checkpoint,
+        workflows::WorkflowSummary, workflows::WorkflowDetail,
     )),
     modifiers(&SecurityAddon),
     tags(
         (name = "runs", description = "Create, watch, query and cancel runs"),
         (name = "tools", description = "Tools runs can use"),
+        (name = "workflows", description = "The fixed-workflow registry"),
         (name = "system", description = "Health, readiness, metrics"),
     )
 )]
@@ -102,6 +109,16 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/events", get(runs::run_events))
         .route("/runs/{id}/steps", get(runs::run_steps))
         .route("/runs/{id}/cancel", post(runs::cancel_run))
+        .route("/runs/{id}/input", post(runs::submit_input))
+        .route("/runs/{id}/plans", get(history::run_plans))
+        .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
+        .route("/workflows", get(workflows::list_workflows))
+        .route(
+            "/workflows/{name}",
+            get(workflows::get_workflow)
+                .put(workflows::put_workflow)
+                .delete(workflows::delete_workflow),
+        )
         .route("/tools", get(system::list_tools));
     let protected = Router::new()
         .nest("/v1", v1)

@@ -101,7 +101,7 @@ pub async fn create_run(
 ) -> Result<Response, ApiError> {
     let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
     let key = idempotency_key(&headers)?;
-    let spec = validate_run(&state, req)?;
+    let spec = validate_run(&state, &tenant, req).await?;
     let created = state
         .engine
         .create_run(&tenant, spec, key.as_deref())
@@ -144,10 +144,48 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(s.to_owned()))
 }
 
-/// Checks what the schema cannot: names that must exist in this server's configuration.
-fn validate_run(state: &AppState, req: CreateRun) -> Result<RunSpec, ApiError> {
+fn prefixed(prefix: &str, problems: Vec<crate::plan::Problem>) -> Vec<FieldError> {
+    problems
+        .into_iter()
+        .map(|p| FieldError::new(format!("{prefix}{}", p.pointer), p.message))
+        .collect()
+}
+
+/// The run input checked against a workflow's `input_schema`.
+fn input_problems(schema: &Value, input: &Value) -> Vec<FieldError> {
+    match jsonschema::validator_for(schema) {
+        Ok(v) => v
+            .iter_errors(input)
+            .map(|e| {
+                FieldError::new(
+                    format!("/input{}", e.instance_path().as_str()),
+                    e.to_string(),
+                )
+            })
+            .collect(),
+        Err(e) => vec![FieldError::new("/workflow/input_schema", e.to_string())],
+    }
+}
+
+/// A workflow definition as a plan document: the workflow-only fields removed.
+fn workflow_plan_doc(mut definition: Value) -> Value {
+    if let Some(obj) = definition.as_object_mut() {
+        obj.remove("version");
+        obj.remove("input_schema");
+    }
+    definition
+}
+
+/// Checks what the schema cannot: names that must exist in this server's configuration, and
+/// the plan or workflow to run.
+async fn validate_run(
+    state: &AppState,
+    tenant: &Tenant,
+    req: CreateRun,
+) -> Result<RunSpec, ApiError> {
     let mut errors = Vec::new();
     let services = state.engine.services();
+    let store = services.hub.store();
     if let Some(model) = &req.model
         && !services.llm.has_alias(model)
     {
@@ -169,22 +207,61 @@ fn validate_run(state: &AppState, req: CreateRun) -> Result<RunSpec, ApiError> {
             }
         }
     }
-    match req.orchestration {
-        Orchestration::Auto | Orchestration::Simple => {
-            if req.workflow.is_some() {
-                errors.push(FieldError::new(
-                    "/workflow",
-                    "`workflow` is only used with orchestration `fixed`",
-                ));
-            }
-            if req.plan.is_some() {
-                errors.push(FieldError::new(
-                    "/plan",
-                    "running a ready plan is not available yet",
-                ));
+    // A plan to run: a ready plan, or a workflow (registered or inline), resolved now so the
+    // run executes (and resumes) exactly what was validated.
+    let mut plan_doc: Option<Value> = None;
+    let mut orchestration = req.orchestration;
+    match (req.orchestration, &req.workflow, &req.plan) {
+        (_, Some(_), Some(_)) => errors.push(FieldError::new(
+            "/plan",
+            "send either `workflow` or `plan`, not both",
+        )),
+        (Orchestration::Auto | Orchestration::Fixed, None, Some(plan)) => {
+            match crate::plan::validate_plan(plan, &services.tools) {
+                Ok(_) => {
+                    plan_doc = Some(plan.clone());
+                    orchestration = Orchestration::Fixed;
+                }
+                Err(problems) => errors.extend(prefixed("/plan", problems)),
             }
         }
-        other => errors.push(FieldError::new(
+        (Orchestration::Auto | Orchestration::Fixed, Some(workflow), None) => {
+            let definition = match workflow {
+                Value::String(name) => match store.get_workflow(tenant, name).await? {
+                    Some(w) => Some((w.definition, "/workflow")),
+                    None => {
+                        errors.push(FieldError::new(
+                            "/workflow",
+                            format!("no workflow named `{name}`"),
+                        ));
+                        None
+                    }
+                },
+                other => Some((other.clone(), "/workflow")),
+            };
+            if let Some((definition, pointer)) = definition {
+                match crate::plan::validate_workflow(&definition, &services.tools) {
+                    Ok(wf) => {
+                        if let Some(schema) = &wf.input_schema {
+                            errors.extend(input_problems(schema, &req.input));
+                        }
+                        plan_doc = Some(workflow_plan_doc(definition));
+                        orchestration = Orchestration::Fixed;
+                    }
+                    Err(problems) => errors.extend(prefixed(pointer, problems)),
+                }
+            }
+        }
+        (Orchestration::Fixed, None, None) => errors.push(FieldError::new(
+            "/workflow",
+            "orchestration `fixed` needs a `workflow` (a registered name or an inline workflow) or a `plan`",
+        )),
+        (Orchestration::Auto | Orchestration::Simple, None, None) => {}
+        (Orchestration::Simple, _, _) => errors.push(FieldError::new(
+            if req.workflow.is_some() { "/workflow" } else { "/plan" },
+            "`workflow` and `plan` are for orchestration `fixed` (or `auto`)",
+        )),
+        (other, _, _) => errors.push(FieldError::new(
             "/orchestration",
             format!("orchestration `{}` is not available yet", other.as_str()),
         )),
@@ -194,9 +271,9 @@ fn validate_run(state: &AppState, req: CreateRun) -> Result<RunSpec, ApiError> {
     }
     Ok(RunSpec {
         input: req.input,
-        orchestration: req.orchestration,
+        orchestration,
         workflow: req.workflow,
-        plan: req.plan,
+        plan: plan_doc,
         model: req.model,
         tools: req.tools,
         limits: req.limits,
@@ -469,5 +546,91 @@ pub async fn cancel_run(
             Err(ApiError::Conflict(format!("the run is already {s}")))
         }
         Err(e) => Err(ApiError::internal(e)),
+    }
+}
+
+/// The body of `POST /v1/runs/{id}/input`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputAnswer {
+    pub step_id: String,
+    #[schema(value_type = Object)]
+    pub value: Value,
+}
+
+/// Answer a run's `input_required` event.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/input", tag = "runs",
+    params(("id" = String, Path)),
+    request_body = InputAnswer,
+    responses(
+        (status = 202, description = "Accepted; the run continues", body = Run),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The run is not waiting on that step", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The value fails the step's schema", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn submit_input(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<(StatusCode, Json<Run>), ApiError> {
+    let id = parse_run_id(&id)?;
+    let mut errors = Vec::new();
+    match body.get("step_id") {
+        Some(Value::String(s)) if !s.is_empty() => {}
+        Some(_) => errors.push(FieldError::new(
+            "/step_id",
+            "`step_id` must be a non-empty string",
+        )),
+        None => errors.push(FieldError::new("/step_id", "`step_id` is required")),
+    }
+    if body.get("value").is_none() {
+        errors.push(FieldError::new("/value", "`value` is required"));
+    }
+    if let Some(obj) = body.as_object() {
+        for k in obj.keys().filter(|k| *k != "step_id" && *k != "value") {
+            errors.push(FieldError::new(
+                format!("/{}", super::extract::escape_pointer(k)),
+                format!("`{k}` is not a known field"),
+            ));
+        }
+    } else {
+        errors = vec![FieldError::new(
+            "",
+            "the body must be an object {step_id, value}",
+        )];
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::validation_many(errors));
+    }
+    let answer: InputAnswer =
+        serde_json::from_value(body).map_err(|e| ApiError::validation("", e.to_string()))?;
+    match state
+        .engine
+        .submit_input(&tenant, id, &answer.step_id, answer.value)
+        .await
+    {
+        Ok(()) => Ok((
+            StatusCode::ACCEPTED,
+            Json(load_run(&state, &tenant, id).await?),
+        )),
+        Err(engine::SubmitError::Engine(engine::Error::NotFound)) => {
+            Err(ApiError::NotFound(format!("no run `{id}`")))
+        }
+        Err(engine::SubmitError::Engine(engine::Error::AlreadyTerminal(s))) => {
+            Err(ApiError::Conflict(format!("the run is already {s}")))
+        }
+        Err(engine::SubmitError::Engine(e)) => Err(ApiError::internal(e)),
+        Err(engine::SubmitError::Input(engine::input::InputError::Invalid(problems))) => {
+            Err(ApiError::validation_many(
+                problems
+                    .into_iter()
+                    .map(|p| FieldError::new(p.pointer, p.message))
+                    .collect(),
+            ))
+        }
+        Err(engine::SubmitError::Input(e)) => Err(ApiError::Conflict(e.to_string())),
     }
 }

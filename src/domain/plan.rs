@@ -280,6 +280,11 @@ pub struct Plan {
     pub context: Map<String, Value>,
     #[serde(default)]
     pub settings: PlanSettings,
+    /// What the run outputs when the plan completes: a value with `{{ ... }}` references.
+    /// Absent: the outputs of the plan's last steps (those nothing depends on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
 }
 
 fn first_version() -> u32 {
@@ -377,6 +382,7 @@ mod tests {
             ],
             context: Map::new(),
             settings: PlanSettings::default(),
+            output: None,
         };
         assert!(plan.dependencies_resolve());
         let done = Default::default();

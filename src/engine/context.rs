@@ -12,10 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::run::RunSpec;
 use crate::domain::{
-    Event, EventKind, RunError, RunId, StepAttempt, StepKind, StepStatus, Tenant, Usage,
+    Event, EventKind, Run, RunError, RunId, RunStatus, StepAttempt, StepKind, StepStatus, Tenant,
+    Usage,
 };
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
+
+use super::clock::RunClock;
+use super::input::InputBox;
+use crate::store::Record;
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
 
@@ -37,19 +42,18 @@ pub struct Services {
     pub tools: ToolRegistry,
     pub hub: EventHub,
     pub metrics: Metrics,
+    pub inputs: InputBox,
     pub config: Arc<crate::config::EngineConfig>,
 }
 
 /// Where a run context starts from: a new run, or a stored one being resumed.
 pub struct RunSeed {
-    pub run_id: RunId,
+    pub run: Run,
     pub tenant: Tenant,
     pub spec: RunSpec,
     pub limits: EffectiveLimits,
     /// The last seq already in the run's event log (0 for a new run).
     pub last_seq: u64,
-    /// Usage counted before a restart.
-    pub usage: Usage,
 }
 
 pub struct RunContext {
@@ -59,8 +63,13 @@ pub struct RunContext {
     pub limits: EffectiveLimits,
     pub cancel: CancellationToken,
     pub services: Services,
+    /// The run's time limit, paused while it waits for a human.
+    pub clock: RunClock,
+    /// The run row as the task knows it. A std mutex: short updates, never across an await.
+    run: Mutex<Run>,
     seq: AtomicU64,
     steps_started: AtomicU64,
+    retries_used: AtomicU64,
     /// Usage so far. A std mutex: updated in short sections, never across an await.
     usage: Mutex<Usage>,
     /// Attempts started and not yet finished, closed as cancelled/failed if the run ends first.
@@ -70,15 +79,20 @@ pub struct RunContext {
 impl RunContext {
     pub fn new(seed: RunSeed, cancel: CancellationToken, services: Services) -> Self {
         RunContext {
-            run_id: seed.run_id,
+            run_id: seed.run.id,
             tenant: seed.tenant,
             spec: seed.spec,
+            clock: RunClock::start(std::time::Duration::from_millis(
+                seed.limits.max_duration_ms,
+            )),
             limits: seed.limits,
             cancel,
             services,
             seq: AtomicU64::new(seed.last_seq),
             steps_started: AtomicU64::new(0),
-            usage: Mutex::new(seed.usage),
+            retries_used: AtomicU64::new(0),
+            usage: Mutex::new(seed.run.usage),
+            run: Mutex::new(seed.run),
             open_attempts: Mutex::new(HashMap::new()),
         }
     }
@@ -99,6 +113,62 @@ impl RunContext {
     pub async fn emit(&self, kind: EventKind, step_id: Option<&str>, data: Value) {
         let ev = self.next_event(kind, step_id, data);
         self.services.hub.append(Arc::new(ev)).await;
+    }
+
+    /// A copy of the run row as the task knows it (usage included).
+    pub fn run(&self) -> Run {
+        let mut run = self.run.lock().expect("run lock").clone();
+        run.usage = self.usage();
+        run
+    }
+
+    /// Changes the run row under the lock (no await inside `f`).
+    pub fn update_run(&self, f: impl FnOnce(&mut Run)) {
+        f(&mut self.run.lock().expect("run lock"));
+    }
+
+    /// Moves the run to `status`: stores the row and emits a `status` event.
+    pub async fn set_status(&self, status: RunStatus, extra: Option<(&str, Value)>) {
+        self.update_run(|r| r.status = status);
+        let run = self.run();
+        self.services
+            .hub
+            .record(Record::RunState(Box::new(run)))
+            .await;
+        let mut data = serde_json::json!({ "status": status });
+        if let Some((k, v)) = extra {
+            data[k] = v;
+        }
+        self.emit(EventKind::Status, None, data).await;
+    }
+
+    /// Waits for a human answer to step `step_id`: emits `input_required`, moves the run to
+    /// `waiting_input` (its clock paused), and back to `running` once answered.
+    pub async fn wait_for_input(
+        &self,
+        step_id: &str,
+        prompt: &str,
+        schema: Option<&Value>,
+    ) -> Result<Value, RunError> {
+        let rx = self
+            .services
+            .inputs
+            .wait(self.run_id, step_id, schema)
+            .map_err(|m| RunError::new("invalid_step", m))?;
+        let mut data = serde_json::json!({ "step_id": step_id, "prompt": prompt });
+        if let Some(s) = schema {
+            data["schema"] = s.clone();
+        }
+        self.emit(EventKind::InputRequired, Some(step_id), data)
+            .await;
+        self.set_status(RunStatus::WaitingInput, None).await;
+        self.clock.pause();
+        let answer = rx.await;
+        self.clock.resume();
+        self.services.inputs.forget(self.run_id);
+        let value = answer.map_err(|_| RunError::new("cancelled", "the wait for input ended"))?;
+        self.set_status(RunStatus::Running, None).await;
+        Ok(value)
     }
 
     pub fn usage(&self) -> Usage {
@@ -123,6 +193,15 @@ impl RunContext {
             ));
         }
         Ok(())
+    }
+
+    /// Takes one retry from the run's budget (`max_retries`); false when it is spent.
+    pub fn take_retry(&self) -> bool {
+        self.retries_used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.limits.max_retries).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     pub fn count_llm_call(&self) {
@@ -250,14 +329,9 @@ impl RunContext {
     }
 
     async fn store_attempt(&self, rec: &StepAttempt) {
-        if let Err(e) = self
-            .services
+        self.services
             .hub
-            .store()
-            .upsert_step_attempt(self.run_id, rec)
-            .await
-        {
-            tracing::error!(error = ?e, step_id = rec.step_id, "storing a step attempt failed");
-        }
+            .record(Record::Attempt(self.run_id, Box::new(rec.clone())))
+            .await;
     }
 }

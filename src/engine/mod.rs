@@ -10,15 +10,19 @@
 //! - A server stop is not a cancel: runs are left as they are in the store and resumed on the
 //!   next start.
 
+pub mod clock;
 pub mod context;
+pub mod dag;
+pub mod fixed;
+pub mod input;
 pub mod simple;
+pub mod steps;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -69,6 +73,14 @@ struct Inner {
     tracker: TaskTracker,
     /// Fired on server stop: run tasks leave their runs as they are and exit.
     shutdown: CancellationToken,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(transparent)]
+    Engine(Error),
+    #[error(transparent)]
+    Input(input::InputError),
 }
 
 /// What [`Engine::create_run`] did.
@@ -176,10 +188,36 @@ impl Engine {
                 // must never be stuck): end it here.
                 let last = store.last_seq(id).await?;
                 let ctx = self.context(&stored, last, CancellationToken::new());
-                finalize(&ctx, stored.run.clone(), Ending::Cancelled).await;
+                finalize(&ctx, Ending::Cancelled).await;
             }
         }
         Ok(stored.run)
+    }
+
+    /// Answers a run's pending `user_input` step.
+    pub async fn submit_input(
+        &self,
+        tenant: &Tenant,
+        id: RunId,
+        step_id: &str,
+        value: Value,
+    ) -> Result<(), SubmitError> {
+        let store = self.inner.services.hub.store();
+        let stored = store
+            .get_run(tenant, id)
+            .await
+            .map_err(|e| SubmitError::Engine(e.into()))?
+            .ok_or(SubmitError::Engine(Error::NotFound))?;
+        if stored.run.status.is_terminal() {
+            return Err(SubmitError::Engine(Error::AlreadyTerminal(
+                stored.run.status.as_str(),
+            )));
+        }
+        self.inner
+            .services
+            .inputs
+            .answer(id, step_id, value)
+            .map_err(SubmitError::Input)
     }
 
     /// Number of runs waiting for a slot.
@@ -202,12 +240,11 @@ impl Engine {
     fn context(&self, stored: &StoredRun, last_seq: u64, cancel: CancellationToken) -> RunContext {
         RunContext::new(
             RunSeed {
-                run_id: stored.run.id,
+                run: stored.run.clone(),
                 tenant: stored.tenant.clone(),
                 spec: stored.spec.clone(),
                 limits: self.limits(&stored.spec),
                 last_seq,
-                usage: stored.run.usage,
             },
             cancel,
             self.inner.services.clone(),
@@ -228,7 +265,7 @@ impl Engine {
         self.inner.tracker.spawn(
             async move {
                 let id = stored.run.id;
-                engine.drive(ctx, stored.run, resumed).await;
+                engine.drive(ctx, resumed).await;
                 engine.inner.live.lock().expect("live lock").remove(&id);
             }
             .instrument(span),
@@ -236,7 +273,7 @@ impl Engine {
     }
 
     /// One run's whole life, from waiting for a slot to its final event.
-    async fn drive(&self, ctx: RunContext, mut run: Run, resumed: bool) {
+    async fn drive(&self, ctx: RunContext, resumed: bool) {
         let inner = &self.inner;
         if !resumed {
             ctx.emit(
@@ -250,7 +287,7 @@ impl Engine {
             p = inner.slots.clone().acquire_owned() => p,
             _ = ctx.cancel.cancelled() => {
                 inner.queued.fetch_sub(1, Ordering::SeqCst);
-                finalize(&ctx, run, Ending::Cancelled).await;
+                finalize(&ctx, Ending::Cancelled).await;
                 return;
             }
             _ = inner.shutdown.cancelled() => {
@@ -261,28 +298,25 @@ impl Engine {
         inner.queued.fetch_sub(1, Ordering::SeqCst);
         let Ok(_permit) = permit else { return };
 
-        run.status = RunStatus::Running;
-        let started = *run.started_at.get_or_insert_with(crate::domain::now);
-        if let Err(e) = inner.services.hub.store().save_run(&run).await {
-            tracing::error!(error = ?e, "could not mark the run running");
-        }
-        let mut data = json!({ "status": RunStatus::Running, "orchestration": run.orchestration });
-        if resumed {
-            data["message"] = json!("resumed after a restart");
-        }
-        ctx.emit(EventKind::Status, None, data).await;
+        ctx.update_run(|r| {
+            r.started_at.get_or_insert_with(crate::domain::now);
+        });
+        let orchestration = ctx.run().orchestration;
+        let extra = if resumed {
+            Some(("message", json!("resumed after a restart")))
+        } else {
+            None
+        };
+        ctx.set_status(RunStatus::Running, extra).await;
 
-        // The time limit counts from the run's first start, restarts included.
-        let budget = Duration::from_millis(ctx.limits.max_duration_ms);
-        let spent = (Utc::now() - started).to_std().unwrap_or_default();
-        let left = budget.saturating_sub(spent);
-
+        // The time limit counts from this (re)start, paused while the run waits for a human.
         let ending = tokio::select! {
-            outcome = execute(&ctx, run.orchestration) => Ending::Done(outcome),
+            outcome = execute(&ctx, orchestration) => Ending::Done(outcome),
             _ = ctx.cancel.cancelled() => Ending::Cancelled,
-            _ = tokio::time::sleep(left) => Ending::TimedOut(budget),
+            _ = ctx.clock.expired() => Ending::TimedOut(ctx.clock.budget()),
             _ = inner.shutdown.cancelled() => {
                 // Leave the run as it is; the next start resumes it.
+                inner.services.inputs.forget(ctx.run_id);
                 inner.services.hub.flush().await;
                 return;
             }
@@ -294,13 +328,14 @@ impl Engine {
         } else {
             ending
         };
-        finalize(&ctx, run, ending).await;
+        finalize(&ctx, ending).await;
     }
 }
 
 async fn execute(ctx: &RunContext, orchestration: Orchestration) -> Outcome {
     match orchestration {
         Orchestration::Auto | Orchestration::Simple => simple::execute(ctx).await,
+        Orchestration::Fixed => fixed::execute(ctx).await,
         other => Outcome::Failed(RunError::new(
             "not_supported",
             format!("orchestration `{}` is not available yet", other.as_str()),
@@ -316,7 +351,8 @@ enum Ending {
 
 /// Ends a run: closes open step attempts, then writes the terminal row with its `final` event
 /// atomically, after every earlier event is durable, and only then broadcasts `final`.
-async fn finalize(ctx: &RunContext, mut run: Run, ending: Ending) {
+async fn finalize(ctx: &RunContext, ending: Ending) {
+    ctx.services.inputs.forget(ctx.run_id);
     let (completion, output, error) = match ending {
         Ending::Done(Outcome::Success(out)) => (Completion::Success, Some(out), None),
         Ending::Done(Outcome::Partial(out, err)) => (Completion::Partial, Some(out), Some(err)),
@@ -348,6 +384,7 @@ async fn finalize(ctx: &RunContext, mut run: Run, ending: Ending) {
     let status = completion.status();
     ctx.emit(EventKind::Status, None, json!({ "status": status }))
         .await;
+    let mut run = ctx.run();
     run.status = status;
     run.completion = Some(completion);
     run.output = output;

@@ -21,6 +21,9 @@ use crate::domain::{
     Tenant, Usage,
 };
 
+mod history;
+pub use history::*;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +89,27 @@ pub struct StoredRun {
     pub run: Run,
     pub tenant: Tenant,
     pub spec: RunSpec,
+}
+
+/// One thing to append to a run's history; see [`Store::append`].
+#[derive(Debug, Clone)]
+pub enum Record {
+    Event(std::sync::Arc<Event>),
+    Attempt(RunId, Box<StepAttempt>),
+    Checkpoint {
+        run: RunId,
+        id: u64,
+        plan_version: u32,
+        state: Value,
+    },
+    Plan {
+        run: RunId,
+        version: u32,
+        reason: String,
+        plan: Value,
+    },
+    /// The run row's mutable fields (status changes mid-run, e.g. `waiting_input`).
+    RunState(Box<Run>),
 }
 
 /// Outcome of [`Store::insert_run`].
@@ -322,6 +346,76 @@ impl Store {
         Ok(())
     }
 
+    /// Writes a batch of history records (events, step attempts, checkpoints, plans, run
+    /// states) in one transaction, in order.
+    pub async fn append(&self, records: &[Record]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for rec in records {
+            match rec {
+                Record::Event(ev) => insert_event(&mut *tx, ev).await?,
+                Record::Attempt(run, a) => upsert_attempt(&mut *tx, *run, a).await?,
+                Record::Checkpoint {
+                    run,
+                    id,
+                    plan_version,
+                    state,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at)
+                         VALUES (?, ?, ?, ?, ?)",
+                    )
+                    .bind(run.to_string())
+                    .bind(*id as i64)
+                    .bind(*plan_version as i64)
+                    .bind(to_json(state))
+                    .bind(fmt_time(crate::domain::now()))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Record::Plan {
+                    run,
+                    version,
+                    reason,
+                    plan,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO plans (run_id, version, reason, plan, created_at)
+                         VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(run.to_string())
+                    .bind(*version as i64)
+                    .bind(reason)
+                    .bind(to_json(plan))
+                    .bind(fmt_time(crate::domain::now()))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Record::RunState(run) => save_run_with(&mut *tx, run).await?,
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The newest checkpoint of a run: (id, plan_version, state).
+    pub async fn last_checkpoint(&self, run: RunId) -> Result<Option<(u64, u32, Value)>> {
+        let row = sqlx::query(
+            "SELECT id, plan_version, state FROM checkpoints WHERE run_id = ?
+             ORDER BY id DESC LIMIT 1",
+        )
+        .bind(run.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok((
+                r.try_get::<i64, _>("id")? as u64,
+                r.try_get::<i64, _>("plan_version")? as u32,
+                parse_json(&r.try_get::<String, _>("state")?)?,
+            ))
+        })
+        .transpose()
+    }
+
     /// Writes the terminal run row and its `final` event atomically.
     pub async fn finish_run(&self, run: &Run, final_event: &Event) -> Result<()> {
         let mut tx = self.pool.begin().await?;
@@ -354,30 +448,7 @@ impl Store {
     // ---- steps --------------------------------------------------------------------------
 
     pub async fn upsert_step_attempt(&self, run: RunId, a: &StepAttempt) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO step_attempts (run_id, plan_version, step_id, attempt, name, kind, status,
-                input, output, error, started_at, completed_at, duration_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (run_id, plan_version, step_id, attempt) DO UPDATE SET
-                status = excluded.status, output = excluded.output, error = excluded.error,
-                completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
-        )
-        .bind(run.to_string())
-        .bind(a.plan_version as i64)
-        .bind(&a.step_id)
-        .bind(a.attempt as i64)
-        .bind(&a.name)
-        .bind(a.kind.as_str())
-        .bind(a.status.as_str())
-        .bind(a.input.as_ref().map(to_json))
-        .bind(a.output.as_ref().map(to_json))
-        .bind(a.error.as_ref().map(to_json))
-        .bind(fmt_time(a.started_at))
-        .bind(a.completed_at.map(fmt_time))
-        .bind(a.duration_ms.map(|d| d as i64))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        upsert_attempt(&self.pool, run, a).await
     }
 
     pub async fn step_attempts(&self, run: RunId) -> Result<Vec<StepAttempt>> {
@@ -405,6 +476,36 @@ where
     .bind(&ev.step_id)
     .bind(fmt_time(ev.ts))
     .bind(to_json(&ev.data))
+    .execute(exec)
+    .await?;
+    Ok(())
+}
+
+async fn upsert_attempt<'e, E>(exec: E, run: RunId, a: &StepAttempt) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    sqlx::query(
+        "INSERT INTO step_attempts (run_id, plan_version, step_id, attempt, name, kind, status,
+                input, output, error, started_at, completed_at, duration_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (run_id, plan_version, step_id, attempt) DO UPDATE SET
+                status = excluded.status, output = excluded.output, error = excluded.error,
+                completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
+    )
+    .bind(run.to_string())
+    .bind(a.plan_version as i64)
+    .bind(&a.step_id)
+    .bind(a.attempt as i64)
+    .bind(&a.name)
+    .bind(a.kind.as_str())
+    .bind(a.status.as_str())
+    .bind(a.input.as_ref().map(to_json))
+    .bind(a.output.as_ref().map(to_json))
+    .bind(a.error.as_ref().map(to_json))
+    .bind(fmt_time(a.started_at))
+    .bind(a.completed_at.map(fmt_time))
+    .bind(a.duration_ms.map(|d| d as i64))
     .execute(exec)
     .await?;
     Ok(())

@@ -16,7 +16,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{Event, EventKind, RunId};
-use crate::store::{self, Store};
+use crate::store::{self, Record, Store};
 
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 512;
@@ -24,7 +24,7 @@ const MAX_BATCH: usize = 512;
 const REPLAY_PAGE: u32 = 512;
 
 enum Command {
-    Append(Arc<Event>),
+    Append(Record),
     /// Answered once everything queued before it is durable.
     Flush(oneshot::Sender<()>),
 }
@@ -65,14 +65,19 @@ impl EventHub {
 
     /// Queues an event for persistence and then broadcast. Returns once it is queued.
     pub async fn append(&self, event: Arc<Event>) {
+        self.record(Record::Event(event)).await;
+    }
+
+    /// Queues any history record; it is written in order with the events around it.
+    pub async fn record(&self, record: Record) {
         if self
             .inner
             .writer
-            .send(Command::Append(event))
+            .send(Command::Append(record))
             .await
             .is_err()
         {
-            tracing::error!("event writer has stopped; event dropped");
+            tracing::error!("event writer has stopped; record dropped");
         }
     }
 
@@ -232,7 +237,7 @@ where
 }
 
 async fn writer_loop(store: Store, mut rx: mpsc::Receiver<Command>, hub: std::sync::Weak<Inner>) {
-    let mut batch: Vec<Arc<Event>> = Vec::with_capacity(MAX_BATCH);
+    let mut batch: Vec<Record> = Vec::with_capacity(MAX_BATCH);
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
@@ -249,8 +254,10 @@ async fn writer_loop(store: Store, mut rx: mpsc::Receiver<Command>, hub: std::sy
         if !batch.is_empty() {
             write_with_retry(&store, &batch).await;
             if let Some(inner) = hub.upgrade() {
-                for ev in &batch {
-                    inner.broadcast(ev);
+                for rec in &batch {
+                    if let Record::Event(ev) = rec {
+                        inner.broadcast(ev);
+                    }
                 }
             }
             batch.clear();
@@ -263,10 +270,10 @@ async fn writer_loop(store: Store, mut rx: mpsc::Receiver<Command>, hub: std::sy
 
 /// A failed append is retried a few times (the database may be briefly busy); after that the
 /// batch is logged and dropped rather than wedging every run behind it.
-async fn write_with_retry(store: &Store, batch: &[Arc<Event>]) {
+async fn write_with_retry(store: &Store, batch: &[Record]) {
     let mut delay = std::time::Duration::from_millis(20);
     for attempt in 1..=5 {
-        match store.append_events(batch).await {
+        match store.append(batch).await {
             Ok(()) => return,
             Err(e) if attempt < 5 => {
                 tracing::warn!(error = %e, attempt, "appending events failed; retrying");

@@ -4,7 +4,9 @@
 mod support;
 
 mod api_errors;
+mod fixed;
 mod history;
 mod llm_provider;
 mod offline_samples;
 mod scripted_runs;
+mod workflows;

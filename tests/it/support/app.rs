@@ -60,9 +60,47 @@ pub async fn spawn_app(configure: impl FnOnce(&mut Config)) -> TestApp {
 
 /// Starts an app on an existing directory (a restart keeps the database).
 pub async fn spawn_app_in(dir: TempDir, configure: impl FnOnce(&mut Config)) -> TestApp {
+    spawn_app_with(dir, configure, None).await
+}
+
+/// Starts an app whose tools include the probe's test tools (`test.count`, `test.flaky`,
+/// `test.sleep`).
+pub async fn spawn_probed_app(
+    dir: Option<TempDir>,
+    probe: &super::tools::Probe,
+    configure: impl FnOnce(&mut Config),
+) -> TestApp {
+    let dir = match dir {
+        Some(d) => d,
+        None => {
+            let d = tempfile::tempdir().expect("temp dir");
+            std::fs::create_dir_all(workspace(&d)).expect("workspace");
+            d
+        }
+    };
+    spawn_app_with(dir, configure, Some(probe)).await
+}
+
+async fn spawn_app_with(
+    dir: TempDir,
+    configure: impl FnOnce(&mut Config),
+    probe: Option<&super::tools::Probe>,
+) -> TestApp {
     let mut config = test_config(&dir);
     configure(&mut config);
-    let app = App::build(config).await.expect("app builds");
+    let app = match probe {
+        None => App::build(config).await.expect("app builds"),
+        Some(probe) => {
+            let mut tools = orca::tools::ToolRegistry::with_builtins(&config.tools);
+            for t in probe.tools() {
+                tools.register(t);
+            }
+            let llm = orca::llm::LlmRouter::from_config(&config).expect("llm router");
+            App::build_with(config, llm, tools)
+                .await
+                .expect("app builds")
+        }
+    };
     let base = format!("http://{}", app.local_addr());
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(app.run_until_stopped(async move {

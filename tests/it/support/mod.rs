@@ -4,5 +4,6 @@
 
 pub mod app;
 pub mod scripted_llm;
+pub mod tools;
 
 pub use app::*;

@@ -1,0 +1,74 @@
+//! `/v1/runs/{id}/plans` and `/v1/runs/{id}/checkpoints`: what a planned run decided and
+//! where it can resume from. Read-only; the engine writes both.
+
+use axum::extract::{Path, State};
+use axum::{Extension, Json};
+
+use crate::domain::{RunId, Tenant};
+use crate::store::{Checkpoint, PlanRecord};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// The run id, if it names a run of the caller's: another tenant's run is as unknown as a
+/// missing one.
+async fn own_run(state: &AppState, tenant: &Tenant, id: &str) -> Result<RunId, ApiError> {
+    let not_found = || ApiError::NotFound(format!("no run `{id}`"));
+    let run = RunId::parse(id).ok_or_else(not_found)?;
+    state
+        .engine
+        .services()
+        .hub
+        .store()
+        .get_run(tenant, run)
+        .await?
+        .ok_or_else(not_found)?;
+    Ok(run)
+}
+
+/// Every plan version of a run, oldest first, with the reason it was made (`initial`, or the
+/// replan trigger). Empty for runs that do not plan.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/plans", tag = "runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, body = Vec<PlanRecord>),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn run_plans(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<PlanRecord>>, ApiError> {
+    let id = own_run(&state, &tenant, &id).await?;
+    Ok(Json(
+        state.engine.services().hub.store().list_plans(id).await?,
+    ))
+}
+
+/// A run's checkpoints, oldest first.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/checkpoints", tag = "runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, body = Vec<Checkpoint>),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn run_checkpoints(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<Checkpoint>>, ApiError> {
+    let id = own_run(&state, &tenant, &id).await?;
+    Ok(Json(
+        state
+            .engine
+            .services()
+            .hub
+            .store()
+            .list_checkpoints(id)
+            .await?,
+    ))
+}

@@ -1,0 +1,225 @@
+//! `/v1/workflows`: the fixed-workflow registry. A tenant lists, reads, creates or replaces
+//! (`PUT`, validated in full: 422 with every problem) and deletes its own workflows, and reads
+//! the shared ones loaded from the workflows directory at start (see [`crate::workflows`]).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::domain::Tenant;
+use crate::plan::validate_workflow;
+use crate::store::WorkflowRecord;
+use crate::workflows::check_name;
+
+use super::AppState;
+use super::error::{ApiError, FieldError};
+use super::extract::JsonBody;
+
+/// A workflow in `GET /v1/workflows`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkflowSummary {
+    pub name: String,
+    pub description: Option<String>,
+    pub version: Option<String>,
+    /// Loaded from the workflows directory: readable by every tenant, not deletable.
+    pub shared: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A workflow with its definition (`GET`/`PUT /v1/workflows/{name}`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkflowDetail {
+    pub name: String,
+    pub description: Option<String>,
+    pub version: Option<String>,
+    pub shared: bool,
+    /// The definition as stored: the `PUT` body, with `name` filled in.
+    #[schema(value_type = Object)]
+    pub definition: Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A string member of a stored definition. Stored definitions passed validation, so a
+/// present `description`/`version` is a string.
+fn text(definition: &Value, key: &str) -> Option<String> {
+    definition
+        .get(key)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+impl From<WorkflowRecord> for WorkflowSummary {
+    fn from(w: WorkflowRecord) -> Self {
+        WorkflowSummary {
+            description: text(&w.definition, "description"),
+            version: text(&w.definition, "version"),
+            name: w.name,
+            shared: w.shared,
+            created_at: w.created_at,
+            updated_at: w.updated_at,
+        }
+    }
+}
+
+impl From<WorkflowRecord> for WorkflowDetail {
+    fn from(w: WorkflowRecord) -> Self {
+        WorkflowDetail {
+            description: text(&w.definition, "description"),
+            version: text(&w.definition, "version"),
+            name: w.name,
+            shared: w.shared,
+            definition: w.definition,
+            created_at: w.created_at,
+            updated_at: w.updated_at,
+        }
+    }
+}
+
+fn valid_name(name: &str) -> Result<(), ApiError> {
+    check_name(name).map_err(|message| ApiError::validation("/name", message))
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::NotFound(format!("no workflow `{name}`"))
+}
+
+/// List the caller's workflows and the shared ones, by name.
+#[utoipa::path(
+    get, path = "/v1/workflows", tag = "workflows",
+    responses((status = 200, body = Vec<WorkflowSummary>))
+)]
+pub async fn list_workflows(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<Json<Vec<WorkflowSummary>>, ApiError> {
+    let store = state.engine.services().hub.store();
+    let list = store.list_workflows(&tenant).await?;
+    Ok(Json(list.into_iter().map(WorkflowSummary::from).collect()))
+}
+
+/// Get a workflow: the caller's own, else a shared one of that name.
+#[utoipa::path(
+    get, path = "/v1/workflows/{name}", tag = "workflows",
+    params(("name" = String, Path, description = "Workflow name")),
+    responses(
+        (status = 200, body = WorkflowDetail),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid name", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_workflow(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<Json<WorkflowDetail>, ApiError> {
+    valid_name(&name)?;
+    let store = state.engine.services().hub.store();
+    let found = store.get_workflow(&tenant, &name).await?;
+    found
+        .map(|w| Json(w.into()))
+        .ok_or_else(|| not_found(&name))
+}
+
+/// Create or replace one of the caller's workflows.
+///
+/// The body is the workflow definition (`schemas/FixedWorkflow.schema.json`); without a
+/// `name` the path's name is used. It is validated in full (schema, step ids, dependencies and
+/// cycles, tools and their arguments): any problem is a 422 listing every one with a JSON
+/// Pointer into the body. 201 when created, 200 when replaced. A shared workflow of the same
+/// name is not changed: the caller's own one shadows it for the caller.
+#[utoipa::path(
+    put, path = "/v1/workflows/{name}", tag = "workflows",
+    params(("name" = String, Path, description = "Workflow name: 1-64 of letters, digits, `_`, `-`, `.`")),
+    request_body(content = Object, description = "The workflow definition"),
+    responses(
+        (status = 201, description = "Created", body = WorkflowDetail),
+        (status = 200, description = "Replaced", body = WorkflowDetail),
+        (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid workflow", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn put_workflow(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(name): Path<String>,
+    JsonBody(mut definition): JsonBody,
+) -> Result<(StatusCode, Json<WorkflowDetail>), ApiError> {
+    valid_name(&name)?;
+    if let Value::Object(map) = &mut definition {
+        match map.get("name") {
+            None => {
+                map.insert("name".into(), Value::String(name.clone()));
+            }
+            Some(Value::String(n)) if *n == name => {}
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "/name",
+                    format!("`name` must be the name in the path, `{name}`"),
+                ));
+            }
+        }
+    }
+    let services = state.engine.services();
+    validate_workflow(&definition, &services.tools).map_err(|problems| {
+        ApiError::validation_many(
+            problems
+                .into_iter()
+                .map(|p| FieldError::new(p.pointer, p.message))
+                .collect(),
+        )
+    })?;
+    let store = services.hub.store();
+    let created = store.put_workflow(&tenant, &name, &definition).await?;
+    // Read back rather than rebuild, so the answer carries the stored times (a replacement
+    // keeps its created_at).
+    let stored = store
+        .get_workflow(&tenant, &name)
+        .await?
+        .filter(|w| !w.shared)
+        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("workflow `{name}` vanished")))?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(stored.into())))
+}
+
+/// Delete one of the caller's workflows. Shared ones (from the workflows directory) cannot be
+/// deleted: 409.
+#[utoipa::path(
+    delete, path = "/v1/workflows/{name}", tag = "workflows",
+    params(("name" = String, Path, description = "Workflow name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid name", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A shared workflow", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_workflow(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    valid_name(&name)?;
+    let store = state.engine.services().hub.store();
+    if store.delete_workflow(&tenant, &name).await? {
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    // Not the caller's own: say why when it is a shared one, which the caller can read.
+    match store.get_workflow(&tenant, &name).await? {
+        Some(w) if w.shared => Err(ApiError::Conflict(format!(
+            "workflow `{name}` was loaded from the workflows directory and cannot be deleted \
+             through the API"
+        ))),
+        _ => Err(not_found(&name)),
+    }
+}

@@ -1,0 +1,68 @@
+//! Plans: the AgentPlan and FixedWorkflow formats, their validation, references between steps,
+//! CEL conditions, the [`PlanBuilder`] and the analysis of a plan's DAG.
+//!
+//! Owns what a plan *means*: a JSON document becomes a [`ValidPlan`] (domain plan, typed
+//! [`StepSpec`]s with parsed [`Template`]s and compiled [`Condition`]s, a stable topological
+//! order, the critical path) or a list of every [`Problem`], each with a JSON Pointer.
+//!
+//! It must stay pure: no IO, no async, no HTTP, no store. It does not depend on `crate::api`
+//! (the API turns [`Problem`]s into problem+json) nor on the engine (which consumes
+//! [`ValidPlan`] and resolves templates through a [`Scope`] it builds from its own state).
+//!
+//! Reference syntax, in short (details in [`template`]):
+//!
+//! ```text
+//! {{ input }}  {{ input.a.b }}  {{ input.items[0] }}     the run input
+//! {{ steps.ID.output }}  {{ steps.ID.output.x[2] }}      a finished step's output (or .status)
+//! {{ vars.NAME }}                                        a declared plan variable
+//! {{ item }}  {{ index }}                                loop bodies only
+//! "{{ ref }}" alone keeps the value's JSON type; text around references interpolates.
+//! ```
+
+pub mod builder;
+pub mod condition;
+pub mod graph;
+pub mod schema;
+pub mod spec;
+pub mod template;
+pub mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use builder::{PlanBuilder, StepDraft};
+pub use condition::{CelRef, Condition};
+pub use graph::ValidPlan;
+pub use spec::{Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec};
+pub use template::{
+    NoResults, Piece, RefError, Reference, Root, Scope, Segment, StepField, StepResults, StepState,
+    StepView, Template, references, resolve,
+};
+pub use validate::{Workflow, validate_plan, validate_workflow};
+
+/// One problem with a plan or workflow document.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Problem {
+    /// JSON Pointer into the document, e.g. `/steps/2/depends_on/0` (`""` = the whole document).
+    pub pointer: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Problem {
+            pointer: pointer.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.pointer.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.pointer, self.message)
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The shipped JSON Schemas of plans and workflows (`schemas/*.schema.json`, embedded in the
+//! binary), compiled once, and the translation of their errors into [`Problem`]s.
+//!
+//! Owns the messages users read for shape errors. It must not check meaning (ids, references,
+//! tools): [`super::validate`] does that.
+
+use std::sync::LazyLock;
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::{Retrieve, Uri, ValidationError, Validator};
+use serde_json::Value;
+
+use super::Problem;
+use super::template::escape_pointer;
+
+/// `schemas/AgentPlan.schema.json`.
+pub const AGENT_PLAN_SCHEMA: &str = include_str!("../../schemas/AgentPlan.schema.json");
+/// `schemas/FixedWorkflow.schema.json`.
+pub const FIXED_WORKFLOW_SCHEMA: &str = include_str!("../../schemas/FixedWorkflow.schema.json");
+/// `schemas/OrchestrationType.schema.json`: what the LLM selector must answer.
+pub const ORCHESTRATION_TYPE_SCHEMA: &str =
+    include_str!("../../schemas/OrchestrationType.schema.json");
+
+const AGENT_PLAN_ID: &str = "https://orca.dev/schemas/AgentPlan.schema.json";
+const FIXED_WORKFLOW_ID: &str = "https://orca.dev/schemas/FixedWorkflow.schema.json";
+
+/// Longest message kept. Schema messages quote the offending value, which may be a whole step.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+pub(crate) struct Shipped {
+    pub document: Value,
+    pub validator: Validator,
+}
+
+fn parse(text: &str) -> Value {
+    // The schemas are part of the binary and the tests compile them: a failure is a build
+    // defect, found by the first test, never by a user.
+    serde_json::from_str(text).expect("shipped schema is JSON")
+}
+
+/// Serves the workflow schema's `$ref`s to the plan schema from the binary, never the network.
+struct ShippedRetriever;
+
+impl Retrieve for ShippedRetriever {
+    fn retrieve(
+        &self,
+        uri: &Uri<String>,
+    ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        if uri.as_str().trim_end_matches('#') == AGENT_PLAN_ID {
+            Ok(AGENT_PLAN.document.clone())
+        } else {
+            Err(format!("`{uri}` is not a schema shipped with orca").into())
+        }
+    }
+}
+
+pub(crate) static AGENT_PLAN: LazyLock<Shipped> = LazyLock::new(|| {
+    let document = parse(AGENT_PLAN_SCHEMA);
+    let validator = jsonschema::draft202012::new(&document).expect("AgentPlan schema compiles");
+    Shipped {
+        document,
+        validator,
+    }
+});
+
+pub(crate) static FIXED_WORKFLOW: LazyLock<Shipped> = LazyLock::new(|| {
+    let document = parse(FIXED_WORKFLOW_SCHEMA);
+    let validator = jsonschema::draft202012::options()
+        .with_retriever(ShippedRetriever)
+        .build(&document)
+        .expect("FixedWorkflow schema compiles");
+    Shipped {
+        document,
+        validator,
+    }
+});
+
+/// Every schema error of `value`, each with the pointer of the offending member.
+pub(crate) fn problems(shipped: &Shipped, value: &Value) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for err in shipped.validator.iter_errors(value) {
+        let base = err.instance_path().as_str().to_owned();
+        if let Some(message) = custom_message(&err) {
+            out.push(Problem::new(base, message));
+            continue;
+        }
+        match err.kind() {
+            // The missing or unknown member is what the author must fix: point at it.
+            ValidationErrorKind::Required { property } => {
+                let name = property.as_str().unwrap_or_default();
+                out.push(Problem::new(
+                    format!("{base}/{}", escape_pointer(name)),
+                    format!("`{name}` is required"),
+                ));
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                for name in unexpected {
+                    out.push(Problem::new(
+                        format!("{base}/{}", escape_pointer(name)),
+                        format!("`{name}` is not a known field here"),
+                    ));
+                }
+            }
+            _ => out.push(Problem::new(base, message_of(&err))),
+        }
+    }
+    out
+}
+
+/// The `errorMessage` the schema gives for the failed keyword, if any: the schemas carry an
+/// object `{keyword: message}` next to keywords whose default message would not help (`oneOf`
+/// says which alternatives failed, not that exactly one of two members is needed).
+fn custom_message(err: &ValidationError<'_>) -> Option<String> {
+    let location = err.absolute_keyword_location()?;
+    let (base, fragment) = location.as_str().split_once('#')?;
+    let document = match base {
+        AGENT_PLAN_ID => &AGENT_PLAN.document,
+        FIXED_WORKFLOW_ID => &FIXED_WORKFLOW.document,
+        _ => return None,
+    };
+    let (parent, keyword) = fragment.rsplit_once('/')?;
+    let messages = document.pointer(parent)?.get("errorMessage")?;
+    messages.get(keyword)?.as_str().map(str::to_owned)
+}
+
+/// The schema error's message, quoting the offending value only when that stays short.
+pub(crate) fn message_of(err: &ValidationError<'_>) -> String {
+    let full = err.to_string();
+    if full.chars().count() <= MAX_MESSAGE_CHARS {
+        return full;
+    }
+    let masked = err.masked_with("the value").to_string();
+    match masked.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}…", &masked[..cut]),
+        None => masked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_schemas_compile_and_describe_every_property() {
+        fn check_descriptions(v: &Value, path: &str) {
+            if let Some(props) = v.get("properties").and_then(Value::as_object) {
+                for (name, spec) in props {
+                    assert!(
+                        spec.get("description")
+                            .and_then(Value::as_str)
+                            .is_some_and(|d| !d.is_empty()),
+                        "{path}/properties/{name} has no description"
+                    );
+                }
+            }
+            match v {
+                Value::Object(map) => {
+                    for (k, child) in map {
+                        // `if`/`then` only re-type properties documented where they are declared.
+                        if k != "if" && k != "then" {
+                            check_descriptions(child, &format!("{path}/{k}"));
+                        }
+                    }
+                }
+                Value::Array(items) => {
+                    for (i, child) in items.iter().enumerate() {
+                        check_descriptions(child, &format!("{path}/{i}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for text in [
+            AGENT_PLAN_SCHEMA,
+            FIXED_WORKFLOW_SCHEMA,
+            ORCHESTRATION_TYPE_SCHEMA,
+        ] {
+            let doc = parse(text);
+            assert!(jsonschema::draft202012::meta::is_valid(&doc));
+            check_descriptions(&doc, "");
+        }
+        let _ = &AGENT_PLAN.validator;
+        let _ = &FIXED_WORKFLOW.validator;
+        let selector = jsonschema::validator_for(&parse(ORCHESTRATION_TYPE_SCHEMA)).unwrap();
+        assert!(selector.is_valid(&serde_json::json!({"orchestrationType": "planner"})));
+        assert!(!selector.is_valid(&serde_json::json!({"orchestrationType": "auto"})));
+    }
+}

@@ -1,0 +1,153 @@
+//! The fixed-workflow registry's bootstrap: loading the configured directory (`workflows.dir`)
+//! at start, plus the naming rule shared with the API.
+//!
+//! Every `*.json` file of the directory (not its subdirectories) holds one workflow definition
+//! in the project's workflow format (`schemas/FixedWorkflow.schema.json`). Other files are
+//! ignored, so a README or an editor's backup can sit next to them; TOML or YAML are not read.
+//! A definition without a `name` takes the file's stem (`triage.json` → `triage`), which then
+//! must be a valid workflow name.
+//!
+//! Each file is validated exactly like a `PUT /v1/workflows/{name}` body. One invalid file
+//! stops the start, with every problem of every file in the error, rather than serving a
+//! registry that silently lacks a workflow. Loaded workflows are stored as *shared*: every
+//! tenant can read them, none can replace or delete them through the API (a tenant's own
+//! workflow of the same name shadows the shared one for that tenant only).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::plan::validate_workflow;
+use crate::store::Store;
+use crate::tools::ToolRegistry;
+
+/// Checks a workflow name: 1-64 characters of lowercase letters, digits, `_`, `.` or `-`,
+/// starting with a letter or digit (the `name` rule of `schemas/FixedWorkflow.schema.json`),
+/// so that it fits in a URL path segment and a file name without escaping.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ok = name.len() <= 64
+        && name.chars().next().is_some_and(allowed)
+        && name
+            .chars()
+            .all(|c| allowed(c) || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "workflow names are 1-64 characters of lowercase letters, digits, `_`, `.` or `-`, \
+             starting with a letter or digit; `{name}` is not"
+        ))
+    }
+}
+
+/// Loads and validates every workflow file of `dir`, then makes them the shared workflows
+/// (replacing those of an earlier start). Returns how many were loaded.
+///
+/// An empty `dir` means no directory is configured: nothing is loaded and shared workflows
+/// left by an earlier start are removed. A missing or unreadable directory is an error.
+pub async fn load_dir(dir: &Path, store: &Store, tools: &ToolRegistry) -> anyhow::Result<usize> {
+    if dir.as_os_str().is_empty() {
+        store
+            .sync_shared_workflows(&[])
+            .await
+            .context("clearing shared workflows")?;
+        return Ok(0);
+    }
+    let files = workflow_files(dir).await?;
+    let mut loaded: Vec<(String, Value, PathBuf)> = Vec::new();
+    let mut report = String::new();
+    for path in files {
+        match load_file(&path, tools).await {
+            Ok((name, definition)) => {
+                if let Some((_, _, first)) = loaded.iter().find(|(n, _, _)| *n == name) {
+                    let _ = writeln!(
+                        report,
+                        "{}: workflow `{name}` is already defined by {}",
+                        path.display(),
+                        first.display()
+                    );
+                } else {
+                    loaded.push((name, definition, path));
+                }
+            }
+            Err(problems) => {
+                let _ = writeln!(report, "{} is not a valid workflow:", path.display());
+                for line in problems {
+                    let _ = writeln!(report, "  {line}");
+                }
+            }
+        }
+    }
+    if !report.is_empty() {
+        anyhow::bail!(
+            "invalid workflow files in {} (workflows.dir):\n{}",
+            dir.display(),
+            report.trim_end()
+        );
+    }
+    let workflows: Vec<(String, Value)> = loaded.into_iter().map(|(n, d, _)| (n, d)).collect();
+    store
+        .sync_shared_workflows(&workflows)
+        .await
+        .context("storing the workflows of workflows.dir")?;
+    Ok(workflows.len())
+}
+
+/// The `*.json` files directly in `dir`, sorted so that loading (and its errors) is
+/// deterministic.
+async fn workflow_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let context = || {
+        format!(
+            "reading the workflows directory {} (workflows.dir)",
+            dir.display()
+        )
+    };
+    let mut entries = tokio::fs::read_dir(dir).await.with_context(context)?;
+    let mut files = Vec::new();
+    while let Some(entry) = entries.next_entry().await.with_context(context)? {
+        let path = entry.path();
+        let is_json = path.extension().is_some_and(|e| e == "json");
+        if is_json && entry.file_type().await.with_context(context)?.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// One file → (name, definition with its name filled in), or every problem as
+/// `pointer: message` lines.
+async fn load_file(path: &Path, tools: &ToolRegistry) -> Result<(String, Value), Vec<String>> {
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|e| vec![format!("cannot be read: {e}")])?;
+    let mut definition: Value =
+        serde_json::from_str(&text).map_err(|e| vec![format!("not valid JSON: {e}")])?;
+    if let Value::Object(map) = &mut definition
+        && !map.contains_key("name")
+    {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        map.insert("name".into(), Value::String(stem));
+    }
+    // The name is checked with the rest (schema `name` pattern), so it is not checked here.
+    match validate_workflow(&definition, tools) {
+        Ok(workflow) => Ok((workflow.name, definition)),
+        Err(problems) => Err(problems
+            .into_iter()
+            .map(|p| {
+                let pointer = if p.pointer.is_empty() {
+                    "(root)"
+                } else {
+                    &p.pointer
+                };
+                format!("{pointer}: {}", p.message)
+            })
+            .collect()),
+    }
+}
