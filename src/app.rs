@@ -110,7 +110,14 @@ impl App {
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let shutdown = self.shutdown.clone();
-        let served = axum::serve(self.listener, self.router)
+        use axum::serve::ListenerExt;
+        // Without TCP_NODELAY, small SSE frames wait for the peer's delayed ACK (~40 ms).
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
+        let served = axum::serve(listener, self.router)
             .with_graceful_shutdown(async move {
                 signal.await;
                 tracing::info!("stop requested: draining");

@@ -135,7 +135,7 @@ pub async fn get_workflow(
 /// name is not changed: the caller's own one shadows it for the caller.
 #[utoipa::path(
     put, path = "/v1/workflows/{name}", tag = "workflows",
-    params(("name" = String, Path, description = "Workflow name: 1-64 of letters, digits, `_`, `-`, `.`")),
+    params(("name" = String, Path, description = "Workflow name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit")),
     request_body(content = Object, description = "The workflow definition"),
     responses(
         (status = 201, description = "Created", body = WorkflowDetail),

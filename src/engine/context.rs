@@ -313,6 +313,24 @@ impl RunContext {
             .remove(&key);
     }
 
+    /// Registers an attempt the caller stores itself (the plan engine), so that a run ending
+    /// around it still closes it.
+    pub fn track_attempt(&self, rec: StepAttempt) {
+        let key = (rec.step_id.clone(), rec.attempt);
+        self.open_attempts
+            .lock()
+            .expect("attempts lock")
+            .insert(key, (rec, Instant::now()));
+    }
+
+    /// The attempt registered with [`Self::track_attempt`] has ended.
+    pub fn untrack_attempt(&self, step_id: &str, attempt: u32) {
+        self.open_attempts
+            .lock()
+            .expect("attempts lock")
+            .remove(&(step_id.to_owned(), attempt));
+    }
+
     /// Closes every attempt still open with `status` (the run ended around them).
     pub async fn close_open_attempts(&self, status: StepStatus, error: &RunError) {
         let open: Vec<(String, u32)> = self

@@ -72,7 +72,11 @@ impl StepResults for Layered<'_> {
 
 /// What a child step sees besides the snapshot: its siblings' results, and the loop's
 /// current item and index.
-type Locals<'a> = (&'a HashMap<String, StepState>, Option<&'a Value>, Option<u64>);
+type Locals<'a> = (
+    &'a HashMap<String, StepState>,
+    Option<&'a Value>,
+    Option<u64>,
+);
 
 /// What one top-level step task hands back to the scheduler.
 struct Finished {
@@ -578,6 +582,7 @@ fn run_with_retries<'f>(
                 .hub
                 .record(Record::Attempt(ctx.run_id, Box::new(record.clone())))
                 .await;
+            ctx.track_attempt(record.clone());
             let t0 = Instant::now();
             let mut attempt_events = StepEvents::default();
             let body = run_body(frame, spec, locals, &mut attempt_events);
@@ -611,6 +616,7 @@ fn run_with_retries<'f>(
                 .hub
                 .record(Record::Attempt(ctx.run_id, Box::new(done)))
                 .await;
+            ctx.untrack_attempt(spec.id.as_str(), attempt);
             ctx.services
                 .metrics
                 .step_finished(spec.step_kind().as_str(), elapsed.as_secs_f64());

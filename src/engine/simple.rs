@@ -102,7 +102,12 @@ pub async fn execute(ctx: &RunContext) -> Outcome {
         let reply = match call_llm(ctx, &*provider, request, &step_id).await {
             Ok(r) => r,
             Err(e) => {
-                ctx.step_finished(&step_id, 1, StepStatus::Failed, None, Some(e.clone()))
+                let status = if ctx.cancel.is_cancelled() {
+                    StepStatus::Cancelled
+                } else {
+                    StepStatus::Failed
+                };
+                ctx.step_finished(&step_id, 1, status, None, Some(e.clone()))
                     .await;
                 return Outcome::Failed(e);
             }

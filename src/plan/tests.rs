@@ -862,7 +862,9 @@ fn workflows_validate_their_name_input_schema_and_plan() {
     // Plan problems in a workflow point where they would in a plan.
     let err = validate_workflow(
         &json!({"name": "w", "input_schema": {"type": 3},
-                "steps": [{"id": "t", "kind": "tool", "input": {"tool": "x"}}, {"id": "c", "kind": "loop", "input": {}}]}),
+                "steps": [{"id": "t", "kind": "tool", "input": {"tool": "x"}},
+                          {"id": "c", "kind": "loop", "input": {}},
+                          {"id": "d", "kind": "dance", "input": {}}]}),
         &tools,
     )
     .unwrap_err();
@@ -874,6 +876,18 @@ fn workflows_validate_their_name_input_schema_and_plan() {
     ] {
         assert!(pointers.contains(&want), "{want}: {err:#?}");
     }
+    // The plan schema's own messages survive the workflow schema's `$ref`s.
+    let messages: Vec<&str> = err.iter().map(|p| p.message.as_str()).collect();
+    assert!(
+        messages.contains(&"a loop needs exactly one of `for_each` or `while`"),
+        "{err:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("`kind` must be one of")),
+        "{err:#?}"
+    );
 }
 
 #[test]
@@ -882,25 +896,4 @@ fn valid_plans_are_shareable_across_tasks() {
     assert_send_sync::<ValidPlan>();
     assert_send_sync::<Workflow>();
     assert_send_sync::<Problem>();
-}
-
-#[test]
-fn zz_print_samples() {
-    let docs = [
-        json!({"steps": [null, 1, "x", [], {}]}),
-        json!({"steps": [{"id": 5, "kind": ["llm"], "input": "p"}]}),
-        json!({"steps": [{"id": "p", "kind": "loop", "input": {"steps": [null], "for_each": 3, "max_iterations": -1}}]}),
-        json!({"steps": [{"id": "a", "kind": "agent", "input": {}}]}),
-        json!({"steps": [{"id": "a", "kind": "llm", "input": {"prompt": "x", "output_schema": {"type": "nope"}}}]}),
-        json!({"steps": [{"id": "w", "kind": "wait", "input": {"duration_ms": 1, "until": "x"}}]}),
-        json!({"steps": [{"id": "b", "kind": "branch", "input": {"condition": "input.x >", "then": []}}]}),
-        json!({"steps": [{"id": "t", "kind": "tool", "input": {"tool": "math.calculate"}}]}),
-        json!({"steps": [{"id": "t", "kind": "tool", "input": {"tool": "math.calculate", "arguments": {"expression": 5}}}]}),
-    ];
-    for d in docs {
-        println!("{d}");
-        for p in validate_plan(&d, &tools()).unwrap_err() {
-            println!("   {p}");
-        }
-    }
 }

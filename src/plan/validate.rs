@@ -622,18 +622,17 @@ impl<'a> Checker<'a> {
                 }
                 // Arguments with templates are only known at run time; the registry checks
                 // them then. Literal ones are checked now, so a plan fails before it runs.
-                if arguments.as_ref().is_some_and(|a| !a.has_references()) {
-                    if let Err(ToolError::InvalidArguments { errors, .. }) =
+                if arguments.as_ref().is_some_and(|a| !a.has_references())
+                    && let Err(ToolError::InvalidArguments { errors, .. }) =
                         self.tools.validate(tool, raw_args)
-                    {
-                        for e in errors {
-                            self.problems.push(Problem::new(
-                                format!("{}{}", at("arguments"), e.pointer),
-                                e.message,
-                            ));
-                        }
-                        return None;
+                {
+                    for e in errors {
+                        self.problems.push(Problem::new(
+                            format!("{}{}", at("arguments"), e.pointer),
+                            e.message,
+                        ));
                     }
+                    return None;
                 }
                 Some(KindSpec::Tool {
                     tool: tool.to_owned(),
@@ -832,7 +831,7 @@ impl<'a> Checker<'a> {
             let at = format!("{pointer}/{k}");
             let problem = if ctx.top_level {
                 match self.top.get(t) {
-                    Some(&pos) if self.raw_deps[pos].iter().any(|d| *d == ctx.id) => None,
+                    Some(&pos) if self.raw_deps[pos].contains(&ctx.id) => None,
                     Some(_) => Some(format!(
                         "`{t}` must list `{}` in its `depends_on` to be one of its branches",
                         ctx.id

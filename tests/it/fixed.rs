@@ -19,7 +19,7 @@ async fn run_plan(app: &TestApp, plan: Value, input: Value) -> Vec<SseMessage> {
         .await
 }
 
-fn step_events<'a>(events: &'a [SseMessage], status: &str) -> Vec<String> {
+fn step_events(events: &[SseMessage], status: &str) -> Vec<String> {
     events
         .iter()
         .filter(|e| e.kind() == "step" && e.json()["data"]["status"] == status)
