@@ -448,6 +448,12 @@ impl Reference {
                         .steps
                         .get(id)
                         .ok_or_else(|| fail(format!("step `{id}` has no result yet")))?;
+                    // A skipped step (an arm not taken) has no output, and everything
+                    // read from it is null rather than an error: a join after a branch can
+                    // read both arms.
+                    if field == &StepField::Output && view.status == StepStatus::Skipped {
+                        return Ok(Cow::Owned(Value::Null));
+                    }
                     match field {
                         StepField::Status => Cow::Owned(Value::from(view.status.as_str())),
                         StepField::Output => Cow::Borrowed(view.output.ok_or_else(|| {

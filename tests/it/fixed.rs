@@ -669,3 +669,155 @@ async fn a_killed_server_resumes_from_its_checkpoint() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[tokio::test]
+async fn llm_steps_stream_text_and_hold_json_to_a_schema() {
+    use crate::support::scripted_llm::{Reply, ScriptedLlm};
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::text("a short summary"));
+    llm.push(Reply::json(json!({ "title": 7 }))); // breaks the schema: retried
+    llm.push(Reply::json(json!({ "title": "Fixed" })));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "steps": [
+        { "id": "summary", "kind": "llm", "input": { "prompt": "Summarise {{ input.text }}", "system": "Be brief." } },
+        { "id": "meta", "kind": "llm", "depends_on": ["summary"],
+          "retry_policy": { "max_attempts": 2, "initial_delay_ms": 1, "retryable_errors": ["invalid_llm_output"] },
+          "input": { "prompt": "Title for: {{ steps.summary.output }}",
+                     "output_schema": { "type": "object", "required": ["title"], "properties": { "title": { "type": "string" } } } } },
+    ], "output": { "summary": "{{ steps.summary.output }}", "title": "{{ steps.meta.output.title }}" } });
+    let events = run_plan(&app, plan, json!({ "text": "a long text" })).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(
+        fin["output"],
+        json!({ "summary": "a short summary", "title": "Fixed" })
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind() == "token" && e.json()["step_id"] == "summary")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind() == "json_partial" && e.json()["step_id"] == "meta")
+    );
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(reqs[0]["messages"][0]["content"], "Be brief.");
+    assert_eq!(reqs[0]["messages"][1]["content"], "Summarise a long text");
+    assert_eq!(reqs[1]["response_format"]["type"], "json_schema");
+    assert_eq!(fin["usage"]["llm_calls"], 3);
+}
+
+#[tokio::test]
+async fn a_cancel_during_a_wait_step_ends_the_run_at_once() {
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |_| {}).await;
+    let plan = json!({ "steps": [{ "id": "seq", "kind": "sequential", "input": { "steps": [
+        { "id": "first", "kind": "tool", "input": { "tool": "test.count", "arguments": { "key": "seq" } } },
+        { "id": "nap", "kind": "wait", "input": { "duration_ms": 600000 } },
+        { "id": "never", "kind": "tool", "input": { "tool": "test.count", "arguments": { "key": "never" } } },
+    ]}}]});
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .header("accept", "text/event-stream")
+        .json(&json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+        .send()
+        .await
+        .unwrap();
+    let mut reader = SseReader::new(resp);
+    let first = reader.next_event().await.unwrap();
+    let id = first.json()["run_id"].as_str().unwrap().to_owned();
+    // The first child's attempt is stored once it ran; then the wait is in progress.
+    loop {
+        let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+        if steps
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["step_id"] == "nap")
+        {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let resp = app
+        .client
+        .post(app.url(&format!("/v1/runs/{id}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let rest = reader.read_to_final().await;
+    assert_eq!(final_data(&rest)["status"], "cancelled");
+    assert_eq!(probe.calls("seq"), 1);
+    assert_eq!(probe.calls("never"), 0);
+    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+    let nap = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step_id"] == "nap")
+        .unwrap()
+        .clone();
+    assert_eq!(nap["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_registered_workflow_runs_by_name_and_checks_its_input() {
+    let app = spawn_app(|_| {}).await;
+    let definition: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/workflows/publish-report.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let resp = app
+        .client
+        .put(app.url("/v1/workflows/publish-report"))
+        .json(&definition)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    // The workflow's input_schema is enforced at POST.
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .json(&json!({ "input": { "topic": "Q3", "threshold": "high" }, "orchestration": "fixed", "workflow": "publish-report" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let problem: Value = resp.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["pointer"], "/input/threshold");
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .json(&json!({ "input": "x", "orchestration": "fixed", "workflow": "no-such-flow" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+
+    // Below the threshold: the branch archives, no human needed.
+    let events = app
+        .stream_run(json!({ "input": { "topic": "Q3", "threshold": 5000 }, "orchestration": "fixed", "workflow": "publish-report" }))
+        .await;
+    assert_well_formed(&events, 1);
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["profit"], 1200);
+    // Skipped steps read as null.
+    assert_eq!(fin["output"]["draft"], Value::Null);
+    assert_eq!(step_events(&events, "skipped"), ["draft", "approve"]);
+    let plan_ev = events.iter().find(|e| e.kind() == "plan").unwrap().json()["data"].clone();
+    assert_eq!(
+        plan_ev["critical_path"],
+        json!(["figures", "profit", "check", "draft", "approve"])
+    );
+}
