@@ -62,7 +62,10 @@ async fn start(bin: &str) -> Server {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let child = Command::new(bin)
+    // The server runs in the temp dir, so a relative binary path must be resolved first.
+    let bin = std::fs::canonicalize(bin)
+        .unwrap_or_else(|e| panic!("{bin}: {e} (run `cargo build --release` first)"));
+    let child = Command::new(&bin)
         .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
         .arg("--database-url")
         .arg(format!(
@@ -79,7 +82,7 @@ async fn start(bin: &str) -> Server {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .unwrap_or_else(|e| panic!("starting {bin}: {e} (run `cargo build --release` first)"));
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     for _ in 0..200 {

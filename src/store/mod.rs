@@ -5,6 +5,7 @@
 //! Invariant: a run's `final` event and its terminal row are written in one transaction
 //! ([`Store::finish_run`]), so history never shows one without the other.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -350,28 +351,52 @@ impl Store {
     /// states) in one transaction, in order.
     pub async fn append(&self, records: &[Record]) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        for rec in records {
-            match rec {
-                Record::Event(ev) => insert_event(&mut *tx, ev).await?,
-                Record::Attempt(run, a) => upsert_attempt(&mut *tx, *run, a).await?,
+        // Events are independent rows: insert them many per statement. Of several writes of
+        // one step attempt in a batch (running, then finished) only the last matters.
+        let events: Vec<&Event> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Event(ev) => Some(&**ev),
+                _ => None,
+            })
+            .collect();
+        for chunk in events.chunks(EVENTS_PER_INSERT) {
+            insert_events(&mut *tx, chunk).await?;
+        }
+        let mut last_attempt: HashMap<(RunId, u32, &str, u32), usize> = HashMap::new();
+        for (i, r) in records.iter().enumerate() {
+            if let Record::Attempt(run, a) = r {
+                last_attempt.insert((*run, a.plan_version, a.step_id.as_str(), a.attempt), i);
+            }
+        }
+        let mut attempts: Vec<(RunId, &StepAttempt)> = Vec::new();
+        let mut checkpoints: Vec<(RunId, u64, u32, &Value)> = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            match r {
+                Record::Attempt(run, a)
+                    if last_attempt.get(&(*run, a.plan_version, a.step_id.as_str(), a.attempt))
+                        == Some(&i) =>
+                {
+                    attempts.push((*run, a));
+                }
                 Record::Checkpoint {
                     run,
                     id,
                     plan_version,
                     state,
-                } => {
-                    sqlx::query(
-                        "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at)
-                         VALUES (?, ?, ?, ?, ?)",
-                    )
-                    .bind(run.to_string())
-                    .bind(*id as i64)
-                    .bind(*plan_version as i64)
-                    .bind(to_json(state))
-                    .bind(fmt_time(crate::domain::now()))
-                    .execute(&mut *tx)
-                    .await?;
-                }
+                } => checkpoints.push((*run, *id, *plan_version, state)),
+                _ => {}
+            }
+        }
+        for chunk in attempts.chunks(ROWS_PER_INSERT) {
+            upsert_attempts(&mut *tx, chunk).await?;
+        }
+        for chunk in checkpoints.chunks(ROWS_PER_INSERT) {
+            insert_checkpoints(&mut *tx, chunk).await?;
+        }
+        for rec in records {
+            match rec {
+                Record::Event(_) | Record::Attempt(..) | Record::Checkpoint { .. } => {}
                 Record::Plan {
                     run,
                     version,
@@ -463,6 +488,37 @@ impl Store {
     }
 }
 
+/// Rows per multi-row event insert (6 parameters each, well under SQLite's limit).
+const EVENTS_PER_INSERT: usize = 256;
+/// Rows per multi-row insert of attempts and checkpoints (13 and 5 parameters each).
+const ROWS_PER_INSERT: usize = 64;
+
+async fn insert_events<'e, E>(exec: E, events: &[&Event]) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    // Only static fragments are repeated; every value is a bind parameter.
+    let mut sql = String::from("INSERT INTO events (run_id, seq, kind, step_id, ts, data) VALUES ");
+    for i in 0..events.len() {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?, ?, ?, ?, ?, ?)");
+    }
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for ev in events {
+        q = q
+            .bind(ev.run_id.to_string())
+            .bind(ev.seq as i64)
+            .bind(ev.kind.as_str())
+            .bind(ev.step_id.clone())
+            .bind(fmt_time(ev.ts))
+            .bind(to_json(&ev.data));
+    }
+    q.execute(exec).await?;
+    Ok(())
+}
+
 async fn insert_event<'e, E>(exec: E, ev: &Event) -> Result<()>
 where
     E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
@@ -508,6 +564,69 @@ where
     .bind(a.duration_ms.map(|d| d as i64))
     .execute(exec)
     .await?;
+    Ok(())
+}
+
+/// Repeats a `(?, ?, ...)` tuple of `width` placeholders `rows` times.
+fn placeholders(width: usize, rows: usize) -> String {
+    let tuple = format!("({})", vec!["?"; width].join(", "));
+    vec![tuple; rows].join(", ")
+}
+
+async fn upsert_attempts<'e, E>(exec: E, rows: &[(RunId, &StepAttempt)]) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    // Only static fragments are repeated; every value is a bind parameter.
+    let sql = format!(
+        "INSERT INTO step_attempts (run_id, plan_version, step_id, attempt, name, kind, status,
+            input, output, error, started_at, completed_at, duration_ms)
+         VALUES {}
+         ON CONFLICT (run_id, plan_version, step_id, attempt) DO UPDATE SET
+            status = excluded.status, output = excluded.output, error = excluded.error,
+            completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
+        placeholders(13, rows.len())
+    );
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for (run, a) in rows {
+        q = q
+            .bind(run.to_string())
+            .bind(a.plan_version as i64)
+            .bind(a.step_id.clone())
+            .bind(a.attempt as i64)
+            .bind(a.name.clone())
+            .bind(a.kind.as_str())
+            .bind(a.status.as_str())
+            .bind(a.input.as_ref().map(to_json))
+            .bind(a.output.as_ref().map(to_json))
+            .bind(a.error.as_ref().map(to_json))
+            .bind(fmt_time(a.started_at))
+            .bind(a.completed_at.map(fmt_time))
+            .bind(a.duration_ms.map(|d| d as i64));
+    }
+    q.execute(exec).await?;
+    Ok(())
+}
+
+async fn insert_checkpoints<'e, E>(exec: E, rows: &[(RunId, u64, u32, &Value)]) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    let sql = format!(
+        "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at) VALUES {}",
+        placeholders(5, rows.len())
+    );
+    let now = fmt_time(crate::domain::now());
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for (run, id, version, state) in rows {
+        q = q
+            .bind(run.to_string())
+            .bind(*id as i64)
+            .bind(*version as i64)
+            .bind(to_json(*state))
+            .bind(now.clone());
+    }
+    q.execute(exec).await?;
     Ok(())
 }
 
