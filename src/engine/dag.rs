@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
 
-use crate::domain::{EventKind, RunError, StepAttempt, StepKind, StepStatus};
+use crate::domain::{EventKind, RunError, StepAttempt, StepStatus};
 use crate::plan::ValidPlan;
 use crate::plan::spec::{Aggregation, KindSpec, LoopOver, StepSpec, WaitSpec};
 use crate::plan::template::{Scope, StepResults, StepState, StepView};
@@ -129,7 +129,7 @@ pub async fn execute(
         .collect();
     let mut not_taken: HashSet<usize> = HashSet::new();
     // Branch decisions already made before a restart still apply.
-    for (i, spec) in plan.specs().iter().enumerate() {
+    for spec in plan.specs() {
         if let KindSpec::Branch {
             then, otherwise, ..
         } = &spec.kind
@@ -141,7 +141,6 @@ pub async fn execute(
                 then
             };
             not_taken.extend(arm.iter().filter_map(|id| index.get(id.as_str()).copied()));
-            let _ = i;
         }
     }
     let mut checkpoint_id = restored.last_checkpoint;
@@ -1039,9 +1038,4 @@ fn text_of(v: Value) -> String {
         Value::String(s) => s,
         other => other.to_string(),
     }
-}
-
-#[allow(dead_code)]
-fn kind_name(k: StepKind) -> &'static str {
-    k.as_str()
 }

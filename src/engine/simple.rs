@@ -6,17 +6,15 @@
 //! shows every call with its timing. A failing tool does not fail the run: the model is told
 //! the error and decides; a failing model does.
 
-use std::time::Instant;
-
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::domain::{EventKind, RunError, StepKind, StepStatus};
-use crate::llm::{self, ChatRequest, LlmEvent, Message, ToolSpec};
+use crate::llm::{self, ChatRequest, Message, ToolSpec};
 use crate::tools::ToolError;
 
 use super::Outcome;
 use super::context::RunContext;
+use super::steps::{ModelError, ModelReply, call_model};
 
 const SYSTEM_PROMPT: &str = "You are orca, a helpful assistant. Answer concisely. \
 Use the tools you are given when they help; never invent their results.";
@@ -154,53 +152,18 @@ fn allowed(ctx: &RunContext, tool: &str) -> bool {
         .is_none_or(|list| list.iter().any(|t| t == tool))
 }
 
-struct Reply {
-    text: String,
-    tool_calls: Vec<llm::ToolCall>,
-}
-
 async fn call_llm(
     ctx: &RunContext,
     provider: &dyn llm::LlmProvider,
     request: ChatRequest,
     step_id: &str,
-) -> Result<Reply, RunError> {
-    let started = Instant::now();
-    ctx.count_llm_call();
-    let to_run_error = |e: llm::Error| RunError::new(e.code(), e.to_string());
-    let mut stream = provider
-        .stream(request, ctx.cancel.child_token())
+) -> Result<ModelReply, RunError> {
+    call_model(ctx, provider, request, step_id, EventKind::Token)
         .await
-        .map_err(to_run_error)?;
-    let mut reply = Reply {
-        text: String::new(),
-        tool_calls: Vec::new(),
-    };
-    let mut usage = llm::Usage::default();
-    while let Some(item) = stream.next().await {
-        match item.map_err(to_run_error)? {
-            LlmEvent::TextDelta(text) => {
-                reply.text.push_str(&text);
-                ctx.emit(EventKind::Token, Some(step_id), json!({ "text": text }))
-                    .await;
-            }
-            LlmEvent::ToolCall(call) => reply.tool_calls.push(call),
-            LlmEvent::Usage(u) => usage = u,
-        }
-    }
-    ctx.services.metrics.llm_call(
-        started.elapsed().as_secs_f64(),
-        usage.prompt_tokens,
-        usage.completion_tokens,
-    );
-    ctx.emit(
-        EventKind::Usage,
-        Some(step_id),
-        json!({ "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens }),
-    )
-    .await;
-    ctx.add_llm_usage(usage.prompt_tokens, usage.completion_tokens)?;
-    Ok(reply)
+        .map_err(|e| match e {
+            ModelError::Llm(e) => RunError::new(e.code(), e.to_string()),
+            ModelError::Limit(e) => e,
+        })
 }
 
 enum RunErrorOrStop {

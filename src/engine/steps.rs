@@ -158,39 +158,13 @@ pub async fn run_llm(ctx: &RunContext, step_id: &str, ask: LlmAsk<'_>) -> Result
     } else {
         EventKind::Token
     };
-    let started = Instant::now();
-    ctx.count_llm_call();
-    let to_step_error = |e: llm::Error| StepError::new(e.code(), e.to_string(), e.retryable());
-    let mut stream = provider
-        .stream(request, ctx.cancel.child_token())
+    let reply = call_model(ctx, &*provider, request, step_id, delta_kind)
         .await
-        .map_err(to_step_error)?;
-    let mut text = String::new();
-    let mut usage = llm::Usage::default();
-    while let Some(item) = stream.next().await {
-        match item.map_err(to_step_error)? {
-            LlmEvent::TextDelta(delta) => {
-                text.push_str(&delta);
-                ctx.emit(delta_kind, Some(step_id), json!({ "text": delta }))
-                    .await;
-            }
-            // Tool calls belong to agent steps; a plain llm step only wants text.
-            LlmEvent::ToolCall(_) => {}
-            LlmEvent::Usage(u) => usage = u,
-        }
-    }
-    ctx.services.metrics.llm_call(
-        started.elapsed().as_secs_f64(),
-        usage.prompt_tokens,
-        usage.completion_tokens,
-    );
-    ctx.emit(
-        EventKind::Usage,
-        Some(step_id),
-        json!({ "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens }),
-    )
-    .await;
-    ctx.add_llm_usage(usage.prompt_tokens, usage.completion_tokens)?;
+        .map_err(|e| match e {
+            ModelError::Llm(e) => StepError::new(e.code(), e.to_string(), e.retryable()),
+            ModelError::Limit(e) => StepError::from(e),
+        })?;
+    let text = reply.text;
 
     let Some(schema) = ask.output_schema else {
         return Ok(Value::String(text));
@@ -219,6 +193,65 @@ pub async fn run_llm(ctx: &RunContext, step_id: &str, ask: LlmAsk<'_>) -> Result
         ));
     }
     Ok(value)
+}
+
+/// What one model call produced.
+pub struct ModelReply {
+    pub text: String,
+    pub tool_calls: Vec<llm::ToolCall>,
+}
+
+/// Why a model call failed: the provider, or a run limit its usage crossed.
+pub enum ModelError {
+    Llm(llm::Error),
+    Limit(RunError),
+}
+
+/// One streamed model call, shared by every executor: text deltas go out live as
+/// `delta_kind` events, usage is counted (and checked against `max_tokens`) and announced.
+pub async fn call_model(
+    ctx: &RunContext,
+    provider: &dyn llm::LlmProvider,
+    request: ChatRequest,
+    step_id: &str,
+    delta_kind: EventKind,
+) -> Result<ModelReply, ModelError> {
+    let started = Instant::now();
+    ctx.count_llm_call();
+    let mut stream = provider
+        .stream(request, ctx.cancel.child_token())
+        .await
+        .map_err(ModelError::Llm)?;
+    let mut reply = ModelReply {
+        text: String::new(),
+        tool_calls: Vec::new(),
+    };
+    let mut usage = llm::Usage::default();
+    while let Some(item) = stream.next().await {
+        match item.map_err(ModelError::Llm)? {
+            LlmEvent::TextDelta(delta) => {
+                reply.text.push_str(&delta);
+                ctx.emit(delta_kind, Some(step_id), json!({ "text": delta }))
+                    .await;
+            }
+            LlmEvent::ToolCall(call) => reply.tool_calls.push(call),
+            LlmEvent::Usage(u) => usage = u,
+        }
+    }
+    ctx.services.metrics.llm_call(
+        started.elapsed().as_secs_f64(),
+        usage.prompt_tokens,
+        usage.completion_tokens,
+    );
+    ctx.emit(
+        EventKind::Usage,
+        Some(step_id),
+        json!({ "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens }),
+    )
+    .await;
+    ctx.add_llm_usage(usage.prompt_tokens, usage.completion_tokens)
+        .map_err(ModelError::Limit)?;
+    Ok(reply)
 }
 
 /// Waits `duration` (the caller's cancellation drops this future).

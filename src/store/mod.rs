@@ -523,48 +523,14 @@ async fn insert_event<'e, E>(exec: E, ev: &Event) -> Result<()>
 where
     E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
 {
-    sqlx::query(
-        "INSERT INTO events (run_id, seq, kind, step_id, ts, data) VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(ev.run_id.to_string())
-    .bind(ev.seq as i64)
-    .bind(ev.kind.as_str())
-    .bind(&ev.step_id)
-    .bind(fmt_time(ev.ts))
-    .bind(to_json(&ev.data))
-    .execute(exec)
-    .await?;
-    Ok(())
+    insert_events(exec, &[ev]).await
 }
 
 async fn upsert_attempt<'e, E>(exec: E, run: RunId, a: &StepAttempt) -> Result<()>
 where
     E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
 {
-    sqlx::query(
-        "INSERT INTO step_attempts (run_id, plan_version, step_id, attempt, name, kind, status,
-                input, output, error, started_at, completed_at, duration_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (run_id, plan_version, step_id, attempt) DO UPDATE SET
-                status = excluded.status, output = excluded.output, error = excluded.error,
-                completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
-    )
-    .bind(run.to_string())
-    .bind(a.plan_version as i64)
-    .bind(&a.step_id)
-    .bind(a.attempt as i64)
-    .bind(&a.name)
-    .bind(a.kind.as_str())
-    .bind(a.status.as_str())
-    .bind(a.input.as_ref().map(to_json))
-    .bind(a.output.as_ref().map(to_json))
-    .bind(a.error.as_ref().map(to_json))
-    .bind(fmt_time(a.started_at))
-    .bind(a.completed_at.map(fmt_time))
-    .bind(a.duration_ms.map(|d| d as i64))
-    .execute(exec)
-    .await?;
-    Ok(())
+    upsert_attempts(exec, &[(run, a)]).await
 }
 
 /// Repeats a `(?, ?, ...)` tuple of `width` placeholders `rows` times.
