@@ -311,7 +311,7 @@ impl Engine {
 
         // The time limit counts from this (re)start, paused while the run waits for a human.
         let ending = tokio::select! {
-            outcome = execute(&ctx, orchestration) => Ending::Done(outcome),
+            outcome = guarded(execute(&ctx, orchestration)) => Ending::Done(outcome),
             _ = ctx.cancel.cancelled() => Ending::Cancelled,
             _ = ctx.clock.expired() => Ending::TimedOut(ctx.clock.budget()),
             _ = inner.shutdown.cancelled() => {
@@ -340,6 +340,27 @@ async fn execute(ctx: &RunContext, orchestration: Orchestration) -> Outcome {
             "not_supported",
             format!("orchestration `{}` is not available yet", other.as_str()),
         )),
+    }
+}
+
+/// Runs an executor, turning a panic (a bug in a tool or step) into a failed run instead of a
+/// run left `running` forever.
+async fn guarded(fut: impl std::future::Future<Output = Outcome>) -> Outcome {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(panic = %what, "an executor panicked");
+            Outcome::Failed(RunError::new(
+                "internal_error",
+                "the run hit an internal error; see the server log",
+            ))
+        }
     }
 }
 

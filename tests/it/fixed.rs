@@ -821,3 +821,28 @@ async fn a_registered_workflow_runs_by_name_and_checks_its_input() {
         json!(["figures", "profit", "check", "draft", "approve"])
     );
 }
+
+#[tokio::test]
+async fn a_panicking_tool_fails_its_run_and_nothing_else() {
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |_| {}).await;
+    let plan =
+        json!({ "steps": [{ "id": "boom", "kind": "tool", "input": { "tool": "test.panic" } }] });
+    let events = run_plan(&app, plan, json!("x")).await;
+    assert_well_formed(&events, 1);
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed");
+    assert_eq!(fin["error"]["code"], "internal_error");
+    assert!(
+        !fin["error"]["message"].as_str().unwrap().contains("buggy"),
+        "no internals leak"
+    );
+    assert_eq!(app.get_json("/healthz").await.0, 200);
+    let events = run_plan(
+        &app,
+        json!({ "steps": [count("fine", &[], json!(1))] }),
+        json!("x"),
+    )
+    .await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+}

@@ -68,6 +68,7 @@ impl Probe {
             Arc::new(Count(self.clone())),
             Arc::new(Flaky(self.clone())),
             Arc::new(Sleep(self.clone())),
+            Arc::new(Panic),
         ]
     }
 }
@@ -172,5 +173,24 @@ impl Tool for Sleep {
             _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!({ "slept_ms": ms })),
             _ = cancel.cancelled() => Err(ToolError::Cancelled),
         }
+    }
+}
+
+/// `test.panic {}`: a buggy tool.
+struct Panic;
+
+#[async_trait]
+impl Tool for Panic {
+    fn name(&self) -> &str {
+        "test.panic"
+    }
+    fn description(&self) -> &str {
+        "Panics"
+    }
+    fn input_schema(&self) -> Value {
+        schema(json!({}))
+    }
+    async fn call(&self, _args: Value, _cancel: &CancellationToken) -> Result<Value, ToolError> {
+        panic!("a buggy tool");
     }
 }
