@@ -206,6 +206,9 @@ pub async fn execute(
                         continue;
                     }
                     let attempt = restored.attempts.get(id).copied().unwrap_or(0) + 1;
+                    // Tracked from the moment it is announced, so that a run ending before
+                    // the step's task first runs still closes it.
+                    ctx.track_attempt(attempt_record(&plan.specs()[i], attempt, plan_version));
                     emit_step(
                         ctx,
                         &plan.specs()[i],
@@ -334,12 +337,19 @@ pub async fn execute(
                 }
             }
         }
-        if first_failure.is_some() && running.is_empty() {
+        if first_failure.is_some() {
+            // Stop on first failure: the steps still in flight are abandoned, not awaited.
             break;
         }
     }
+    drop(tasks);
 
     if let Some(err) = first_failure {
+        ctx.close_open_attempts(
+            StepStatus::Cancelled,
+            &RunError::new("cancelled", "the run stopped after a step failed"),
+        )
+        .await;
         return Outcome::Failed(err);
     }
     let output = plan_output(&plan, ctx, &results, &vars);
@@ -563,20 +573,7 @@ fn run_with_retries<'f>(
                     step_event_data(spec, StepStatus::Running, attempt, None, None, None, None),
                 );
             }
-            let record = StepAttempt {
-                step_id: spec.id.to_string(),
-                name: spec.display_name().to_owned(),
-                kind: spec.step_kind(),
-                status: StepStatus::Running,
-                attempt,
-                plan_version: frame.plan_version,
-                input: None,
-                output: None,
-                error: None,
-                started_at: crate::domain::now(),
-                completed_at: None,
-                duration_ms: None,
-            };
+            let record = attempt_record(spec, attempt, frame.plan_version);
             ctx.services
                 .hub
                 .record(Record::Attempt(ctx.run_id, Box::new(record.clone())))
@@ -696,6 +693,24 @@ fn run_with_retries<'f>(
             }
         }
     })
+}
+
+/// A step attempt as it starts.
+fn attempt_record(spec: &StepSpec, attempt: u32, plan_version: u32) -> StepAttempt {
+    StepAttempt {
+        step_id: spec.id.to_string(),
+        name: spec.display_name().to_owned(),
+        kind: spec.step_kind(),
+        status: StepStatus::Running,
+        attempt,
+        plan_version,
+        input: None,
+        output: None,
+        error: None,
+        started_at: crate::domain::now(),
+        completed_at: None,
+        duration_ms: None,
+    }
 }
 
 /// One attempt of a step's body.

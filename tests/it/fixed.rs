@@ -846,3 +846,37 @@ async fn a_panicking_tool_fails_its_run_and_nothing_else() {
     .await;
     assert_eq!(final_data(&events)["status"], "succeeded");
 }
+
+#[tokio::test]
+async fn stopping_on_a_failure_abandons_steps_in_flight() {
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |_| {}).await;
+    let plan = json!({ "steps": [
+        { "id": "bad", "kind": "tool", "input": { "tool": "test.flaky", "arguments": { "key": "stop" } } },
+        { "id": "slow", "kind": "tool", "input": { "tool": "test.sleep", "arguments": { "key": "slow", "ms": 600000 } } },
+    ]});
+    // Would wait ten minutes for `slow` if the failure did not stop it (the reader gives up
+    // after PATIENCE).
+    let events = run_plan(&app, plan, json!("x")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed");
+    assert_eq!(fin["error"]["code"], "flaky");
+    assert!(
+        events.iter().any(|e| e.kind() == "step"
+            && e.json()["step_id"] == "slow"
+            && e.json()["data"]["status"] == "cancelled"),
+        "{:?}",
+        kinds(&events)
+    );
+    let (_, steps) = app
+        .get_json(&format!("/v1/runs/{}/steps", run_id(&events)))
+        .await;
+    let slow = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step_id"] == "slow")
+        .unwrap()
+        .clone();
+    assert_eq!(slow["status"], "cancelled");
+}
