@@ -6,6 +6,9 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY migrations ./migrations
 COPY schemas ./schemas
+# Cargo.toml names the integration-test target; cargo wants its files present to read the manifest.
+COPY tests ./tests
+COPY examples ./examples
 RUN cargo build --release --locked && strip target/release/orca
 
 FROM debian:bookworm-slim
