@@ -184,14 +184,28 @@ fn drafts(children: impl IntoIterator<Item = impl Into<StepDraft>>) -> Vec<Value
 
 /// Builds a plan step by step; `build` validates it like a JSON plan.
 ///
-/// ```ignore
+/// ```
+/// use orca::{config::ToolsConfig, plan::PlanBuilder, tools::ToolRegistry};
+/// use serde_json::json;
+///
+/// let tools = ToolRegistry::with_builtins(&ToolsConfig::default());
 /// let plan = PlanBuilder::new()
 ///     .id("p")
 ///     .llm_step("s1", "Summarise {{ input }}")
 ///     .tool_step("s2", "math.calculate", json!({"expression": "1 + 1"}))
 ///     .depends_on("s1")
 ///     .output(json!("{{ steps.s2.output }}"))
-///     .build(&tools)?;
+///     .build(&tools)
+///     .expect("a valid plan");
+/// assert_eq!(plan.len(), 2);
+///
+/// // Problems are reported all at once, each with a JSON Pointer.
+/// let problems = PlanBuilder::new()
+///     .tool_step("a", "no.such.tool", json!({}))
+///     .depends_on("missing")
+///     .build(&tools)
+///     .unwrap_err();
+/// assert_eq!(problems.len(), 2);
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct PlanBuilder {
