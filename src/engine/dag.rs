@@ -10,7 +10,8 @@
 //! LLM steps.)
 //!
 //! Failures: a failed step stops the run (`stop_on_first_failure`, the default) or only skips
-//! its dependents. Branches skip the steps of the arm not taken; a step whose dependencies were
+//! its dependents. A stopping failure does not wait its turn in the commit order: the steps
+//! already finished are committed and the ones in flight are abandoned (closed as cancelled). Branches skip the steps of the arm not taken; a step whose dependencies were
 //! all skipped is skipped too. A checkpoint follows every completed step; on resume, steps the
 //! checkpoint holds as done are not run again.
 
@@ -250,13 +251,22 @@ pub async fn execute(
             break;
         }
         let Some(fin) = tasks.next().await else { break };
+        let failed = fin.result.is_err();
         done.insert(fin.idx, fin);
-        // Commit in start order.
-        while let Some(&front) = running.front() {
-            let Some(fin) = done.remove(&front) else {
+        // Commit in start order. A failure that will stop the run is not held back behind
+        // slower steps started before it: the run stops now, every step already finished is
+        // committed (still in start order), and the ones still in flight are abandoned.
+        let flush = failed && stop_on_failure;
+        loop {
+            let next = if flush {
+                running.iter().position(|i| done.contains_key(i))
+            } else {
+                running.front().filter(|i| done.contains_key(i)).map(|_| 0)
+            };
+            let Some(front) = next.and_then(|pos| running.remove(pos)) else {
                 break;
             };
-            running.pop_front();
+            let fin = done.remove(&front).expect("finished steps are in `done`");
             let spec = &plan.specs()[front];
             for (step_id, kind, data) in fin.events.events {
                 ctx.emit(kind, Some(&step_id), data).await;

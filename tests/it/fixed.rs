@@ -851,32 +851,40 @@ async fn a_panicking_tool_fails_its_run_and_nothing_else() {
 async fn stopping_on_a_failure_abandons_steps_in_flight() {
     let probe = Probe::default();
     let app = spawn_probed_app(None, &probe, |_| {}).await;
-    let plan = json!({ "steps": [
-        { "id": "bad", "kind": "tool", "input": { "tool": "test.flaky", "arguments": { "key": "stop" } } },
-        { "id": "slow", "kind": "tool", "input": { "tool": "test.sleep", "arguments": { "key": "slow", "ms": 600000 } } },
-    ]});
-    // Would wait ten minutes for `slow` if the failure did not stop it (the reader gives up
-    // after PATIENCE).
-    let events = run_plan(&app, plan, json!("x")).await;
-    let fin = final_data(&events);
-    assert_eq!(fin["status"], "failed");
-    assert_eq!(fin["error"]["code"], "flaky");
-    assert!(
-        events.iter().any(|e| e.kind() == "step"
-            && e.json()["step_id"] == "slow"
-            && e.json()["data"]["status"] == "cancelled"),
-        "{:?}",
-        kinds(&events)
-    );
-    let (_, steps) = app
-        .get_json(&format!("/v1/runs/{}/steps", run_id(&events)))
-        .await;
-    let slow = steps
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["step_id"] == "slow")
-        .unwrap()
-        .clone();
-    assert_eq!(slow["status"], "cancelled");
+    // Both orders: the failing step started before the slow one, and after it (a failure is
+    // not held back behind a slower step that started first).
+    for (n, slow_first) in [false, true].into_iter().enumerate() {
+        let bad = json!({ "id": "bad", "kind": "tool",
+            "input": { "tool": "test.flaky", "arguments": { "key": format!("stop{n}") } } });
+        let slow = json!({ "id": "slow", "kind": "tool",
+            "input": { "tool": "test.sleep", "arguments": { "key": format!("slow{n}"), "ms": 600000 } } });
+        let steps = if slow_first { [slow, bad] } else { [bad, slow] };
+        // Would wait ten minutes for `slow` if the failure did not stop it (the reader gives
+        // up after PATIENCE).
+        let events = run_plan(&app, json!({ "steps": steps }), json!("x")).await;
+        let fin = final_data(&events);
+        assert_eq!(fin["status"], "failed", "slow first: {slow_first}");
+        assert_eq!(fin["error"]["code"], "flaky");
+        assert!(
+            events.iter().any(|e| e.kind() == "step"
+                && e.json()["step_id"] == "slow"
+                && e.json()["data"]["status"] == "cancelled"),
+            "slow first: {slow_first}: {:?}",
+            kinds(&events)
+        );
+        let (_, steps) = app
+            .get_json(&format!("/v1/runs/{}/steps", run_id(&events)))
+            .await;
+        let status_of = |id: &str| {
+            steps
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["step_id"] == id)
+                .unwrap()["status"]
+                .clone()
+        };
+        assert_eq!(status_of("slow"), "cancelled");
+        assert_eq!(status_of("bad"), "failed");
+    }
 }
