@@ -5,10 +5,12 @@
 //! not a regular file inside the workspace after every symlink is resolved, and must never
 //! read more than the configured limit into memory.
 //!
-//! The checks are made on the canonical path just before opening it. Someone who can rewrite
-//! the workspace *while* a call runs (swap a checked directory for a symlink) could still race
-//! them; the workspace is assumed to be written only by the operator and by tools of this
-//! service, which do not create symlinks.
+//! The checks are made twice: on the canonical path before opening it (so a FIFO or device is
+//! never opened), and on the opened file itself (so a directory swapped for a symlink between
+//! the check and the open is still caught). The second check asks the kernel what was opened:
+//! `fstat` for its kind and, on Linux, `/proc/self/fd` for its real path, which must still lie
+//! inside the workspace. The open itself never blocks (`O_NONBLOCK`) and never follows a final
+//! symlink (`O_NOFOLLOW`).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -159,9 +161,7 @@ async fn read_confined(
         ));
     }
 
-    let file = tokio::fs::File::open(&target)
-        .await
-        .map_err(|e| io_error(requested, &e))?;
+    let file = open_checked(&root, &target, requested).await?;
     // Read one byte past the limit instead of trusting the metadata length: a file can grow
     // between the two, and /proc-style files report 0. Capacity is capped by the limit, so a
     // huge reported size cannot make us allocate more than we would ever read.
@@ -210,6 +210,55 @@ fn check_relative(requested: &str) -> Result<&Path, ToolError> {
         }
     }
     Ok(path)
+}
+
+/// Opens `target` for reading and checks, on the opened file, that it is a regular file inside
+/// `root`: whatever happened to the path since it was checked, what is read is what was allowed.
+async fn open_checked(
+    root: &Path,
+    target: &Path,
+    requested: &str,
+) -> Result<tokio::fs::File, ToolError> {
+    let mut options = tokio::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    let file = options.open(target).await.map_err(|e| {
+        // ELOOP: the last component became a symlink after it was checked.
+        #[cfg(unix)]
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            return outside(requested);
+        }
+        io_error(requested, &e)
+    })?;
+    let meta = file.metadata().await.map_err(|e| io_error(requested, &e))?;
+    if !meta.is_file() {
+        return Err(ToolError::failed(
+            "not_a_file",
+            format!("`{requested}` is not a regular file; give the path of a file"),
+        ));
+    }
+    if !opened_inside(&file, root) {
+        return Err(outside(requested));
+    }
+    Ok(file)
+}
+
+/// Whether the kernel places the opened file inside `root`. Where that cannot be asked (no
+/// `/proc`, other systems), the path checks made before opening stand alone.
+fn opened_inside(file: &tokio::fs::File, root: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", file.as_raw_fd());
+        match std::fs::read_link(link) {
+            Ok(real) => return real.starts_with(root),
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return false,
+            Err(_) => {}
+        }
+    }
+    let _ = (file, root);
+    true
 }
 
 fn outside(requested: &str) -> ToolError {
@@ -333,6 +382,35 @@ mod tests {
         symlink(f.dir.path(), f.ws().join("up")).unwrap();
         assert_eq!(f.code("link.txt").await, "path_outside_workspace");
         assert_eq!(f.code("up/secret.txt").await, "path_outside_workspace");
+    }
+
+    /// The check made on the opened file, not its name: a file outside the workspace is refused
+    /// even when the name-based checks were passed (as when a directory is swapped for a
+    /// symlink between check and open).
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_opened_file_itself_must_lie_inside() {
+        let f = Fixture::new(1024);
+        let root = std::fs::canonicalize(f.ws()).unwrap();
+        let outside_file = std::fs::canonicalize(f.dir.path().join("secret.txt")).unwrap();
+        let err = open_checked(&root, &outside_file, "secret.txt")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "path_outside_workspace");
+        let inside = root.join("hello.txt");
+        assert!(open_checked(&root, &inside, "hello.txt").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_final_symlink_is_not_followed_at_open() {
+        let f = Fixture::new(1024);
+        let root = std::fs::canonicalize(f.ws()).unwrap();
+        // As if `alias.txt` was checked as a plain file, then replaced by a link.
+        symlink(root.join("hello.txt"), root.join("alias.txt")).unwrap();
+        let err = open_checked(&root, &root.join("alias.txt"), "alias.txt")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "path_outside_workspace");
     }
 
     #[tokio::test]
