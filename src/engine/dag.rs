@@ -591,7 +591,8 @@ fn run_with_retries<'f>(
             ctx.track_attempt(record.clone());
             let t0 = Instant::now();
             let mut attempt_events = StepEvents::default();
-            let body = run_body(frame, spec, locals, &mut attempt_events);
+            let mut input = None;
+            let body = run_body(frame, spec, locals, &mut attempt_events, &mut input);
             let result = match spec.timeout_ms {
                 Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), body).await {
                     Ok(r) => r,
@@ -606,6 +607,7 @@ fn run_with_retries<'f>(
             let elapsed = t0.elapsed();
             events.append(attempt_events);
             let mut done = record;
+            done.input = input;
             done.completed_at = Some(crate::domain::now());
             done.duration_ms = Some(elapsed.as_millis() as u64);
             match &result {
@@ -723,12 +725,14 @@ fn attempt_record(spec: &StepSpec, attempt: u32, plan_version: u32) -> StepAttem
     }
 }
 
-/// One attempt of a step's body.
+/// One attempt of a step's body. `input` receives what the attempt resolved its templates to
+/// (tool arguments, prompts), stored with the attempt so its history shows what really ran.
 async fn run_body(
     frame: &Frame<'_>,
     spec: &StepSpec,
     locals: Option<Locals<'_>>,
     events: &mut StepEvents,
+    input: &mut Option<Value>,
 ) -> Result<Value, StepError> {
     let ctx = frame.ctx;
     let empty = HashMap::new();
@@ -750,6 +754,7 @@ async fn run_body(
     match &spec.kind {
         KindSpec::Tool { tool, arguments } => {
             let args = resolve(arguments).map_err(bad_ref)?;
+            *input = Some(json!({ "tool": tool, "arguments": args }));
             let _slot = frame
                 .slots
                 .acquire()
@@ -769,6 +774,7 @@ async fn run_body(
                 Some(s) => Some(text_of(resolve(s).map_err(bad_ref)?)),
                 None => None,
             };
+            *input = Some(json!({ "prompt": prompt, "system": system, "model": model }));
             let _slot = frame
                 .slots
                 .acquire()
@@ -809,6 +815,7 @@ async fn run_body(
         }
         KindSpec::UserInput { prompt, schema } => {
             let prompt = text_of(resolve(prompt).map_err(bad_ref)?);
+            *input = Some(json!({ "prompt": prompt }));
             ctx.wait_for_input(
                 spec.id.as_str(),
                 &prompt,

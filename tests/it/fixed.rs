@@ -67,6 +67,18 @@ async fn a_sequential_chain_passes_data_along() {
     let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["orchestration"], "fixed");
     assert_eq!(run["plan_version"], 1);
+    // Each attempt stores the input it resolved its references to.
+    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+    let c = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step_id"] == "c")
+        .unwrap();
+    assert_eq!(
+        c["input"],
+        json!({ "tool": "test.count", "arguments": { "key": "c", "value": "go-b-c" } })
+    );
 }
 
 #[tokio::test]
