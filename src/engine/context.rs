@@ -65,6 +65,9 @@ pub struct RunContext {
     pub services: Services,
     /// The run's time limit, paused while it waits for a human.
     pub clock: RunClock,
+    /// The run was started before (its log already holds events): executors continue from
+    /// their last checkpoint instead of starting over.
+    pub resumed: bool,
     /// The run row as the task knows it. A std mutex: short updates, never across an await.
     run: Mutex<Run>,
     seq: AtomicU64,
@@ -85,6 +88,7 @@ impl RunContext {
             clock: RunClock::start(std::time::Duration::from_millis(
                 seed.limits.max_duration_ms,
             )),
+            resumed: seed.last_seq > 0,
             limits: seed.limits,
             cancel,
             services,
@@ -343,6 +347,51 @@ impl RunContext {
         for (step_id, attempt) in open {
             self.step_finished(&step_id, attempt, status, None, Some(error.clone()))
                 .await;
+        }
+    }
+
+    /// The highest attempt number stored for each step of this run, so that a resumed run
+    /// numbers its new attempts after the ones it already has.
+    pub async fn highest_attempts(&self) -> HashMap<String, u32> {
+        let mut out: HashMap<String, u32> = HashMap::new();
+        if let Ok(attempts) = self.services.hub.store().step_attempts(self.run_id).await {
+            for a in attempts {
+                let e = out.entry(a.step_id).or_default();
+                *e = (*e).max(a.attempt);
+            }
+        }
+        out
+    }
+
+    /// After a restart: closes, as `cancelled` with code `interrupted`, the attempts the stopped
+    /// server left open, so no finished run shows an attempt running forever. Each gets its
+    /// `step` event; the executor then starts the step again as a new attempt.
+    pub async fn close_interrupted_attempts(&self) {
+        let attempts = match self.services.hub.store().step_attempts(self.run_id).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = ?e, "reading attempts to close after a restart failed");
+                return;
+            }
+        };
+        let error = RunError::new("interrupted", "the server stopped during this attempt");
+        for mut rec in attempts.into_iter().filter(|a| !a.status.is_terminal()) {
+            let now = crate::domain::now();
+            rec.status = StepStatus::Cancelled;
+            rec.error = Some(error.clone());
+            rec.duration_ms = Some((now - rec.started_at).num_milliseconds().max(0) as u64);
+            rec.completed_at = Some(now);
+            self.store_attempt(&rec).await;
+            self.emit(
+                EventKind::Step,
+                Some(&rec.step_id),
+                serde_json::json!({
+                    "step_id": rec.step_id, "name": rec.name, "kind": rec.kind,
+                    "status": rec.status, "attempt": rec.attempt,
+                    "duration_ms": rec.duration_ms, "error": error,
+                }),
+            )
+            .await;
         }
     }
 

@@ -2,7 +2,6 @@
 //! workflow, or a ready plan) on the DAG engine. On a resume it restores the last checkpoint,
 //! so completed steps are not run again.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -44,11 +43,11 @@ pub async fn execute(ctx: &RunContext) -> Outcome {
     } else {
         match store.last_checkpoint(ctx.run_id).await {
             Ok(Some((id, _version, state))) => {
-                let attempts = highest_attempts(ctx).await;
+                let attempts = ctx.highest_attempts().await;
                 dag::restore(&state, attempts, id)
             }
             Ok(None) => dag::Restored {
-                attempts: highest_attempts(ctx).await,
+                attempts: ctx.highest_attempts().await,
                 ..Default::default()
             },
             Err(e) => {
@@ -95,15 +94,4 @@ async fn announce_plan(ctx: &RunContext, valid: &ValidPlan, doc: &Value, reason:
         }),
     )
     .await;
-}
-
-async fn highest_attempts(ctx: &RunContext) -> HashMap<String, u32> {
-    let mut out: HashMap<String, u32> = HashMap::new();
-    if let Ok(attempts) = ctx.services.hub.store().step_attempts(ctx.run_id).await {
-        for a in attempts {
-            let e = out.entry(a.step_id).or_default();
-            *e = (*e).max(a.attempt);
-        }
-    }
-    out
 }

@@ -308,6 +308,9 @@ impl Engine {
             None
         };
         ctx.set_status(RunStatus::Running, extra).await;
+        if resumed {
+            ctx.close_interrupted_attempts().await;
+        }
 
         // The time limit counts from this (re)start, paused while the run waits for a human.
         let ending = tokio::select! {

@@ -552,6 +552,28 @@ async fn a_waiting_run_survives_a_restart_without_redoing_finished_steps() {
         })
         .count();
     assert_eq!(prepare_runs, 1);
+    // The wait the stop interrupted is closed as such; the answered one is a new attempt.
+    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+    let approve: Vec<(Value, Value, Value)> = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["step_id"] == "approve")
+        .map(|s| {
+            (
+                s["attempt"].clone(),
+                s["status"].clone(),
+                s["error"]["code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        approve,
+        [
+            (json!(1), json!("cancelled"), json!("interrupted")),
+            (json!(2), json!("completed"), Value::Null),
+        ]
+    );
 }
 
 #[tokio::test]

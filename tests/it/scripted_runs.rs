@@ -477,3 +477,71 @@ async fn a_run_interrupted_by_a_stop_resumes_on_the_next_start() {
     let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["status"], "succeeded");
 }
+
+#[tokio::test]
+async fn a_resumed_tool_run_keeps_its_conversation_and_runs_no_tool_twice() {
+    use crate::support::tools::Probe;
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::tool_call(
+        "test.count",
+        json!({ "key": "once", "value": 42 }),
+    ));
+    llm.push(Reply::stalled());
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |c| {
+        use_scripted(c, &llm);
+        c.llm.openai.read_timeout_ms = 30_000;
+    })
+    .await;
+    let run = app.create_run(json!({ "input": "count once" })).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    // The second model call is under way: the tool round is done and checkpointed.
+    llm.wait_for_requests(2).await;
+    assert_eq!(probe.calls("once"), 1);
+
+    let dir = app.stop().await;
+    llm.push(Reply::text("counted to 42"));
+    let app = spawn_probed_app(Some(dir), &probe, |c| use_scripted(c, &llm)).await;
+    let events = app.follow(&id).await;
+    assert_eq!(final_data(&events)["output"], "counted to 42");
+    assert_eq!(probe.calls("once"), 1, "the tool did not run again");
+    // The resumed model call continues the conversation: it carries the tool's answer.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    let resumed = requests[2]["messages"].as_array().unwrap().clone();
+    assert_eq!(resumed, requests[1]["messages"].as_array().unwrap().clone());
+    assert!(
+        resumed
+            .iter()
+            .any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().contains("42")),
+        "{resumed:?}"
+    );
+    // The interrupted model call is closed as such; its retry is a new attempt.
+    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+    let llm2: Vec<(u64, String, Value)> = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["step_id"] == "llm-2")
+        .map(|s| {
+            (
+                s["attempt"].as_u64().unwrap(),
+                s["status"].as_str().unwrap().to_owned(),
+                s["error"]["code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        llm2,
+        [
+            (1, "cancelled".to_owned(), json!("interrupted")),
+            (2, "completed".to_owned(), Value::Null)
+        ]
+    );
+    let (_, checkpoints) = app.get_json(&format!("/v1/runs/{id}/checkpoints")).await;
+    assert_eq!(
+        checkpoints.as_array().unwrap().len(),
+        2,
+        "one after the model's tool call, one after the tool's result"
+    );
+}
