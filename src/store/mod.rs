@@ -550,6 +550,7 @@ where
          VALUES {}
          ON CONFLICT (run_id, plan_version, step_id, attempt) DO UPDATE SET
             status = excluded.status, output = excluded.output, error = excluded.error,
+            input = COALESCE(excluded.input, step_attempts.input),
             completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
         placeholders(13, rows.len())
     );

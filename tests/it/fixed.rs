@@ -708,7 +708,8 @@ async fn a_killed_server_resumes_from_its_checkpoint() {
 async fn llm_steps_stream_text_and_hold_json_to_a_schema() {
     use crate::support::scripted_llm::{Reply, ScriptedLlm};
     let llm = ScriptedLlm::start().await;
-    llm.push(Reply::text("a short summary"));
+    // Slow enough that an attempt's start and end reach the store in different batches.
+    llm.push(Reply::text("a short summary").delay_before_first_chunk(50));
     llm.push(Reply::json(json!({ "title": 7 }))); // breaks the schema: retried
     llm.push(Reply::json(json!({ "title": "Fixed" })));
     let app = spawn_app(|c| use_scripted(c, &llm)).await;
@@ -742,6 +743,19 @@ async fn llm_steps_stream_text_and_hold_json_to_a_schema() {
     assert_eq!(reqs[0]["messages"][1]["content"], "Summarise a long text");
     assert_eq!(reqs[1]["response_format"]["type"], "json_schema");
     assert_eq!(fin["usage"]["llm_calls"], 3);
+    // The stored attempt keeps the prompt it resolved to.
+    let (_, steps) = app
+        .get_json(&format!("/v1/runs/{}/steps", run_id(&events)))
+        .await;
+    let summary = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step_id"] == "summary")
+        .unwrap();
+    assert_eq!(summary["status"], "completed");
+    assert_eq!(summary["input"]["prompt"], "Summarise a long text");
+    assert_eq!(summary["input"]["system"], "Be brief.");
 }
 
 #[tokio::test]
