@@ -4,27 +4,12 @@
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
 
-use crate::domain::{RunId, Tenant};
+use crate::domain::Tenant;
 use crate::store::{Checkpoint, PlanRecord};
 
 use super::AppState;
 use super::error::ApiError;
-
-/// The run id, if it names a run of the caller's: another tenant's run is as unknown as a
-/// missing one.
-async fn own_run(state: &AppState, tenant: &Tenant, id: &str) -> Result<RunId, ApiError> {
-    let not_found = || ApiError::NotFound(format!("no run `{id}`"));
-    let run = RunId::parse(id).ok_or_else(not_found)?;
-    state
-        .engine
-        .services()
-        .hub
-        .store()
-        .get_run(tenant, run)
-        .await?
-        .ok_or_else(not_found)?;
-    Ok(run)
-}
+use super::runs::own_run;
 
 /// Every plan version of a run, oldest first, with the reason it was made (`initial`, or the
 /// replan trigger). Empty for runs that do not plan.

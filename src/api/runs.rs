@@ -64,6 +64,18 @@ fn parse_run_id(s: &str) -> Result<RunId, ApiError> {
     RunId::parse(s).ok_or_else(|| ApiError::NotFound(format!("no run `{s}`")))
 }
 
+/// The run id, if it names a run of the caller's: another tenant's run is as unknown as a
+/// missing one.
+pub(super) async fn own_run(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &str,
+) -> Result<RunId, ApiError> {
+    let id = parse_run_id(id)?;
+    load_run(state, tenant, id).await?;
+    Ok(id)
+}
+
 async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, ApiError> {
     state
         .engine
@@ -420,8 +432,7 @@ pub async fn run_events(
     Query(q): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let id = parse_run_id(&id)?;
-    load_run(&state, &tenant, id).await?;
+    let id = own_run(&state, &tenant, &id).await?;
     let mut after = 0u64;
     if let Some(v) = headers.get("last-event-id") {
         after = v
@@ -510,8 +521,7 @@ pub async fn run_steps(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<StepAttempt>>, ApiError> {
-    let id = parse_run_id(&id)?;
-    load_run(&state, &tenant, id).await?;
+    let id = own_run(&state, &tenant, &id).await?;
     Ok(Json(
         state
             .engine
