@@ -27,6 +27,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::domain::StepStatus;
+use crate::tools::registry::json_type_name;
 
 /// What a step produced so far, as the engine knows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -499,30 +500,19 @@ impl Reference {
                     return Err(fail(format!(
                         "`{}` is {}, not an object, so it has no member `{k}`",
                         so_far(),
-                        type_name(other)
+                        json_type_name(other)
                     )));
                 }
                 (Segment::Index(i), other) => {
                     return Err(fail(format!(
                         "`{}` is {}, not an array, so it has no index {i}",
                         so_far(),
-                        type_name(other)
+                        json_type_name(other)
                     )));
                 }
             };
         }
         Ok(Cow::Borrowed(current))
-    }
-}
-
-pub(crate) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

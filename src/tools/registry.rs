@@ -217,7 +217,8 @@ fn truncate(mut message: String) -> String {
     message
 }
 
-fn json_type_name(v: &Value) -> &'static str {
+/// "a string", "an object"…: a JSON value's type as error messages name it.
+pub(crate) fn json_type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
