@@ -292,25 +292,16 @@ impl RunContext {
         };
         let elapsed = started.elapsed();
         rec.status = status;
-        rec.output = output.clone();
-        rec.error = error.clone();
+        rec.output = output;
+        rec.error = error;
         rec.completed_at = Some(crate::domain::now());
         rec.duration_ms = Some(elapsed.as_millis() as u64);
         self.store_attempt(&rec).await;
         self.services
             .metrics
             .step_finished(rec.kind.as_str(), elapsed.as_secs_f64());
-        let mut data = serde_json::json!({
-            "step_id": step_id, "name": rec.name, "kind": rec.kind, "status": status,
-            "attempt": attempt, "duration_ms": rec.duration_ms,
-        });
-        if let Some(o) = output {
-            data["output"] = o;
-        }
-        if let Some(e) = error {
-            data["error"] = serde_json::to_value(e).unwrap_or(Value::Null);
-        }
-        self.emit(EventKind::Step, Some(step_id), data).await;
+        self.emit(EventKind::Step, Some(step_id), ended_step_event(&rec))
+            .await;
         self.open_attempts
             .lock()
             .expect("attempts lock")
@@ -382,16 +373,8 @@ impl RunContext {
             rec.duration_ms = Some((now - rec.started_at).num_milliseconds().max(0) as u64);
             rec.completed_at = Some(now);
             self.store_attempt(&rec).await;
-            self.emit(
-                EventKind::Step,
-                Some(&rec.step_id),
-                serde_json::json!({
-                    "step_id": rec.step_id, "name": rec.name, "kind": rec.kind,
-                    "status": rec.status, "attempt": rec.attempt,
-                    "duration_ms": rec.duration_ms, "error": error,
-                }),
-            )
-            .await;
+            self.emit(EventKind::Step, Some(&rec.step_id), ended_step_event(&rec))
+                .await;
         }
     }
 
@@ -401,4 +384,19 @@ impl RunContext {
             .record(Record::Attempt(self.run_id, Box::new(rec.clone())))
             .await;
     }
+}
+
+/// The `step` event of an attempt that ended, as its stored record says.
+fn ended_step_event(rec: &StepAttempt) -> Value {
+    let mut data = serde_json::json!({
+        "step_id": rec.step_id, "name": rec.name, "kind": rec.kind, "status": rec.status,
+        "attempt": rec.attempt, "duration_ms": rec.duration_ms,
+    });
+    if let Some(o) = &rec.output {
+        data["output"] = o.clone();
+    }
+    if let Some(e) = &rec.error {
+        data["error"] = serde_json::to_value(e).unwrap_or(Value::Null);
+    }
+    data
 }
