@@ -68,15 +68,9 @@ async fn a_sequential_chain_passes_data_along() {
     assert_eq!(run["orchestration"], "fixed");
     assert_eq!(run["plan_version"], 1);
     // Each attempt stores the input it resolved its references to.
-    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
-    let c = steps
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["step_id"] == "c")
-        .unwrap();
+    let c = app.attempts(&id, "c").await;
     assert_eq!(
-        c["input"],
+        c[0]["input"],
         json!({ "tool": "test.count", "arguments": { "key": "c", "value": "go-b-c" } })
     );
 }
@@ -553,12 +547,10 @@ async fn a_waiting_run_survives_a_restart_without_redoing_finished_steps() {
         .count();
     assert_eq!(prepare_runs, 1);
     // The wait the stop interrupted is closed as such; the answered one is a new attempt.
-    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
-    let approve: Vec<(Value, Value, Value)> = steps
-        .as_array()
-        .unwrap()
+    let approve: Vec<(Value, Value, Value)> = app
+        .attempts(&id, "approve")
+        .await
         .iter()
-        .filter(|s| s["step_id"] == "approve")
         .map(|s| {
             (
                 s["attempt"].clone(),
@@ -744,15 +736,7 @@ async fn llm_steps_stream_text_and_hold_json_to_a_schema() {
     assert_eq!(reqs[1]["response_format"]["type"], "json_schema");
     assert_eq!(fin["usage"]["llm_calls"], 3);
     // The stored attempt keeps the prompt it resolved to.
-    let (_, steps) = app
-        .get_json(&format!("/v1/runs/{}/steps", run_id(&events)))
-        .await;
-    let summary = steps
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["step_id"] == "summary")
-        .unwrap();
+    let summary = &app.attempts(&run_id(&events), "summary").await[0];
     assert_eq!(summary["status"], "completed");
     assert_eq!(summary["input"]["prompt"], "Summarise a long text");
     assert_eq!(summary["input"]["system"], "Be brief.");
@@ -802,15 +786,8 @@ async fn a_cancel_during_a_wait_step_ends_the_run_at_once() {
     assert_eq!(final_data(&rest)["status"], "cancelled");
     assert_eq!(probe.calls("seq"), 1);
     assert_eq!(probe.calls("never"), 0);
-    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
-    let nap = steps
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["step_id"] == "nap")
-        .unwrap()
-        .clone();
-    assert_eq!(nap["status"], "cancelled");
+    let nap = app.attempts(&id, "nap").await;
+    assert_eq!(nap[0]["status"], "cancelled");
 }
 
 #[tokio::test]
@@ -920,19 +897,8 @@ async fn stopping_on_a_failure_abandons_steps_in_flight() {
             "slow first: {slow_first}: {:?}",
             kinds(&events)
         );
-        let (_, steps) = app
-            .get_json(&format!("/v1/runs/{}/steps", run_id(&events)))
-            .await;
-        let status_of = |id: &str| {
-            steps
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|s| s["step_id"] == id)
-                .unwrap()["status"]
-                .clone()
-        };
-        assert_eq!(status_of("slow"), "cancelled");
-        assert_eq!(status_of("bad"), "failed");
+        let id = run_id(&events);
+        assert_eq!(app.attempts(&id, "slow").await[0]["status"], "cancelled");
+        assert_eq!(app.attempts(&id, "bad").await[0]["status"], "failed");
     }
 }

@@ -517,12 +517,10 @@ async fn a_resumed_tool_run_keeps_its_conversation_and_runs_no_tool_twice() {
         "{resumed:?}"
     );
     // The interrupted model call is closed as such; its retry is a new attempt.
-    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
-    let llm2: Vec<(u64, String, Value)> = steps
-        .as_array()
-        .unwrap()
+    let llm2: Vec<(u64, String, Value)> = app
+        .attempts(&id, "llm-2")
+        .await
         .iter()
-        .filter(|s| s["step_id"] == "llm-2")
         .map(|s| {
             (
                 s["attempt"].as_u64().unwrap(),

@@ -185,6 +185,19 @@ impl TestApp {
         SseReader::new(resp).read_to_final().await
     }
 
+    /// The stored attempts of one step of a run (`GET /v1/runs/{id}/steps`), in start order.
+    pub async fn attempts(&self, run_id: &str, step_id: &str) -> Vec<Value> {
+        let (status, steps) = self.get_json(&format!("/v1/runs/{run_id}/steps")).await;
+        assert_eq!(status, 200, "{steps}");
+        steps
+            .as_array()
+            .expect("steps array")
+            .iter()
+            .filter(|s| s["step_id"] == step_id)
+            .cloned()
+            .collect()
+    }
+
     /// The run's whole history as JSON.
     pub async fn history(&self, run_id: &str) -> Vec<Value> {
         self.client
