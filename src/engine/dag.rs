@@ -11,8 +11,9 @@
 //!
 //! Failures: a failed step stops the run (`stop_on_first_failure`, the default) or only skips
 //! its dependents. A stopping failure does not wait its turn in the commit order: the steps
-//! already finished are committed and the ones in flight are abandoned (closed as cancelled). Branches skip the steps of the arm not taken; a step whose dependencies were
-//! all skipped is skipped too. A checkpoint follows every completed step; on resume, steps the
+//! already finished are committed and the ones in flight are abandoned (closed as cancelled).
+//! Branches skip the steps of the arm not taken; a step whose dependencies were all skipped is
+//! skipped too. A checkpoint follows every completed step; on resume, steps the
 //! checkpoint holds as done are not run again.
 
 use std::collections::{HashMap, HashSet, VecDeque};
