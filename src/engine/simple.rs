@@ -223,7 +223,7 @@ async fn restore(ctx: &RunContext) -> Result<Option<(Conversation, u64)>, RunErr
     };
     let convo = serde_json::from_value(state["conversation"].take()).map_err(|e| {
         RunError::new(
-            "internal",
+            "internal_error",
             format!("the run's checkpoint {id} cannot be read: {e}"),
         )
     })?;
