@@ -63,18 +63,16 @@ async fn in_process(app: &App, plan: &Value) -> Duration {
     };
     let t0 = Instant::now();
     let engine = app.engine();
+    // Validated here as the API validates a request's plan; the engine does not parse it again.
+    let valid = orca::plan::validate_plan(plan, engine.tools()).expect("a valid plan");
     let run = match engine
-        .create_run(&Tenant::default_tenant(), spec, None)
+        .create_run(&Tenant::default_tenant(), spec, Some(valid), None)
         .await
         .expect("run")
     {
         Created::New(r) | Created::Existing(r) => r,
     };
-    let mut events = std::pin::pin!(engine.services().hub.follow(
-        run.id,
-        0,
-        CancellationToken::new()
-    ));
+    let mut events = std::pin::pin!(engine.follow(run.id, 0, CancellationToken::new()));
     while let Some(ev) = events.next().await {
         let ev = ev.expect("event");
         if ev.kind == EventKind::Final {

@@ -25,6 +25,7 @@ pub struct App {
     listener: TcpListener,
     router: axum::Router,
     engine: Engine,
+    hub: EventHub,
     store: Store,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -65,7 +66,7 @@ impl App {
         let services = Services {
             llm,
             tools,
-            hub,
+            hub: hub.clone(),
             metrics: Metrics::new(),
             inputs: Default::default(),
             config: Arc::new(config.engine.clone()),
@@ -80,11 +81,17 @@ impl App {
             .await
             .with_context(|| format!("binding {bind} (server.bind)"))?;
         let grace = Duration::from_secs(config.server.shutdown_grace_secs);
-        let state = AppState::new(engine.clone(), Arc::new(config), shutdown.clone());
+        let state = AppState::new(
+            engine.clone(),
+            store.clone(),
+            Arc::new(config),
+            shutdown.clone(),
+        );
         Ok(App {
             listener,
             router: api::router(state),
             engine,
+            hub,
             store,
             tracker,
             shutdown,
@@ -133,7 +140,7 @@ impl App {
         {
             tracing::warn!("some runs did not stop within the grace period");
         }
-        self.engine.services().hub.flush().await;
+        self.hub.flush().await;
         self.writer.abort();
         self.store.close().await;
         served.context("serving HTTP")

@@ -27,9 +27,7 @@ pub async fn run_plans(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<PlanRecord>>, ApiError> {
     let id = own_run(&state, &tenant, &id).await?;
-    Ok(Json(
-        state.engine.services().hub.store().list_plans(id).await?,
-    ))
+    Ok(Json(state.store.list_plans(id).await?))
 }
 
 /// A run's checkpoints, oldest first.
@@ -47,13 +45,5 @@ pub async fn run_checkpoints(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Checkpoint>>, ApiError> {
     let id = own_run(&state, &tenant, &id).await?;
-    Ok(Json(
-        state
-            .engine
-            .services()
-            .hub
-            .store()
-            .list_checkpoints(id)
-            .await?,
-    ))
+    Ok(Json(state.store.list_checkpoints(id).await?))
 }

@@ -26,14 +26,17 @@ use utoipa::OpenApi;
 use crate::config::Config;
 use crate::domain::Tenant;
 use crate::engine::Engine;
+use crate::store::Store;
 
 use error::ApiError;
 use extract::BodyLimit;
 
-/// What handlers share: handles, not locks.
+/// What handlers share: handles, not locks. Runs are started, answered and cancelled through
+/// the engine; their history is read from the store.
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
+    pub store: Store,
     pub config: Arc<Config>,
     pub run_schema: Arc<Validator>,
     /// Fired on server stop: open event streams end so the server can drain.
@@ -41,9 +44,15 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(engine: Engine, config: Arc<Config>, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        engine: Engine,
+        store: Store,
+        config: Arc<Config>,
+        shutdown: CancellationToken,
+    ) -> Self {
         AppState {
             engine,
+            store,
             config,
             run_schema: Arc::new(extract::compile_schema(include_str!(
                 "../../schemas/RunRequest.schema.json"

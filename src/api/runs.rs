@@ -18,6 +18,7 @@ use utoipa::ToSchema;
 use crate::domain::run::RunSpec;
 use crate::domain::{Event, Limits, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant};
 use crate::engine::{self, Created};
+use crate::plan::ValidPlan;
 use crate::store::RunFilter;
 
 use super::AppState;
@@ -78,10 +79,7 @@ pub(super) async fn own_run(
 
 async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, ApiError> {
     state
-        .engine
-        .services()
-        .hub
-        .store()
+        .store
         .get_run(tenant, id)
         .await?
         .map(|s| s.run)
@@ -113,10 +111,10 @@ pub async fn create_run(
 ) -> Result<Response, ApiError> {
     let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
     let key = idempotency_key(&headers)?;
-    let spec = validate_run(&state, &tenant, req).await?;
+    let (spec, plan) = validate_run(&state, &tenant, req).await?;
     let created = state
         .engine
-        .create_run(&tenant, spec, key.as_deref())
+        .create_run(&tenant, spec, plan, key.as_deref())
         .await
         .map_err(|e| match e {
             engine::Error::Overloaded => ApiError::Unavailable(e.to_string()),
@@ -163,22 +161,6 @@ fn prefixed(prefix: &str, problems: Vec<crate::plan::Problem>) -> Vec<FieldError
         .collect()
 }
 
-/// The run input checked against a workflow's `input_schema`.
-fn input_problems(schema: &Value, input: &Value) -> Vec<FieldError> {
-    match jsonschema::validator_for(schema) {
-        Ok(v) => v
-            .iter_errors(input)
-            .map(|e| {
-                FieldError::new(
-                    format!("/input{}", e.instance_path().as_str()),
-                    e.to_string(),
-                )
-            })
-            .collect(),
-        Err(e) => vec![FieldError::new("/workflow/input_schema", e.to_string())],
-    }
-}
-
 /// A workflow definition as a plan document: the workflow-only fields removed.
 fn workflow_plan_doc(mut definition: Value) -> Value {
     if let Some(obj) = definition.as_object_mut() {
@@ -189,29 +171,30 @@ fn workflow_plan_doc(mut definition: Value) -> Value {
 }
 
 /// Checks what the schema cannot: names that must exist in this server's configuration, and
-/// the plan or workflow to run.
+/// the plan or workflow to run. Gives the spec to store and, for a plan run, the plan as
+/// validated, so the engine does not parse it again.
 async fn validate_run(
     state: &AppState,
     tenant: &Tenant,
     req: CreateRun,
-) -> Result<RunSpec, ApiError> {
+) -> Result<(RunSpec, Option<ValidPlan>), ApiError> {
     let mut errors = Vec::new();
-    let services = state.engine.services();
-    let store = services.hub.store();
+    let models = state.engine.models();
+    let tools = state.engine.tools();
     if let Some(model) = &req.model
-        && !services.llm.has_alias(model)
+        && !models.has_alias(model)
     {
         errors.push(FieldError::new(
             "/model",
             format!(
                 "unknown model alias `{model}`; configured: {}",
-                services.llm.aliases().join(", ")
+                models.aliases().join(", ")
             ),
         ));
     }
-    if let Some(tools) = &req.tools {
-        for (i, t) in tools.iter().enumerate() {
-            if !services.tools.contains(t) {
+    if let Some(names) = &req.tools {
+        for (i, t) in names.iter().enumerate() {
+            if !tools.contains(t) {
                 errors.push(FieldError::new(
                     format!("/tools/{i}"),
                     format!("no tool named `{t}`"),
@@ -221,26 +204,22 @@ async fn validate_run(
     }
     // A plan to run: a ready plan, or a workflow (registered or inline), resolved now so the
     // run executes (and resumes) exactly what was validated.
-    let mut plan_doc: Option<Value> = None;
-    let mut orchestration = req.orchestration;
+    let mut plan: Option<(Value, ValidPlan)> = None;
     match (req.orchestration, &req.workflow, &req.plan) {
         (_, Some(_), Some(_)) => errors.push(FieldError::new(
             "/plan",
             "send either `workflow` or `plan`, not both",
         )),
-        (Orchestration::Auto | Orchestration::Fixed, None, Some(plan)) => {
-            match crate::plan::validate_plan(plan, &services.tools) {
-                Ok(_) => {
-                    plan_doc = Some(plan.clone());
-                    orchestration = Orchestration::Fixed;
-                }
+        (Orchestration::Auto | Orchestration::Fixed, None, Some(doc)) => {
+            match crate::plan::validate_plan(doc, tools) {
+                Ok(valid) => plan = Some((doc.clone(), valid)),
                 Err(problems) => errors.extend(prefixed("/plan", problems)),
             }
         }
         (Orchestration::Auto | Orchestration::Fixed, Some(workflow), None) => {
             let definition = match workflow {
-                Value::String(name) => match store.get_workflow(tenant, name).await? {
-                    Some(w) => Some((w.definition, "/workflow")),
+                Value::String(name) => match state.store.get_workflow(tenant, name).await? {
+                    Some(w) => Some(w.definition),
                     None => {
                         errors.push(FieldError::new(
                             "/workflow",
@@ -249,18 +228,17 @@ async fn validate_run(
                         None
                     }
                 },
-                other => Some((other.clone(), "/workflow")),
+                other => Some(other.clone()),
             };
-            if let Some((definition, pointer)) = definition {
-                match crate::plan::validate_workflow(&definition, &services.tools) {
+            if let Some(definition) = definition {
+                match crate::plan::validate_workflow(&definition, tools) {
                     Ok(wf) => {
-                        if let Some(schema) = &wf.input_schema {
-                            errors.extend(input_problems(schema, &req.input));
-                        }
-                        plan_doc = Some(workflow_plan_doc(definition));
-                        orchestration = Orchestration::Fixed;
+                        errors.extend(wf.check_input(&req.input).into_iter().map(|v| {
+                            FieldError::new(format!("/input{}", v.pointer), v.message)
+                        }));
+                        plan = Some((workflow_plan_doc(definition), wf.plan));
                     }
-                    Err(problems) => errors.extend(prefixed(pointer, problems)),
+                    Err(problems) => errors.extend(prefixed("/workflow", problems)),
                 }
             }
         }
@@ -281,9 +259,10 @@ async fn validate_run(
     if !errors.is_empty() {
         return Err(ApiError::validation_many(errors));
     }
-    Ok(RunSpec {
+    let (plan_doc, valid) = plan.unzip();
+    let spec = RunSpec {
         input: req.input,
-        orchestration,
+        orchestration: req.orchestration,
         workflow: req.workflow,
         plan: plan_doc,
         model: req.model,
@@ -291,7 +270,8 @@ async fn validate_run(
         limits: req.limits,
         metadata: req.metadata,
         session_id: req.session_id,
-    })
+    };
+    Ok((spec, valid))
 }
 
 /// Get a run.
@@ -388,13 +368,7 @@ pub async fn list_runs(
     }
     let limit = filter.limit;
     filter.limit += 1; // one more tells whether a next page exists
-    let mut runs = state
-        .engine
-        .services()
-        .hub
-        .store()
-        .list_runs(&tenant, &filter)
-        .await?;
+    let mut runs = state.store.list_runs(&tenant, &filter).await?;
     let next_cursor = if runs.len() > limit as usize {
         runs.truncate(limit as usize);
         runs.last().map(|r| r.id.to_string())
@@ -456,7 +430,7 @@ pub async fn run_events(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/json") && !v.contains("text/event-stream"));
     if json_wanted {
-        let store = state.engine.services().hub.store();
+        let store = &state.store;
         let mut all = Vec::new();
         loop {
             let page = store.events_after(id, after, 1000).await?;
@@ -478,8 +452,6 @@ pub async fn run_events(
 fn sse(state: &AppState, id: RunId, after: u64) -> Response {
     let stream = state
         .engine
-        .services()
-        .hub
         .follow(id, after, state.shutdown.clone())
         .filter_map(|item| async move {
             match item {
@@ -522,15 +494,7 @@ pub async fn run_steps(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<StepAttempt>>, ApiError> {
     let id = own_run(&state, &tenant, &id).await?;
-    Ok(Json(
-        state
-            .engine
-            .services()
-            .hub
-            .store()
-            .step_attempts(id)
-            .await?,
-    ))
+    Ok(Json(state.store.step_attempts(id).await?))
 }
 
 /// Cancel a run: it ends `cancelled`; in-flight LLM and tool calls are aborted.

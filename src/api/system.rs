@@ -24,10 +24,7 @@ pub async fn healthz() -> Json<serde_json::Value> {
 ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
     state
-        .engine
-        .services()
-        .hub
-        .store()
+        .store
         .ping()
         .await
         .map_err(|_| ApiError::Unavailable("the store is unreachable".into()))?;
@@ -37,11 +34,8 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
 /// Prometheus metrics (OpenMetrics text).
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Metrics", content_type = "application/openmetrics-text")))]
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let services = state.engine.services();
-    let by_status = services.hub.store().count_runs_by_status().await?;
-    let text = services
-        .metrics
-        .render(&by_status, services.hub.open_streams());
+    let by_status = state.store.count_runs_by_status().await?;
+    let text = state.engine.render_metrics(&by_status);
     Ok((
         StatusCode::OK,
         [(
@@ -56,7 +50,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
 /// Every tool, with the JSON Schema of its arguments.
 #[utoipa::path(get, path = "/v1/tools", tag = "tools", responses((status = 200, body = Vec<ToolInfo>)))]
 pub async fn list_tools(State(state): State<AppState>) -> Json<Vec<ToolInfo>> {
-    Json(state.engine.services().tools.list())
+    Json(state.engine.tools().list())
 }
 
 pub async fn openapi_json() -> Response {

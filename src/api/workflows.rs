@@ -98,8 +98,7 @@ pub async fn list_workflows(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
 ) -> Result<Json<Vec<WorkflowSummary>>, ApiError> {
-    let store = state.engine.services().hub.store();
-    let list = store.list_workflows(&tenant).await?;
+    let list = state.store.list_workflows(&tenant).await?;
     Ok(Json(list.into_iter().map(WorkflowSummary::from).collect()))
 }
 
@@ -119,8 +118,7 @@ pub async fn get_workflow(
     Path(name): Path<String>,
 ) -> Result<Json<WorkflowDetail>, ApiError> {
     valid_name(&name)?;
-    let store = state.engine.services().hub.store();
-    let found = store.get_workflow(&tenant, &name).await?;
+    let found = state.store.get_workflow(&tenant, &name).await?;
     found
         .map(|w| Json(w.into()))
         .ok_or_else(|| not_found(&name))
@@ -166,8 +164,7 @@ pub async fn put_workflow(
             }
         }
     }
-    let services = state.engine.services();
-    validate_workflow(&definition, &services.tools).map_err(|problems| {
+    validate_workflow(&definition, state.engine.tools()).map_err(|problems| {
         ApiError::validation_many(
             problems
                 .into_iter()
@@ -175,7 +172,7 @@ pub async fn put_workflow(
                 .collect(),
         )
     })?;
-    let store = services.hub.store();
+    let store = &state.store;
     let created = store.put_workflow(&tenant, &name, &definition).await?;
     // Read back rather than rebuild, so the answer carries the stored times (a replacement
     // keeps its created_at).
@@ -210,7 +207,7 @@ pub async fn delete_workflow(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     valid_name(&name)?;
-    let store = state.engine.services().hub.store();
+    let store = &state.store;
     if store.delete_workflow(&tenant, &name).await? {
         return Ok(StatusCode::NO_CONTENT);
     }

@@ -1,11 +1,18 @@
 //! Run events: the unit of streaming and of history. One [`Event`] is one SSE message.
+//!
+//! What an event carries is typed: [`Payload`] has one variant per event kind, each a serde
+//! struct whose JSON is the contract's `data` object. Emitters build payloads, never JSON by
+//! hand; [`Event`] keeps the serialised form, which is what the store and the wire hold.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::error::RunError;
 use super::ids::RunId;
+use super::plan::{StepKind, StepStatus};
+use super::run::{Completion, RunStatus, Usage};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -62,6 +69,239 @@ pub struct Event {
     pub data: Value,
 }
 
+/// The `data` of one event, typed by its kind.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Payload {
+    Status(StatusData),
+    Plan(PlanData),
+    Step(StepData),
+    Token(TextData),
+    JsonPartial(TextData),
+    ToolCall(ToolCallData),
+    ToolResult(ToolResultData),
+    InputRequired(InputRequiredData),
+    Handoff(HandoffData),
+    Speaker(SpeakerData),
+    Usage(UsageData),
+    Error(ErrorData),
+    Final(FinalData),
+}
+
+impl Payload {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Payload::Status(_) => EventKind::Status,
+            Payload::Plan(_) => EventKind::Plan,
+            Payload::Step(_) => EventKind::Step,
+            Payload::Token(_) => EventKind::Token,
+            Payload::JsonPartial(_) => EventKind::JsonPartial,
+            Payload::ToolCall(_) => EventKind::ToolCall,
+            Payload::ToolResult(_) => EventKind::ToolResult,
+            Payload::InputRequired(_) => EventKind::InputRequired,
+            Payload::Handoff(_) => EventKind::Handoff,
+            Payload::Speaker(_) => EventKind::Speaker,
+            Payload::Usage(_) => EventKind::Usage,
+            Payload::Error(_) => EventKind::Error,
+            Payload::Final(_) => EventKind::Final,
+        }
+    }
+
+    /// The JSON `data` object of the event.
+    pub fn to_data(&self) -> Value {
+        // Payloads hold only strings, numbers, JSON values and maps with string keys, so
+        // serialising cannot fail.
+        serde_json::to_value(self).expect("event payloads serialise")
+    }
+
+    pub fn status(status: RunStatus) -> Payload {
+        Payload::Status(StatusData {
+            status,
+            message: None,
+        })
+    }
+
+    pub fn token(text: impl Into<String>) -> Payload {
+        Payload::Token(TextData { text: text.into() })
+    }
+
+    pub fn json_partial(text: impl Into<String>) -> Payload {
+        Payload::JsonPartial(TextData { text: text.into() })
+    }
+}
+
+macro_rules! payload_from {
+    ($($data:ident => $variant:ident),* $(,)?) => {
+        $(impl From<$data> for Payload {
+            fn from(d: $data) -> Payload {
+                Payload::$variant(d)
+            }
+        })*
+    };
+}
+
+payload_from! {
+    StatusData => Status, PlanData => Plan, StepData => Step, ToolCallData => ToolCall,
+    ToolResultData => ToolResult, InputRequiredData => InputRequired, HandoffData => Handoff,
+    SpeakerData => Speaker, UsageData => Usage, ErrorData => Error, FinalData => Final,
+}
+
+/// `status`: the run's status changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusData {
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `plan`: a plan was made or replaced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanData {
+    pub version: u32,
+    /// `initial`, or what made a new version necessary.
+    pub reason: String,
+    pub plan: Value,
+    /// The heaviest chain of dependencies, first step first.
+    pub critical_path: Vec<String>,
+    pub critical_path_ms: u64,
+}
+
+/// `step`: one step attempt changed state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepData {
+    pub step_id: String,
+    pub name: String,
+    pub kind: StepKind,
+    pub status: StepStatus,
+    /// 0 for steps that never ran (skipped).
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// With status `retrying`: the wait before the next attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
+    /// Why a step was skipped or cancelled without running to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl StepData {
+    /// A step event with no output, error or timing.
+    pub fn new(
+        step_id: impl Into<String>,
+        name: impl Into<String>,
+        kind: StepKind,
+        status: StepStatus,
+        attempt: u32,
+    ) -> StepData {
+        StepData {
+            step_id: step_id.into(),
+            name: name.into(),
+            kind,
+            status,
+            attempt,
+            output: None,
+            error: None,
+            duration_ms: None,
+            retry_in_ms: None,
+            reason: None,
+        }
+    }
+
+    pub fn with_reason(mut self, reason: impl Into<String>) -> StepData {
+        self.reason = Some(reason.into());
+        self
+    }
+}
+
+/// `token` and `json_partial`: a piece of model output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextData {
+    pub text: String,
+}
+
+/// `tool_call`: a tool is about to be called.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallData {
+    pub call_id: String,
+    pub tool: String,
+    /// As given: JSON, or the raw text when a model wrote arguments that do not parse.
+    pub arguments: Value,
+}
+
+/// `tool_result`: what a tool call gave.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultData {
+    pub call_id: String,
+    pub tool: String,
+    #[serde(flatten)]
+    pub result: ToolOutcome,
+}
+
+/// A tool call's output, or why it failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutcome {
+    Output(Value),
+    Error(RunError),
+}
+
+/// `input_required`: the run waits for `POST .../input`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputRequiredData {
+    pub step_id: String,
+    pub prompt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+}
+
+/// `handoff`: control passed between agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandoffData {
+    pub from: String,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `speaker`: a group chat chose its next speaker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpeakerData {
+    pub agent: String,
+    pub round: u32,
+}
+
+/// `usage`: one model call's tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageData {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// `error`: a failure the run goes on after (a retry, a replan, or a model told of it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorData {
+    #[serde(flatten)]
+    pub error: RunError,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<String>,
+}
+
+/// `final`: how the run ended; exactly once, always last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinalData {
+    pub status: RunStatus,
+    pub completion: Completion,
+    pub output: Option<Value>,
+    pub usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +323,46 @@ mod tests {
         assert_eq!(
             EventKind::parse("json_partial"),
             Some(EventKind::JsonPartial)
+        );
+    }
+
+    #[test]
+    fn payloads_serialise_to_the_contract_data() {
+        use super::super::error::ErrorCode;
+        let result = Payload::from(ToolResultData {
+            call_id: "c1".into(),
+            tool: "fs.read".into(),
+            result: ToolOutcome::Error(RunError::new(ErrorCode::FileNotFound, "no such file")),
+        });
+        assert_eq!(result.kind(), EventKind::ToolResult);
+        assert_eq!(
+            result.to_data(),
+            serde_json::json!({"call_id": "c1", "tool": "fs.read",
+                "error": {"code": "file_not_found", "message": "no such file"}})
+        );
+        let err = Payload::from(ErrorData {
+            error: RunError::new(ErrorCode::ToolTimeout, "slow"),
+            step_id: Some("s1".into()),
+        });
+        assert_eq!(
+            err.to_data(),
+            serde_json::json!({"code": "tool_timeout", "message": "slow", "step_id": "s1"})
+        );
+        let running = Payload::from(StepData::new(
+            "s1",
+            "s1",
+            StepKind::Tool,
+            StepStatus::Running,
+            1,
+        ));
+        assert_eq!(
+            running.to_data(),
+            serde_json::json!({"step_id": "s1", "name": "s1", "kind": "tool",
+                "status": "running", "attempt": 1})
+        );
+        assert_eq!(
+            Payload::token("hi").to_data(),
+            serde_json::json!({"text": "hi"})
         );
     }
 }

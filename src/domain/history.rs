@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::error::RunError;
 use super::plan::{StepKind, StepStatus};
-use super::run::RunError;
 
 /// One attempt of one step, as `GET /v1/runs/{id}/steps` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

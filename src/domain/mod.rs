@@ -10,14 +10,16 @@ pub fn now() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now().trunc_subsecs(6)
 }
 
+pub mod error;
 pub mod event;
 pub mod history;
 pub mod ids;
 pub mod plan;
 pub mod run;
 
-pub use event::{Event, EventKind};
+pub use error::{ErrorCode, RunError};
+pub use event::{Event, EventKind, Payload};
 pub use history::StepAttempt;
 pub use ids::{RunId, StepId, Tenant};
 pub use plan::{BackoffStrategy, Plan, PlanSettings, RetryPolicy, Step, StepKind, StepStatus};
-pub use run::{Completion, Limits, Orchestration, Run, RunError, RunStatus, Usage};
+pub use run::{Completion, Limits, Orchestration, Run, RunStatus, Usage};

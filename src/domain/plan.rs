@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::error::{ErrorCode, RunError};
 use super::ids::StepId;
-use super::run::{Orchestration, RunError};
+use super::run::Orchestration;
 
 /// What a step does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -165,12 +166,13 @@ impl RetryPolicy {
         }
     }
 
-    /// Whether an error with this code (and this retryability from its source) may be retried.
-    pub fn allows(&self, code: &str, retryable_by_nature: bool) -> bool {
+    /// Whether an error with this code may be retried: the codes the policy lists, or, when
+    /// it lists none, every code that is retryable by nature.
+    pub fn allows(&self, code: &ErrorCode) -> bool {
         if self.retryable_errors.is_empty() {
-            retryable_by_nature
+            code.retryable()
         } else {
-            self.retryable_errors.iter().any(|c| c == code)
+            self.retryable_errors.iter().any(|c| code == c.as_str())
         }
     }
 }
@@ -357,11 +359,11 @@ mod tests {
     #[test]
     fn retryable_codes_narrow_the_default() {
         let mut p = policy(BackoffStrategy::Fixed);
-        assert!(p.allows("llm_timeout", true));
-        assert!(!p.allows("invalid_tool_arguments", false));
+        assert!(p.allows(&ErrorCode::LlmTimeout));
+        assert!(!p.allows(&ErrorCode::InvalidToolArguments));
         p.retryable_errors = vec!["flaky".into()];
-        assert!(p.allows("flaky", false));
-        assert!(!p.allows("llm_timeout", true));
+        assert!(p.allows(&ErrorCode::from("flaky")));
+        assert!(!p.allows(&ErrorCode::LlmTimeout));
     }
 
     #[test]

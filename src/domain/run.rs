@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::error::RunError;
 use super::ids::RunId;
 
 /// How a run is orchestrated. `auto` is resolved by the selector before execution starts.
@@ -138,22 +139,6 @@ pub struct Usage {
     pub completion_tokens: u64,
     pub llm_calls: u64,
     pub tool_calls: u64,
-}
-
-/// Why a run (or step) failed: a stable code and a human sentence. Never carries secrets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct RunError {
-    pub code: String,
-    pub message: String,
-}
-
-impl RunError {
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        RunError {
-            code: code.into(),
-            message: message.into(),
-        }
-    }
 }
 
 /// What the caller asked for, stored with the run so a restarted server can resume it.

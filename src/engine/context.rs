@@ -1,28 +1,32 @@
-//! [`RunContext`]: what one run's executor may touch — its spec and limits, its cancellation
-//! token, the services (LLM router, tools), and the emitters that stamp events with the run's
-//! next `seq` and record step attempts.
+//! [`RunContext`]: what one run's executor may touch — its spec, plan and limits, its
+//! cancellation token, the services (LLM router, tools), the emitter that stamps events with
+//! the run's next `seq`, and the run's counters (usage, steps, retries).
+//!
+//! Step attempts are recorded through the methods in [`super::attempts`]; events go out
+//! through [`RunContext::emit`] or an [`super::sink::EventSink`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::event::{InputRequiredData, StatusData};
 use crate::domain::run::RunSpec;
 use crate::domain::{
-    Event, EventKind, Run, RunError, RunId, RunStatus, StepAttempt, StepKind, StepStatus, Tenant,
-    Usage,
+    ErrorCode, Event, Payload, Run, RunError, RunId, RunStatus, StepAttempt, Tenant, Usage,
 };
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
-
-use super::clock::RunClock;
-use super::input::InputBox;
-use crate::store::Record;
+use crate::plan::ValidPlan;
+use crate::store::{Record, Store};
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
+
+use super::attempts::AttemptKey;
+use super::clock::RunClock;
+use super::input::InputBox;
 
 /// The limits in force for one run: the request's, else the configured defaults.
 #[derive(Debug, Clone, Copy)]
@@ -46,11 +50,21 @@ pub struct Services {
     pub config: Arc<crate::config::EngineConfig>,
 }
 
+impl Services {
+    /// The store, for the few reads an executor makes (checkpoints, attempts, session history).
+    pub fn store(&self) -> &Store {
+        self.hub.store()
+    }
+}
+
 /// Where a run context starts from: a new run, or a stored one being resumed.
 pub struct RunSeed {
     pub run: Run,
     pub tenant: Tenant,
     pub spec: RunSpec,
+    /// The plan validated when the run was created. `None` for runs without a plan and after
+    /// a restart, when the executor validates the stored plan document again.
+    pub plan: Option<Arc<ValidPlan>>,
     pub limits: EffectiveLimits,
     /// The last seq already in the run's event log (0 for a new run).
     pub last_seq: u64,
@@ -60,6 +74,7 @@ pub struct RunContext {
     pub run_id: RunId,
     pub tenant: Tenant,
     pub spec: RunSpec,
+    pub plan: Option<Arc<ValidPlan>>,
     pub limits: EffectiveLimits,
     pub cancel: CancellationToken,
     pub services: Services,
@@ -75,8 +90,16 @@ pub struct RunContext {
     retries_used: AtomicU64,
     /// Usage so far. A std mutex: updated in short sections, never across an await.
     usage: Mutex<Usage>,
-    /// Attempts started and not yet finished, closed as cancelled/failed if the run ends first.
-    open_attempts: Mutex<HashMap<(String, u32), (StepAttempt, Instant)>>,
+    /// Attempts started and not yet ended, closed as cancelled/failed if the run ends first.
+    /// A std mutex: inserts, removals and copies only.
+    pub(super) open_attempts: Mutex<HashMap<AttemptKey, OpenAttempt>>,
+}
+
+/// An attempt under way: its record as stored at the start, and when it started.
+#[derive(Clone)]
+pub(super) struct OpenAttempt {
+    pub record: StepAttempt,
+    pub started: std::time::Instant,
 }
 
 impl RunContext {
@@ -85,6 +108,7 @@ impl RunContext {
             run_id: seed.run.id,
             tenant: seed.tenant,
             spec: seed.spec,
+            plan: seed.plan,
             clock: RunClock::start(std::time::Duration::from_millis(
                 seed.limits.max_duration_ms,
             )),
@@ -102,21 +126,26 @@ impl RunContext {
     }
 
     /// Builds the next event of this run (taking the next seq) without queueing it.
-    pub fn next_event(&self, kind: EventKind, step_id: Option<&str>, data: Value) -> Event {
+    pub fn next_event(&self, step_id: Option<&str>, payload: &Payload) -> Event {
         Event {
             seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
             run_id: self.run_id,
-            kind,
+            kind: payload.kind(),
             ts: crate::domain::now(),
             step_id: step_id.map(str::to_owned),
-            data,
+            data: payload.to_data(),
         }
     }
 
     /// Stamps and queues an event (persisted, then broadcast).
-    pub async fn emit(&self, kind: EventKind, step_id: Option<&str>, data: Value) {
-        let ev = self.next_event(kind, step_id, data);
+    pub async fn emit(&self, step_id: Option<&str>, payload: impl Into<Payload>) {
+        let ev = self.next_event(step_id, &payload.into());
         self.services.hub.append(Arc::new(ev)).await;
+    }
+
+    /// Queues a history record other than an event, in order with the run's events.
+    pub async fn record(&self, record: Record) {
+        self.services.hub.record(record).await;
     }
 
     /// A copy of the run row as the task knows it (usage included).
@@ -131,19 +160,20 @@ impl RunContext {
         f(&mut self.run.lock().expect("run lock"));
     }
 
+    /// Stores the run row as the task knows it.
+    pub async fn save_run(&self) {
+        self.record(Record::RunState(Box::new(self.run()))).await;
+    }
+
     /// Moves the run to `status`: stores the row and emits a `status` event.
-    pub async fn set_status(&self, status: RunStatus, extra: Option<(&str, Value)>) {
+    pub async fn set_status(&self, status: RunStatus, message: Option<&str>) {
         self.update_run(|r| r.status = status);
-        let run = self.run();
-        self.services
-            .hub
-            .record(Record::RunState(Box::new(run)))
-            .await;
-        let mut data = serde_json::json!({ "status": status });
-        if let Some((k, v)) = extra {
-            data[k] = v;
-        }
-        self.emit(EventKind::Status, None, data).await;
+        self.save_run().await;
+        let data = StatusData {
+            status,
+            message: message.map(str::to_owned),
+        };
+        self.emit(None, data).await;
     }
 
     /// Waits for a human answer to step `step_id`: emits `input_required`, moves the run to
@@ -158,19 +188,20 @@ impl RunContext {
             .services
             .inputs
             .wait(self.run_id, step_id, schema)
-            .map_err(|m| RunError::new("invalid_step", m))?;
-        let mut data = serde_json::json!({ "step_id": step_id, "prompt": prompt });
-        if let Some(s) = schema {
-            data["schema"] = s.clone();
-        }
-        self.emit(EventKind::InputRequired, Some(step_id), data)
-            .await;
+            .map_err(|m| RunError::new(ErrorCode::InvalidStep, m))?;
+        let data = InputRequiredData {
+            step_id: step_id.to_owned(),
+            prompt: prompt.to_owned(),
+            schema: schema.cloned(),
+        };
+        self.emit(Some(step_id), data).await;
         self.set_status(RunStatus::WaitingInput, None).await;
         self.clock.pause();
         let answer = rx.await;
         self.clock.resume();
         self.services.inputs.forget(self.run_id);
-        let value = answer.map_err(|_| RunError::new("cancelled", "the wait for input ended"))?;
+        let value =
+            answer.map_err(|_| RunError::new(ErrorCode::Cancelled, "the wait for input ended"))?;
         self.set_status(RunStatus::Running, None).await;
         Ok(value)
     }
@@ -189,7 +220,7 @@ impl RunContext {
         };
         if self.limits.max_tokens > 0 && total > self.limits.max_tokens {
             return Err(RunError::new(
-                "token_limit_exceeded",
+                ErrorCode::TokenLimitExceeded,
                 format!(
                     "the run used {total} tokens, over its limit of {}",
                     self.limits.max_tokens
@@ -208,6 +239,21 @@ impl RunContext {
             .is_ok()
     }
 
+    /// Counts one step against `max_steps`; an error once the limit is passed.
+    pub fn take_step(&self) -> Result<(), RunError> {
+        let n = self.steps_started.fetch_add(1, Ordering::SeqCst) + 1;
+        if n > self.limits.max_steps {
+            return Err(RunError::new(
+                ErrorCode::StepLimitExceeded,
+                format!(
+                    "the run reached its limit of {} steps",
+                    self.limits.max_steps
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn count_llm_call(&self) {
         self.usage.lock().expect("usage lock").llm_calls += 1;
     }
@@ -215,188 +261,4 @@ impl RunContext {
     pub fn count_tool_call(&self) {
         self.usage.lock().expect("usage lock").tool_calls += 1;
     }
-
-    /// Starts a step attempt: checks `max_steps`, stores the attempt as running and emits the
-    /// `step` event.
-    pub async fn step_started(
-        &self,
-        step_id: &str,
-        name: &str,
-        kind: StepKind,
-        attempt: u32,
-        plan_version: u32,
-        input: Option<Value>,
-    ) -> Result<(), RunError> {
-        let n = self.steps_started.fetch_add(1, Ordering::SeqCst) + 1;
-        if n > self.limits.max_steps {
-            return Err(RunError::new(
-                "step_limit_exceeded",
-                format!(
-                    "the run reached its limit of {} steps",
-                    self.limits.max_steps
-                ),
-            ));
-        }
-        let rec = StepAttempt {
-            step_id: step_id.to_owned(),
-            name: name.to_owned(),
-            kind,
-            status: StepStatus::Running,
-            attempt,
-            plan_version,
-            input,
-            output: None,
-            error: None,
-            started_at: crate::domain::now(),
-            completed_at: None,
-            duration_ms: None,
-        };
-        self.store_attempt(&rec).await;
-        self.open_attempts
-            .lock()
-            .expect("attempts lock")
-            .insert((step_id.to_owned(), attempt), (rec, Instant::now()));
-        self.emit(
-            EventKind::Step,
-            Some(step_id),
-            serde_json::json!({
-                "step_id": step_id, "name": name, "kind": kind, "status": StepStatus::Running,
-                "attempt": attempt,
-            }),
-        )
-        .await;
-        Ok(())
-    }
-
-    /// Finishes a step attempt started with [`Self::step_started`].
-    pub async fn step_finished(
-        &self,
-        step_id: &str,
-        attempt: u32,
-        status: StepStatus,
-        output: Option<Value>,
-        error: Option<RunError>,
-    ) {
-        // The attempt leaves the open set only once its end is stored: if the run is cancelled
-        // while this future is suspended, `close_open_attempts` still finds and closes it.
-        let key = (step_id.to_owned(), attempt);
-        let open = self
-            .open_attempts
-            .lock()
-            .expect("attempts lock")
-            .get(&key)
-            .cloned();
-        let Some((mut rec, started)) = open else {
-            tracing::warn!(step_id, attempt, "finishing a step that was not started");
-            return;
-        };
-        let elapsed = started.elapsed();
-        rec.status = status;
-        rec.output = output;
-        rec.error = error;
-        rec.completed_at = Some(crate::domain::now());
-        rec.duration_ms = Some(elapsed.as_millis() as u64);
-        self.store_attempt(&rec).await;
-        self.services
-            .metrics
-            .step_finished(rec.kind.as_str(), elapsed.as_secs_f64());
-        self.emit(EventKind::Step, Some(step_id), ended_step_event(&rec))
-            .await;
-        self.open_attempts
-            .lock()
-            .expect("attempts lock")
-            .remove(&key);
-    }
-
-    /// Registers an attempt the caller stores itself (the plan engine), so that a run ending
-    /// around it still closes it.
-    pub fn track_attempt(&self, rec: StepAttempt) {
-        let key = (rec.step_id.clone(), rec.attempt);
-        self.open_attempts
-            .lock()
-            .expect("attempts lock")
-            .insert(key, (rec, Instant::now()));
-    }
-
-    /// The attempt registered with [`Self::track_attempt`] has ended.
-    pub fn untrack_attempt(&self, step_id: &str, attempt: u32) {
-        self.open_attempts
-            .lock()
-            .expect("attempts lock")
-            .remove(&(step_id.to_owned(), attempt));
-    }
-
-    /// Closes every attempt still open with `status` (the run ended around them).
-    pub async fn close_open_attempts(&self, status: StepStatus, error: &RunError) {
-        let open: Vec<(String, u32)> = self
-            .open_attempts
-            .lock()
-            .expect("attempts lock")
-            .keys()
-            .cloned()
-            .collect();
-        for (step_id, attempt) in open {
-            self.step_finished(&step_id, attempt, status, None, Some(error.clone()))
-                .await;
-        }
-    }
-
-    /// The highest attempt number stored for each step of this run, so that a resumed run
-    /// numbers its new attempts after the ones it already has.
-    pub async fn highest_attempts(&self) -> HashMap<String, u32> {
-        let mut out: HashMap<String, u32> = HashMap::new();
-        if let Ok(attempts) = self.services.hub.store().step_attempts(self.run_id).await {
-            for a in attempts {
-                let e = out.entry(a.step_id).or_default();
-                *e = (*e).max(a.attempt);
-            }
-        }
-        out
-    }
-
-    /// After a restart: closes, as `cancelled` with code `interrupted`, the attempts the stopped
-    /// server left open, so no finished run shows an attempt running forever. Each gets its
-    /// `step` event; the executor then starts the step again as a new attempt.
-    pub async fn close_interrupted_attempts(&self) {
-        let attempts = match self.services.hub.store().step_attempts(self.run_id).await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = ?e, "reading attempts to close after a restart failed");
-                return;
-            }
-        };
-        let error = RunError::new("interrupted", "the server stopped during this attempt");
-        for mut rec in attempts.into_iter().filter(|a| !a.status.is_terminal()) {
-            let now = crate::domain::now();
-            rec.status = StepStatus::Cancelled;
-            rec.error = Some(error.clone());
-            rec.duration_ms = Some((now - rec.started_at).num_milliseconds().max(0) as u64);
-            rec.completed_at = Some(now);
-            self.store_attempt(&rec).await;
-            self.emit(EventKind::Step, Some(&rec.step_id), ended_step_event(&rec))
-                .await;
-        }
-    }
-
-    async fn store_attempt(&self, rec: &StepAttempt) {
-        self.services
-            .hub
-            .record(Record::Attempt(self.run_id, Box::new(rec.clone())))
-            .await;
-    }
-}
-
-/// The `step` event of an attempt that ended, as its stored record says.
-fn ended_step_event(rec: &StepAttempt) -> Value {
-    let mut data = serde_json::json!({
-        "step_id": rec.step_id, "name": rec.name, "kind": rec.kind, "status": rec.status,
-        "attempt": rec.attempt, "duration_ms": rec.duration_ms,
-    });
-    if let Some(o) = &rec.output {
-        data["output"] = o.clone();
-    }
-    if let Some(e) = &rec.error {
-        data["error"] = serde_json::to_value(e).unwrap_or(Value::Null);
-    }
-    data
 }

@@ -1,97 +1,109 @@
 //! The `fixed` executor: runs the plan the request resolved to (a registered or inline
-//! workflow, or a ready plan) on the DAG engine. On a resume it restores the last checkpoint,
-//! so completed steps are not run again.
+//! workflow, or a ready plan) on the [`Scheduler`]. On a resume it restores the last
+//! checkpoint, so completed steps are not run again.
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use async_trait::async_trait;
 
-use crate::domain::{EventKind, RunError};
+use crate::domain::event::PlanData;
+use crate::domain::{ErrorCode, RunError};
 use crate::plan::{self, ValidPlan};
 use crate::store::Record;
 
-use super::Outcome;
+use super::checkpoint::{self, Snapshot};
 use super::context::RunContext;
-use super::dag;
+use super::executor::{Executor, Outcome};
+use super::scheduler::{Restored, Scheduler};
 
 const PLAN_VERSION: u32 = 1;
 
-pub async fn execute(ctx: &RunContext) -> Outcome {
+pub struct Fixed;
+
+#[async_trait]
+impl Executor for Fixed {
+    async fn execute(&self, ctx: &RunContext) -> Outcome {
+        let plan = match the_plan(ctx) {
+            Ok(p) => p,
+            Err(e) => return Outcome::Failed(e),
+        };
+        let first_start = ctx.run().plan_version.is_none();
+        let restored = if first_start {
+            announce_plan(ctx, &plan, "initial").await;
+            Restored::default()
+        } else {
+            match restore(ctx).await {
+                Ok(r) => r,
+                Err(e) => return Outcome::Failed(e),
+            }
+        };
+        Scheduler::new(ctx, plan, PLAN_VERSION, restored)
+            .run()
+            .await
+    }
+}
+
+/// The plan validated when the run was created or, after a restart, the stored plan
+/// document validated again (against today's tools).
+fn the_plan(ctx: &RunContext) -> Result<Arc<ValidPlan>, RunError> {
+    if let Some(plan) = &ctx.plan {
+        return Ok(plan.clone());
+    }
     let Some(doc) = ctx.spec.plan.as_ref() else {
-        return Outcome::Failed(RunError::new("invalid_plan", "the run has no plan"));
+        return Err(RunError::new(ErrorCode::InvalidPlan, "the run has no plan"));
     };
-    let valid = match plan::validate_plan(doc, &ctx.services.tools) {
-        Ok(v) => v,
-        Err(problems) => {
+    plan::validate_plan(doc, &ctx.services.tools)
+        .map(Arc::new)
+        .map_err(|problems| {
             let list: Vec<String> = problems
                 .iter()
                 .map(|p| format!("{} {}", p.pointer, p.message))
                 .collect();
-            return Outcome::Failed(RunError::new(
-                "invalid_plan",
+            RunError::new(
+                ErrorCode::InvalidPlan,
                 format!("the plan no longer validates: {}", list.join("; ")),
-            ));
-        }
-    };
-    let store = ctx.services.hub.store();
-    let first_start = ctx.run().plan_version.is_none();
-    if first_start {
-        announce_plan(ctx, &valid, doc, "initial").await;
+            )
+        })
+}
+
+/// Where the plan stood at the run's last checkpoint, with the attempts already made.
+async fn restore(ctx: &RunContext) -> Result<Restored, RunError> {
+    let attempts = ctx.highest_attempts().await;
+    match checkpoint::latest(ctx).await? {
+        None => Ok(Restored {
+            attempts,
+            ..Default::default()
+        }),
+        Some((id, Snapshot::Plan(progress))) => Ok(Restored {
+            progress,
+            last_checkpoint: id,
+            attempts,
+        }),
+        Some((id, Snapshot::Conversation(_))) => Err(RunError::new(
+            ErrorCode::InternalError,
+            format!("the run's checkpoint {id} holds a conversation, not a plan"),
+        )),
     }
-    let restored = if first_start {
-        dag::Restored::default()
-    } else {
-        match store.last_checkpoint(ctx.run_id).await {
-            Ok(Some((id, _version, state))) => {
-                let attempts = ctx.highest_attempts().await;
-                dag::restore(&state, attempts, id)
-            }
-            Ok(None) => dag::Restored {
-                attempts: ctx.highest_attempts().await,
-                ..Default::default()
-            },
-            Err(e) => {
-                return Outcome::Failed(RunError::new(
-                    "store_unavailable",
-                    format!("could not read the run's checkpoint: {e}"),
-                ));
-            }
-        }
-    };
-    dag::execute(ctx, Arc::new(valid), PLAN_VERSION, restored).await
 }
 
 /// Stores the plan version and emits the `plan` event (with the critical path).
-async fn announce_plan(ctx: &RunContext, valid: &ValidPlan, doc: &Value, reason: &str) {
-    ctx.services
-        .hub
-        .record(Record::Plan {
-            run: ctx.run_id,
-            version: PLAN_VERSION,
-            reason: reason.to_owned(),
-            plan: doc.clone(),
-        })
-        .await;
-    ctx.update_run(|r| r.plan_version = Some(PLAN_VERSION));
-    ctx.services
-        .hub
-        .record(Record::RunState(Box::new(ctx.run())))
-        .await;
-    let critical: Vec<String> = valid
-        .critical_path()
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    ctx.emit(
-        EventKind::Plan,
-        None,
-        json!({
-            "version": PLAN_VERSION,
-            "reason": reason,
-            "plan": doc,
-            "critical_path": critical,
-            "critical_path_ms": valid.critical_path_ms(),
-        }),
-    )
+async fn announce_plan(ctx: &RunContext, plan: &ValidPlan, reason: &str) {
+    let doc = ctx.spec.plan.clone().unwrap_or_else(|| plan.document());
+    ctx.record(Record::Plan {
+        run: ctx.run_id,
+        version: PLAN_VERSION,
+        reason: reason.to_owned(),
+        plan: doc.clone(),
+    })
     .await;
+    ctx.update_run(|r| r.plan_version = Some(PLAN_VERSION));
+    ctx.save_run().await;
+    let announced = PlanData {
+        version: PLAN_VERSION,
+        reason: reason.to_owned(),
+        plan: doc,
+        critical_path: plan.critical_path().iter().map(|s| s.to_string()).collect(),
+        critical_path_ms: plan.critical_path_ms(),
+    };
+    ctx.emit(None, announced).await;
 }

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::{ErrorCode, RunError};
+
 pub use router::LlmRouter;
 
 /// One message of a conversation, in our own shape (not any provider's).
@@ -145,25 +147,28 @@ pub enum Error {
 }
 
 impl Error {
-    /// The stable error code carried in events and run errors.
-    pub fn code(&self) -> &'static str {
+    /// The stable error code carried in events and run errors; it also says whether the
+    /// same request may succeed when sent again.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Error::RateLimited { .. } => "llm_rate_limited",
-            Error::Status { .. } => "llm_error",
-            Error::Timeout(_) => "llm_timeout",
-            Error::Connect(_) => "llm_unavailable",
-            Error::Malformed(_) => "llm_malformed_response",
-            Error::Cancelled => "cancelled",
-            Error::UnknownModel(_) => "unknown_model",
+            Error::RateLimited { .. } => ErrorCode::LlmRateLimited,
+            Error::Status { status, .. } if *status >= 500 => ErrorCode::LlmError,
+            Error::Status { .. } => ErrorCode::LlmRejected,
+            Error::Timeout(_) => ErrorCode::LlmTimeout,
+            Error::Connect(_) => ErrorCode::LlmUnavailable,
+            Error::Malformed(_) => ErrorCode::LlmMalformedResponse,
+            Error::Cancelled => ErrorCode::Cancelled,
+            Error::UnknownModel(_) => ErrorCode::UnknownModel,
         }
     }
 
     /// Whether trying the same request again may succeed.
     pub fn retryable(&self) -> bool {
-        match self {
-            Error::RateLimited { .. } | Error::Timeout(_) | Error::Connect(_) => true,
-            Error::Status { status, .. } => *status >= 500,
-            Error::Malformed(_) | Error::Cancelled | Error::UnknownModel(_) => false,
-        }
+        self.code().retryable()
+    }
+
+    /// The error as a run or step error.
+    pub fn to_run_error(&self) -> RunError {
+        RunError::new(self.code(), self.to_string())
     }
 }

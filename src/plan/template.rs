@@ -95,6 +95,18 @@ impl StepState {
         }
     }
 
+    /// A step that ended without an output (`failed`, `skipped`).
+    pub fn without_output(status: StepStatus) -> Self {
+        StepState {
+            status,
+            output: None,
+        }
+    }
+
+    pub fn skipped() -> Self {
+        Self::without_output(StepStatus::Skipped)
+    }
+
     pub fn view(&self) -> StepView<'_> {
         StepView {
             status: self.status,

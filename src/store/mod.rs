@@ -422,25 +422,6 @@ impl Store {
         Ok(())
     }
 
-    /// The newest checkpoint of a run: (id, plan_version, state).
-    pub async fn last_checkpoint(&self, run: RunId) -> Result<Option<(u64, u32, Value)>> {
-        let row = sqlx::query(
-            "SELECT id, plan_version, state FROM checkpoints WHERE run_id = ?
-             ORDER BY id DESC LIMIT 1",
-        )
-        .bind(run.to_string())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| {
-            Ok((
-                r.try_get::<i64, _>("id")? as u64,
-                r.try_get::<i64, _>("plan_version")? as u32,
-                parse_json(&r.try_get::<String, _>("state")?)?,
-            ))
-        })
-        .transpose()
-    }
-
     /// Writes the terminal run row and its `final` event atomically.
     pub async fn finish_run(&self, run: &Run, final_event: &Event) -> Result<()> {
         let mut tx = self.pool.begin().await?;

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::registry::parse_args;
 use super::{Tool, ToolError};
+use crate::domain::ErrorCode;
 
 /// The tool's registered name.
 pub const NAME: &str = "clock.now";
@@ -110,7 +111,7 @@ fn parse_timezone(name: &str) -> Result<Tz, ToolError> {
         .copied()
         .ok_or_else(|| {
             ToolError::failed(
-                "invalid_timezone",
+                ErrorCode::InvalidTimezone,
                 format!(
                     "`{name}` is not an IANA time zone; use a name like \"UTC\", \
                      \"Europe/Paris\" or \"America/New_York\""

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::registry::{ToolsConfig, parse_args};
 use super::{Tool, ToolError};
+use crate::domain::ErrorCode;
 
 /// The tool's registered name.
 pub const NAME: &str = "fs.read";
@@ -121,7 +122,10 @@ async fn read_confined(
 
     let root = tokio::fs::canonicalize(workspace).await.map_err(|e| {
         if is_missing(&e) {
-            ToolError::failed("file_not_found", "the workspace directory does not exist")
+            ToolError::failed(
+                ErrorCode::FileNotFound,
+                "the workspace directory does not exist",
+            )
         } else {
             io_error(requested, &e)
         }
@@ -133,7 +137,7 @@ async fn read_confined(
         .map_err(|e| {
             if is_missing(&e) {
                 ToolError::failed(
-                    "file_not_found",
+                    ErrorCode::FileNotFound,
                     format!("no file `{requested}` in the workspace"),
                 )
             } else {
@@ -156,7 +160,7 @@ async fn read_confined(
             "not a regular file"
         };
         return Err(ToolError::failed(
-            "not_a_file",
+            ErrorCode::NotAFile,
             format!("`{requested}` is {what}; give the path of a file"),
         ));
     }
@@ -173,14 +177,14 @@ async fn read_confined(
         .map_err(|e| io_error(requested, &e))?;
     if buf.len() as u64 > limit {
         return Err(ToolError::failed(
-            "file_too_large",
+            ErrorCode::FileTooLarge,
             format!("`{requested}` is larger than the limit of {limit} bytes"),
         ));
     }
     let bytes = buf.len();
     let content = String::from_utf8(buf).map_err(|e| {
         ToolError::failed(
-            "not_text",
+            ErrorCode::NotText,
             format!(
                 "`{requested}` is not UTF-8 text (invalid byte at offset {})",
                 e.utf8_error().valid_up_to()
@@ -197,7 +201,7 @@ fn check_relative(requested: &str) -> Result<&Path, ToolError> {
     let path = Path::new(requested);
     if requested.is_empty() {
         return Err(ToolError::failed(
-            "file_not_found",
+            ErrorCode::FileNotFound,
             "the path is empty; give a file path relative to the workspace",
         ));
     }
@@ -234,7 +238,7 @@ async fn open_checked(
     let meta = file.metadata().await.map_err(|e| io_error(requested, &e))?;
     if !meta.is_file() {
         return Err(ToolError::failed(
-            "not_a_file",
+            ErrorCode::NotAFile,
             format!("`{requested}` is not a regular file; give the path of a file"),
         ));
     }
@@ -263,7 +267,7 @@ fn opened_inside(file: &tokio::fs::File, root: &Path) -> bool {
 
 fn outside(requested: &str) -> ToolError {
     ToolError::failed(
-        "path_outside_workspace",
+        ErrorCode::PathOutsideWorkspace,
         format!(
             "`{requested}` is outside the workspace; use a path relative to the workspace root \
              without `..`"
@@ -285,18 +289,18 @@ fn is_missing(e: &io::Error) -> bool {
 fn io_error(requested: &str, e: &io::Error) -> ToolError {
     if e.kind() == io::ErrorKind::PermissionDenied {
         return ToolError::failed(
-            "permission_denied",
+            ErrorCode::PermissionDenied,
             format!("`{requested}` cannot be read: permission denied"),
         );
     }
     if is_missing(e) {
         return ToolError::failed(
-            "file_not_found",
+            ErrorCode::FileNotFound,
             format!("no file `{requested}` in the workspace"),
         );
     }
     ToolError::failed(
-        "io_error",
+        ErrorCode::IoError,
         format!("`{requested}` cannot be read: {}", e.kind()),
     )
 }
@@ -336,7 +340,7 @@ mod tests {
             self.tool.call(args, &CancellationToken::new()).await
         }
 
-        async fn code(&self, path: &str) -> &'static str {
+        async fn code(&self, path: &str) -> ErrorCode {
             match self.read(json!({ "path": path })).await {
                 Ok(v) => panic!("{path:?} was read: {v}"),
                 Err(e) => e.code(),

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::registry::parse_args;
 use super::{Tool, ToolError};
+use crate::domain::ErrorCode;
 
 /// The tool's registered name.
 pub const NAME: &str = "math.calculate";
@@ -99,10 +100,10 @@ pub enum MathError {
 }
 
 impl MathError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            MathError::Invalid(_) => "invalid_expression",
-            MathError::Math(_) => "math_error",
+            MathError::Invalid(_) => ErrorCode::InvalidExpression,
+            MathError::Math(_) => ErrorCode::MathError,
         }
     }
 

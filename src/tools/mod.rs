@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::{ErrorCode, RunError};
+
 pub use registry::{ToolInfo, ToolRegistry, ToolsConfig};
 
 /// A callable tool. Arguments reach `call` only after they passed `input_schema`.
@@ -42,27 +44,34 @@ pub enum ToolError {
     },
     /// The tool ran and failed; `code` is stable (e.g. `path_outside_workspace`).
     #[error("{message}")]
-    Failed { code: &'static str, message: String },
+    Failed { code: ErrorCode, message: String },
     #[error("the tool call was cancelled")]
     Cancelled,
 }
 
 impl ToolError {
-    pub fn failed(code: &'static str, message: impl Into<String>) -> Self {
+    /// A failure with the tool's own code: a variant of [`ErrorCode`] for built-in tools, or
+    /// any stable snake_case word for tools written elsewhere.
+    pub fn failed(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         ToolError::Failed {
-            code,
+            code: code.into(),
             message: message.into(),
         }
     }
 
     /// The stable error code carried in events and run errors.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ToolError::NotFound(_) => "tool_not_found",
-            ToolError::InvalidArguments { .. } => "invalid_tool_arguments",
-            ToolError::Failed { code, .. } => code,
-            ToolError::Cancelled => "cancelled",
+            ToolError::NotFound(_) => ErrorCode::ToolNotFound,
+            ToolError::InvalidArguments { .. } => ErrorCode::InvalidToolArguments,
+            ToolError::Failed { code, .. } => code.clone(),
+            ToolError::Cancelled => ErrorCode::Cancelled,
         }
+    }
+
+    /// The error as a run or step error.
+    pub fn to_run_error(&self) -> RunError {
+        RunError::new(self.code(), self.to_string())
     }
 }
 pub mod clock;

@@ -86,7 +86,7 @@ impl OpenAiProvider {
                 Ok(response) => return Ok(response),
                 Err(failure) => failure,
             };
-            if !failure.retryable || attempt >= self.retry.max_retries {
+            if !failure.worth_resending() || attempt >= self.retry.max_retries {
                 return Err(failure.error);
             }
             let delay = self.retry.delay(attempt, failure.retry_after);
@@ -94,7 +94,7 @@ impl OpenAiProvider {
                 attempt = attempt + 1,
                 max_retries = self.retry.max_retries,
                 delay_ms = delay.as_millis() as u64,
-                code = failure.error.code(),
+                code = %failure.error.code(),
                 error = %failure.error,
                 "LLM request failed before its first byte; retrying"
             );
@@ -115,7 +115,7 @@ impl OpenAiProvider {
         }
         let response = match tokio::time::timeout(self.read_timeout, request.send()).await {
             Err(_) => {
-                return Err(Failure::fatal(Error::Timeout(format!(
+                return Err(Failure::from(Error::Timeout(format!(
                     "no response headers within {} ms",
                     self.read_timeout.as_millis()
                 ))));
@@ -142,11 +142,7 @@ impl OpenAiProvider {
                 message: error_message(status, body.as_bytes()),
             },
         };
-        Err(Failure {
-            retryable: status == 429 || status >= 500,
-            retry_after,
-            error,
-        })
+        Err(Failure { error, retry_after })
     }
 
     fn transport_failure(&self, e: reqwest::Error) -> Failure {
@@ -154,9 +150,9 @@ impl OpenAiProvider {
         let detail = self.redact(error_chain(&e.without_url()));
         if timed_out {
             // Only the connect timeout can fire inside reqwest: the read timeout is ours.
-            Failure::retryable(Error::Connect(format!("connecting timed out: {detail}")))
+            Failure::from(Error::Connect(format!("connecting timed out: {detail}")))
         } else {
-            Failure::retryable(Error::Connect(detail))
+            Failure::from(Error::Connect(detail))
         }
     }
 
@@ -225,27 +221,27 @@ impl RetryPolicy {
     }
 }
 
-/// One failed attempt and whether another may succeed.
+/// One failed attempt, and when the provider asked us to come back.
 struct Failure {
     error: Error,
-    retryable: bool,
     retry_after: Option<Duration>,
 }
 
-impl Failure {
-    fn fatal(error: Error) -> Self {
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
         Failure {
             error,
-            retryable: false,
             retry_after: None,
         }
     }
-    fn retryable(error: Error) -> Self {
-        Failure {
-            error,
-            retryable: true,
-            retry_after: None,
-        }
+}
+
+impl Failure {
+    /// Whether this client sends the request again itself: when the error's code is
+    /// retryable, except a timeout waiting for headers, which already used the whole read
+    /// timeout (a step's retry policy may still try again).
+    fn worth_resending(&self) -> bool {
+        self.error.retryable() && !matches!(self.error, Error::Timeout(_))
     }
 }
 

@@ -1,0 +1,264 @@
+//! Step attempts: the one way every executor records that a step started and how it ended.
+//!
+//! [`RunContext::open_attempt`] stores the attempt as running, tracks it, and announces it;
+//! [`RunContext::close_attempt`] stores its end and announces that. Each announcement is a
+//! `step` event written to the caller's [`EventSink`], so the plan scheduler can hold a step's
+//! events until it commits while a simple run streams them live. An attempt still open when
+//! the run ends is closed by [`RunContext::close_open_attempts`]; one a stopped server left
+//! open is closed after the restart by [`RunContext::close_interrupted_attempts`].
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::domain::event::StepData;
+use crate::domain::{ErrorCode, RunError, StepAttempt, StepKind, StepStatus};
+use crate::store::Record;
+
+use super::context::{OpenAttempt, RunContext};
+use super::sink::EventSink;
+
+/// Which attempt of which step, in which plan version.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AttemptKey {
+    pub plan_version: u32,
+    pub step_id: String,
+    pub attempt: u32,
+}
+
+/// A step attempt as it starts.
+pub struct NewAttempt<'a> {
+    pub step_id: &'a str,
+    pub name: &'a str,
+    pub kind: StepKind,
+    pub attempt: u32,
+    /// 0 for runs without a plan (simple runs).
+    pub plan_version: u32,
+    /// What the attempt works on, when known at the start (tool arguments, a model round).
+    pub input: Option<Value>,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone)]
+pub struct AttemptEnd {
+    status: StepStatus,
+    output: Option<Value>,
+    error: Option<RunError>,
+    /// Set when the step will be tried again after this wait; the attempt is stored as
+    /// failed and announced as `retrying`.
+    retry_in: Option<Duration>,
+    /// What the attempt resolved its inputs to, when only known at the end.
+    input: Option<Value>,
+}
+
+impl AttemptEnd {
+    pub fn completed(output: Value) -> AttemptEnd {
+        AttemptEnd::closed(StepStatus::Completed, None).with_output(output)
+    }
+
+    pub fn failed(error: RunError) -> AttemptEnd {
+        AttemptEnd::closed(StepStatus::Failed, Some(error))
+    }
+
+    pub fn retrying(error: RunError, retry_in: Duration) -> AttemptEnd {
+        AttemptEnd {
+            retry_in: Some(retry_in),
+            ..AttemptEnd::failed(error)
+        }
+    }
+
+    /// Ended with `status` (e.g. cancelled around it).
+    pub fn closed(status: StepStatus, error: Option<RunError>) -> AttemptEnd {
+        AttemptEnd {
+            status,
+            output: None,
+            error,
+            retry_in: None,
+            input: None,
+        }
+    }
+
+    fn with_output(mut self, output: Value) -> AttemptEnd {
+        self.output = Some(output);
+        self
+    }
+
+    pub fn with_input(mut self, input: Option<Value>) -> AttemptEnd {
+        self.input = input;
+        self
+    }
+}
+
+impl RunContext {
+    /// Starts a step attempt: stores it as running, tracks it (so that a run ending around it
+    /// still closes it), and writes its `running` event to `sink`.
+    pub async fn open_attempt(&self, new: NewAttempt<'_>, sink: &mut EventSink) -> AttemptKey {
+        let record = StepAttempt {
+            step_id: new.step_id.to_owned(),
+            name: new.name.to_owned(),
+            kind: new.kind,
+            status: StepStatus::Running,
+            attempt: new.attempt,
+            plan_version: new.plan_version,
+            input: new.input,
+            output: None,
+            error: None,
+            started_at: crate::domain::now(),
+            completed_at: None,
+            duration_ms: None,
+        };
+        let key = AttemptKey {
+            plan_version: new.plan_version,
+            step_id: record.step_id.clone(),
+            attempt: record.attempt,
+        };
+        self.store_attempt(&record).await;
+        let running = StepData::new(
+            new.step_id,
+            new.name,
+            new.kind,
+            StepStatus::Running,
+            new.attempt,
+        );
+        let open = OpenAttempt {
+            record,
+            started: Instant::now(),
+        };
+        self.open_attempts
+            .lock()
+            .expect("attempts lock")
+            .insert(key.clone(), open);
+        sink.emit(self, Some(new.step_id), running).await;
+        key
+    }
+
+    /// Ends an attempt opened with [`Self::open_attempt`]: stores its end, counts its time,
+    /// and writes its `step` event to `sink`.
+    pub async fn close_attempt(&self, key: &AttemptKey, end: AttemptEnd, sink: &mut EventSink) {
+        // The attempt leaves the open set only once its end is queued: if the run is
+        // cancelled while this future is suspended, `close_open_attempts` still closes it.
+        let open = self
+            .open_attempts
+            .lock()
+            .expect("attempts lock")
+            .get(key)
+            .cloned();
+        let Some(OpenAttempt {
+            mut record,
+            started,
+        }) = open
+        else {
+            tracing::warn!(
+                step_id = key.step_id,
+                attempt = key.attempt,
+                "closing an attempt that is not open"
+            );
+            return;
+        };
+        let elapsed = started.elapsed();
+        let event = end_record(&mut record, &end, elapsed);
+        self.store_attempt(&record).await;
+        self.services
+            .metrics
+            .step_finished(record.kind.as_str(), elapsed.as_secs_f64());
+        sink.emit(self, Some(&record.step_id), event).await;
+        self.open_attempts
+            .lock()
+            .expect("attempts lock")
+            .remove(key);
+    }
+
+    /// Closes every attempt still open with `status` and `error` (the run ended around
+    /// them); their events go out live.
+    pub async fn close_open_attempts(&self, status: StepStatus, error: &RunError) {
+        let open: Vec<AttemptKey> = self
+            .open_attempts
+            .lock()
+            .expect("attempts lock")
+            .keys()
+            .cloned()
+            .collect();
+        for key in open {
+            let end = AttemptEnd::closed(status, Some(error.clone()));
+            self.close_attempt(&key, end, &mut EventSink::Live).await;
+        }
+    }
+
+    /// The highest attempt number stored for each step of this run, so that a resumed run
+    /// numbers its new attempts after the ones it already has.
+    pub async fn highest_attempts(&self) -> HashMap<String, u32> {
+        let mut out: HashMap<String, u32> = HashMap::new();
+        if let Ok(attempts) = self.services.store().step_attempts(self.run_id).await {
+            for a in attempts {
+                let e = out.entry(a.step_id).or_default();
+                *e = (*e).max(a.attempt);
+            }
+        }
+        out
+    }
+
+    /// After a restart: closes, as `cancelled` with code `interrupted`, the attempts the stopped
+    /// server left open, so no finished run shows an attempt running forever. Each gets its
+    /// `step` event; the executor then starts the step again as a new attempt.
+    pub async fn close_interrupted_attempts(&self) {
+        let attempts = match self.services.store().step_attempts(self.run_id).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = ?e, "reading attempts to close after a restart failed");
+                return;
+            }
+        };
+        let end = AttemptEnd::closed(
+            StepStatus::Cancelled,
+            Some(RunError::new(
+                ErrorCode::Interrupted,
+                "the server stopped during this attempt",
+            )),
+        );
+        for mut record in attempts.into_iter().filter(|a| !a.status.is_terminal()) {
+            let ran = (crate::domain::now() - record.started_at)
+                .to_std()
+                .unwrap_or_default();
+            let event = end_record(&mut record, &end, ran);
+            self.store_attempt(&record).await;
+            self.emit(Some(&record.step_id), event).await;
+        }
+    }
+
+    async fn store_attempt(&self, record: &StepAttempt) {
+        self.record(Record::Attempt(self.run_id, Box::new(record.clone())))
+            .await;
+    }
+}
+
+/// Writes `end` into the stored record of an attempt that ran for `ran`, and gives the `step`
+/// event that announces it.
+fn end_record(record: &mut StepAttempt, end: &AttemptEnd, ran: Duration) -> StepData {
+    let duration_ms = ran.as_millis() as u64;
+    record.status = end.status;
+    record.output = end.output.clone();
+    record.error = end.error.clone();
+    if end.input.is_some() {
+        record.input = end.input.clone();
+    }
+    record.completed_at = Some(crate::domain::now());
+    record.duration_ms = Some(duration_ms);
+    // A retried attempt is stored as failed; only its announcement says another follows.
+    let announced = match end.retry_in {
+        Some(_) => StepStatus::Retrying,
+        None => end.status,
+    };
+    let mut event = StepData::new(
+        &record.step_id,
+        &record.name,
+        record.kind,
+        announced,
+        record.attempt,
+    );
+    event.output = end.output.clone();
+    event.error = end.error.clone();
+    event.duration_ms = Some(duration_ms);
+    event.retry_in_ms = end.retry_in.map(|d| d.as_millis() as u64);
+    event
+}

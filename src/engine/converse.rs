@@ -1,0 +1,226 @@
+//! The model-and-tools loop: the model answers or asks for tools; the tools it asks for run
+//! (through [`call_tool`]) and their results go back to it, for a bounded number of rounds,
+//! until it answers in text. A simple run is one such loop; an agent's turn will be another.
+//!
+//! Each model round is a step `llm-N` and each tool call a step `tool-N-M`, so the history
+//! shows every call with its timing. A failing tool does not end the loop: the model is told
+//! the error and decides. A failing model, or a run limit, does.
+//!
+//! The caller keeps the [`Conversation`] and is told after every message that must survive a
+//! restart (a reply asking for tools, a tool result), so it can checkpoint; a loop started on
+//! a restored conversation answers the calls still unanswered and goes on from there.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::domain::event::ErrorData;
+use crate::domain::{ErrorCode, RunError, StepKind, StepStatus};
+use crate::llm::{ChatRequest, LlmProvider, Message, ToolCall as ModelToolCall, ToolSpec};
+
+use super::attempts::{AttemptEnd, NewAttempt};
+use super::checkpoint::Conversation;
+use super::context::RunContext;
+use super::model::{TextKind, call_model};
+use super::sink::EventSink;
+use super::tool_call::{ToolArguments, ToolCall, call_tool};
+
+/// What a loop talks to and may use.
+pub struct Setup {
+    pub provider: Arc<dyn LlmProvider>,
+    /// The provider's model name.
+    pub model: String,
+    /// The alias the caller asked for, as step inputs show it (`None`: the default).
+    pub alias: Option<String>,
+    pub tools: Vec<ToolSpec>,
+    /// Rounds in which the model may call tools; the round after them gets no tools, so the
+    /// model must answer in text.
+    pub max_rounds: u32,
+    pub plan_version: u32,
+    /// Highest attempt number already stored per step id (a resumed run numbers after them).
+    pub attempts: HashMap<String, u32>,
+}
+
+/// Told of every message that must survive a restart.
+pub trait Progress: Send {
+    fn saved(
+        &mut self,
+        ctx: &RunContext,
+        convo: &Conversation,
+    ) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// Runs the loop on `convo` until the model answers in text; the answer is the result.
+pub async fn converse(
+    ctx: &RunContext,
+    setup: &Setup,
+    convo: &mut Conversation,
+    progress: &mut impl Progress,
+    sink: &mut EventSink,
+) -> Result<String, RunError> {
+    loop {
+        // Answer the tool calls of the model's last reply that have no result yet (all of
+        // them, unless the loop resumed in the middle of a tool round).
+        for (i, call) in unanswered_calls(&convo.messages) {
+            let step_id = format!("tool-{}-{}", convo.round, i + 1);
+            let content = match tool_round(ctx, setup, &step_id, &call, sink).await {
+                Ok(output) => output.to_string(),
+                Err(Stop::Run(e)) => return Err(e),
+                Err(Stop::Tool(e)) => json!({ "error": e }).to_string(),
+            };
+            convo.messages.push(Message::Tool {
+                call_id: call.id.clone(),
+                content,
+            });
+            progress.saved(ctx, convo).await;
+        }
+
+        convo.round += 1;
+        if convo.round > setup.max_rounds + 1 {
+            return Err(RunError::new(
+                ErrorCode::ToolRoundsExceeded,
+                format!(
+                    "the model kept calling tools after {} rounds",
+                    setup.max_rounds
+                ),
+            ));
+        }
+        let (text, tool_calls) = model_round(ctx, setup, convo, sink).await?;
+        if tool_calls.is_empty() {
+            return Ok(text);
+        }
+        convo.messages.push(Message::Assistant {
+            content: text,
+            tool_calls,
+        });
+        progress.saved(ctx, convo).await;
+    }
+}
+
+fn attempt_of(setup: &Setup, step_id: &str) -> u32 {
+    setup.attempts.get(step_id).map_or(1, |a| a + 1)
+}
+
+/// One model call as step `llm-N`: the reply's text and the tool calls it asks for.
+async fn model_round(
+    ctx: &RunContext,
+    setup: &Setup,
+    convo: &Conversation,
+    sink: &mut EventSink,
+) -> Result<(String, Vec<ModelToolCall>), RunError> {
+    let round = convo.round;
+    let step_id = format!("llm-{round}");
+    ctx.take_step()?;
+    let alias = setup.alias.clone().unwrap_or_else(|| "default".into());
+    let new = NewAttempt {
+        step_id: &step_id,
+        name: "llm",
+        kind: StepKind::Llm,
+        attempt: attempt_of(setup, &step_id),
+        plan_version: setup.plan_version,
+        input: Some(json!({ "model": alias, "round": round })),
+    };
+    let key = ctx.open_attempt(new, sink).await;
+    let mut request = ChatRequest::new(setup.model.clone(), convo.messages.clone());
+    if round <= setup.max_rounds {
+        request.tools = setup.tools.clone();
+    }
+    match call_model(ctx, &*setup.provider, request, &step_id, TextKind::Prose).await {
+        Ok(reply) => {
+            let summary = json!({ "text": reply.text, "tool_calls": reply.tool_calls.len() });
+            ctx.close_attempt(&key, AttemptEnd::completed(summary), sink)
+                .await;
+            Ok((reply.text, reply.tool_calls))
+        }
+        Err(e) => {
+            let status = if ctx.cancel.is_cancelled() {
+                StepStatus::Cancelled
+            } else {
+                StepStatus::Failed
+            };
+            ctx.close_attempt(&key, AttemptEnd::closed(status, Some(e.clone())), sink)
+                .await;
+            Err(e)
+        }
+    }
+}
+
+/// Why a tool step did not give an output.
+enum Stop {
+    /// The tool failed; the model is told and the loop goes on.
+    Tool(RunError),
+    /// A run limit was hit: the loop ends.
+    Run(RunError),
+}
+
+/// One tool call the model asked for, as step `tool-N-M`.
+async fn tool_round(
+    ctx: &RunContext,
+    setup: &Setup,
+    step_id: &str,
+    call: &ModelToolCall,
+    sink: &mut EventSink,
+) -> Result<Value, Stop> {
+    ctx.take_step().map_err(Stop::Run)?;
+    let arguments = ToolArguments::from_text(&call.arguments);
+    let new = NewAttempt {
+        step_id,
+        name: &call.name,
+        kind: StepKind::Tool,
+        attempt: attempt_of(setup, step_id),
+        plan_version: setup.plan_version,
+        input: Some(json!({ "tool": call.name, "arguments": arguments.shown() })),
+    };
+    let key = ctx.open_attempt(new, sink).await;
+    let request = ToolCall {
+        step_id,
+        call_id: &call.id,
+        tool: &call.name,
+        arguments,
+    };
+    match call_tool(ctx, request, sink).await {
+        Ok(output) => {
+            ctx.close_attempt(&key, AttemptEnd::completed(output.clone()), sink)
+                .await;
+            Ok(output)
+        }
+        Err(error) => {
+            let told = ErrorData {
+                error: error.clone(),
+                step_id: Some(step_id.to_owned()),
+            };
+            sink.emit(ctx, Some(step_id), told).await;
+            ctx.close_attempt(&key, AttemptEnd::failed(error.clone()), sink)
+                .await;
+            Err(Stop::Tool(error))
+        }
+    }
+}
+
+/// The tool calls of the last assistant message that no later tool message answers, with
+/// their position in that message.
+fn unanswered_calls(messages: &[Message]) -> Vec<(usize, ModelToolCall)> {
+    let Some(pos) = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+    else {
+        return Vec::new();
+    };
+    let Message::Assistant { tool_calls, .. } = &messages[pos] else {
+        unreachable!("rposition found an assistant message");
+    };
+    let answered: HashSet<&str> = messages[pos + 1..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    tool_calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !answered.contains(c.id.as_str()))
+        .map(|(i, c)| (i, c.clone()))
+        .collect()
+}

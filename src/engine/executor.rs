@@ -1,0 +1,58 @@
+//! Executors: one per orchestration type, each turning a run into an [`Outcome`]. The run
+//! task ([`super::run`]) owns everything around them: admission, status, limits, cancellation
+//! and the final event.
+//!
+//! `auto` is resolved here, by [`select`], once, when the run is created: the stored run
+//! names the type that actually runs it.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::domain::run::RunSpec;
+use crate::domain::{ErrorCode, Orchestration, RunError};
+
+use super::context::RunContext;
+use super::{fixed, simple};
+
+/// How an executor ended.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Success(Value),
+    /// Some of the work succeeded: an output and what went wrong.
+    Partial(Value, RunError),
+    Failed(RunError),
+}
+
+/// Runs one orchestration type. Implementations keep no per-run state: everything a run has
+/// is in its [`RunContext`], so a resumed run needs nothing but its stored history.
+#[async_trait]
+pub trait Executor: Send + Sync {
+    async fn execute(&self, ctx: &RunContext) -> Outcome;
+}
+
+/// The orchestration that runs `spec`: what it asked for, with `auto` decided by rules — a
+/// plan or workflow to run means `fixed`, anything else `simple`.
+pub fn select(spec: &RunSpec) -> Orchestration {
+    match spec.orchestration {
+        Orchestration::Auto if spec.plan.is_some() => Orchestration::Fixed,
+        Orchestration::Auto => Orchestration::Simple,
+        other => other,
+    }
+}
+
+/// The executor of a resolved orchestration type.
+pub fn for_orchestration(orchestration: Orchestration) -> Result<&'static dyn Executor, RunError> {
+    match orchestration {
+        Orchestration::Simple => Ok(&simple::Simple),
+        Orchestration::Fixed => Ok(&fixed::Fixed),
+        Orchestration::Auto | Orchestration::Planner | Orchestration::Reactive => {
+            Err(RunError::new(
+                ErrorCode::NotSupported,
+                format!(
+                    "orchestration `{}` is not available yet",
+                    orchestration.as_str()
+                ),
+            ))
+        }
+    }
+}

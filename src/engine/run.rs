@@ -1,0 +1,164 @@
+//! One run's life on its task: wait for a slot, run the executor under the run's cancel token,
+//! time limit and the server's shutdown, then finalise — the terminal row and the `final`
+//! event, written together after every earlier event is durable.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::domain::event::FinalData;
+use crate::domain::{Completion, ErrorCode, Payload, RunError, RunStatus, StepStatus};
+
+use super::Inner;
+use super::context::RunContext;
+use super::executor::{self, Outcome};
+
+/// How a run ended, from the run task's point of view.
+pub(super) enum Ending {
+    Done(Outcome),
+    Cancelled,
+    TimedOut(Duration),
+}
+
+/// One run's whole life, from waiting for a slot to its final event.
+pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
+    if !ctx.resumed {
+        ctx.emit(None, Payload::status(RunStatus::Queued)).await;
+    }
+    let permit = tokio::select! {
+        p = inner.slots.clone().acquire_owned() => p,
+        _ = ctx.cancel.cancelled() => {
+            inner.queued.fetch_sub(1, Ordering::SeqCst);
+            finalize(&ctx, Ending::Cancelled).await;
+            return;
+        }
+        _ = inner.shutdown.cancelled() => {
+            inner.queued.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+    };
+    inner.queued.fetch_sub(1, Ordering::SeqCst);
+    let Ok(_permit) = permit else { return };
+
+    ctx.update_run(|r| {
+        r.started_at.get_or_insert_with(crate::domain::now);
+    });
+    let message = ctx.resumed.then_some("resumed after a restart");
+    ctx.set_status(RunStatus::Running, message).await;
+    if ctx.resumed {
+        ctx.close_interrupted_attempts().await;
+    }
+
+    // The time limit counts from this (re)start, paused while the run waits for a human.
+    let ending = tokio::select! {
+        outcome = guarded(execute(&ctx)) => Ending::Done(outcome),
+        _ = ctx.cancel.cancelled() => Ending::Cancelled,
+        _ = ctx.clock.expired() => Ending::TimedOut(ctx.clock.budget()),
+        _ = inner.shutdown.cancelled() => {
+            // Leave the run as it is; the next start resumes it.
+            inner.services.inputs.forget(ctx.run_id);
+            inner.services.hub.flush().await;
+            return;
+        }
+    };
+    // A cancel also reaches the executor through its token and may make it fail first;
+    // the caller asked for a cancel, so that is what the run records.
+    let ending = if ctx.cancel.is_cancelled() {
+        Ending::Cancelled
+    } else {
+        ending
+    };
+    finalize(&ctx, ending).await;
+}
+
+async fn execute(ctx: &RunContext) -> Outcome {
+    match executor::for_orchestration(ctx.run().orchestration) {
+        Ok(executor) => executor.execute(ctx).await,
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+/// Runs an executor, turning a panic (a bug in a tool or step) into a failed run instead of a
+/// run left `running` forever.
+async fn guarded(fut: impl std::future::Future<Output = Outcome>) -> Outcome {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(panic = %what, "an executor panicked");
+            Outcome::Failed(RunError::new(
+                ErrorCode::InternalError,
+                "the run hit an internal error; see the server log",
+            ))
+        }
+    }
+}
+
+/// What an ending means for the run: its completion, output and error.
+fn conclude(ending: Ending) -> (Completion, Option<serde_json::Value>, Option<RunError>) {
+    match ending {
+        Ending::Done(Outcome::Success(out)) => (Completion::Success, Some(out), None),
+        Ending::Done(Outcome::Partial(out, err)) => (Completion::Partial, Some(out), Some(err)),
+        Ending::Done(Outcome::Failed(err)) => (Completion::Error, None, Some(err)),
+        Ending::Cancelled => (
+            Completion::Cancelled,
+            None,
+            Some(RunError::new(ErrorCode::Cancelled, "the run was cancelled")),
+        ),
+        Ending::TimedOut(budget) => (
+            Completion::Timeout,
+            None,
+            Some(RunError::new(
+                ErrorCode::TimedOut,
+                format!(
+                    "the run exceeded its time limit of {} ms",
+                    budget.as_millis()
+                ),
+            )),
+        ),
+    }
+}
+
+/// Ends a run: closes open step attempts, then writes the terminal row with its `final` event
+/// atomically, after every earlier event is durable, and only then broadcasts `final`.
+pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
+    ctx.services.inputs.forget(ctx.run_id);
+    let (completion, output, error) = conclude(ending);
+    if let Some(err) = &error {
+        let step_status = match completion {
+            Completion::Cancelled => StepStatus::Cancelled,
+            _ => StepStatus::Failed,
+        };
+        ctx.close_open_attempts(step_status, err).await;
+    }
+    let status = completion.status();
+    ctx.emit(None, Payload::status(status)).await;
+    let mut run = ctx.run();
+    run.status = status;
+    run.completion = Some(completion);
+    run.output = output;
+    run.error = error;
+    run.finished_at = Some(crate::domain::now());
+
+    let data = FinalData {
+        status,
+        completion,
+        output: run.output.clone(),
+        usage: run.usage,
+        error: run.error.clone(),
+    };
+    let hub = &ctx.services.hub;
+    hub.flush().await;
+    let final_event = Arc::new(ctx.next_event(None, &Payload::Final(data)));
+    match hub.store().finish_run(&run, &final_event).await {
+        Ok(()) => hub.publish_persisted(final_event),
+        Err(e) => tracing::error!(error = ?e, "could not store the end of the run"),
+    }
+    ctx.services.metrics.run_finished(status.as_str());
+    tracing::info!(status = status.as_str(), "run finished");
+}

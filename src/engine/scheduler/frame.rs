@@ -1,0 +1,110 @@
+//! [`Frame`]: what a running top-level step (and every step nested in it) may read, and the
+//! helpers that resolve templates and conditions against it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use crate::domain::{ErrorCode, RetryPolicy, RunError};
+use crate::plan::{Condition, Scope, StepResults, StepState, StepView, Template};
+
+use super::super::context::RunContext;
+
+/// Everything a step body may read; immutable while the step runs.
+pub(crate) struct Frame<'a> {
+    pub ctx: &'a RunContext,
+    pub plan_version: u32,
+    /// Results of the top-level steps this step depends on (directly or not), as they were
+    /// when it started.
+    pub snapshot: HashMap<String, StepState>,
+    pub vars: Arc<Map<String, Value>>,
+    /// The plan's retry policy for steps that name none.
+    pub default_retry: Option<RetryPolicy>,
+    /// Plan-wide slots for leaf work (model and tool calls), `max_parallel_steps` of them,
+    /// shared by top-level steps and the children of parallel steps alike.
+    pub slots: Arc<Semaphore>,
+}
+
+/// What a nested step sees besides the frame: its earlier siblings' results, and the loop's
+/// current item and index.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Locals<'l> {
+    pub results: Option<&'l HashMap<String, StepState>>,
+    pub item: Option<&'l Value>,
+    pub index: Option<u64>,
+}
+
+/// Step results seen from a nested step: its siblings first, then the frame's snapshot.
+struct Layered<'a> {
+    local: Option<&'a HashMap<String, StepState>>,
+    base: &'a HashMap<String, StepState>,
+}
+
+impl StepResults for Layered<'_> {
+    fn get(&self, id: &str) -> Option<StepView<'_>> {
+        self.local
+            .and_then(|l| l.get(id))
+            .or_else(|| self.base.get(id))
+            .map(StepState::view)
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&str, StepView<'_>)) {
+        let local = self.local;
+        let shadowed = |k: &str| local.is_some_and(|l| l.contains_key(k));
+        for (id, s) in self.base.iter().filter(|(k, _)| !shadowed(k)) {
+            f(id, s.view());
+        }
+        for (id, s) in local.into_iter().flatten() {
+            f(id, s.view());
+        }
+    }
+}
+
+impl Frame<'_> {
+    /// Runs `f` with the scope a step at `locals` sees. A scope borrows a `dyn StepResults`,
+    /// so it lives only in this synchronous section, never across an await.
+    fn with_scope<R>(&self, locals: Locals<'_>, f: impl FnOnce(&Scope<'_>) -> R) -> R {
+        let layered = Layered {
+            local: locals.results,
+            base: &self.snapshot,
+        };
+        let mut scope = Scope::new(&self.ctx.spec.input, &layered, &self.vars);
+        scope.item = locals.item;
+        scope.index = locals.index;
+        f(&scope)
+    }
+
+    /// A template's value at `locals`.
+    pub fn resolve(&self, locals: Locals<'_>, template: &Template) -> Result<Value, RunError> {
+        self.with_scope(locals, |scope| template.resolve(scope))
+            .map_err(|e| RunError::new(ErrorCode::BadReference, e.to_string()))
+    }
+
+    /// A template's value as text: strings as they are, anything else as JSON.
+    pub fn resolve_text(
+        &self,
+        locals: Locals<'_>,
+        template: &Template,
+    ) -> Result<String, RunError> {
+        Ok(match self.resolve(locals, template)? {
+            Value::String(s) => s,
+            other => other.to_string(),
+        })
+    }
+
+    /// A condition's value at `locals`.
+    pub fn check(&self, locals: Locals<'_>, condition: &Condition) -> Result<bool, RunError> {
+        self.with_scope(locals, |scope| condition.eval(scope))
+            .map_err(|e| RunError::new(ErrorCode::BadCondition, e))
+    }
+
+    /// One of the plan's slots for leaf work, held until the returned permit drops.
+    pub async fn slot(&self) -> Result<SemaphorePermit<'_>, RunError> {
+        self.slots
+            .acquire()
+            .await
+            .map_err(|_| RunError::new(ErrorCode::Cancelled, "the run is ending"))
+    }
+}

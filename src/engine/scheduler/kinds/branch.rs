@@ -1,0 +1,30 @@
+//! `branch`: evaluates its CEL condition; the steps of the arm not taken are skipped.
+
+use serde_json::{Value, json};
+
+use crate::domain::{RunError, StepId};
+use crate::plan::Condition;
+
+use super::super::frame::{Frame, Locals};
+
+pub(crate) fn run(
+    frame: &Frame<'_>,
+    condition: &Condition,
+    locals: Locals<'_>,
+) -> Result<Value, RunError> {
+    let taken = frame.check(locals, condition)?;
+    Ok(json!({ "result": taken, "taken": if taken { "then" } else { "else" } }))
+}
+
+/// The steps a branch with this output does not run.
+pub(crate) fn arm_not_taken<'s>(
+    output: &Value,
+    then: &'s [StepId],
+    otherwise: &'s [StepId],
+) -> &'s [StepId] {
+    if output["result"] == Value::Bool(true) {
+        otherwise
+    } else {
+        then
+    }
+}

@@ -1,0 +1,82 @@
+//! `loop`: its body once per item of a `for_each` list, or while a condition holds, never
+//! more than `max_iterations` times. The output is the list of each iteration's last output.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::domain::{ErrorCode, RunError};
+use crate::plan::{LoopOver, StepSpec, StepState};
+
+use super::super::super::sink::EventSink;
+use super::super::attempt::{FirstAttempt, run_step};
+use super::super::frame::{Frame, Locals};
+
+pub(crate) async fn run(
+    frame: &Frame<'_>,
+    over: &LoopOver,
+    max_iterations: u32,
+    body: &[StepSpec],
+    locals: Locals<'_>,
+    sink: &mut EventSink,
+) -> Result<Value, RunError> {
+    let items: Option<Vec<Value>> = match over {
+        LoopOver::ForEach(list) => match frame.resolve(locals, list)? {
+            Value::Array(items) => Some(items),
+            other => {
+                return Err(RunError::new(
+                    ErrorCode::BadReference,
+                    format!("for_each must give an array, got {other}"),
+                ));
+            }
+        },
+        LoopOver::While(_) => None,
+    };
+    let mut outputs = Vec::new();
+    let mut siblings: HashMap<String, StepState> = locals.results.cloned().unwrap_or_default();
+    for i in 0u64.. {
+        let item = match (&items, over) {
+            (Some(list), _) => match list.get(i as usize) {
+                Some(v) => Some(v),
+                None => break,
+            },
+            (None, LoopOver::While(condition)) => {
+                let here = Locals {
+                    results: Some(&siblings),
+                    item: None,
+                    index: Some(i),
+                };
+                if !frame.check(here, condition)? {
+                    break;
+                }
+                None
+            }
+            (None, LoopOver::ForEach(_)) => unreachable!("for_each loops have items"),
+        };
+        if i >= u64::from(max_iterations) {
+            return Err(too_many(items.is_some(), max_iterations));
+        }
+        let mut last = Value::Null;
+        for child in body {
+            let here = Locals {
+                results: Some(&siblings),
+                item,
+                index: Some(i),
+            };
+            let out = run_step(frame, child, here, FirstAttempt::Number(1), sink).await?;
+            siblings.insert(child.id.to_string(), StepState::completed(out.clone()));
+            last = out;
+        }
+        outputs.push(last);
+    }
+    Ok(Value::Array(outputs))
+}
+
+fn too_many(for_each: bool, max_iterations: u32) -> RunError {
+    let message = if for_each {
+        format!("the list has more than max_iterations ({max_iterations}) items")
+    } else {
+        format!("the loop was still going after max_iterations ({max_iterations})")
+    };
+    RunError::new(ErrorCode::LoopLimitExceeded, message)
+}

@@ -1,0 +1,78 @@
+//! Step kinds: one attempt of a step's body, one file per kind, behind [`run`].
+//!
+//! A body resolves its templates, does its work, and returns its output or a [`RunError`]
+//! whose code says whether a retry may help. Its events go to the attempt's sink; what it
+//! resolved its inputs to goes to [`StepIo::input`], stored with the attempt.
+
+mod branch;
+mod llm;
+mod loops;
+mod parallel;
+mod sequential;
+mod tool;
+mod wait;
+
+use serde_json::{Value, json};
+
+use crate::domain::RunError;
+use crate::plan::{KindSpec, StepSpec};
+
+use super::super::sink::EventSink;
+use super::frame::{Frame, Locals};
+
+pub(crate) use branch::arm_not_taken;
+
+/// What an attempt's body writes besides its result.
+pub(crate) struct StepIo<'s> {
+    pub sink: &'s mut EventSink,
+    /// What the attempt resolved its templates to (tool arguments, prompts).
+    pub input: Option<Value>,
+}
+
+/// One attempt of `spec`'s body.
+pub(crate) async fn run(
+    frame: &Frame<'_>,
+    spec: &StepSpec,
+    locals: Locals<'_>,
+    io: &mut StepIo<'_>,
+) -> Result<Value, RunError> {
+    match &spec.kind {
+        KindSpec::Tool { tool, arguments } => {
+            tool::run(frame, spec, tool, arguments, locals, io).await
+        }
+        KindSpec::Llm {
+            prompt,
+            system,
+            model,
+            output_schema,
+        } => {
+            let ask = llm::Ask {
+                prompt,
+                system: system.as_ref(),
+                model: model.as_deref(),
+                output_schema: output_schema.as_ref(),
+            };
+            llm::run(frame, spec, ask, locals, io).await
+        }
+        KindSpec::Branch { condition, .. } => branch::run(frame, condition, locals),
+        KindSpec::Wait(wait) => Ok(wait::run(*wait).await),
+        KindSpec::UserInput { prompt, schema } => {
+            let prompt = frame.resolve_text(locals, prompt)?;
+            io.input = Some(json!({ "prompt": prompt }));
+            let schema = schema.as_ref().map(|s| &s.schema);
+            frame
+                .ctx
+                .wait_for_input(spec.id.as_str(), &prompt, schema)
+                .await
+        }
+        KindSpec::Sequential { steps } => sequential::run(frame, steps, locals, io.sink).await,
+        KindSpec::Loop {
+            over,
+            max_iterations,
+            steps,
+        } => loops::run(frame, over, *max_iterations, steps, locals, io.sink).await,
+        KindSpec::Parallel { steps, aggregation } => {
+            parallel::run(frame, steps, *aggregation, locals, io.sink).await
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! `parallel`: children at once, each with its own held events, combined by the step's
+//! aggregation. Child events are released in declaration order, so the event sequence does
+//! not depend on timing.
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::Value;
+
+use crate::domain::event::StepData;
+use crate::domain::{RunError, StepStatus};
+use crate::plan::{Aggregation, StepSpec};
+
+use super::super::super::sink::EventSink;
+use super::super::attempt::{FirstAttempt, run_step};
+use super::super::frame::{Frame, Locals};
+
+/// A child's result and the events it held, once it finished.
+type Finished = Option<(Result<Value, RunError>, EventSink)>;
+
+pub(crate) async fn run(
+    frame: &Frame<'_>,
+    children: &[StepSpec],
+    aggregation: Aggregation,
+    locals: Locals<'_>,
+    sink: &mut EventSink,
+) -> Result<Value, RunError> {
+    let finished = run_children(frame, children, aggregation, locals).await;
+    let mut outputs = Vec::new();
+    let mut failures = Vec::new();
+    for (k, slot) in finished.into_iter().enumerate() {
+        let Some((result, held)) = slot else {
+            let event = StepData::new(
+                children[k].id.as_str(),
+                children[k].display_name(),
+                children[k].step_kind(),
+                StepStatus::Cancelled,
+                1,
+            )
+            .with_reason("another child finished first");
+            sink.emit(frame.ctx, Some(children[k].id.as_str()), event)
+                .await;
+            continue;
+        };
+        sink.absorb(frame.ctx, held).await;
+        match result {
+            Ok(v) => outputs.push((k, v)),
+            Err(e) => failures.push((k, e)),
+        }
+    }
+    combine(children, aggregation, outputs, failures)
+}
+
+/// Runs the children until the aggregation has its answer; those still running then are
+/// dropped (cancelled) and have no slot.
+async fn run_children(
+    frame: &Frame<'_>,
+    children: &[StepSpec],
+    aggregation: Aggregation,
+    locals: Locals<'_>,
+) -> Vec<Finished> {
+    let mut running = FuturesUnordered::new();
+    for (k, child) in children.iter().enumerate() {
+        running.push(async move {
+            let mut held = EventSink::buffered();
+            let result = run_step(frame, child, locals, FirstAttempt::Number(1), &mut held).await;
+            (k, result, held)
+        });
+    }
+    let mut finished: Vec<Finished> = (0..children.len()).map(|_| None).collect();
+    while let Some((k, result, held)) = running.next().await {
+        let won = result.is_ok();
+        finished[k] = Some((result, held));
+        let decided = match aggregation {
+            Aggregation::Fastest => won,
+            // Done once the earliest child that can still win has an answer.
+            Aggregation::FirstSuccess => finished
+                .iter()
+                .find(|f| !matches!(f, Some((Err(_), _))))
+                .is_some_and(|f| matches!(f, Some((Ok(_), _)))),
+            Aggregation::All | Aggregation::Merge => false,
+        };
+        if decided {
+            break;
+        }
+    }
+    finished
+}
+
+fn combine(
+    children: &[StepSpec],
+    aggregation: Aggregation,
+    outputs: Vec<(usize, Value)>,
+    failures: Vec<(usize, RunError)>,
+) -> Result<Value, RunError> {
+    let all_failed = |failures: &[(usize, RunError)]| {
+        let (k, e) = &failures[0];
+        RunError::new(
+            e.code.clone(),
+            format!(
+                "all {} children failed; `{}`: {}",
+                children.len(),
+                children[*k].id,
+                e.message
+            ),
+        )
+    };
+    match aggregation {
+        Aggregation::All => {
+            if let Some((k, e)) = failures.into_iter().next() {
+                return Err(RunError::new(
+                    e.code,
+                    format!("child `{}` failed: {}", children[k].id, e.message),
+                ));
+            }
+            Ok(Value::Array(outputs.into_iter().map(|(_, v)| v).collect()))
+        }
+        Aggregation::Merge if outputs.is_empty() => Err(all_failed(&failures)),
+        Aggregation::Merge => Ok(Value::Object(
+            outputs
+                .into_iter()
+                .map(|(k, v)| (children[k].id.to_string(), v))
+                .collect(),
+        )),
+        Aggregation::FirstSuccess | Aggregation::Fastest => match outputs.into_iter().next() {
+            Some((_, v)) => Ok(v),
+            None => Err(all_failed(&failures)),
+        },
+    }
+}

@@ -1,0 +1,59 @@
+//! `sequential`: children one after another, each seeing its earlier siblings' results; a
+//! branch among them skips the later siblings of the arm it did not take.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::domain::event::StepData;
+use crate::domain::{RunError, StepStatus};
+use crate::plan::{KindSpec, StepSpec, StepState};
+
+use super::super::super::sink::EventSink;
+use super::super::attempt::{FirstAttempt, run_step};
+use super::super::frame::{Frame, Locals};
+use super::arm_not_taken;
+
+pub(crate) async fn run(
+    frame: &Frame<'_>,
+    children: &[StepSpec],
+    locals: Locals<'_>,
+    sink: &mut EventSink,
+) -> Result<Value, RunError> {
+    let mut siblings: HashMap<String, StepState> = locals.results.cloned().unwrap_or_default();
+    let mut skipped: HashSet<&str> = HashSet::new();
+    let mut last = Value::Null;
+    for child in children {
+        if skipped.contains(child.id.as_str()) {
+            siblings.insert(child.id.to_string(), StepState::skipped());
+            let event = StepData::new(
+                child.id.as_str(),
+                child.display_name(),
+                child.step_kind(),
+                StepStatus::Skipped,
+                0,
+            )
+            .with_reason("its branch was not taken");
+            sink.emit(frame.ctx, Some(child.id.as_str()), event).await;
+            continue;
+        }
+        let here = Locals {
+            results: Some(&siblings),
+            ..locals
+        };
+        let out = run_step(frame, child, here, FirstAttempt::Number(1), sink).await?;
+        if let KindSpec::Branch {
+            then, otherwise, ..
+        } = &child.kind
+        {
+            skipped.extend(
+                arm_not_taken(&out, then, otherwise)
+                    .iter()
+                    .map(|s| s.as_str()),
+            );
+        }
+        siblings.insert(child.id.to_string(), StepState::completed(out.clone()));
+        last = out;
+    }
+    Ok(last)
+}

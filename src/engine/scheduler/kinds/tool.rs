@@ -1,0 +1,31 @@
+//! `tool`: resolves the arguments and calls the tool through the run's one tool-call path.
+
+use serde_json::{Value, json};
+
+use crate::domain::RunError;
+use crate::plan::{StepSpec, Template};
+
+use super::super::super::tool_call::{ToolArguments, ToolCall, call_tool};
+use super::super::frame::{Frame, Locals};
+use super::StepIo;
+
+pub(crate) async fn run(
+    frame: &Frame<'_>,
+    spec: &StepSpec,
+    tool: &str,
+    arguments: &Template,
+    locals: Locals<'_>,
+    io: &mut StepIo<'_>,
+) -> Result<Value, RunError> {
+    let args = frame.resolve(locals, arguments)?;
+    io.input = Some(json!({ "tool": tool, "arguments": args }));
+    let _slot = frame.slot().await?;
+    let call_id = format!("{}-call", spec.id);
+    let call = ToolCall {
+        step_id: spec.id.as_str(),
+        call_id: &call_id,
+        tool,
+        arguments: ToolArguments::Json(args),
+    };
+    call_tool(frame.ctx, call, io.sink).await
+}

@@ -1,0 +1,588 @@
+//! The plan scheduler: runs a validated plan's DAG of steps and reports each step's result as
+//! it is committed.
+//!
+//! Scheduling: every step whose dependencies are done starts at once, in plan order, up to
+//! `max_parallel_steps`. Steps run concurrently inside the run's task (they are IO-bound:
+//! models, tools, timers). Results are *committed* in start order: a step's events, its end,
+//! its checkpoint and its result (for later steps to see) come out only after every step
+//! started before it was committed. Start decisions depend only on committed results, so for a
+//! deterministic plan the run's event sequence is deterministic, however the steps' timings
+//! interleave. Only model text (`token`/`json_partial`) and human-input requests go out live.
+//!
+//! Every top-level step is in exactly one [`Phase`]. [`Scheduler::next`] drives the plan until
+//! the next step commits and reports it, so a caller (a re-planner) can act after any step;
+//! [`Scheduler::finish`] turns what was committed into the run's [`Outcome`].
+//!
+//! Failures: a failed step stops the run (`stop_on_first_failure`, the default) or only skips
+//! its dependents. A stopping failure does not wait its turn in the commit order: the steps
+//! already finished are committed and the ones in flight are abandoned (closed as cancelled).
+//! Branches skip the steps of the arm not taken; a step whose dependencies were all skipped is
+//! skipped too. A checkpoint follows every completed step; on resume, steps the checkpoint
+//! holds as done are not run again.
+
+mod attempt;
+mod frame;
+mod kinds;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::{Map, Value};
+use tokio::sync::Semaphore;
+
+use crate::domain::event::{ErrorData, StepData};
+use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
+use crate::plan::{KindSpec, Scope, StepResults, StepState, StepView, ValidPlan};
+
+use super::attempts::NewAttempt;
+use super::checkpoint::{self, PlanProgress, Snapshot, StepResult};
+use super::context::RunContext;
+use super::executor::Outcome;
+use super::sink::EventSink;
+use attempt::{FirstAttempt, run_step};
+use frame::{Frame, Locals};
+
+/// Where a run's plan stood when it stopped: its last checkpoint and the attempts it made.
+#[derive(Debug, Default)]
+pub struct Restored {
+    pub progress: PlanProgress,
+    pub last_checkpoint: u64,
+    /// Highest attempt number stored per step, so numbering continues.
+    pub attempts: HashMap<String, u32>,
+}
+
+/// One committed step, as [`Scheduler::next`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub step_id: StepId,
+    /// `completed`, `failed` or `skipped`.
+    pub status: StepStatus,
+    pub output: Option<Value>,
+    pub error: Option<RunError>,
+}
+
+/// Where one top-level step is.
+enum Phase {
+    /// Not started. `not_taken`: a branch decided against it; it is skipped when its turn comes.
+    Waiting {
+        not_taken: bool,
+    },
+    /// Started; its task is in flight.
+    Running,
+    /// Its task ended; it waits for the steps started before it to commit.
+    Finished(Finished),
+    /// Its result is announced, checkpointed and visible to later steps.
+    Committed(Result<Value, RunError>),
+    Skipped,
+}
+
+/// What a step's task hands back: its result, and the events it held.
+struct Finished {
+    result: Result<Value, RunError>,
+    events: EventSink,
+}
+
+pub struct Scheduler<'a> {
+    ctx: &'a RunContext,
+    plan: Arc<ValidPlan>,
+    version: u32,
+    vars: Arc<Map<String, Value>>,
+    slots: Arc<Semaphore>,
+    phases: Vec<Phase>,
+    /// Steps started and not yet committed, in start order.
+    in_flight: VecDeque<usize>,
+    tasks: FuturesUnordered<BoxFuture<'a, (usize, Finished)>>,
+    /// Committed steps not yet reported.
+    reports: VecDeque<Report>,
+    attempts: HashMap<String, u32>,
+    last_checkpoint: u64,
+    /// The failure that stops the run (`stop_on_first_failure`).
+    stop: Option<RunError>,
+    done: bool,
+}
+
+impl<'a> Scheduler<'a> {
+    /// A scheduler for `plan` (as version `version`), from where `restored` left it.
+    pub fn new(
+        ctx: &'a RunContext,
+        plan: Arc<ValidPlan>,
+        version: u32,
+        restored: Restored,
+    ) -> Self {
+        let settings = &plan.plan().settings;
+        let max_parallel = settings.max_parallel_steps.max(1) as usize;
+        let Restored {
+            progress,
+            last_checkpoint,
+            attempts,
+        } = restored;
+        let vars = if progress.variables.is_empty() {
+            plan.plan().context.clone()
+        } else {
+            progress.variables
+        };
+        let mut scheduler = Scheduler {
+            ctx,
+            phases: restored_phases(&plan, progress.steps),
+            plan,
+            version,
+            vars: Arc::new(vars),
+            slots: Arc::new(Semaphore::new(max_parallel)),
+            in_flight: VecDeque::new(),
+            tasks: FuturesUnordered::new(),
+            reports: VecDeque::new(),
+            attempts,
+            last_checkpoint,
+            stop: None,
+            done: false,
+        };
+        // Branch decisions made before a restart still apply; a failure that stopped the run
+        // before it still stops it.
+        for i in 0..scheduler.phases.len() {
+            if let Phase::Committed(Ok(output)) = &scheduler.phases[i] {
+                let output = output.clone();
+                scheduler.mark_not_taken(i, &output);
+            }
+        }
+        if scheduler.stops_on_failure() {
+            scheduler.stop = scheduler.phases.iter().find_map(|p| match p {
+                Phase::Committed(Err(e)) => Some(e.clone()),
+                _ => None,
+            });
+        }
+        scheduler
+    }
+
+    /// Drives the plan until the next step commits, and reports it; `None` once nothing more
+    /// can run.
+    pub async fn next(&mut self) -> Option<Report> {
+        loop {
+            if let Some(report) = self.reports.pop_front() {
+                return Some(report);
+            }
+            if self.done {
+                return None;
+            }
+            self.start_ready().await;
+            if !self.reports.is_empty() {
+                continue;
+            }
+            if self.in_flight.is_empty() || self.stop.is_some() {
+                self.done = true;
+                continue;
+            }
+            match self.tasks.next().await {
+                Some((i, finished)) => self.on_finished(i, finished).await,
+                None => self.done = true,
+            }
+        }
+    }
+
+    /// Runs the plan to its end.
+    pub async fn run(mut self) -> Outcome {
+        while self.next().await.is_some() {}
+        self.finish().await
+    }
+
+    /// The run's outcome from what was committed. Steps still in flight are abandoned and
+    /// their attempts closed as cancelled.
+    pub async fn finish(mut self) -> Outcome {
+        self.tasks = FuturesUnordered::new();
+        if let Some(err) = self.stop.take() {
+            self.ctx
+                .close_open_attempts(
+                    StepStatus::Cancelled,
+                    &RunError::new(ErrorCode::Cancelled, "the run stopped after a step failed"),
+                )
+                .await;
+            return Outcome::Failed(err);
+        }
+        let output = match self.output() {
+            Ok(output) => output,
+            Err(e) => return Outcome::Failed(e),
+        };
+        let failed: Vec<(&StepId, &RunError)> = self
+            .plan
+            .specs()
+            .iter()
+            .zip(&self.phases)
+            .filter_map(|(spec, phase)| match phase {
+                Phase::Committed(Err(e)) => Some((&spec.id, e)),
+                _ => None,
+            })
+            .collect();
+        let Some((id, first)) = failed.first() else {
+            return Outcome::Success(output);
+        };
+        let error = RunError::new(
+            first.code.clone(),
+            format!(
+                "{} step(s) failed; first: `{id}`: {}",
+                failed.len(),
+                first.message
+            ),
+        );
+        Outcome::Partial(output, error)
+    }
+
+    fn stops_on_failure(&self) -> bool {
+        self.plan.plan().settings.stop_on_first_failure
+    }
+
+    fn max_parallel(&self) -> usize {
+        self.plan.plan().settings.max_parallel_steps.max(1) as usize
+    }
+
+    /// Starts (or skips) every step that can go, in plan order, until none can.
+    async fn start_ready(&mut self) {
+        if self.stop.is_some() {
+            return;
+        }
+        let plan = self.plan.clone();
+        let mut progressed = true;
+        while progressed {
+            progressed = false;
+            for &i in plan.order() {
+                let waiting = matches!(self.phases[i], Phase::Waiting { .. });
+                if !waiting || self.in_flight.len() >= self.max_parallel() || !self.deps_done(i) {
+                    continue;
+                }
+                progressed = true;
+                match self.skip_reason(i) {
+                    Some(reason) => self.skip(i, reason).await,
+                    None => self.start(i).await,
+                }
+            }
+        }
+    }
+
+    fn deps_done(&self, i: usize) -> bool {
+        self.plan
+            .dependencies(i)
+            .iter()
+            .all(|&d| matches!(self.phases[d], Phase::Committed(_) | Phase::Skipped))
+    }
+
+    fn skip_reason(&self, i: usize) -> Option<&'static str> {
+        let deps = self.plan.dependencies(i);
+        if matches!(self.phases[i], Phase::Waiting { not_taken: true }) {
+            Some("its branch was not taken")
+        } else if deps
+            .iter()
+            .any(|&d| matches!(self.phases[d], Phase::Committed(Err(_))))
+        {
+            Some("a dependency failed")
+        } else if !deps.is_empty()
+            && deps
+                .iter()
+                .all(|&d| matches!(self.phases[d], Phase::Skipped))
+        {
+            Some("all its dependencies were skipped")
+        } else {
+            None
+        }
+    }
+
+    async fn skip(&mut self, i: usize, reason: &str) {
+        self.phases[i] = Phase::Skipped;
+        let spec = &self.plan.specs()[i];
+        let event = StepData::new(
+            spec.id.as_str(),
+            spec.display_name(),
+            spec.step_kind(),
+            StepStatus::Skipped,
+            0,
+        )
+        .with_reason(reason);
+        self.ctx.emit(Some(spec.id.as_str()), event).await;
+        self.reports.push_back(Report {
+            step_id: spec.id.clone(),
+            status: StepStatus::Skipped,
+            output: None,
+            error: None,
+        });
+    }
+
+    /// Opens the step's first attempt (announced live: starts are decided in plan order) and
+    /// sets its task going.
+    async fn start(&mut self, i: usize) {
+        let plan = self.plan.clone();
+        let spec = &plan.specs()[i];
+        let attempt = self.attempts.get(spec.id.as_str()).copied().unwrap_or(0) + 1;
+        let new = NewAttempt {
+            step_id: spec.id.as_str(),
+            name: spec.display_name(),
+            kind: spec.step_kind(),
+            attempt,
+            plan_version: self.version,
+            input: None,
+        };
+        let key = self.ctx.open_attempt(new, &mut EventSink::Live).await;
+        let frame = Frame {
+            ctx: self.ctx,
+            plan_version: self.version,
+            snapshot: self.ancestors_results(i),
+            vars: self.vars.clone(),
+            default_retry: plan.plan().settings.default_retry_policy.clone(),
+            slots: self.slots.clone(),
+        };
+        self.phases[i] = Phase::Running;
+        self.in_flight.push_back(i);
+        self.tasks.push(Box::pin(async move {
+            let spec = &plan.specs()[i];
+            let mut events = EventSink::buffered();
+            let first = FirstAttempt::Opened(key);
+            let result = run_step(&frame, spec, Locals::default(), first, &mut events).await;
+            (i, Finished { result, events })
+        }));
+    }
+
+    /// A step's task ended: commits every step that may now commit. A failure that stops the
+    /// run is not held back behind slower steps started before it: every step already
+    /// finished is committed (still in start order) and the rest are abandoned.
+    async fn on_finished(&mut self, i: usize, finished: Finished) {
+        let flush = finished.result.is_err() && self.stops_on_failure();
+        self.phases[i] = Phase::Finished(finished);
+        loop {
+            let next = if flush {
+                self.in_flight
+                    .iter()
+                    .position(|&j| matches!(self.phases[j], Phase::Finished(_)))
+            } else {
+                self.in_flight
+                    .front()
+                    .filter(|&&j| matches!(self.phases[j], Phase::Finished(_)))
+                    .map(|_| 0)
+            };
+            let Some(j) = next.and_then(|pos| self.in_flight.remove(pos)) else {
+                break;
+            };
+            self.commit(j).await;
+        }
+    }
+
+    /// Announces a finished step (its held events end with its `step` event), makes its
+    /// result visible, checkpoints a completion and reports it.
+    async fn commit(&mut self, i: usize) {
+        let Phase::Finished(finished) = std::mem::replace(&mut self.phases[i], Phase::Running)
+        else {
+            unreachable!("only finished steps are committed");
+        };
+        finished.events.release(self.ctx).await;
+        let spec = &self.plan.specs()[i];
+        let step_id = spec.id.clone();
+        let report = match finished.result {
+            Ok(output) => {
+                self.mark_not_taken(i, &output);
+                self.phases[i] = Phase::Committed(Ok(output.clone()));
+                self.checkpoint().await;
+                Report {
+                    step_id,
+                    status: StepStatus::Completed,
+                    output: Some(output),
+                    error: None,
+                }
+            }
+            Err(error) => {
+                self.phases[i] = Phase::Committed(Err(error.clone()));
+                self.on_failure(&step_id, &error).await;
+                Report {
+                    step_id,
+                    status: StepStatus::Failed,
+                    output: None,
+                    error: Some(error),
+                }
+            }
+        };
+        self.reports.push_back(report);
+    }
+
+    /// The first failure under stop-on-first-failure stops the run; any other is announced
+    /// as an `error` event and only its dependents are skipped.
+    async fn on_failure(&mut self, step_id: &StepId, error: &RunError) {
+        if self.stops_on_failure() && self.stop.is_none() {
+            self.stop = Some(RunError::new(
+                error.code.clone(),
+                format!("step `{step_id}` failed: {}", error.message),
+            ));
+            return;
+        }
+        let told = ErrorData {
+            error: error.clone(),
+            step_id: Some(step_id.to_string()),
+        };
+        self.ctx.emit(Some(step_id.as_str()), told).await;
+    }
+
+    /// After branch `i` committed with `output`: the steps of the arm it did not take.
+    fn mark_not_taken(&mut self, i: usize, output: &Value) {
+        let KindSpec::Branch {
+            then, otherwise, ..
+        } = &self.plan.specs()[i].kind
+        else {
+            return;
+        };
+        for id in kinds::arm_not_taken(output, then, otherwise) {
+            if let Some(pos) = self.plan.position(id.as_str())
+                && let Phase::Waiting { not_taken } = &mut self.phases[pos]
+            {
+                *not_taken = true;
+            }
+        }
+    }
+
+    async fn checkpoint(&mut self) {
+        self.last_checkpoint += 1;
+        let mut progress = PlanProgress {
+            plan_version: self.version,
+            steps: Default::default(),
+            variables: (*self.vars).clone(),
+        };
+        for (spec, phase) in self.plan.specs().iter().zip(&self.phases) {
+            let result = match phase {
+                Phase::Committed(Ok(output)) => StepResult {
+                    status: StepStatus::Completed,
+                    output: Some(output.clone()),
+                    error: None,
+                },
+                Phase::Committed(Err(error)) => StepResult {
+                    status: StepStatus::Failed,
+                    output: None,
+                    error: Some(error.clone()),
+                },
+                Phase::Skipped => StepResult {
+                    status: StepStatus::Skipped,
+                    output: None,
+                    error: None,
+                },
+                _ => continue,
+            };
+            progress.steps.insert(spec.id.to_string(), result);
+        }
+        let snapshot = Snapshot::Plan(progress);
+        checkpoint::save(self.ctx, self.last_checkpoint, self.version, &snapshot).await;
+    }
+
+    /// The results a step may reference: those of its transitive dependencies.
+    fn ancestors_results(&self, i: usize) -> HashMap<String, StepState> {
+        let mut out = HashMap::new();
+        let mut stack: Vec<usize> = self.plan.dependencies(i).to_vec();
+        let mut seen = HashSet::new();
+        while let Some(d) = stack.pop() {
+            if !seen.insert(d) {
+                continue;
+            }
+            if let Some(state) = self.state_of(d) {
+                out.insert(self.plan.specs()[d].id.to_string(), state);
+            }
+            stack.extend(self.plan.dependencies(d).iter().copied());
+        }
+        out
+    }
+
+    /// The committed result of step `i`, as templates see it.
+    fn state_of(&self, i: usize) -> Option<StepState> {
+        match &self.phases[i] {
+            Phase::Committed(Ok(output)) => Some(StepState::completed(output.clone())),
+            Phase::Committed(Err(_)) => Some(StepState::without_output(StepStatus::Failed)),
+            Phase::Skipped => Some(StepState::skipped()),
+            _ => None,
+        }
+    }
+
+    /// The run's output: the plan's `output` template, or the outputs of the steps nothing
+    /// depends on (one: its output; several: an object by id).
+    fn output(&self) -> Result<Value, RunError> {
+        let committed = Committed {
+            plan: &self.plan,
+            phases: &self.phases,
+        };
+        if let Some(template) = self.plan.output() {
+            let scope = Scope::new(&self.ctx.spec.input, &committed, &self.vars);
+            return template
+                .resolve(&scope)
+                .map_err(|e| RunError::new(ErrorCode::BadReference, format!("output: {e}")));
+        }
+        let mut outputs: Vec<(&str, Value)> = self
+            .plan
+            .leaves()
+            .into_iter()
+            .filter_map(|i| match &self.phases[i] {
+                Phase::Committed(Ok(o)) => Some((self.plan.specs()[i].id.as_str(), o.clone())),
+                _ => None,
+            })
+            .collect();
+        Ok(match outputs.len() {
+            0 => Value::Null,
+            1 => outputs.pop().map(|(_, o)| o).unwrap_or(Value::Null),
+            _ => Value::Object(
+                outputs
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+            ),
+        })
+    }
+}
+
+/// The committed results of a scheduler, as the plan's output template sees them.
+struct Committed<'s> {
+    plan: &'s ValidPlan,
+    phases: &'s [Phase],
+}
+
+impl StepResults for Committed<'_> {
+    fn get(&self, id: &str) -> Option<StepView<'_>> {
+        let i = self.plan.position(id)?;
+        view(&self.phases[i])
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&str, StepView<'_>)) {
+        for (spec, phase) in self.plan.specs().iter().zip(self.phases) {
+            if let Some(v) = view(phase) {
+                f(spec.id.as_str(), v);
+            }
+        }
+    }
+}
+
+fn view(phase: &Phase) -> Option<StepView<'_>> {
+    let (status, output) = match phase {
+        Phase::Committed(Ok(output)) => (StepStatus::Completed, Some(output)),
+        Phase::Committed(Err(_)) => (StepStatus::Failed, None),
+        Phase::Skipped => (StepStatus::Skipped, None),
+        _ => return None,
+    };
+    Some(StepView { status, output })
+}
+
+/// Each step's phase as a checkpoint left it: finished steps are committed, the rest wait.
+fn restored_phases(
+    plan: &ValidPlan,
+    mut steps: std::collections::BTreeMap<String, StepResult>,
+) -> Vec<Phase> {
+    plan.specs()
+        .iter()
+        .map(|spec| match steps.remove(spec.id.as_str()) {
+            Some(StepResult {
+                status: StepStatus::Completed,
+                output,
+                ..
+            }) => Phase::Committed(Ok(output.unwrap_or(Value::Null))),
+            Some(StepResult {
+                status: StepStatus::Failed,
+                error,
+                ..
+            }) => Phase::Committed(Err(error.unwrap_or_else(|| {
+                RunError::new(ErrorCode::InternalError, "the step failed before a restart")
+            }))),
+            Some(StepResult {
+                status: StepStatus::Skipped,
+                ..
+            }) => Phase::Skipped,
+            _ => Phase::Waiting { not_taken: false },
+        })
+        .collect()
+}
