@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, Program, Value as CelValue};
 use serde_json::{Map, Value};
@@ -241,24 +241,8 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut Vec<CelRef>) {
             walk(&select.operand, bound, out);
         }
         Expr::Call(call) => {
-            // `steps["fetch-data"]`: how ids that are not CEL identifiers are written.
-            if call.func_name == "_[_]"
-                && call.target.is_none()
-                && let [
-                    container,
-                    IdedExpr {
-                        expr: Expr::Literal(LiteralValue::String(key)),
-                        ..
-                    },
-                ] = call.args.as_slice()
-                && let Expr::Ident(root) = &container.expr
-                && free(root, bound)
-            {
-                match root.as_str() {
-                    "steps" => return out.push(CelRef::Step(key.inner().to_owned())),
-                    "vars" => return out.push(CelRef::Var(key.inner().to_owned())),
-                    _ => {}
-                }
+            if let Some(r) = indexed_ref(call, bound) {
+                return out.push(r);
             }
             if let Some(target) = &call.target {
                 walk(target, bound, out);
@@ -284,27 +268,47 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut Vec<CelRef>) {
                 walk(el, bound, out);
             }
         }
-        Expr::Map(map) => {
-            for entry in &map.entries {
-                match &entry.expr {
-                    EntryExpr::MapEntry(m) => {
-                        walk(&m.key, bound, out);
-                        walk(&m.value, bound, out);
-                    }
-                    EntryExpr::StructField(f) => walk(&f.value, bound, out),
-                }
+        Expr::Map(map) => walk_entries(&map.entries, bound, out),
+        Expr::Struct(s) => walk_entries(&s.entries, bound, out),
+    }
+}
+
+/// `steps["fetch-data"]` or `vars["x"]`: how names that are not CEL identifiers are read.
+fn indexed_ref(call: &CallExpr, bound: &[String]) -> Option<CelRef> {
+    if call.func_name != "_[_]" || call.target.is_some() {
+        return None;
+    }
+    let [
+        container,
+        IdedExpr {
+            expr: Expr::Literal(LiteralValue::String(key)),
+            ..
+        },
+    ] = call.args.as_slice()
+    else {
+        return None;
+    };
+    let Expr::Ident(root) = &container.expr else {
+        return None;
+    };
+    if bound.contains(root) {
+        return None;
+    }
+    match root.as_str() {
+        "steps" => Some(CelRef::Step(key.inner().to_owned())),
+        "vars" => Some(CelRef::Var(key.inner().to_owned())),
+        _ => None,
+    }
+}
+
+fn walk_entries(entries: &[IdedEntryExpr], bound: &mut Vec<String>, out: &mut Vec<CelRef>) {
+    for entry in entries {
+        match &entry.expr {
+            EntryExpr::MapEntry(m) => {
+                walk(&m.key, bound, out);
+                walk(&m.value, bound, out);
             }
-        }
-        Expr::Struct(s) => {
-            for entry in &s.entries {
-                match &entry.expr {
-                    EntryExpr::MapEntry(m) => {
-                        walk(&m.key, bound, out);
-                        walk(&m.value, bound, out);
-                    }
-                    EntryExpr::StructField(f) => walk(&f.value, bound, out),
-                }
-            }
+            EntryExpr::StructField(f) => walk(&f.value, bound, out),
         }
     }
 }

@@ -437,94 +437,112 @@ impl Reference {
 
     /// The referenced value, borrowed from the scope where possible.
     pub fn resolve<'s>(&self, scope: &Scope<'s>) -> Result<Cow<'s, Value>, RefError> {
-        let fail = |message: String| RefError {
-            reference: self.to_string(),
-            message,
+        let Some(base) = self.base(scope)? else {
+            return Ok(Cow::Owned(Value::Null));
         };
-        let base: Cow<'s, Value> =
-            match &self.root {
-                Root::Input => Cow::Borrowed(scope.input),
-                Root::Item => Cow::Borrowed(scope.item.ok_or_else(|| {
-                    fail("`item` is only defined inside the body of a `for_each` loop".to_owned())
-                })?),
-                Root::Index => Cow::Owned(Value::from(scope.index.ok_or_else(|| {
-                    fail("`index` is only defined inside a loop body".to_owned())
-                })?)),
-                Root::Var(name) => Cow::Borrowed(
-                    scope
-                        .vars
-                        .get(name)
-                        .ok_or_else(|| fail(format!("no variable `{name}`")))?,
-                ),
-                Root::Step { id, field } => {
-                    let view = scope
-                        .steps
-                        .get(id)
-                        .ok_or_else(|| fail(format!("step `{id}` has no result yet")))?;
-                    // A skipped step (an arm not taken) has no output, and everything
-                    // read from it is null rather than an error: a join after a branch can
-                    // read both arms.
-                    if field == &StepField::Output && view.status == StepStatus::Skipped {
-                        return Ok(Cow::Owned(Value::Null));
-                    }
-                    match field {
-                        StepField::Status => Cow::Owned(Value::from(view.status.as_str())),
-                        StepField::Output => Cow::Borrowed(view.output.ok_or_else(|| {
-                            fail(format!(
-                                "step `{id}` has no output (it is {})",
-                                view.status.as_str()
-                            ))
-                        })?),
-                    }
-                }
-            };
         if self.path.is_empty() {
             return Ok(base);
         }
         // Walking a borrowed value stays borrowed; only `index` and `status` are owned, and
         // neither can have a path.
         let Cow::Borrowed(mut current) = base else {
-            return Err(fail("nothing can follow this value".to_owned()));
+            return Err(self.error("nothing can follow this value".to_owned()));
         };
         for (n, segment) in self.path.iter().enumerate() {
-            let so_far = || {
-                let mut s = Reference {
-                    root: self.root.clone(),
-                    path: Vec::new(),
-                }
-                .to_string();
-                let _ = write_path(&mut s, &self.path[..n]);
-                s
-            };
-            current = match (segment, current) {
-                (Segment::Key(k), Value::Object(map)) => map
-                    .get(k)
-                    .ok_or_else(|| fail(format!("`{}` has no member `{k}`", so_far())))?,
-                (Segment::Index(i), Value::Array(items)) => items.get(*i).ok_or_else(|| {
-                    fail(format!(
-                        "index {i} is out of range: `{}` has {} item{}",
-                        so_far(),
-                        items.len(),
-                        if items.len() == 1 { "" } else { "s" }
-                    ))
-                })?,
-                (Segment::Key(k), other) => {
-                    return Err(fail(format!(
-                        "`{}` is {}, not an object, so it has no member `{k}`",
-                        so_far(),
-                        json_type_name(other)
-                    )));
-                }
-                (Segment::Index(i), other) => {
-                    return Err(fail(format!(
-                        "`{}` is {}, not an array, so it has no index {i}",
-                        so_far(),
-                        json_type_name(other)
-                    )));
-                }
-            };
+            current = self.step_into(current, segment, n)?;
         }
         Ok(Cow::Borrowed(current))
+    }
+
+    fn error(&self, message: String) -> RefError {
+        RefError {
+            reference: self.to_string(),
+            message,
+        }
+    }
+
+    /// The value the root names; `None` for the output of a skipped step, which is null
+    /// whatever follows it.
+    fn base<'s>(&self, scope: &Scope<'s>) -> Result<Option<Cow<'s, Value>>, RefError> {
+        let fail = |message: String| self.error(message);
+        Ok(Some(match &self.root {
+            Root::Input => Cow::Borrowed(scope.input),
+            Root::Item => Cow::Borrowed(scope.item.ok_or_else(|| {
+                fail("`item` is only defined inside the body of a `for_each` loop".to_owned())
+            })?),
+            Root::Index => {
+                Cow::Owned(Value::from(scope.index.ok_or_else(|| {
+                    fail("`index` is only defined inside a loop body".to_owned())
+                })?))
+            }
+            Root::Var(name) => Cow::Borrowed(
+                scope
+                    .vars
+                    .get(name)
+                    .ok_or_else(|| fail(format!("no variable `{name}`")))?,
+            ),
+            Root::Step { id, field } => {
+                let view = scope
+                    .steps
+                    .get(id)
+                    .ok_or_else(|| fail(format!("step `{id}` has no result yet")))?;
+                // A skipped step (an arm not taken) has no output, and everything read from
+                // it is null rather than an error: a join after a branch can read both arms.
+                if field == &StepField::Output && view.status == StepStatus::Skipped {
+                    return Ok(None);
+                }
+                match field {
+                    StepField::Status => Cow::Owned(Value::from(view.status.as_str())),
+                    StepField::Output => Cow::Borrowed(view.output.ok_or_else(|| {
+                        fail(format!(
+                            "step `{id}` has no output (it is {})",
+                            view.status.as_str()
+                        ))
+                    })?),
+                }
+            }
+        }))
+    }
+
+    /// Follows path segment `n` from `current`.
+    fn step_into<'v>(
+        &self,
+        current: &'v Value,
+        segment: &Segment,
+        n: usize,
+    ) -> Result<&'v Value, RefError> {
+        let so_far = || {
+            let mut s = Reference {
+                root: self.root.clone(),
+                path: Vec::new(),
+            }
+            .to_string();
+            let _ = write_path(&mut s, &self.path[..n]);
+            s
+        };
+        match (segment, current) {
+            (Segment::Key(k), Value::Object(map)) => map
+                .get(k)
+                .ok_or_else(|| self.error(format!("`{}` has no member `{k}`", so_far()))),
+            (Segment::Index(i), Value::Array(items)) => items.get(*i).ok_or_else(|| {
+                self.error(format!(
+                    "index {i} is out of range: `{}` has {} item{}",
+                    so_far(),
+                    items.len(),
+                    if items.len() == 1 { "" } else { "s" }
+                ))
+            }),
+            (Segment::Key(k), other) => Err(self.error(format!(
+                "`{}` is {}, not an object, so it has no member `{k}`",
+                so_far(),
+                json_type_name(other)
+            ))),
+            (Segment::Index(i), other) => Err(self.error(format!(
+                "`{}` is {}, not an array, so it has no index {i}",
+                so_far(),
+                json_type_name(other)
+            ))),
+        }
     }
 }
 

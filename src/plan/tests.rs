@@ -54,9 +54,9 @@ fn ids(plan: &ValidPlan, positions: &[usize]) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_plan_with_every_kind_parses_into_typed_specs() {
-    let plan = valid(json!({
+/// A plan that uses every step kind and every plan-level member.
+fn every_kind() -> ValidPlan {
+    valid(json!({
         "id": "everything",
         "name": "Every kind",
         "variables": {"topic": "rust", "limit": 3},
@@ -94,8 +94,12 @@ fn a_plan_with_every_kind_parses_into_typed_specs() {
              "input": {"prompt": "OK to publish {{ vars.topic }}?", "schema": {"type": "boolean"}}}
         ],
         "output": {"answer": "{{ steps.big.output }}", "confirmed": "{{ steps.confirm.output }}"}
-    }));
+    }))
+}
 
+#[test]
+fn a_plan_with_every_kind_keeps_its_domain_plan() {
+    let plan = every_kind();
     let domain = plan.plan();
     assert_eq!(domain.id, "everything");
     assert_eq!(domain.orchestration, Orchestration::Planner);
@@ -120,6 +124,19 @@ fn a_plan_with_every_kind_parses_into_typed_specs() {
             Llm, Tool, Tool, Branch, Llm, Llm, Parallel, Sequential, Loop, Loop, Wait, UserInput
         ]
     );
+    // Children are found by id; top-level positions too.
+    assert_eq!(
+        plan.spec("each.body").unwrap().pointer,
+        "/steps/8/input/steps/0"
+    );
+    assert_eq!(plan.position("calc"), Some(1));
+    assert_eq!(plan.position("seq.1"), None);
+    assert_eq!(plan.spec("ghost").map(|s| s.id.clone()), None);
+}
+
+#[test]
+fn a_plan_with_every_kind_parses_into_typed_specs() {
+    let plan = every_kind();
     match &plan.specs()[0].kind {
         KindSpec::Llm {
             model,
@@ -180,14 +197,6 @@ fn a_plan_with_every_kind_parses_into_typed_specs() {
             ..
         }
     ));
-    // Children are found by id; top-level positions too.
-    assert_eq!(
-        plan.spec("each.body").unwrap().pointer,
-        "/steps/8/input/steps/0"
-    );
-    assert_eq!(plan.position("calc"), Some(1));
-    assert_eq!(plan.position("seq.1"), None);
-    assert_eq!(plan.spec("ghost").map(|s| s.id.clone()), None);
 }
 
 #[test]
@@ -249,9 +258,21 @@ fn the_critical_path_follows_the_heaviest_chain() {
     assert_eq!(tie.critical_path_ms(), 3);
 }
 
+/// Asserts that each case's document is refused with a problem at its pointer whose message
+/// contains the wanted text.
+fn check_cases(cases: Vec<(&str, Value, &str, &str)>) {
+    for (name, doc, pointer, want) in cases {
+        let found = problems(doc);
+        assert!(
+            found.iter().any(|(p, m)| p == pointer && m.contains(want)),
+            "{name}: no problem at {pointer:?} containing {want:?}; got {found:#?}"
+        );
+    }
+}
+
 #[test]
-fn every_problem_class_is_reported_with_its_pointer() {
-    let cases: Vec<(&str, Value, &str, &str)> = vec![
+fn the_schema_is_checked_first() {
+    check_cases(vec![
         (
             "schema: missing required member",
             json!({"steps": [{"id": "a", "kind": "llm", "input": {}}]}),
@@ -283,6 +304,12 @@ fn every_problem_class_is_reported_with_its_pointer() {
             "/settings/max_parallel_steps",
             "minimum",
         ),
+    ]);
+}
+
+#[test]
+fn step_ids_dependencies_and_tools_are_checked() {
+    check_cases(vec![
         (
             "child steps cannot depend",
             json!({"steps": [{"id": "p", "kind": "parallel", "input": {"steps": [
@@ -334,6 +361,12 @@ fn every_problem_class_is_reported_with_its_pointer() {
             "/steps/0/input/arguments",
             "expression",
         ),
+    ]);
+}
+
+#[test]
+fn references_must_name_what_a_step_can_read() {
+    check_cases(vec![
         (
             "reference to a step that is not an ancestor",
             json!({"steps": [llm("a", "p"), llm("b", "use {{ steps.a.output }}")]}),
@@ -373,6 +406,12 @@ fn every_problem_class_is_reported_with_its_pointer() {
             "/steps/0/input/steps/1/input/prompt",
             "`c1` is neither a dependency",
         ),
+    ]);
+}
+
+#[test]
+fn loop_variables_vars_and_reference_syntax_are_checked() {
+    check_cases(vec![
         (
             "item outside a loop",
             json!({"steps": [{"id": "t", "kind": "tool",
@@ -418,6 +457,12 @@ fn every_problem_class_is_reported_with_its_pointer() {
             "/output/0",
             "`c` is a child step inside `s`",
         ),
+    ]);
+}
+
+#[test]
+fn conditions_and_branch_targets_are_checked() {
+    check_cases(vec![
         (
             "bad CEL syntax",
             json!({"steps": [{"id": "b", "kind": "branch", "input": {"condition": "input.x >", "then": []}}]}),
@@ -464,6 +509,12 @@ fn every_problem_class_is_reported_with_its_pointer() {
             "/steps/0/input/else/0",
             "`x` is in both `then` and `else`",
         ),
+    ]);
+}
+
+#[test]
+fn loops_waits_and_answer_schemas_are_checked() {
+    check_cases(vec![
         (
             "branch in a sequence choosing an earlier sibling",
             json!({"steps": [{"id": "s", "kind": "sequential", "input": {"steps": [
@@ -521,14 +572,7 @@ fn every_problem_class_is_reported_with_its_pointer() {
             "/steps/0/input/schema",
             "not a valid JSON Schema",
         ),
-    ];
-    for (name, doc, pointer, want) in cases {
-        let found = problems(doc);
-        assert!(
-            found.iter().any(|(p, m)| p == pointer && m.contains(want)),
-            "{name}: no problem at {pointer:?} containing {want:?}; got {found:#?}"
-        );
-    }
+    ]);
 }
 
 #[test]

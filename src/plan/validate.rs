@@ -260,86 +260,11 @@ impl<'a> Checker<'a> {
         };
 
         // Ids first: references and dependencies may point forward.
-        for (i, raw) in raw_steps.iter().enumerate() {
-            c.declare(raw, &format!("/steps/{i}"), i, None, 0);
-            c.raw_deps.push(
-                raw.get("depends_on")
-                    .and_then(Value::as_array)
-                    .map(|d| {
-                        d.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            );
-        }
-        if c.total_steps > MAX_TOTAL_STEPS {
-            c.problems.push(Problem::new(
-                "/steps",
-                format!(
-                    "the plan has {} steps in all, children included; at most {MAX_TOTAL_STEPS} are allowed",
-                    c.total_steps
-                ),
-            ));
-        }
-
+        c.declare_all(raw_steps);
         let dependencies = c.dependencies(raw_steps);
         c.cycles(raw_steps, &dependencies);
-
-        let mut specs = Some(Vec::with_capacity(raw_steps.len()));
-        let mut steps = Some(Vec::with_capacity(raw_steps.len()));
-        for (i, raw) in raw_steps.iter().enumerate() {
-            let id = raw
-                .get("id")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let readable = ancestors(i, &dependencies)
-                .into_iter()
-                .filter_map(|a| raw_steps[a].get("id").and_then(Value::as_str))
-                .map(str::to_owned)
-                .collect();
-            let ctx = Ctx {
-                id: id.clone(),
-                top_id: id,
-                readable,
-                item: false,
-                index: false,
-                later_siblings: None,
-                top_level: true,
-                depth: 0,
-            };
-            let pointer = format!("/steps/{i}");
-            let spec = c.step(raw, &pointer, &ctx);
-            let step = c.domain_step(raw, &pointer, &dependencies[i], raw_steps);
-            match (spec, step) {
-                (Some(spec), Some(step)) => {
-                    if let (Some(specs), Some(steps)) = (&mut specs, &mut steps) {
-                        specs.push(spec);
-                        steps.push(step);
-                    }
-                }
-                _ => {
-                    specs = None;
-                    steps = None;
-                }
-            }
-        }
-
-        let output = doc.get("output").and_then(|raw| {
-            let ctx = Ctx {
-                id: String::new(),
-                top_id: String::new(),
-                readable: c.top.keys().cloned().collect(),
-                item: false,
-                index: false,
-                later_siblings: None,
-                top_level: true,
-                depth: 0,
-            };
-            c.template(raw, "/output", &ctx)
-        });
+        let (specs, steps) = c.top_steps(raw_steps, &dependencies);
+        let output = doc.get("output").and_then(|raw| c.output(raw));
         let settings = match doc.get("settings") {
             None => PlanSettings::default(),
             Some(raw) => serde_json::from_value(raw.clone()).unwrap_or_else(|e| {
@@ -358,6 +283,98 @@ impl<'a> Checker<'a> {
         checked.settings = settings;
         checked.output_raw = output_raw;
         checked
+    }
+
+    /// Declares every step id (children included) and keeps each top-level step's raw
+    /// `depends_on`.
+    fn declare_all(&mut self, raw_steps: &[Value]) {
+        for (i, raw) in raw_steps.iter().enumerate() {
+            self.declare(raw, &format!("/steps/{i}"), i, None, 0);
+            self.raw_deps.push(
+                raw.get("depends_on")
+                    .and_then(Value::as_array)
+                    .map(|d| {
+                        d.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            );
+        }
+        if self.total_steps > MAX_TOTAL_STEPS {
+            self.problems.push(Problem::new(
+                "/steps",
+                format!(
+                    "the plan has {} steps in all, children included; at most {MAX_TOTAL_STEPS} are allowed",
+                    self.total_steps
+                ),
+            ));
+        }
+    }
+
+    /// The typed spec and the domain step of every top-level step; `None` as soon as one
+    /// cannot be built (its problems are recorded).
+    fn top_steps(
+        &mut self,
+        raw_steps: &[Value],
+        dependencies: &[Vec<usize>],
+    ) -> (Option<Vec<StepSpec>>, Option<Vec<Step>>) {
+        let mut specs = Some(Vec::with_capacity(raw_steps.len()));
+        let mut steps = Some(Vec::with_capacity(raw_steps.len()));
+        for (i, raw) in raw_steps.iter().enumerate() {
+            let id = raw
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let readable = ancestors(i, dependencies)
+                .into_iter()
+                .filter_map(|a| raw_steps[a].get("id").and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect();
+            let ctx = Ctx {
+                id: id.clone(),
+                top_id: id,
+                readable,
+                item: false,
+                index: false,
+                later_siblings: None,
+                top_level: true,
+                depth: 0,
+            };
+            let pointer = format!("/steps/{i}");
+            let spec = self.step(raw, &pointer, &ctx);
+            let step = self.domain_step(raw, &pointer, &dependencies[i], raw_steps);
+            match (spec, step) {
+                (Some(spec), Some(step)) => {
+                    if let (Some(specs), Some(steps)) = (&mut specs, &mut steps) {
+                        specs.push(spec);
+                        steps.push(step);
+                    }
+                }
+                _ => {
+                    specs = None;
+                    steps = None;
+                }
+            }
+        }
+        (specs, steps)
+    }
+
+    /// The plan's `output` template: it may read every top-level step.
+    fn output(&mut self, raw: &Value) -> Option<Template> {
+        let ctx = Ctx {
+            id: String::new(),
+            top_id: String::new(),
+            readable: self.top.keys().cloned().collect(),
+            item: false,
+            index: false,
+            later_siblings: None,
+            top_level: true,
+            depth: 0,
+        };
+        self.template(raw, "/output", &ctx)
     }
 
     fn into_checked(
@@ -576,6 +593,7 @@ impl<'a> Checker<'a> {
         })
     }
 
+    /// The kind-specific part of a step, from its `input`.
     fn kind(
         &mut self,
         kind: StepKind,
@@ -583,83 +601,10 @@ impl<'a> Checker<'a> {
         pointer: &str,
         ctx: &Ctx,
     ) -> Option<KindSpec> {
-        let at = |member: &str| format!("{pointer}/{}", escape_pointer(member));
         match kind {
-            StepKind::Llm => {
-                let prompt = input
-                    .get("prompt")
-                    .and_then(|p| self.template(p, &at("prompt"), ctx));
-                let system = match input.get("system") {
-                    None => Some(None),
-                    Some(s) => self.template(s, &at("system"), ctx).map(Some),
-                };
-                let model = input
-                    .get("model")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let output_schema =
-                    self.json_schema(input.get("output_schema"), &at("output_schema"));
-                Some(KindSpec::Llm {
-                    prompt: prompt?,
-                    system: system?,
-                    model,
-                    output_schema: output_schema?,
-                })
-            }
-            StepKind::Tool => {
-                let empty = Value::Object(Map::new());
-                let raw_args = input.get("arguments").unwrap_or(&empty);
-                let arguments = self.template(raw_args, &at("arguments"), ctx);
-                let tool = input.get("tool").and_then(Value::as_str)?;
-                if !self.tools.contains(tool) {
-                    let known: Vec<String> =
-                        self.tools.list().into_iter().map(|t| t.name).collect();
-                    self.problems.push(Problem::new(
-                        at("tool"),
-                        format!("unknown tool `{tool}`; known tools: {}", known.join(", ")),
-                    ));
-                    return None;
-                }
-                // Arguments with templates are only known at run time; the registry checks
-                // them then. Literal ones are checked now, so a plan fails before it runs.
-                if arguments.as_ref().is_some_and(|a| !a.has_references())
-                    && let Err(ToolError::InvalidArguments { errors, .. }) =
-                        self.tools.validate(tool, raw_args)
-                {
-                    for e in errors {
-                        self.problems.push(Problem::new(
-                            format!("{}{}", at("arguments"), e.pointer),
-                            e.message,
-                        ));
-                    }
-                    return None;
-                }
-                Some(KindSpec::Tool {
-                    tool: tool.to_owned(),
-                    arguments: arguments?,
-                })
-            }
-            StepKind::Branch => {
-                let condition = input
-                    .get("condition")
-                    .and_then(|c| self.condition(c, &at("condition"), ctx));
-                let then = self.branch_targets(input.get("then"), &at("then"), ctx);
-                let otherwise = self.branch_targets(input.get("else"), &at("else"), ctx);
-                let (condition, then, otherwise) = (condition?, then?, otherwise?);
-                for (k, t) in otherwise.iter().enumerate() {
-                    if then.contains(t) {
-                        self.problems.push(Problem::new(
-                            format!("{}/{k}", at("else")),
-                            format!("`{t}` is in both `then` and `else`"),
-                        ));
-                    }
-                }
-                Some(KindSpec::Branch {
-                    condition,
-                    then,
-                    otherwise,
-                })
-            }
+            StepKind::Llm => self.llm(input, pointer, ctx),
+            StepKind::Tool => self.tool(input, pointer, ctx),
+            StepKind::Branch => self.branch(input, pointer, ctx),
             StepKind::Parallel => {
                 let aggregation = match input.get("aggregation") {
                     None => Some(Aggregation::All),
@@ -674,64 +619,13 @@ impl<'a> Checker<'a> {
             StepKind::Sequential => Some(KindSpec::Sequential {
                 steps: self.children(input, pointer, ctx, Body::Sequence)?,
             }),
-            StepKind::Loop => {
-                let max_iterations = input
-                    .get("max_iterations")
-                    .and_then(Value::as_u64)
-                    .and_then(|n| u32::try_from(n).ok());
-                let over = match (input.get("for_each"), input.get("while")) {
-                    (Some(each), None) => self.for_each(each, &at("for_each"), ctx),
-                    (None, Some(cond)) => {
-                        // `while` runs before each iteration and may read the body's results
-                        // from the previous one, and `index`.
-                        let mut inner = ctx.clone();
-                        inner.index = true;
-                        inner.item = false;
-                        if let Some(children) = input.get("steps").and_then(Value::as_array) {
-                            for child in children {
-                                collect_ids(child, &mut inner.readable);
-                            }
-                        }
-                        self.condition(cond, &at("while"), &inner)
-                            .map(LoopOver::While)
-                    }
-                    // Both or neither: the schema's `oneOf` says so.
-                    _ => None,
-                };
-                let body =
-                    if matches!(over, Some(LoopOver::While(_))) || input.contains_key("while") {
-                        Body::While
-                    } else {
-                        Body::ForEach
-                    };
-                let steps = self.children(input, pointer, ctx, body);
-                Some(KindSpec::Loop {
-                    over: over?,
-                    max_iterations: max_iterations?,
-                    steps: steps?,
-                })
-            }
-            StepKind::Wait => match (input.get("duration_ms"), input.get("until")) {
-                (Some(ms), None) => ms
-                    .as_u64()
-                    .map(|ms| KindSpec::Wait(WaitSpec::Duration { ms })),
-                (None, Some(Value::String(until))) => match DateTime::parse_from_rfc3339(until) {
-                    Ok(t) => Some(KindSpec::Wait(WaitSpec::Until(t.with_timezone(&Utc)))),
-                    Err(e) => {
-                        self.problems.push(Problem::new(
-                            at("until"),
-                            format!("`{until}` is not an RFC 3339 date-time such as 2026-03-01T12:00:00Z ({e})"),
-                        ));
-                        None
-                    }
-                },
-                _ => None,
-            },
+            StepKind::Loop => self.repeat(input, pointer, ctx),
+            StepKind::Wait => self.wait(input, pointer),
             StepKind::UserInput => {
                 let prompt = input
                     .get("prompt")
-                    .and_then(|p| self.template(p, &at("prompt"), ctx));
-                let schema = self.json_schema(input.get("schema"), &at("schema"));
+                    .and_then(|p| self.template(p, &member(pointer, "prompt"), ctx));
+                let schema = self.json_schema(input.get("schema"), &member(pointer, "schema"));
                 Some(KindSpec::UserInput {
                     prompt: prompt?,
                     schema: schema?,
@@ -741,6 +635,143 @@ impl<'a> Checker<'a> {
                 // Not plan kinds: the schema's `enum` reports them.
                 None
             }
+        }
+    }
+
+    fn llm(&mut self, input: &Map<String, Value>, pointer: &str, ctx: &Ctx) -> Option<KindSpec> {
+        let at = |name: &str| member(pointer, name);
+        let prompt = input
+            .get("prompt")
+            .and_then(|p| self.template(p, &at("prompt"), ctx));
+        let system = match input.get("system") {
+            None => Some(None),
+            Some(s) => self.template(s, &at("system"), ctx).map(Some),
+        };
+        let model = input
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let output_schema = self.json_schema(input.get("output_schema"), &at("output_schema"));
+        Some(KindSpec::Llm {
+            prompt: prompt?,
+            system: system?,
+            model,
+            output_schema: output_schema?,
+        })
+    }
+
+    fn tool(&mut self, input: &Map<String, Value>, pointer: &str, ctx: &Ctx) -> Option<KindSpec> {
+        let at = |name: &str| member(pointer, name);
+        let empty = Value::Object(Map::new());
+        let raw_args = input.get("arguments").unwrap_or(&empty);
+        let arguments = self.template(raw_args, &at("arguments"), ctx);
+        let tool = input.get("tool").and_then(Value::as_str)?;
+        if !self.tools.contains(tool) {
+            let known: Vec<String> = self.tools.list().into_iter().map(|t| t.name).collect();
+            self.problems.push(Problem::new(
+                at("tool"),
+                format!("unknown tool `{tool}`; known tools: {}", known.join(", ")),
+            ));
+            return None;
+        }
+        // Arguments with templates are only known at run time; the registry checks them then.
+        // Literal ones are checked now, so a plan fails before it runs.
+        if arguments.as_ref().is_some_and(|a| !a.has_references())
+            && let Err(ToolError::InvalidArguments { errors, .. }) =
+                self.tools.validate(tool, raw_args)
+        {
+            for e in errors {
+                self.problems.push(Problem::new(
+                    format!("{}{}", at("arguments"), e.pointer),
+                    e.message,
+                ));
+            }
+            return None;
+        }
+        Some(KindSpec::Tool {
+            tool: tool.to_owned(),
+            arguments: arguments?,
+        })
+    }
+
+    fn branch(&mut self, input: &Map<String, Value>, pointer: &str, ctx: &Ctx) -> Option<KindSpec> {
+        let at = |name: &str| member(pointer, name);
+        let condition = input
+            .get("condition")
+            .and_then(|c| self.condition(c, &at("condition"), ctx));
+        let then = self.branch_targets(input.get("then"), &at("then"), ctx);
+        let otherwise = self.branch_targets(input.get("else"), &at("else"), ctx);
+        let (condition, then, otherwise) = (condition?, then?, otherwise?);
+        for (k, t) in otherwise.iter().enumerate() {
+            if then.contains(t) {
+                self.problems.push(Problem::new(
+                    format!("{}/{k}", at("else")),
+                    format!("`{t}` is in both `then` and `else`"),
+                ));
+            }
+        }
+        Some(KindSpec::Branch {
+            condition,
+            then,
+            otherwise,
+        })
+    }
+
+    /// A `loop` step.
+    fn repeat(&mut self, input: &Map<String, Value>, pointer: &str, ctx: &Ctx) -> Option<KindSpec> {
+        let at = |name: &str| member(pointer, name);
+        let max_iterations = input
+            .get("max_iterations")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok());
+        let over = match (input.get("for_each"), input.get("while")) {
+            (Some(each), None) => self.for_each(each, &at("for_each"), ctx),
+            (None, Some(cond)) => {
+                // `while` runs before each iteration and may read the body's results from the
+                // previous one, and `index`.
+                let mut inner = ctx.clone();
+                inner.index = true;
+                inner.item = false;
+                if let Some(children) = input.get("steps").and_then(Value::as_array) {
+                    for child in children {
+                        collect_ids(child, &mut inner.readable);
+                    }
+                }
+                self.condition(cond, &at("while"), &inner)
+                    .map(LoopOver::While)
+            }
+            // Both or neither: the schema's `oneOf` says so.
+            _ => None,
+        };
+        let body = if matches!(over, Some(LoopOver::While(_))) || input.contains_key("while") {
+            Body::While
+        } else {
+            Body::ForEach
+        };
+        let steps = self.children(input, pointer, ctx, body);
+        Some(KindSpec::Loop {
+            over: over?,
+            max_iterations: max_iterations?,
+            steps: steps?,
+        })
+    }
+
+    fn wait(&mut self, input: &Map<String, Value>, pointer: &str) -> Option<KindSpec> {
+        match (input.get("duration_ms"), input.get("until")) {
+            (Some(ms), None) => ms
+                .as_u64()
+                .map(|ms| KindSpec::Wait(WaitSpec::Duration { ms })),
+            (None, Some(Value::String(until))) => match DateTime::parse_from_rfc3339(until) {
+                Ok(t) => Some(KindSpec::Wait(WaitSpec::Until(t.with_timezone(&Utc)))),
+                Err(e) => {
+                    self.problems.push(Problem::new(
+                        member(pointer, "until"),
+                        format!("`{until}` is not an RFC 3339 date-time such as 2026-03-01T12:00:00Z ({e})"),
+                    ));
+                    None
+                }
+            },
+            _ => None,
         }
     }
 
@@ -1209,4 +1240,9 @@ pub(crate) fn without_nulls(v: Value) -> Value {
         ),
         other => other,
     }
+}
+
+/// The pointer of member `name` of the object at `pointer`.
+fn member(pointer: &str, name: &str) -> String {
+    format!("{pointer}/{}", escape_pointer(name))
 }
