@@ -1,7 +1,7 @@
 //! orca: an HTTP streaming orchestration service for LLM agents.
 //!
 //! Reading order: [`domain`] (the vocabulary), [`config`], [`store`] (all SQL), [`stream`]
-//! (per-run event hub), [`llm`] and [`tools`] (what steps call), [`engine`] (runs, executors),
+//! (per-run event hub), [`schema`] (JSON Schema errors as users read them), [`llm`] and [`tools`] (what steps call), [`engine`] (runs, executors),
 //! [`api`] (the only module that knows HTTP), and [`app`] (wiring it together).
 
 pub mod api;
@@ -12,6 +12,7 @@ pub mod engine;
 pub mod llm;
 pub mod metrics;
 pub mod plan;
+pub mod schema;
 pub mod store;
 pub mod stream;
 pub mod tools;

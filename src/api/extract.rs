@@ -6,7 +6,6 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
 use jsonschema::Validator;
-use jsonschema::error::ValidationErrorKind;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -59,29 +58,10 @@ pub fn compile_schema(text: &str) -> Validator {
 
 /// All schema violations of `value`, each with a JSON Pointer to the offending member.
 pub fn schema_errors(validator: &Validator, value: &Value) -> Vec<FieldError> {
-    let mut out = Vec::new();
-    for err in validator.iter_errors(value) {
-        let base = err.instance_path().as_str().to_owned();
-        match err.kind() {
-            ValidationErrorKind::Required { property } => {
-                let name = property.as_str().unwrap_or_default();
-                out.push(FieldError::new(
-                    format!("{base}/{}", escape_pointer(name)),
-                    format!("`{name}` is required"),
-                ));
-            }
-            ValidationErrorKind::AdditionalProperties { unexpected } => {
-                for name in unexpected {
-                    out.push(FieldError::new(
-                        format!("{base}/{}", escape_pointer(name)),
-                        format!("`{name}` is not a known field"),
-                    ));
-                }
-            }
-            _ => out.push(FieldError::new(base, err.to_string())),
-        }
-    }
-    out
+    crate::schema::member_violations(validator, value, |_| None)
+        .into_iter()
+        .map(|v| FieldError::new(v.pointer, v.message))
+        .collect()
 }
 
 /// Validates against the schema, then deserialises.
@@ -96,6 +76,4 @@ pub fn parse_with_schema<T: DeserializeOwned>(
     serde_json::from_value(value).map_err(|e| ApiError::validation("", e.to_string()))
 }
 
-pub fn escape_pointer(s: &str) -> String {
-    s.replace('~', "~0").replace('/', "~1")
-}
+pub use crate::schema::escape_pointer;

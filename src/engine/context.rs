@@ -19,7 +19,7 @@ use crate::domain::{
 };
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
-use crate::plan::ValidPlan;
+use crate::plan::{JsonSchema, ValidPlan};
 use crate::store::{Record, Store};
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
@@ -182,17 +182,13 @@ impl RunContext {
         &self,
         step_id: &str,
         prompt: &str,
-        schema: Option<&Value>,
+        schema: Option<&JsonSchema>,
     ) -> Result<Value, RunError> {
-        let rx = self
-            .services
-            .inputs
-            .wait(self.run_id, step_id, schema)
-            .map_err(|m| RunError::new(ErrorCode::InvalidStep, m))?;
+        let rx = self.services.inputs.wait(self.run_id, step_id, schema);
         let data = InputRequiredData {
             step_id: step_id.to_owned(),
             prompt: prompt.to_owned(),
-            schema: schema.cloned(),
+            schema: schema.map(|s| s.schema.clone()),
         };
         self.emit(Some(step_id), data).await;
         self.set_status(RunStatus::WaitingInput, None).await;

@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::domain::RunId;
+use crate::plan::JsonSchema;
 
 /// One located problem with an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +27,8 @@ pub enum InputError {
 
 struct Waiting {
     step_id: String,
-    schema: Option<Arc<jsonschema::Validator>>,
+    /// The step's answer schema, compiled when its plan was validated.
+    schema: Option<JsonSchema>,
     answer: oneshot::Sender<Value>,
 }
 
@@ -42,25 +44,18 @@ impl InputBox {
         &self,
         run: RunId,
         step_id: &str,
-        schema: Option<&Value>,
-    ) -> Result<oneshot::Receiver<Value>, String> {
-        let schema = match schema {
-            Some(s) => Some(Arc::new(
-                jsonschema::validator_for(s)
-                    .map_err(|e| format!("the step's schema is invalid: {e}"))?,
-            )),
-            None => None,
-        };
+        schema: Option<&JsonSchema>,
+    ) -> oneshot::Receiver<Value> {
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().expect("input lock").insert(
             run,
             Waiting {
                 step_id: step_id.to_owned(),
-                schema,
+                schema: schema.cloned(),
                 answer: tx,
             },
         );
-        Ok(rx)
+        rx
     }
 
     /// Forgets a run's wait (the run ended or was cancelled).
@@ -87,10 +82,11 @@ impl InputBox {
         }
         if let Some(schema) = &w.schema {
             let problems: Vec<InputProblem> = schema
-                .iter_errors(&value)
-                .map(|e| InputProblem {
-                    pointer: format!("/value{}", e.instance_path().as_str()),
-                    message: e.to_string(),
+                .check(&value)
+                .into_iter()
+                .map(|v| InputProblem {
+                    pointer: format!("/value{}", v.pointer),
+                    message: v.message,
                 })
                 .collect();
             if !problems.is_empty() {

@@ -6,12 +6,10 @@
 
 use std::sync::LazyLock;
 
-use jsonschema::error::ValidationErrorKind;
 use jsonschema::{Retrieve, Uri, ValidationError, Validator};
 use serde_json::Value;
 
 use super::Problem;
-use super::template::escape_pointer;
 
 /// `schemas/AgentPlan.schema.json`.
 pub const AGENT_PLAN_SCHEMA: &str = include_str!("../../schemas/AgentPlan.schema.json");
@@ -23,9 +21,6 @@ pub const ORCHESTRATION_TYPE_SCHEMA: &str =
 
 const AGENT_PLAN_ID: &str = "https://orca.dev/schemas/AgentPlan.schema.json";
 const FIXED_WORKFLOW_ID: &str = "https://orca.dev/schemas/FixedWorkflow.schema.json";
-
-/// Longest message kept. Schema messages quote the offending value, which may be a whole step.
-const MAX_MESSAGE_CHARS: usize = 300;
 
 pub(crate) struct Shipped {
     pub document: Value,
@@ -77,34 +72,10 @@ pub(crate) static FIXED_WORKFLOW: LazyLock<Shipped> = LazyLock::new(|| {
 
 /// Every schema error of `value`, each with the pointer of the offending member.
 pub(crate) fn problems(shipped: &Shipped, value: &Value) -> Vec<Problem> {
-    let mut out = Vec::new();
-    for err in shipped.validator.iter_errors(value) {
-        let base = err.instance_path().as_str().to_owned();
-        if let Some(message) = custom_message(&err) {
-            out.push(Problem::new(base, message));
-            continue;
-        }
-        match err.kind() {
-            // The missing or unknown member is what the author must fix: point at it.
-            ValidationErrorKind::Required { property } => {
-                let name = property.as_str().unwrap_or_default();
-                out.push(Problem::new(
-                    format!("{base}/{}", escape_pointer(name)),
-                    format!("`{name}` is required"),
-                ));
-            }
-            ValidationErrorKind::AdditionalProperties { unexpected } => {
-                for name in unexpected {
-                    out.push(Problem::new(
-                        format!("{base}/{}", escape_pointer(name)),
-                        format!("`{name}` is not a known field here"),
-                    ));
-                }
-            }
-            _ => out.push(Problem::new(base, message_of(&err))),
-        }
-    }
-    out
+    crate::schema::member_violations(&shipped.validator, value, custom_message)
+        .into_iter()
+        .map(|v| Problem::new(v.pointer, v.message))
+        .collect()
 }
 
 /// The `errorMessage` the schema gives for the failed keyword, if any: the schemas carry an
@@ -121,19 +92,6 @@ fn custom_message(err: &ValidationError<'_>) -> Option<String> {
     let (parent, keyword) = fragment.rsplit_once('/')?;
     let messages = document.pointer(parent)?.get("errorMessage")?;
     messages.get(keyword)?.as_str().map(str::to_owned)
-}
-
-/// The schema error's message, quoting the offending value only when that stays short.
-pub(crate) fn message_of(err: &ValidationError<'_>) -> String {
-    let full = err.to_string();
-    if full.chars().count() <= MAX_MESSAGE_CHARS {
-        return full;
-    }
-    let masked = err.masked_with("the value").to_string();
-    match masked.char_indices().nth(MAX_MESSAGE_CHARS) {
-        Some((cut, _)) => format!("{}…", &masked[..cut]),
-        None => masked,
-    }
 }
 
 #[cfg(test)]

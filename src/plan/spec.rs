@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::condition::Condition;
 use super::template::Template;
 use crate::domain::{RetryPolicy, StepId, StepKind};
+pub use crate::schema::SchemaViolation;
 
 /// One step, typed. Top-level steps and children share this shape; only top-level steps have
 /// dependencies (kept in the domain step and in [`super::ValidPlan`]'s adjacency).
@@ -182,13 +183,6 @@ impl PartialEq for JsonSchema {
     }
 }
 
-/// One way a value breaks a schema, located by JSON Pointer into the value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchemaViolation {
-    pub pointer: String,
-    pub message: String,
-}
-
 impl JsonSchema {
     /// Compiles `schema` (draft 2020-12 unless it says otherwise). Remote `$ref`s are not
     /// fetched: the crate is built without a network retriever.
@@ -202,13 +196,7 @@ impl JsonSchema {
 
     /// Every violation of `value`; empty when it is valid.
     pub fn check(&self, value: &Value) -> Vec<SchemaViolation> {
-        self.validator
-            .iter_errors(value)
-            .map(|e| SchemaViolation {
-                pointer: e.instance_path().as_str().to_owned(),
-                message: super::schema::message_of(&e),
-            })
-            .collect()
+        crate::schema::violations(&self.validator, value)
     }
 
     pub fn is_valid(&self, value: &Value) -> bool {

@@ -662,9 +662,7 @@ impl Template {
     }
 }
 
-pub(crate) fn escape_pointer(s: &str) -> String {
-    s.replace('~', "~0").replace('/', "~1")
-}
+pub(crate) use crate::schema::escape_pointer;
 
 /// Whether any string inside `value` (keys excepted) contains `{{`.
 pub fn contains_template(value: &Value) -> bool {

@@ -21,6 +21,7 @@ use super::clock::ClockNow;
 use super::fs::FsRead;
 use super::math::Calculate;
 use super::{ArgumentError, Tool, ToolError};
+use crate::schema::{truncate, violations};
 
 /// What `GET /v1/tools` lists for one tool.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
@@ -30,11 +31,6 @@ pub struct ToolInfo {
     #[schema(value_type = Object)]
     pub input_schema: Value,
 }
-
-/// Longest argument-error message kept. Schema messages quote the offending value, which can
-/// be as long as whatever the model sent; the error travels in events and back to the model,
-/// so it is bounded rather than copied whole.
-const MAX_MESSAGE_CHARS: usize = 300;
 
 /// One registered tool.
 struct Entry {
@@ -167,12 +163,11 @@ impl Entry {
                 ),
             }]));
         }
-        let errors: Vec<ArgumentError> = self
-            .validator
-            .iter_errors(args)
-            .map(|e| ArgumentError {
-                pointer: e.instance_path().as_str().to_owned(),
-                message: schema_message(&e),
+        let errors: Vec<ArgumentError> = violations(&self.validator, args)
+            .into_iter()
+            .map(|v| ArgumentError {
+                pointer: v.pointer,
+                message: v.message,
             })
             .collect();
         if errors.is_empty() {
@@ -198,25 +193,6 @@ pub(crate) fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result
     })
 }
 
-/// The schema error's message, quoting the offending value when it is short. A long value
-/// (a 5000-character string) would push out the part that says what is wrong, so it is then
-/// replaced by "the value" instead.
-fn schema_message(e: &jsonschema::ValidationError<'_>) -> String {
-    let full = e.to_string();
-    if full.chars().count() <= MAX_MESSAGE_CHARS {
-        return full;
-    }
-    truncate(e.masked_with("the value").to_string())
-}
-
-fn truncate(mut message: String) -> String {
-    if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
-        message.truncate(cut);
-        message.push('…');
-    }
-    message
-}
-
 /// "a string", "an object"…: a JSON value's type as error messages name it.
 pub(crate) fn json_type_name(v: &Value) -> &'static str {
     match v {
@@ -238,6 +214,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::schema::MAX_MESSAGE_CHARS;
 
     /// A test tool that only returns once the token fires, as a well-behaved slow tool would.
     struct Waits;

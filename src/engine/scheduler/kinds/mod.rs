@@ -59,10 +59,9 @@ pub(crate) async fn run(
         KindSpec::UserInput { prompt, schema } => {
             let prompt = frame.resolve_text(locals, prompt)?;
             io.input = Some(json!({ "prompt": prompt }));
-            let schema = schema.as_ref().map(|s| &s.schema);
             frame
                 .ctx
-                .wait_for_input(spec.id.as_str(), &prompt, schema)
+                .wait_for_input(spec.id.as_str(), &prompt, schema.as_ref())
                 .await
         }
         KindSpec::Sequential { steps } => sequential::run(frame, steps, locals, io.sink).await,
