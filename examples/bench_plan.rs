@@ -72,7 +72,7 @@ async fn in_process(app: &App, plan: &Value) -> Duration {
     {
         Created::New(r) | Created::Existing(r) => r,
     };
-    let mut events = std::pin::pin!(engine.follow(run.id, 0, CancellationToken::new()));
+    let mut events = std::pin::pin!(app.events().follow(run.id, 0, CancellationToken::new()));
     while let Some(ev) = events.next().await {
         let ev = ev.expect("event");
         if ev.kind == EventKind::Final {

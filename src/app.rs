@@ -84,6 +84,7 @@ impl App {
         let state = AppState::new(
             engine.clone(),
             store.clone(),
+            hub.clone(),
             Arc::new(config),
             shutdown.clone(),
         );
@@ -108,6 +109,11 @@ impl App {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The event hub: every run's events, replayed and live.
+    pub fn events(&self) -> &EventHub {
+        &self.hub
     }
 
     /// Serves until `signal` completes, then stops accepting, ends event streams, lets run

@@ -27,16 +27,18 @@ use crate::config::Config;
 use crate::domain::Tenant;
 use crate::engine::Engine;
 use crate::store::Store;
+use crate::stream::EventHub;
 
 use error::ApiError;
 use extract::BodyLimit;
 
 /// What handlers share: handles, not locks. Runs are started, answered and cancelled through
-/// the engine; their history is read from the store.
+/// the engine; their history is read from the store; their event streams come from the hub.
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
     pub store: Store,
+    pub events: EventHub,
     pub config: Arc<Config>,
     pub run_schema: Arc<Validator>,
     /// Fired on server stop: open event streams end so the server can drain.
@@ -47,12 +49,14 @@ impl AppState {
     pub fn new(
         engine: Engine,
         store: Store,
+        events: EventHub,
         config: Arc<Config>,
         shutdown: CancellationToken,
     ) -> Self {
         AppState {
             engine,
             store,
+            events,
             config,
             run_schema: Arc::new(extract::compile_schema(include_str!(
                 "../../schemas/RunRequest.schema.json"

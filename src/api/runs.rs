@@ -451,7 +451,7 @@ pub async fn run_events(
 /// The SSE response for a run from `after` on: replay, then live, then `final`.
 fn sse(state: &AppState, id: RunId, after: u64) -> Response {
     let stream = state
-        .engine
+        .events
         .follow(id, after, state.shutdown.clone())
         .filter_map(|item| async move {
             match item {

@@ -34,7 +34,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::Stream;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +41,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::domain::run::RunSpec;
-use crate::domain::{Event, Run, RunId, RunStatus, Tenant};
+use crate::domain::{Run, RunId, RunStatus, Tenant};
 use crate::llm::LlmRouter;
 use crate::plan::ValidPlan;
 use crate::store::{self, Inserted, StoredRun};
@@ -117,16 +116,6 @@ impl Engine {
     /// The configured model aliases.
     pub fn models(&self) -> &LlmRouter {
         &self.inner.services.llm
-    }
-
-    /// Every event of `run` with seq > `after`: history, then live until `final` or `stop`.
-    pub fn follow(
-        &self,
-        run: RunId,
-        after: u64,
-        stop: CancellationToken,
-    ) -> impl Stream<Item = Result<Arc<Event>, store::Error>> + Send + 'static {
-        self.inner.services.hub.follow(run, after, stop)
     }
 
     /// The Prometheus text of the engine's metrics, with the run counts by status given.
