@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use super::Problem;
 use super::graph::ValidPlan;
 use super::spec::Aggregation;
-use super::validate::{step_document, validate_plan};
+use super::validate::{PlanHead, step_document, validate_plan};
 use crate::domain::{PlanSettings, RetryPolicy, Step};
 use crate::tools::ToolRegistry;
 
@@ -322,37 +322,20 @@ impl PlanBuilder {
 
     /// The AgentPlan document built so far.
     pub fn document(&self) -> Value {
-        let mut doc = Map::new();
-        if let Some(id) = &self.id {
-            doc.insert("id".into(), Value::String(id.clone()));
-        }
-        if let Some(name) = &self.name {
-            doc.insert("name".into(), Value::String(name.clone()));
-        }
-        if let Some(description) = &self.description {
-            doc.insert("description".into(), Value::String(description.clone()));
-        }
-        if !self.variables.is_empty() {
-            doc.insert("variables".into(), Value::Object(self.variables.clone()));
-        }
-        if self.settings != PlanSettings::default() {
-            let settings = serde_json::to_value(&self.settings).unwrap_or_default();
-            doc.insert("settings".into(), super::validate::without_nulls(settings));
-        }
-        doc.insert(
-            "steps".into(),
-            Value::Array(
-                self.steps
-                    .iter()
-                    .cloned()
-                    .map(StepDraft::into_value)
-                    .collect(),
-            ),
-        );
-        if let Some(output) = &self.output {
-            doc.insert("output".into(), output.clone());
-        }
-        Value::Object(doc)
+        let head = PlanHead {
+            id: self.id.as_deref(),
+            name: self.name.as_deref(),
+            description: self.description.as_deref(),
+            variables: &self.variables,
+            settings: &self.settings,
+        };
+        let steps = self
+            .steps
+            .iter()
+            .cloned()
+            .map(StepDraft::into_value)
+            .collect();
+        head.document(steps, self.output.as_ref())
     }
 
     /// Validates the plan exactly as [`validate_plan`] would validate [`Self::document`].

@@ -1166,31 +1166,56 @@ fn shortest_cycle(
 /// The AgentPlan document of a domain plan: what [`validate_plan`] reads back. Absent and
 /// default values are left out, so a stored plan round-trips to the document it came from.
 pub(crate) fn plan_document(plan: &Plan) -> Value {
-    let mut doc = Map::new();
-    doc.insert("id".into(), Value::String(plan.id.clone()));
-    if let Some(name) = &plan.name {
-        doc.insert("name".into(), Value::String(name.clone()));
+    let head = PlanHead {
+        id: Some(&plan.id),
+        name: plan.name.as_deref(),
+        description: plan.description.as_deref(),
+        variables: &plan.context,
+        settings: &plan.settings,
+    };
+    head.document(
+        plan.steps.iter().map(step_document).collect(),
+        plan.output.as_ref(),
+    )
+}
+
+/// The plan-level members of an AgentPlan document.
+pub(crate) struct PlanHead<'a> {
+    pub id: Option<&'a str>,
+    pub name: Option<&'a str>,
+    pub description: Option<&'a str>,
+    pub variables: &'a Map<String, Value>,
+    pub settings: &'a PlanSettings,
+}
+
+impl PlanHead<'_> {
+    /// The document with these members, `steps` and `output`; absent and default values are
+    /// left out.
+    pub(crate) fn document(&self, steps: Vec<Value>, output: Option<&Value>) -> Value {
+        let mut doc = Map::new();
+        let text = |s: &str| Value::String(s.to_owned());
+        if let Some(id) = self.id {
+            doc.insert("id".into(), text(id));
+        }
+        if let Some(name) = self.name {
+            doc.insert("name".into(), text(name));
+        }
+        if let Some(description) = self.description {
+            doc.insert("description".into(), text(description));
+        }
+        if !self.variables.is_empty() {
+            doc.insert("variables".into(), Value::Object(self.variables.clone()));
+        }
+        if *self.settings != PlanSettings::default() {
+            let settings = serde_json::to_value(self.settings).unwrap_or_default();
+            doc.insert("settings".into(), without_nulls(settings));
+        }
+        doc.insert("steps".into(), Value::Array(steps));
+        if let Some(output) = output {
+            doc.insert("output".into(), output.clone());
+        }
+        Value::Object(doc)
     }
-    if let Some(description) = &plan.description {
-        doc.insert("description".into(), Value::String(description.clone()));
-    }
-    if !plan.context.is_empty() {
-        doc.insert("variables".into(), Value::Object(plan.context.clone()));
-    }
-    if plan.settings != PlanSettings::default() {
-        doc.insert(
-            "settings".into(),
-            without_nulls(serde_json::to_value(&plan.settings).unwrap_or_default()),
-        );
-    }
-    doc.insert(
-        "steps".into(),
-        Value::Array(plan.steps.iter().map(step_document).collect()),
-    );
-    if let Some(output) = &plan.output {
-        doc.insert("output".into(), output.clone());
-    }
-    Value::Object(doc)
 }
 
 /// The document form of one domain step (run-time fields such as status are not part of it).
