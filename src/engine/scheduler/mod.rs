@@ -586,3 +586,166 @@ fn restored_phases(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::domain::run::RunSpec;
+    use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
+    use crate::engine::context::{EffectiveLimits, RunSeed, Services};
+    use crate::llm::LlmRouter;
+    use crate::store::Store;
+    use crate::stream::EventHub;
+    use crate::tools::ToolRegistry;
+
+    /// A run context on a fresh SQLite file, with the built-in tools and the offline model.
+    async fn context(dir: &tempfile::TempDir) -> RunContext {
+        let config = Config::default();
+        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
+        let store = Store::connect(&url, 2).await.unwrap();
+        let (hub, _writer) = EventHub::start(store, 64);
+        let services = Services {
+            llm: LlmRouter::from_config(&config).unwrap(),
+            tools: ToolRegistry::with_builtins(&config.tools),
+            hub,
+            metrics: crate::metrics::Metrics::new(),
+            inputs: Default::default(),
+            config: Arc::new(config.engine.clone()),
+        };
+        let spec = RunSpec {
+            input: json!("go"),
+            orchestration: Orchestration::Fixed,
+            workflow: None,
+            plan: None,
+            model: None,
+            tools: None,
+            limits: Default::default(),
+            metadata: Default::default(),
+            session_id: None,
+        };
+        let run = Run {
+            id: RunId::new(),
+            status: RunStatus::Running,
+            completion: None,
+            orchestration: Orchestration::Fixed,
+            input: spec.input.clone(),
+            output: None,
+            error: None,
+            metadata: Default::default(),
+            session_id: None,
+            plan_version: None,
+            usage: Default::default(),
+            created_at: crate::domain::now(),
+            started_at: None,
+            finished_at: None,
+        };
+        let limits = EffectiveLimits {
+            max_steps: 100,
+            max_duration_ms: 60_000,
+            max_replans: 0,
+            max_retries: 0,
+            max_tokens: 0,
+        };
+        let seed = RunSeed {
+            run,
+            tenant: Tenant::default_tenant(),
+            spec,
+            plan: None,
+            limits,
+            last_seq: 0,
+        };
+        RunContext::new(seed, CancellationToken::new(), services)
+    }
+
+    fn calc(id: &str, deps: &[&str], expression: &str) -> serde_json::Value {
+        json!({"id": id, "kind": "tool", "depends_on": deps,
+               "input": {"tool": "math.calculate", "arguments": {"expression": expression}}})
+    }
+
+    async fn reports(ctx: &RunContext, plan: serde_json::Value) -> (Vec<Report>, Outcome) {
+        let plan = crate::plan::validate_plan(&plan, &ctx.services.tools).unwrap();
+        let mut scheduler = Scheduler::new(ctx, Arc::new(plan), 1, Restored::default());
+        let mut seen = Vec::new();
+        while let Some(report) = scheduler.next().await {
+            seen.push(report);
+        }
+        (seen, scheduler.finish().await)
+    }
+
+    fn summary(reports: &[Report]) -> Vec<(String, StepStatus)> {
+        reports
+            .iter()
+            .map(|r| (r.step_id.to_string(), r.status))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_committed_step_is_reported_in_commit_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(&dir).await;
+        let plan = json!({"steps": [
+            calc("a", &[], "1 + 1"),
+            {"id": "check", "kind": "branch", "depends_on": ["a"], "input": {
+                "condition": "steps.a.output.result > 5", "then": ["big"], "else": ["small"]}},
+            calc("big", &["check"], "2 * 2"),
+            calc("small", &["check"], "3 * 3"),
+        ]});
+        let (seen, outcome) = reports(&ctx, plan).await;
+        use StepStatus::*;
+        let want = [
+            ("a", Completed),
+            ("check", Completed),
+            ("big", Skipped),
+            ("small", Completed),
+        ];
+        let want: Vec<(String, StepStatus)> =
+            want.iter().map(|(id, s)| (id.to_string(), *s)).collect();
+        assert_eq!(summary(&seen), want);
+        assert_eq!(seen[0].output.as_ref().unwrap()["result"], 2);
+        match outcome {
+            Outcome::Success(out) => assert_eq!(out["result"], 9),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failure_that_does_not_stop_the_run_is_reported_and_skips_its_dependents() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(&dir).await;
+        let plan = json!({"settings": {"stop_on_first_failure": false}, "steps": [
+            calc("bad", &[], "1 / 0"),
+            calc("after", &["bad"], "1"),
+            calc("other", &[], "2"),
+        ]});
+        let (seen, outcome) = reports(&ctx, plan).await;
+        let statuses = summary(&seen);
+        assert!(
+            statuses.contains(&("bad".into(), StepStatus::Failed)),
+            "{statuses:?}"
+        );
+        assert!(
+            statuses.contains(&("after".into(), StepStatus::Skipped)),
+            "{statuses:?}"
+        );
+        assert!(
+            statuses.contains(&("other".into(), StepStatus::Completed)),
+            "{statuses:?}"
+        );
+        let failed = seen
+            .iter()
+            .find(|r| r.status == StepStatus::Failed)
+            .unwrap();
+        assert_eq!(failed.error.as_ref().unwrap().code, "math_error");
+        match outcome {
+            Outcome::Partial(out, err) => {
+                assert_eq!(out["result"], 2);
+                assert!(err.message.contains("`bad`"), "{err:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
