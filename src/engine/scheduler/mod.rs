@@ -111,8 +111,6 @@ impl<'a> Scheduler<'a> {
         version: u32,
         restored: Restored,
     ) -> Self {
-        let settings = &plan.plan().settings;
-        let max_parallel = settings.max_parallel_steps.max(1) as usize;
         let Restored {
             progress,
             last_checkpoint,
@@ -123,13 +121,14 @@ impl<'a> Scheduler<'a> {
         } else {
             progress.variables
         };
+        let slots = Arc::new(Semaphore::new(max_parallel(&plan)));
         let mut scheduler = Scheduler {
             ctx,
             phases: restored_phases(&plan, progress.steps),
             plan,
             version,
             vars: Arc::new(vars),
-            slots: Arc::new(Semaphore::new(max_parallel)),
+            slots,
             in_flight: VecDeque::new(),
             tasks: FuturesUnordered::new(),
             reports: VecDeque::new(),
@@ -231,10 +230,6 @@ impl<'a> Scheduler<'a> {
         self.plan.plan().settings.stop_on_first_failure
     }
 
-    fn max_parallel(&self) -> usize {
-        self.plan.plan().settings.max_parallel_steps.max(1) as usize
-    }
-
     /// Starts (or skips) every step that can go, in plan order, until none can.
     async fn start_ready(&mut self) {
         if self.stop.is_some() {
@@ -246,7 +241,7 @@ impl<'a> Scheduler<'a> {
             progressed = false;
             for &i in plan.order() {
                 let waiting = matches!(self.phases[i], Phase::Waiting { .. });
-                if !waiting || self.in_flight.len() >= self.max_parallel() || !self.deps_done(i) {
+                if !waiting || self.in_flight.len() >= max_parallel(&plan) || !self.deps_done(i) {
                     continue;
                 }
                 progressed = true;
@@ -525,6 +520,11 @@ impl<'a> Scheduler<'a> {
             ),
         })
     }
+}
+
+/// How many steps may be in flight at once (and how many leaf calls, children included).
+fn max_parallel(plan: &ValidPlan) -> usize {
+    plan.plan().settings.max_parallel_steps.max(1) as usize
 }
 
 /// The committed results of a scheduler, as the plan's output template sees them.
