@@ -170,6 +170,9 @@ pub struct PlanData {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepData {
     pub step_id: String,
+    /// For a child step: where it sits (see `StepAttempt::path`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     pub name: String,
     pub kind: StepKind,
     pub status: StepStatus,
@@ -200,6 +203,7 @@ impl StepData {
     ) -> StepData {
         StepData {
             step_id: step_id.into(),
+            path: None,
             name: name.into(),
             kind,
             status,
@@ -210,6 +214,12 @@ impl StepData {
             retry_in_ms: None,
             reason: None,
         }
+    }
+
+    /// Where a child step sits; `""` (a top-level step) leaves it out.
+    pub fn at(mut self, path: &str) -> StepData {
+        self.path = (!path.is_empty()).then(|| path.to_owned());
+        self
     }
 
     pub fn with_reason(mut self, reason: impl Into<String>) -> StepData {

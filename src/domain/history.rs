@@ -12,6 +12,10 @@ use super::plan::{StepKind, StepStatus};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct StepAttempt {
     pub step_id: String,
+    /// Where the step sits: `null` for a top-level step; for a child of a sequential,
+    /// parallel or loop step, the enclosing steps from the top-level one down, each loop
+    /// iteration as `id[i]` (e.g. `each[2]/inner`).
+    pub path: Option<String>,
     pub name: String,
     pub kind: StepKind,
     pub status: StepStatus,

@@ -132,6 +132,18 @@ pub struct Limits {
     pub max_tokens: Option<u64>,
 }
 
+/// How much of its limits a run has used besides its [`Usage`]: kept with the run so a resumed
+/// run goes on counting where it stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Step attempts started, at every level.
+    pub steps: u64,
+    /// Retries taken from the run's `max_retries`.
+    pub retries: u64,
+    /// Time counted against the run's time limit (waits for a human excluded).
+    pub time_used_ms: u64,
+}
+
 /// Token and call counters of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Usage {

@@ -1,13 +1,18 @@
 //! Step attempts: the one way every executor records that a step started and how it ended.
 //!
-//! [`RunContext::open_attempt`] stores the attempt as running, tracks it, and announces it;
-//! [`RunContext::close_attempt`] stores its end and announces that. Each announcement is a
-//! `step` event written to the caller's [`EventSink`], so the plan scheduler can hold a step's
-//! events until it commits while a simple run streams them live. An attempt still open when
-//! the run ends is closed by [`RunContext::close_open_attempts`]; one a stopped server left
-//! open is closed after the restart by [`RunContext::close_interrupted_attempts`].
+//! [`RunContext::open_attempt`] numbers the attempt, stores it as running, tracks it, and
+//! announces it; [`RunContext::close_attempt`] stores its end and announces that. Each
+//! announcement is a `step` event written to the caller's [`EventSink`], so the plan scheduler
+//! can hold a step's events until it commits while a simple run streams them live.
+//!
+//! Attempts are numbered per step and place (its `path`: the enclosing steps, loop iterations
+//! as `id[i]`), counting on across retries of a parent and across restarts, so every attempt
+//! the run ever made keeps its own record. An attempt left open when its parent attempt ends
+//! (a losing `fastest` child, a step cut off by its parent's timeout) is closed as cancelled
+//! then; one still open when the run ends is closed by [`RunContext::close_open_attempts`];
+//! one a stopped server left open is closed after the restart by
+//! [`RunContext::restore_attempts`].
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -19,20 +24,47 @@ use crate::store::Record;
 use super::context::{OpenAttempt, RunContext};
 use super::sink::EventSink;
 
-/// Which attempt of which step, in which plan version.
+/// Which attempt of which step, where, in which plan version.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AttemptKey {
     pub plan_version: u32,
+    /// `""` for a top-level step.
+    pub path: String,
     pub step_id: String,
     pub attempt: u32,
 }
 
-/// A step attempt as it starts.
+impl AttemptKey {
+    /// The step's place and id as one key (`path/id`), as checkpoints and answers name it.
+    pub fn step_key(&self) -> String {
+        step_key(&self.path, &self.step_id)
+    }
+}
+
+/// The key of step `step_id` at `path`: `path/step_id`, or the id alone at the top level.
+pub fn step_key(path: &str, step_id: &str) -> String {
+    if path.is_empty() {
+        step_id.to_owned()
+    } else {
+        format!("{path}/{step_id}")
+    }
+}
+
+/// Whether `path` lies inside the step whose key is `key` (its children, at any depth).
+pub fn within(path: &str, key: &str) -> bool {
+    path == key
+        || path
+            .strip_prefix(key)
+            .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('['))
+}
+
+/// A step attempt as it starts; its number is the next one for its step and place.
 pub struct NewAttempt<'a> {
     pub step_id: &'a str,
+    /// Where the step sits (`""` at the top level).
+    pub path: &'a str,
     pub name: &'a str,
     pub kind: StepKind,
-    pub attempt: u32,
     /// 0 for runs without a plan (simple runs).
     pub plan_version: u32,
     /// What the attempt works on, when known at the start (tool arguments, a model round).
@@ -48,6 +80,8 @@ pub struct AttemptEnd {
     /// Set when the step will be tried again after this wait; the attempt is stored as
     /// failed and announced as `retrying`.
     retry_in: Option<Duration>,
+    /// Why an attempt was cancelled without running to its end, for its announcement.
+    reason: Option<String>,
     /// What the attempt resolved its inputs to, when only known at the end.
     input: Option<Value>,
 }
@@ -75,8 +109,14 @@ impl AttemptEnd {
             output: None,
             error,
             retry_in: None,
+            reason: None,
             input: None,
         }
+    }
+
+    pub fn with_reason(mut self, reason: impl Into<String>) -> AttemptEnd {
+        self.reason = Some(reason.into());
+        self
     }
 
     fn with_output(mut self, output: Value) -> AttemptEnd {
@@ -91,15 +131,28 @@ impl AttemptEnd {
 }
 
 impl RunContext {
-    /// Starts a step attempt: stores it as running, tracks it (so that a run ending around it
+    /// Starts a step attempt: counts it against `max_steps` (an error past the limit, and no
+    /// attempt), numbers it, stores it as running, tracks it (so that a run ending around it
     /// still closes it), and writes its `running` event to `sink`.
-    pub async fn open_attempt(&self, new: NewAttempt<'_>, sink: &mut EventSink) -> AttemptKey {
+    pub async fn open_attempt(
+        &self,
+        new: NewAttempt<'_>,
+        sink: &mut EventSink,
+    ) -> Result<AttemptKey, RunError> {
+        self.take_step()?;
+        let attempt = {
+            let mut numbers = self.attempt_numbers.lock().expect("attempts lock");
+            let n = numbers.entry(step_key(new.path, new.step_id)).or_default();
+            *n += 1;
+            *n
+        };
         let record = StepAttempt {
             step_id: new.step_id.to_owned(),
+            path: (!new.path.is_empty()).then(|| new.path.to_owned()),
             name: new.name.to_owned(),
             kind: new.kind,
             status: StepStatus::Running,
-            attempt: new.attempt,
+            attempt,
             plan_version: new.plan_version,
             input: new.input,
             output: None,
@@ -110,17 +163,20 @@ impl RunContext {
         };
         let key = AttemptKey {
             plan_version: new.plan_version,
+            path: new.path.to_owned(),
             step_id: record.step_id.clone(),
-            attempt: record.attempt,
+            attempt,
         };
         self.store_attempt(&record).await;
+        self.save_counters().await;
         let running = StepData::new(
             new.step_id,
             new.name,
             new.kind,
             StepStatus::Running,
-            new.attempt,
-        );
+            attempt,
+        )
+        .at(new.path);
         let open = OpenAttempt {
             record,
             started: Instant::now(),
@@ -130,12 +186,28 @@ impl RunContext {
             .expect("attempts lock")
             .insert(key.clone(), open);
         sink.emit(self, Some(new.step_id), running).await;
-        key
+        Ok(key)
     }
 
-    /// Ends an attempt opened with [`Self::open_attempt`]: stores its end, counts its time,
-    /// and writes its `step` event to `sink`.
+    /// Ends an attempt opened with [`Self::open_attempt`]: closes what it left open below it
+    /// (as cancelled), stores its end, counts its time, and writes its `step` event to `sink`.
     pub async fn close_attempt(&self, key: &AttemptKey, end: AttemptEnd, sink: &mut EventSink) {
+        let below = AttemptEnd::closed(
+            StepStatus::Cancelled,
+            Some(RunError::new(
+                ErrorCode::Cancelled,
+                "its parent step ended first",
+            )),
+        );
+        let inside = key.step_key();
+        for open in self.open_keys(|k| within(&k.path, &inside)) {
+            self.end_attempt(&open, below.clone(), sink).await;
+        }
+        self.end_attempt(key, end, sink).await;
+    }
+
+    /// Stores the end of one open attempt and announces it.
+    async fn end_attempt(&self, key: &AttemptKey, end: AttemptEnd, sink: &mut EventSink) {
         // The attempt leaves the open set only once its end is queued: if the run is
         // cancelled while this future is suspended, `close_open_attempts` still closes it.
         let open = self
@@ -159,6 +231,7 @@ impl RunContext {
         let elapsed = started.elapsed();
         let event = end_record(&mut record, &end, elapsed);
         self.store_attempt(&record).await;
+        self.save_counters().await;
         self.services
             .metrics
             .step_finished(record.kind.as_str(), elapsed.as_secs_f64());
@@ -172,43 +245,64 @@ impl RunContext {
     /// Closes every attempt still open with `status` and `error` (the run ended around
     /// them); their events go out live.
     pub async fn close_open_attempts(&self, status: StepStatus, error: &RunError) {
-        let open: Vec<AttemptKey> = self
+        let open = self.open_keys(|_| true);
+        for key in open {
+            let end = AttemptEnd::closed(status, Some(error.clone()));
+            self.end_attempt(&key, end, &mut EventSink::Live).await;
+        }
+    }
+
+    /// Closes, with `end`, the open attempt of the step whose key is `step_key` and every
+    /// attempt still open inside it (abandoned when their futures were dropped).
+    pub async fn close_open_step(&self, step_key: &str, end: AttemptEnd, sink: &mut EventSink) {
+        let open = self.open_keys(|k| k.step_key() == step_key || within(&k.path, step_key));
+        for key in open {
+            self.end_attempt(&key, end.clone(), sink).await;
+        }
+    }
+
+    /// The open attempts whose key passes `keep`, deepest first (a child closes before its
+    /// parent), in a stable order.
+    fn open_keys(&self, keep: impl Fn(&AttemptKey) -> bool) -> Vec<AttemptKey> {
+        let mut keys: Vec<AttemptKey> = self
             .open_attempts
             .lock()
             .expect("attempts lock")
             .keys()
+            .filter(|k| keep(k))
             .cloned()
             .collect();
-        for key in open {
-            let end = AttemptEnd::closed(status, Some(error.clone()));
-            self.close_attempt(&key, end, &mut EventSink::Live).await;
-        }
+        keys.sort_by(|a, b| {
+            let order = |k: &AttemptKey| (k.path.clone(), k.step_id.clone(), k.attempt);
+            b.path
+                .len()
+                .cmp(&a.path.len())
+                .then_with(|| order(a).cmp(&order(b)))
+        });
+        keys
     }
 
-    /// The highest attempt number stored for each step of this run, so that a resumed run
-    /// numbers its new attempts after the ones it already has.
-    pub async fn highest_attempts(&self) -> HashMap<String, u32> {
-        let mut out: HashMap<String, u32> = HashMap::new();
-        if let Ok(attempts) = self.services.store().step_attempts(self.run_id).await {
-            for a in attempts {
-                let e = out.entry(a.step_id).or_default();
-                *e = (*e).max(a.attempt);
-            }
-        }
-        out
-    }
-
-    /// After a restart: closes, as `cancelled` with code `interrupted`, the attempts the stopped
-    /// server left open, so no finished run shows an attempt running forever. Each gets its
-    /// `step` event; the executor then starts the step again as a new attempt.
-    pub async fn close_interrupted_attempts(&self) {
+    /// After a restart: numbers new attempts after the stored ones, and closes, as `cancelled`
+    /// with code `interrupted`, the attempts the stopped server left open, so no finished run
+    /// shows an attempt running forever. Each gets its `step` event; the executor then starts
+    /// the step again as a new attempt.
+    pub async fn restore_attempts(&self) {
         let attempts = match self.services.store().step_attempts(self.run_id).await {
             Ok(a) => a,
             Err(e) => {
-                tracing::warn!(error = ?e, "reading attempts to close after a restart failed");
+                tracing::warn!(error = ?e, "reading attempts to resume a run failed");
                 return;
             }
         };
+        {
+            let mut numbers = self.attempt_numbers.lock().expect("attempts lock");
+            for a in &attempts {
+                let n = numbers
+                    .entry(step_key(a.path.as_deref().unwrap_or_default(), &a.step_id))
+                    .or_default();
+                *n = (*n).max(a.attempt);
+            }
+        }
         let end = AttemptEnd::closed(
             StepStatus::Cancelled,
             Some(RunError::new(
@@ -255,7 +349,9 @@ fn end_record(record: &mut StepAttempt, end: &AttemptEnd, ran: Duration) -> Step
         record.kind,
         announced,
         record.attempt,
-    );
+    )
+    .at(record.path.as_deref().unwrap_or_default());
+    event.reason = end.reason.clone();
     event.output = end.output.clone();
     event.error = end.error.clone();
     event.duration_ms = Some(duration_ms);

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::event::{InputRequiredData, StatusData};
 use crate::domain::run::RunSpec;
 use crate::domain::{
-    ErrorCode, Event, Payload, Run, RunError, RunId, RunStatus, StepAttempt, Tenant, Usage,
+    Counters, ErrorCode, Event, Payload, Run, RunError, RunId, RunStatus, StepAttempt, Tenant,
+    Usage,
 };
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
@@ -66,6 +67,8 @@ pub struct RunSeed {
     /// a restart, when the executor validates the stored plan document again.
     pub plan: Option<Arc<ValidPlan>>,
     pub limits: EffectiveLimits,
+    /// What the run had used of its limits before (zero for a new run).
+    pub counters: Counters,
     /// The last seq already in the run's event log (0 for a new run).
     pub last_seq: u64,
 }
@@ -88,11 +91,16 @@ pub struct RunContext {
     seq: AtomicU64,
     steps_started: AtomicU64,
     retries_used: AtomicU64,
+    /// The first run limit the run went past: it ends the run, whichever step hit it.
+    /// A std mutex: set once, read in short sections.
+    breach: Mutex<Option<RunError>>,
     /// Usage so far. A std mutex: updated in short sections, never across an await.
     usage: Mutex<Usage>,
     /// Attempts started and not yet ended, closed as cancelled/failed if the run ends first.
     /// A std mutex: inserts, removals and copies only.
     pub(super) open_attempts: Mutex<HashMap<AttemptKey, OpenAttempt>>,
+    /// The last attempt number given, by step key (`path/id`). A std mutex: lookups only.
+    pub(super) attempt_numbers: Mutex<HashMap<String, u32>>,
 }
 
 /// An attempt under way: its record as stored at the start, and when it started.
@@ -109,19 +117,22 @@ impl RunContext {
             tenant: seed.tenant,
             spec: seed.spec,
             plan: seed.plan,
-            clock: RunClock::start(std::time::Duration::from_millis(
-                seed.limits.max_duration_ms,
-            )),
+            clock: RunClock::start(
+                std::time::Duration::from_millis(seed.limits.max_duration_ms),
+                std::time::Duration::from_millis(seed.counters.time_used_ms),
+            ),
             resumed: seed.last_seq > 0,
             limits: seed.limits,
             cancel,
             services,
             seq: AtomicU64::new(seed.last_seq),
-            steps_started: AtomicU64::new(0),
-            retries_used: AtomicU64::new(0),
+            steps_started: AtomicU64::new(seed.counters.steps),
+            retries_used: AtomicU64::new(seed.counters.retries),
+            breach: Mutex::new(None),
             usage: Mutex::new(seed.run.usage),
             run: Mutex::new(seed.run),
             open_attempts: Mutex::new(HashMap::new()),
+            attempt_numbers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -215,15 +226,48 @@ impl RunContext {
             u.prompt_tokens + u.completion_tokens
         };
         if self.limits.max_tokens > 0 && total > self.limits.max_tokens {
-            return Err(RunError::new(
+            return Err(self.breached_by(RunError::new(
                 ErrorCode::TokenLimitExceeded,
                 format!(
                     "the run used {total} tokens, over its limit of {}",
                     self.limits.max_tokens
                 ),
-            ));
+            )));
         }
         Ok(())
+    }
+
+    /// Records that the run went past a limit (the first one stays) and gives the error back.
+    fn breached_by(&self, error: RunError) -> RunError {
+        self.breach
+            .lock()
+            .expect("breach lock")
+            .get_or_insert(error)
+            .clone()
+    }
+
+    /// The limit the run went past, if any: executors stop at once when there is one.
+    pub fn breached(&self) -> Option<RunError> {
+        self.breach.lock().expect("breach lock").clone()
+    }
+
+    /// What the run has used of its limits.
+    pub fn counters(&self) -> Counters {
+        Counters {
+            steps: self.steps_started.load(Ordering::SeqCst),
+            retries: self.retries_used.load(Ordering::SeqCst),
+            time_used_ms: self.clock.used().as_millis() as u64,
+        }
+    }
+
+    /// Queues the run's usage and counters for the store, so a resumed run counts on.
+    pub async fn save_counters(&self) {
+        self.record(Record::Counters {
+            run: self.run_id,
+            usage: self.usage(),
+            counters: self.counters(),
+        })
+        .await;
     }
 
     /// Takes one retry from the run's budget (`max_retries`); false when it is spent.
@@ -235,19 +279,24 @@ impl RunContext {
             .is_ok()
     }
 
-    /// Counts one step against `max_steps`; an error once the limit is passed.
-    pub fn take_step(&self) -> Result<(), RunError> {
-        let n = self.steps_started.fetch_add(1, Ordering::SeqCst) + 1;
-        if n > self.limits.max_steps {
-            return Err(RunError::new(
-                ErrorCode::StepLimitExceeded,
-                format!(
-                    "the run reached its limit of {} steps",
-                    self.limits.max_steps
-                ),
-            ));
+    /// Counts one step attempt against `max_steps`; an error once the limit is passed.
+    pub(super) fn take_step(&self) -> Result<(), RunError> {
+        let taken = self
+            .steps_started
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.limits.max_steps).then_some(n + 1)
+            })
+            .is_ok();
+        if taken {
+            return Ok(());
         }
-        Ok(())
+        Err(self.breached_by(RunError::new(
+            ErrorCode::StepLimitExceeded,
+            format!(
+                "the run reached its limit of {} steps",
+                self.limits.max_steps
+            ),
+        )))
     }
 
     pub fn count_llm_call(&self) {

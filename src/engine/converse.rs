@@ -10,7 +10,7 @@
 //! restart (a reply asking for tools, a tool result), so it can checkpoint; a loop started on
 //! a restored conversation answers the calls still unanswered and goes on from there.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -38,8 +38,6 @@ pub struct Setup {
     /// model must answer in text.
     pub max_rounds: u32,
     pub plan_version: u32,
-    /// Highest attempt number already stored per step id (a resumed run numbers after them).
-    pub attempts: HashMap<String, u32>,
 }
 
 /// Told of every message that must survive a restart.
@@ -98,10 +96,6 @@ pub async fn converse(
     }
 }
 
-fn attempt_of(setup: &Setup, step_id: &str) -> u32 {
-    setup.attempts.get(step_id).map_or(1, |a| a + 1)
-}
-
 /// One model call as step `llm-N`: the reply's text and the tool calls it asks for.
 async fn model_round(
     ctx: &RunContext,
@@ -111,17 +105,16 @@ async fn model_round(
 ) -> Result<(String, Vec<ModelToolCall>), RunError> {
     let round = convo.round;
     let step_id = format!("llm-{round}");
-    ctx.take_step()?;
     let alias = setup.alias.clone().unwrap_or_else(|| "default".into());
     let new = NewAttempt {
         step_id: &step_id,
+        path: "",
         name: "llm",
         kind: StepKind::Llm,
-        attempt: attempt_of(setup, &step_id),
         plan_version: setup.plan_version,
         input: Some(json!({ "model": alias, "round": round })),
     };
-    let key = ctx.open_attempt(new, sink).await;
+    let key = ctx.open_attempt(new, sink).await?;
     let mut request = ChatRequest::new(setup.model.clone(), convo.messages.clone());
     if round <= setup.max_rounds {
         request.tools = setup.tools.clone();
@@ -162,17 +155,16 @@ async fn tool_round(
     call: &ModelToolCall,
     sink: &mut EventSink,
 ) -> Result<Value, Stop> {
-    ctx.take_step().map_err(Stop::Run)?;
     let arguments = ToolArguments::from_text(&call.arguments);
     let new = NewAttempt {
         step_id,
+        path: "",
         name: &call.name,
         kind: StepKind::Tool,
-        attempt: attempt_of(setup, step_id),
         plan_version: setup.plan_version,
         input: Some(json!({ "tool": call.name, "arguments": arguments.shown() })),
     };
-    let key = ctx.open_attempt(new, sink).await;
+    let key = ctx.open_attempt(new, sink).await.map_err(Stop::Run)?;
     let request = ToolCall {
         step_id,
         call_id: &call.id,

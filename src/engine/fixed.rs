@@ -27,6 +27,9 @@ impl Executor for Fixed {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e),
         };
+        if let Some(ms) = plan.plan().settings.max_execution_time_ms {
+            ctx.clock.tighten(std::time::Duration::from_millis(ms));
+        }
         let first_start = ctx.run().plan_version.is_none();
         let restored = if first_start {
             announce_plan(ctx, &plan, "initial").await;
@@ -66,18 +69,13 @@ fn the_plan(ctx: &RunContext) -> Result<Arc<ValidPlan>, RunError> {
         })
 }
 
-/// Where the plan stood at the run's last checkpoint, with the attempts already made.
+/// Where the plan stood at the run's last checkpoint.
 async fn restore(ctx: &RunContext) -> Result<Restored, RunError> {
-    let attempts = ctx.highest_attempts().await;
     match checkpoint::latest(ctx).await? {
-        None => Ok(Restored {
-            attempts,
-            ..Default::default()
-        }),
+        None => Ok(Restored::default()),
         Some((id, Snapshot::Plan(progress))) => Ok(Restored {
             progress,
             last_checkpoint: id,
-            attempts,
         }),
         Some((id, Snapshot::Conversation(_))) => Err(RunError::new(
             ErrorCode::InternalError,

@@ -171,6 +171,7 @@ impl Engine {
             run: run.clone(),
             tenant: tenant.clone(),
             spec,
+            counters: Default::default(),
         };
         self.spawn(stored, 0, plan.map(Arc::new));
         Ok(Created::New(run))
@@ -262,6 +263,7 @@ impl Engine {
             spec: stored.spec.clone(),
             plan,
             limits: self.limits(&stored.spec),
+            counters: stored.counters,
             last_seq,
         };
         RunContext::new(seed, cancel, self.inner.services.clone())

@@ -46,7 +46,7 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
     let message = ctx.resumed.then_some("resumed after a restart");
     ctx.set_status(RunStatus::Running, message).await;
     if ctx.resumed {
-        ctx.close_interrupted_attempts().await;
+        ctx.restore_attempts().await;
     }
 
     // The time limit counts from this (re)start, paused while the run waits for a human.

@@ -55,11 +55,6 @@ impl Executor for Simple {
             tools: run_tools(ctx),
             max_rounds: ctx.services.config.max_tool_rounds,
             plan_version: NO_PLAN,
-            attempts: if ctx.resumed {
-                ctx.highest_attempts().await
-            } else {
-                Default::default()
-            },
         };
         let mut checkpoints = Checkpoints {
             last: last_checkpoint,

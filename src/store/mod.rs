@@ -18,8 +18,8 @@ use sqlx::{AssertSqlSafe, Row, SqlitePool};
 
 use crate::domain::run::RunSpec;
 use crate::domain::{
-    Completion, Event, EventKind, Orchestration, Run, RunError, RunId, RunStatus, StepAttempt,
-    Tenant, Usage,
+    Completion, Counters, Event, EventKind, Orchestration, Run, RunError, RunId, RunStatus,
+    StepAttempt, Tenant, Usage,
 };
 
 mod history;
@@ -90,6 +90,7 @@ pub struct StoredRun {
     pub run: Run,
     pub tenant: Tenant,
     pub spec: RunSpec,
+    pub counters: Counters,
 }
 
 /// One thing to append to a run's history; see [`Store::append`].
@@ -111,6 +112,12 @@ pub enum Record {
     },
     /// The run row's mutable fields (status changes mid-run, e.g. `waiting_input`).
     RunState(Box<Run>),
+    /// The run's usage and limit counters as they stand now.
+    Counters {
+        run: RunId,
+        usage: Usage,
+        counters: Counters,
+    },
 }
 
 /// Outcome of [`Store::insert_run`].
@@ -363,20 +370,17 @@ impl Store {
         for chunk in events.chunks(EVENTS_PER_INSERT) {
             insert_events(&mut *tx, chunk).await?;
         }
-        let mut last_attempt: HashMap<(RunId, u32, &str, u32), usize> = HashMap::new();
+        let mut last_attempt: HashMap<AttemptRow<'_>, usize> = HashMap::new();
         for (i, r) in records.iter().enumerate() {
             if let Record::Attempt(run, a) = r {
-                last_attempt.insert((*run, a.plan_version, a.step_id.as_str(), a.attempt), i);
+                last_attempt.insert(attempt_row(*run, a), i);
             }
         }
         let mut attempts: Vec<(RunId, &StepAttempt)> = Vec::new();
         let mut checkpoints: Vec<(RunId, u64, u32, &Value)> = Vec::new();
         for (i, r) in records.iter().enumerate() {
             match r {
-                Record::Attempt(run, a)
-                    if last_attempt.get(&(*run, a.plan_version, a.step_id.as_str(), a.attempt))
-                        == Some(&i) =>
-                {
+                Record::Attempt(run, a) if last_attempt.get(&attempt_row(*run, a)) == Some(&i) => {
                     attempts.push((*run, a));
                 }
                 Record::Checkpoint {
@@ -416,6 +420,11 @@ impl Store {
                     .await?;
                 }
                 Record::RunState(run) => save_run_with(&mut *tx, run).await?,
+                Record::Counters {
+                    run,
+                    usage,
+                    counters,
+                } => save_counters(&mut *tx, *run, usage, counters).await?,
             }
         }
         tx.commit().await?;
@@ -471,7 +480,15 @@ impl Store {
 
 /// Rows per multi-row event insert (6 parameters each, well under SQLite's limit).
 const EVENTS_PER_INSERT: usize = 256;
-/// Rows per multi-row insert of attempts and checkpoints (13 and 5 parameters each).
+/// The primary key of a step attempt row: run, plan version, path, step id, attempt.
+type AttemptRow<'a> = (RunId, u32, &'a str, &'a str, u32);
+
+fn attempt_row(run: RunId, a: &StepAttempt) -> AttemptRow<'_> {
+    let path = a.path.as_deref().unwrap_or_default();
+    (run, a.plan_version, path, a.step_id.as_str(), a.attempt)
+}
+
+/// Rows per multi-row insert of attempts and checkpoints (14 and 5 parameters each).
 const ROWS_PER_INSERT: usize = 64;
 
 async fn insert_events<'e, E>(exec: E, events: &[&Event]) -> Result<()>
@@ -526,20 +543,21 @@ where
 {
     // Only static fragments are repeated; every value is a bind parameter.
     let sql = format!(
-        "INSERT INTO step_attempts (run_id, plan_version, step_id, attempt, name, kind, status,
-            input, output, error, started_at, completed_at, duration_ms)
+        "INSERT INTO step_attempts (run_id, plan_version, path, step_id, attempt, name, kind,
+            status, input, output, error, started_at, completed_at, duration_ms)
          VALUES {}
-         ON CONFLICT (run_id, plan_version, step_id, attempt) DO UPDATE SET
+         ON CONFLICT (run_id, plan_version, path, step_id, attempt) DO UPDATE SET
             status = excluded.status, output = excluded.output, error = excluded.error,
             input = COALESCE(excluded.input, step_attempts.input),
             completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
-        placeholders(13, rows.len())
+        placeholders(14, rows.len())
     );
     let mut q = sqlx::query(AssertSqlSafe(sql));
     for (run, a) in rows {
         q = q
             .bind(run.to_string())
             .bind(a.plan_version as i64)
+            .bind(a.path.clone().unwrap_or_default())
             .bind(a.step_id.clone())
             .bind(a.attempt as i64)
             .bind(a.name.clone())
@@ -575,6 +593,28 @@ where
             .bind(now.clone());
     }
     q.execute(exec).await?;
+    Ok(())
+}
+
+async fn save_counters<'e, E>(exec: E, run: RunId, usage: &Usage, counters: &Counters) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    sqlx::query(
+        "UPDATE runs SET prompt_tokens = ?, completion_tokens = ?, llm_calls = ?, tool_calls = ?,
+            steps_used = ?, retries_used = ?, time_used_ms = ?
+         WHERE id = ?",
+    )
+    .bind(usage.prompt_tokens as i64)
+    .bind(usage.completion_tokens as i64)
+    .bind(usage.llm_calls as i64)
+    .bind(usage.tool_calls as i64)
+    .bind(counters.steps as i64)
+    .bind(counters.retries as i64)
+    .bind(counters.time_used_ms as i64)
+    .bind(run.to_string())
+    .execute(exec)
+    .await?;
     Ok(())
 }
 
@@ -648,10 +688,16 @@ fn stored_run_from_row(r: &SqliteRow) -> Result<StoredRun> {
         started_at: parse_opt_time(r.try_get("started_at")?)?,
         finished_at: parse_opt_time(r.try_get("finished_at")?)?,
     };
+    let counters = Counters {
+        steps: r.try_get::<i64, _>("steps_used")? as u64,
+        retries: r.try_get::<i64, _>("retries_used")? as u64,
+        time_used_ms: r.try_get::<i64, _>("time_used_ms")? as u64,
+    };
     Ok(StoredRun {
         run,
         tenant: Tenant(r.try_get("tenant")?),
         spec,
+        counters,
     })
 }
 
@@ -670,8 +716,10 @@ fn event_from_row(run: RunId, r: &SqliteRow) -> Result<Event> {
 fn step_attempt_from_row(r: &SqliteRow) -> Result<StepAttempt> {
     let kind: String = r.try_get("kind")?;
     let status: String = r.try_get("status")?;
+    let path: String = r.try_get("path")?;
     Ok(StepAttempt {
         step_id: r.try_get("step_id")?,
+        path: (!path.is_empty()).then_some(path),
         name: r.try_get("name")?,
         kind: serde_json::from_value(Value::String(kind.clone()))
             .map_err(|_| Error::Corrupt(format!("step kind `{kind}`")))?,

@@ -8,46 +8,42 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::domain::{ErrorCode, RetryPolicy, RunError};
-use crate::plan::StepSpec;
+use crate::plan::{KindSpec, StepSpec};
+use tokio::sync::SemaphorePermit;
 
 use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt};
+use super::super::context::RunContext;
 use super::super::sink::EventSink;
 use super::frame::{Frame, Locals};
 use super::kinds::{self, StepIo};
 
-/// Where a step's first attempt stands when [`run_step`] is called.
-pub(crate) enum FirstAttempt {
-    /// The scheduler already opened and announced it.
-    Opened(AttemptKey),
-    /// Not opened yet: open it with this number.
-    Number(u32),
-}
-
-/// Opens attempt `attempt` of `spec`, its `running` event into `sink`.
+/// Opens the next attempt of `spec` at `path`, its `running` event into `sink`.
 pub(crate) async fn open(
-    frame: &Frame<'_>,
+    ctx: &RunContext,
+    plan_version: u32,
     spec: &StepSpec,
-    attempt: u32,
+    path: &str,
     sink: &mut EventSink,
-) -> AttemptKey {
+) -> Result<AttemptKey, RunError> {
     let new = NewAttempt {
         step_id: spec.id.as_str(),
+        path,
         name: spec.display_name(),
         kind: spec.step_kind(),
-        attempt,
-        plan_version: frame.plan_version,
+        plan_version,
         input: None,
     };
-    frame.ctx.open_attempt(new, sink).await
+    ctx.open_attempt(new, sink).await
 }
 
-/// Runs `spec` until an attempt succeeds or its retry policy (and the run's retry budget)
-/// gives up. Boxed: step kinds that hold other steps call it again.
+/// Runs `spec` (at `locals.path`) until an attempt succeeds or its retry policy (and the
+/// run's retry budget) gives up. `opened` is its first attempt when the caller already opened
+/// it. Boxed: step kinds that hold other steps call it again.
 pub(crate) fn run_step<'f>(
     frame: &'f Frame<'f>,
     spec: &'f StepSpec,
     locals: Locals<'f>,
-    first: FirstAttempt,
+    opened: Option<AttemptKey>,
     sink: &'f mut EventSink,
 ) -> BoxFuture<'f, Result<Value, RunError>> {
     Box::pin(async move {
@@ -57,9 +53,13 @@ pub(crate) fn run_step<'f>(
             .clone()
             .or_else(|| frame.default_retry.clone())
             .unwrap_or_else(RetryPolicy::none);
-        let mut key = match first {
-            FirstAttempt::Opened(key) => key,
-            FirstAttempt::Number(n) => open(frame, spec, n, sink).await,
+        // Leaf work (a model, a tool, a timer) holds one of the plan's slots while an attempt
+        // runs; a step opened before it had one (a top-level step, announced at its start)
+        // takes it now.
+        let mut slot = leaf_slot(frame, spec).await?;
+        let mut key = match opened {
+            Some(key) => key,
+            None => open(ctx, frame.plan_version, spec, locals.path, sink).await?,
         };
         let mut tries = 0u32;
         loop {
@@ -88,10 +88,27 @@ pub(crate) fn run_step<'f>(
             let delay = policy.delay(tries + 1);
             let end = AttemptEnd::retrying(error, delay).with_input(input);
             ctx.close_attempt(&key, end, sink).await;
+            drop(slot);
             tokio::time::sleep(delay).await;
-            key = open(frame, spec, key.attempt + 1, sink).await;
+            slot = leaf_slot(frame, spec).await?;
+            key = open(ctx, frame.plan_version, spec, locals.path, sink).await?;
         }
     })
+}
+
+/// A slot for a step whose kind is leaf work; `None` for the others (steps that hold other
+/// steps take no slot, so nested steps can never wait on their own parent; a human answer is
+/// no work).
+async fn leaf_slot<'f>(
+    frame: &'f Frame<'f>,
+    spec: &StepSpec,
+) -> Result<Option<SemaphorePermit<'f>>, RunError> {
+    match spec.kind {
+        KindSpec::Tool { .. } | KindSpec::Llm { .. } | KindSpec::Wait(_) => {
+            frame.slot().await.map(Some)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The step's body, within the step's `timeout_ms` when it has one.

@@ -27,10 +27,13 @@ pub(crate) struct Frame<'a> {
     pub slots: Arc<Semaphore>,
 }
 
-/// What a nested step sees besides the frame: its earlier siblings' results, and the loop's
-/// current item and index.
+/// Where a step sits and what it sees besides the frame: its place, its earlier siblings'
+/// results, and the loop's current item and index.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Locals<'l> {
+    /// The enclosing steps, from the top-level one down (`""` for a top-level step); see
+    /// `StepAttempt::path`.
+    pub path: &'l str,
     pub results: Option<&'l HashMap<String, StepState>>,
     pub item: Option<&'l Value>,
     pub index: Option<u64>,

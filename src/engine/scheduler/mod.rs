@@ -36,21 +36,18 @@ use crate::domain::event::{ErrorData, StepData};
 use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
 use crate::plan::{KindSpec, Scope, StepResults, StepState, StepView, ValidPlan};
 
-use super::attempts::NewAttempt;
 use super::checkpoint::{self, PlanProgress, Snapshot, StepResult};
 use super::context::RunContext;
 use super::executor::Outcome;
 use super::sink::EventSink;
-use attempt::{FirstAttempt, run_step};
+use attempt::run_step;
 use frame::{Frame, Locals};
 
-/// Where a run's plan stood when it stopped: its last checkpoint and the attempts it made.
+/// Where a run's plan stood when it stopped: its last checkpoint.
 #[derive(Debug, Default)]
 pub struct Restored {
     pub progress: PlanProgress,
     pub last_checkpoint: u64,
-    /// Highest attempt number stored per step, so numbering continues.
-    pub attempts: HashMap<String, u32>,
 }
 
 /// One committed step, as [`Scheduler::next`] reports it.
@@ -96,7 +93,6 @@ pub struct Scheduler<'a> {
     tasks: FuturesUnordered<BoxFuture<'a, (usize, Finished)>>,
     /// Committed steps not yet reported.
     reports: VecDeque<Report>,
-    attempts: HashMap<String, u32>,
     last_checkpoint: u64,
     /// The failure that stops the run (`stop_on_first_failure`).
     stop: Option<RunError>,
@@ -114,7 +110,6 @@ impl<'a> Scheduler<'a> {
         let Restored {
             progress,
             last_checkpoint,
-            attempts,
         } = restored;
         let vars = if progress.variables.is_empty() {
             plan.plan().context.clone()
@@ -132,7 +127,6 @@ impl<'a> Scheduler<'a> {
             in_flight: VecDeque::new(),
             tasks: FuturesUnordered::new(),
             reports: VecDeque::new(),
-            attempts,
             last_checkpoint,
             stop: None,
             done: false,
@@ -164,6 +158,10 @@ impl<'a> Scheduler<'a> {
             if self.done {
                 return None;
             }
+            if let Some(limit) = self.ctx.breached() {
+                // Past a run limit nothing more starts, whatever the failure policy.
+                self.stop.get_or_insert(limit);
+            }
             self.start_ready().await;
             if !self.reports.is_empty() {
                 continue;
@@ -193,7 +191,10 @@ impl<'a> Scheduler<'a> {
             self.ctx
                 .close_open_attempts(
                     StepStatus::Cancelled,
-                    &RunError::new(ErrorCode::Cancelled, "the run stopped after a step failed"),
+                    &RunError::new(
+                        ErrorCode::Cancelled,
+                        "the run stopped before this step ended",
+                    ),
                 )
                 .await;
             return Outcome::Failed(err);
@@ -248,6 +249,9 @@ impl<'a> Scheduler<'a> {
                 match self.skip_reason(i) {
                     Some(reason) => self.skip(i, reason).await,
                     None => self.start(i).await,
+                }
+                if self.stop.is_some() {
+                    return;
                 }
             }
         }
@@ -305,16 +309,15 @@ impl<'a> Scheduler<'a> {
     async fn start(&mut self, i: usize) {
         let plan = self.plan.clone();
         let spec = &plan.specs()[i];
-        let attempt = self.attempts.get(spec.id.as_str()).copied().unwrap_or(0) + 1;
-        let new = NewAttempt {
-            step_id: spec.id.as_str(),
-            name: spec.display_name(),
-            kind: spec.step_kind(),
-            attempt,
-            plan_version: self.version,
-            input: None,
+        let opened = attempt::open(self.ctx, self.version, spec, "", &mut EventSink::Live).await;
+        let key = match opened {
+            Ok(key) => key,
+            Err(limit) => {
+                // A run limit: the run stops here, whatever its failure policy.
+                self.stop.get_or_insert(limit);
+                return;
+            }
         };
-        let key = self.ctx.open_attempt(new, &mut EventSink::Live).await;
         let frame = Frame {
             ctx: self.ctx,
             plan_version: self.version,
@@ -328,8 +331,7 @@ impl<'a> Scheduler<'a> {
         self.tasks.push(Box::pin(async move {
             let spec = &plan.specs()[i];
             let mut events = EventSink::buffered();
-            let first = FirstAttempt::Opened(key);
-            let result = run_step(&frame, spec, Locals::default(), first, &mut events).await;
+            let result = run_step(&frame, spec, Locals::default(), Some(key), &mut events).await;
             (i, Finished { result, events })
         }));
     }
@@ -656,6 +658,7 @@ mod tests {
             spec,
             plan: None,
             limits,
+            counters: Default::default(),
             last_seq: 0,
         };
         RunContext::new(seed, CancellationToken::new(), services)

@@ -34,7 +34,6 @@ pub(crate) async fn run(
         None => None,
     };
     io.input = Some(json!({ "prompt": prompt, "system": system, "model": ask.model }));
-    let _slot = frame.slot().await?;
 
     let alias = ask.model.or(ctx.spec.model.as_deref());
     let (provider, model) = ctx

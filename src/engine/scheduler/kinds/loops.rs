@@ -9,17 +9,29 @@ use crate::domain::{ErrorCode, RunError};
 use crate::plan::{LoopOver, StepSpec, StepState};
 
 use super::super::super::sink::EventSink;
-use super::super::attempt::{FirstAttempt, run_step};
+use super::super::attempt::run_step;
 use super::super::frame::{Frame, Locals};
 
+/// A loop step's configuration.
+pub(crate) struct Body<'a> {
+    pub over: &'a LoopOver,
+    pub max_iterations: u32,
+    pub steps: &'a [StepSpec],
+}
+
+/// Runs the loop whose body's steps sit at `path[i]` in iteration `i`.
 pub(crate) async fn run(
     frame: &Frame<'_>,
-    over: &LoopOver,
-    max_iterations: u32,
-    body: &[StepSpec],
+    body: Body<'_>,
+    path: &str,
     locals: Locals<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
+    let Body {
+        over,
+        max_iterations,
+        steps: body,
+    } = body;
     let items: Option<Vec<Value>> = match over {
         LoopOver::ForEach(list) => match frame.resolve(locals, list)? {
             Value::Array(items) => Some(items),
@@ -42,6 +54,7 @@ pub(crate) async fn run(
             },
             (None, LoopOver::While(condition)) => {
                 let here = Locals {
+                    path,
                     results: Some(&siblings),
                     item: None,
                     index: Some(i),
@@ -57,13 +70,15 @@ pub(crate) async fn run(
             return Err(too_many(items.is_some(), max_iterations));
         }
         let mut last = Value::Null;
+        let inside = format!("{path}[{i}]");
         for child in body {
             let here = Locals {
+                path: &inside,
                 results: Some(&siblings),
                 item,
                 index: Some(i),
             };
-            let out = run_step(frame, child, here, FirstAttempt::Number(1), sink).await?;
+            let out = run_step(frame, child, here, None, sink).await?;
             siblings.insert(child.id.to_string(), StepState::completed(out.clone()));
             last = out;
         }

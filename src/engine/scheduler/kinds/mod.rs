@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::domain::RunError;
 use crate::plan::{KindSpec, StepSpec};
 
+use super::super::attempts::step_key;
 use super::super::sink::EventSink;
 use super::frame::{Frame, Locals};
 
@@ -64,14 +65,26 @@ pub(crate) async fn run(
                 .wait_for_input(spec.id.as_str(), &prompt, schema.as_ref())
                 .await
         }
-        KindSpec::Sequential { steps } => sequential::run(frame, steps, locals, io.sink).await,
+        KindSpec::Sequential { steps } => {
+            let inside = step_key(locals.path, spec.id.as_str());
+            sequential::run(frame, steps, &inside, locals, io.sink).await
+        }
         KindSpec::Loop {
             over,
             max_iterations,
             steps,
-        } => loops::run(frame, over, *max_iterations, steps, locals, io.sink).await,
+        } => {
+            let inside = step_key(locals.path, spec.id.as_str());
+            let body = loops::Body {
+                over,
+                max_iterations: *max_iterations,
+                steps,
+            };
+            loops::run(frame, body, &inside, locals, io.sink).await
+        }
         KindSpec::Parallel { steps, aggregation } => {
-            parallel::run(frame, steps, *aggregation, locals, io.sink).await
+            let inside = step_key(locals.path, spec.id.as_str());
+            parallel::run(frame, steps, *aggregation, &inside, locals, io.sink).await
         }
     }
 }

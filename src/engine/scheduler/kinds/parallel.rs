@@ -1,43 +1,45 @@
 //! `parallel`: children at once, each with its own held events, combined by the step's
 //! aggregation. Child events are released in declaration order, so the event sequence does
-//! not depend on timing.
+//! not depend on timing. Children still running when the aggregation has its answer are
+//! dropped, and their attempts closed as cancelled.
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 
-use crate::domain::event::StepData;
-use crate::domain::{RunError, StepStatus};
+use crate::domain::{ErrorCode, RunError, StepStatus};
 use crate::plan::{Aggregation, StepSpec};
 
+use super::super::super::attempts::{AttemptEnd, step_key};
 use super::super::super::sink::EventSink;
-use super::super::attempt::{FirstAttempt, run_step};
+use super::super::attempt::run_step;
 use super::super::frame::{Frame, Locals};
 
 /// A child's result and the events it held, once it finished.
 type Finished = Option<(Result<Value, RunError>, EventSink)>;
 
+/// Runs `children`, who sit at `path`.
 pub(crate) async fn run(
     frame: &Frame<'_>,
     children: &[StepSpec],
     aggregation: Aggregation,
+    path: &str,
     locals: Locals<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
-    let finished = run_children(frame, children, aggregation, locals).await;
+    let here = Locals { path, ..locals };
+    let finished = run_children(frame, children, aggregation, here).await;
     let mut outputs = Vec::new();
     let mut failures = Vec::new();
     for (k, slot) in finished.into_iter().enumerate() {
         let Some((result, held)) = slot else {
-            let event = StepData::new(
-                children[k].id.as_str(),
-                children[k].display_name(),
-                children[k].step_kind(),
+            let reason = "another child finished first";
+            let end = AttemptEnd::closed(
                 StepStatus::Cancelled,
-                1,
+                Some(RunError::new(ErrorCode::Cancelled, reason)),
             )
-            .with_reason("another child finished first");
-            sink.emit(frame.ctx, Some(children[k].id.as_str()), event)
-                .await;
+            .with_reason(reason);
+            let key = step_key(path, children[k].id.as_str());
+            frame.ctx.close_open_step(&key, end, sink).await;
             continue;
         };
         sink.absorb(frame.ctx, held).await;
@@ -50,7 +52,7 @@ pub(crate) async fn run(
 }
 
 /// Runs the children until the aggregation has its answer; those still running then are
-/// dropped (cancelled) and have no slot.
+/// dropped and have no slot.
 async fn run_children(
     frame: &Frame<'_>,
     children: &[StepSpec],
@@ -61,7 +63,7 @@ async fn run_children(
     for (k, child) in children.iter().enumerate() {
         running.push(async move {
             let mut held = EventSink::buffered();
-            let result = run_step(frame, child, locals, FirstAttempt::Number(1), &mut held).await;
+            let result = run_step(frame, child, locals, None, &mut held).await;
             (k, result, held)
         });
     }

@@ -10,13 +10,15 @@ use crate::domain::{RunError, StepStatus};
 use crate::plan::{KindSpec, StepSpec, StepState};
 
 use super::super::super::sink::EventSink;
-use super::super::attempt::{FirstAttempt, run_step};
+use super::super::attempt::run_step;
 use super::super::frame::{Frame, Locals};
 use super::arm_not_taken;
 
+/// Runs `children`, who sit at `path`.
 pub(crate) async fn run(
     frame: &Frame<'_>,
     children: &[StepSpec],
+    path: &str,
     locals: Locals<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
@@ -33,15 +35,17 @@ pub(crate) async fn run(
                 StepStatus::Skipped,
                 0,
             )
+            .at(path)
             .with_reason("its branch was not taken");
             sink.emit(frame.ctx, Some(child.id.as_str()), event).await;
             continue;
         }
         let here = Locals {
+            path,
             results: Some(&siblings),
             ..locals
         };
-        let out = run_step(frame, child, here, FirstAttempt::Number(1), sink).await?;
+        let out = run_step(frame, child, here, None, sink).await?;
         if let KindSpec::Branch {
             then, otherwise, ..
         } = &child.kind

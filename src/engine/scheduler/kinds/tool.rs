@@ -19,7 +19,6 @@ pub(crate) async fn run(
 ) -> Result<Value, RunError> {
     let args = frame.resolve(locals, arguments)?;
     io.input = Some(json!({ "tool": tool, "arguments": args }));
-    let _slot = frame.slot().await?;
     let call_id = format!("{}-call", spec.id);
     let call = ToolCall {
         step_id: spec.id.as_str(),
