@@ -1,14 +1,16 @@
 //! `/v1/runs/{id}/plans` and `/v1/runs/{id}/checkpoints`: what a planned run decided and
 //! where it can resume from. Read-only; the engine writes both.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 
 use crate::domain::Tenant;
 use crate::store::{Checkpoint, PlanRecord};
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, FieldError};
 use super::runs::own_run;
 
 /// Every plan version of a run, oldest first, with the reason it was made (`initial`, or the
@@ -30,20 +32,76 @@ pub async fn run_plans(
     Ok(Json(state.store.list_plans(id).await?))
 }
 
-/// A run's checkpoints, oldest first.
+/// Checkpoints per page unless `limit` says otherwise, and the most a page holds.
+const PAGE: u32 = 100;
+const MAX_PAGE: u32 = 1000;
+
+/// A run's checkpoints, oldest first, a page at a time.
+///
+/// Each checkpoint records what changed since the one before (a step's result, a child's
+/// result, the messages a conversation gained). `after` (a checkpoint id) and `limit`
+/// (1-1000, default 100) page through them; a `Link: <...>; rel="next"` header points at the
+/// next page while there is one.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/checkpoints", tag = "runs",
-    params(("id" = String, Path, description = "Run id")),
+    params(
+        ("id" = String, Path, description = "Run id"),
+        ("after" = Option<u64>, Query, description = "Only checkpoints with an id above this one"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Checkpoints per page (default 100)"),
+    ),
     responses(
-        (status = 200, body = Vec<Checkpoint>),
+        (status = 200, body = Vec<Checkpoint>, headers(("Link" = String, description = "The next page, while there is one"))),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn run_checkpoints(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-) -> Result<Json<Vec<Checkpoint>>, ApiError> {
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let (after, limit) = page_of(&params)?;
     let id = own_run(&state, &tenant, &id).await?;
-    Ok(Json(state.store.list_checkpoints(id).await?))
+    // One more than asked tells whether a next page exists.
+    let mut page = state.store.checkpoints_after(id, after, limit + 1).await?;
+    let mut headers = HeaderMap::new();
+    if page.len() > limit as usize {
+        page.truncate(limit as usize);
+        let last = page.last().map_or(after, |c| c.id);
+        let next = format!("</v1/runs/{id}/checkpoints?after={last}&limit={limit}>; rel=\"next\"");
+        if let Ok(v) = HeaderValue::from_str(&next) {
+            headers.insert(header::LINK, v);
+        }
+    }
+    Ok((headers, Json(page)).into_response())
+}
+
+/// `after` and `limit` of a checkpoint page, every problem reported at once.
+fn page_of(params: &[(String, String)]) -> Result<(u64, u32), ApiError> {
+    let mut after = 0;
+    let mut limit = PAGE;
+    let mut errors = Vec::new();
+    for (k, v) in params {
+        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
+        match k.as_str() {
+            "after" => match v.parse::<u64>() {
+                Ok(n) => after = n,
+                Err(_) => errors.push(FieldError::new(pointer, "after must be a checkpoint id")),
+            },
+            "limit" => match v.parse::<u32>() {
+                Ok(n) if (1..=MAX_PAGE).contains(&n) => limit = n,
+                _ => errors.push(FieldError::new(
+                    pointer,
+                    format!("limit must be an integer from 1 to {MAX_PAGE}"),
+                )),
+            },
+            _ => errors.push(FieldError::new(pointer, format!("unknown parameter `{k}`"))),
+        }
+    }
+    if errors.is_empty() {
+        Ok((after, limit))
+    } else {
+        Err(ApiError::validation_many(errors))
+    }
 }

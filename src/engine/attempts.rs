@@ -58,6 +58,13 @@ pub fn within(path: &str, key: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('['))
 }
 
+/// Whether the step whose key is `child_key` lies inside the step whose key is `key`.
+pub fn inside(child_key: &str, key: &str) -> bool {
+    child_key
+        .strip_prefix(key)
+        .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('['))
+}
+
 /// A step attempt as it starts; its number is the next one for its step and place.
 pub struct NewAttempt<'a> {
     pub step_id: &'a str,

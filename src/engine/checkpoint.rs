@@ -1,11 +1,18 @@
-//! Checkpoints: typed, versioned snapshots of a run's progress, written through the event
-//! writer (so each is durable before any later event of its run) and read back on resume.
+//! Checkpoints: typed, versioned records of a run's progress, written through the event writer
+//! (so each is durable before any later event of its run) and read back on resume.
+//!
+//! Each checkpoint is a *delta*: what changed since the one before (a step's result, a child's
+//! result, the children a retried step threw away, the messages a conversation gained). A
+//! resumed run folds all of them in order ([`restore`]), so every output is stored once and a
+//! long run's checkpoints grow linearly, not quadratically.
 //!
 //! Stored JSON is `{"format": 2, "kind": "plan" | "conversation", ...}`. Checkpoints written
-//! before formats were numbered (format 1: `{"plan_version", "steps", "variables"}` or
-//! `{"conversation": {...}}`) are still read, so a server upgraded mid-run resumes its runs.
+//! before formats were numbered (format 1: a whole snapshot, `{"plan_version", "steps",
+//! "variables"}` or `{"conversation": {...}}`) are still read, as deltas that replace all
+//! before them, so a server upgraded mid-run resumes its runs.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -14,29 +21,70 @@ use crate::domain::{ErrorCode, RunError, StepStatus};
 use crate::llm::Message;
 use crate::store::Record;
 
+use super::attempts::inside;
 use super::context::RunContext;
 
 /// The format this build writes.
 pub const FORMAT: u32 = 2;
 
-/// What a checkpoint holds.
+/// What one checkpoint records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Snapshot {
-    /// A plan run: the result of every top-level step that finished, and the variables.
-    Plan(PlanProgress),
-    /// A simple run: the conversation with the model so far.
-    Conversation(Conversation),
+pub enum Delta {
+    Plan(PlanDelta),
+    Conversation(ConversationDelta),
 }
 
-/// A plan run's progress.
+/// What a plan run did since its previous checkpoint.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct PlanProgress {
+pub struct PlanDelta {
     pub plan_version: u32,
-    /// By step id: completed, failed and skipped top-level steps.
+    /// This delta replaces everything before it (a format-1 snapshot).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset: bool,
+    /// Steps whose children's results were thrown away (the step ended or is tried again),
+    /// by step key. Applied first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cleared: Vec<String>,
+    /// Top-level steps that committed, by id: completed, failed or skipped.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub steps: BTreeMap<String, StepResult>,
-    #[serde(default)]
+    /// Children (of sequential, parallel and loop steps still running) that finished, by step
+    /// key (`path/id`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub children: BTreeMap<String, StepResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<Map<String, Value>>,
+}
+
+impl PlanDelta {
+    pub fn is_empty(&self) -> bool {
+        self.cleared.is_empty() && self.steps.is_empty() && self.children.is_empty()
+    }
+}
+
+/// A plan run's progress: every delta folded.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PlanProgress {
+    pub steps: BTreeMap<String, StepResult>,
+    pub children: BTreeMap<String, StepResult>,
     pub variables: Map<String, Value>,
+}
+
+impl PlanProgress {
+    fn apply(&mut self, delta: PlanDelta) {
+        if delta.reset {
+            *self = PlanProgress::default();
+        }
+        for key in &delta.cleared {
+            self.children.retain(|child, _| !inside(child, key));
+        }
+        self.steps.extend(delta.steps);
+        self.children.extend(delta.children);
+        if let Some(variables) = delta.variables {
+            self.variables = variables;
+        }
+    }
 }
 
 /// How one step finished.
@@ -49,49 +97,99 @@ pub struct StepResult {
     pub error: Option<RunError>,
 }
 
+impl StepResult {
+    /// The result a finished step gave: its output, or its error.
+    pub fn of(result: &Result<Value, RunError>) -> StepResult {
+        match result {
+            Ok(output) => StepResult {
+                status: StepStatus::Completed,
+                output: Some(output.clone()),
+                error: None,
+            },
+            Err(error) => StepResult {
+                status: StepStatus::Failed,
+                output: None,
+                error: Some(error.clone()),
+            },
+        }
+    }
+}
+
 /// A conversation with a model that may call tools, as a simple run (or an agent) keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Conversation {
     /// The model round the conversation is in (1-based; 0 before the first call).
     pub round: u32,
     pub messages: Vec<Message>,
 }
 
+/// What a conversation gained since its previous checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConversationDelta {
+    /// These messages are the whole conversation (the first checkpoint, a format-1 snapshot).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset: bool,
+    pub round: u32,
+    pub messages: Vec<Message>,
+}
+
+impl Conversation {
+    fn apply(&mut self, delta: ConversationDelta) {
+        if delta.reset {
+            self.messages.clear();
+        }
+        self.round = delta.round;
+        self.messages.extend(delta.messages);
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct Stored {
     format: u32,
     #[serde(flatten)]
-    snapshot: Snapshot,
+    delta: Delta,
 }
 
-/// Format 1: plan progress as it is, or a conversation under one key.
+/// Format 1: a whole snapshot, of a conversation under one key, or of plan progress.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum Legacy {
-    Conversation { conversation: Conversation },
-    Plan(PlanProgress),
+    Conversation {
+        conversation: LegacyConversation,
+    },
+    Plan {
+        #[serde(default)]
+        plan_version: u32,
+        #[serde(default)]
+        steps: BTreeMap<String, StepResult>,
+        #[serde(default)]
+        variables: Map<String, Value>,
+    },
 }
 
-impl Snapshot {
+#[derive(Deserialize)]
+struct LegacyConversation {
+    round: u32,
+    messages: Vec<Message>,
+}
+
+impl Delta {
     pub fn to_json(&self) -> Value {
         serde_json::to_value(Stored {
             format: FORMAT,
-            snapshot: self.clone(),
+            delta: self.clone(),
         })
         .expect("checkpoints serialise")
     }
 
     /// Reads a stored checkpoint of any format this build knows.
-    pub fn from_json(state: Value) -> Result<Snapshot, String> {
+    pub fn from_json(state: Value) -> Result<Delta, String> {
         match state.get("format").map(Value::as_u64) {
             None => serde_json::from_value::<Legacy>(state)
-                .map(|legacy| match legacy {
-                    Legacy::Conversation { conversation } => Snapshot::Conversation(conversation),
-                    Legacy::Plan(progress) => Snapshot::Plan(progress),
-                })
+                .map(Legacy::into_delta)
                 .map_err(|e| e.to_string()),
             Some(Some(n)) if n == u64::from(FORMAT) => serde_json::from_value::<Stored>(state)
-                .map(|s| s.snapshot)
+                .map(|s| s.delta)
                 .map_err(|e| e.to_string()),
             Some(other) => Err(format!(
                 "checkpoint format {} is not one this build reads (it writes {FORMAT})",
@@ -101,40 +199,98 @@ impl Snapshot {
     }
 }
 
-/// Queues checkpoint `id` of the run; it is written in order with the run's events.
-pub async fn save(ctx: &RunContext, id: u64, plan_version: u32, snapshot: &Snapshot) {
+impl Legacy {
+    fn into_delta(self) -> Delta {
+        match self {
+            Legacy::Conversation { conversation } => Delta::Conversation(ConversationDelta {
+                reset: true,
+                round: conversation.round,
+                messages: conversation.messages,
+            }),
+            Legacy::Plan {
+                plan_version,
+                steps,
+                variables,
+            } => Delta::Plan(PlanDelta {
+                plan_version,
+                reset: true,
+                steps,
+                variables: Some(variables),
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+/// Queues the run's next checkpoint; it is written in order with the run's events.
+pub async fn save(ctx: &RunContext, plan_version: u32, delta: &Delta) {
+    let id = ctx.checkpoints.fetch_add(1, Ordering::SeqCst) + 1;
     ctx.record(Record::Checkpoint {
         run: ctx.run_id,
         id,
         plan_version,
-        state: snapshot.to_json(),
+        state: delta.to_json(),
     })
     .await;
 }
 
-/// The run's newest checkpoint and its id, `None` if it has none.
-pub async fn latest(ctx: &RunContext) -> Result<Option<(u64, Snapshot)>, RunError> {
+/// What a run's checkpoints add up to.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Restored {
+    /// No checkpoint yet.
+    #[default]
+    Nothing,
+    Plan(PlanProgress),
+    Conversation(Conversation),
+}
+
+/// Folds every checkpoint of the run, oldest first, and numbers the run's next checkpoint
+/// after them.
+pub async fn restore(ctx: &RunContext) -> Result<Restored, RunError> {
     let stored = ctx
         .services
         .store()
-        .latest_checkpoint(ctx.run_id)
+        .list_checkpoints(ctx.run_id)
         .await
         .map_err(|e| {
             RunError::new(
                 ErrorCode::StoreUnavailable,
-                format!("could not read the run's checkpoint: {e}"),
+                format!("could not read the run's checkpoints: {e}"),
             )
         })?;
-    let Some(checkpoint) = stored else {
-        return Ok(None);
-    };
-    let snapshot = Snapshot::from_json(checkpoint.state).map_err(|e| {
-        RunError::new(
-            ErrorCode::InternalError,
-            format!("the run's checkpoint {} cannot be read: {e}", checkpoint.id),
-        )
-    })?;
-    Ok(Some((checkpoint.id, snapshot)))
+    let mut restored = Restored::Nothing;
+    for checkpoint in stored {
+        ctx.checkpoints.fetch_max(checkpoint.id, Ordering::SeqCst);
+        let unreadable = |e: String| {
+            RunError::new(
+                ErrorCode::InternalError,
+                format!("the run's checkpoint {} cannot be read: {e}", checkpoint.id),
+            )
+        };
+        let delta = Delta::from_json(checkpoint.state).map_err(unreadable)?;
+        restored = match (restored, delta) {
+            (Restored::Nothing, Delta::Plan(d)) => fold_plan(PlanProgress::default(), d),
+            (Restored::Plan(p), Delta::Plan(d)) => fold_plan(p, d),
+            (Restored::Nothing, Delta::Conversation(d)) => fold_talk(Conversation::default(), d),
+            (Restored::Conversation(c), Delta::Conversation(d)) => fold_talk(c, d),
+            _ => {
+                return Err(unreadable(
+                    "it mixes plan and conversation checkpoints".into(),
+                ));
+            }
+        };
+    }
+    Ok(restored)
+}
+
+fn fold_plan(mut progress: PlanProgress, delta: PlanDelta) -> Restored {
+    progress.apply(delta);
+    Restored::Plan(progress)
+}
+
+fn fold_talk(mut convo: Conversation, delta: ConversationDelta) -> Restored {
+    convo.apply(delta);
+    Restored::Conversation(convo)
 }
 
 #[cfg(test)]
@@ -142,47 +298,66 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn snapshots_round_trip_with_their_format() {
-        let mut progress = PlanProgress {
-            plan_version: 1,
-            ..Default::default()
-        };
-        progress.steps.insert(
-            "a".into(),
-            StepResult {
-                status: StepStatus::Completed,
-                output: Some(json!(3)),
-                error: None,
-            },
-        );
-        let snapshot = Snapshot::Plan(progress);
-        let stored = snapshot.to_json();
-        assert_eq!(stored["format"], FORMAT);
-        assert_eq!(stored["kind"], "plan");
-        assert_eq!(stored["steps"]["a"]["status"], "completed");
-        assert_eq!(Snapshot::from_json(stored).unwrap(), snapshot);
+    fn completed(v: Value) -> StepResult {
+        StepResult::of(&Ok(v))
     }
 
     #[test]
-    fn format_1_checkpoints_are_still_read() {
+    fn deltas_round_trip_with_their_format() {
+        let mut delta = PlanDelta {
+            plan_version: 1,
+            ..Default::default()
+        };
+        delta.steps.insert("a".into(), completed(json!(3)));
+        delta.cleared.push("a".into());
+        let delta = Delta::Plan(delta);
+        let stored = delta.to_json();
+        assert_eq!(stored["format"], FORMAT);
+        assert_eq!(stored["kind"], "plan");
+        assert_eq!(stored["steps"]["a"]["status"], "completed");
+        assert!(stored.get("children").is_none(), "{stored}");
+        assert_eq!(Delta::from_json(stored).unwrap(), delta);
+    }
+
+    #[test]
+    fn folding_clears_a_retried_steps_children_and_keeps_the_rest() {
+        let mut progress = PlanProgress::default();
+        let mut first = PlanDelta::default();
+        first.children.insert("seq/c1".into(), completed(json!(1)));
+        first
+            .children
+            .insert("each[0]/body".into(), completed(json!(2)));
+        first.children.insert("seqx/c".into(), completed(json!(3)));
+        progress.apply(first);
+        progress.apply(PlanDelta {
+            cleared: vec!["seq".into(), "each".into()],
+            ..Default::default()
+        });
+        let keys: Vec<&str> = progress.children.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["seqx/c"]);
+    }
+
+    #[test]
+    fn format_1_snapshots_are_still_read_as_resets() {
         let plan = json!({"plan_version": 1, "variables": {"x": 1},
             "steps": {"a": {"status": "failed", "error": {"code": "flaky", "message": "m"}}}});
-        let Snapshot::Plan(p) = Snapshot::from_json(plan).unwrap() else {
+        let Delta::Plan(p) = Delta::from_json(plan).unwrap() else {
             panic!("not a plan")
         };
+        assert!(p.reset);
         assert_eq!(p.steps["a"].error.as_ref().unwrap().code, "flaky");
-        assert_eq!(p.variables["x"], 1);
+        assert_eq!(p.variables.unwrap()["x"], 1);
         let convo = json!({"conversation": {"round": 2, "messages": []}});
-        let Snapshot::Conversation(c) = Snapshot::from_json(convo).unwrap() else {
+        let Delta::Conversation(c) = Delta::from_json(convo).unwrap() else {
             panic!("not a conversation")
         };
+        assert!(c.reset);
         assert_eq!(c.round, 2);
     }
 
     #[test]
     fn unknown_formats_are_refused() {
-        let err = Snapshot::from_json(json!({"format": 99, "kind": "plan"})).unwrap_err();
+        let err = Delta::from_json(json!({"format": 99, "kind": "plan"})).unwrap_err();
         assert!(err.contains("format 99"), "{err}");
     }
 }

@@ -89,6 +89,8 @@ pub struct RunContext {
     /// The run row as the task knows it. A std mutex: short updates, never across an await.
     run: Mutex<Run>,
     seq: AtomicU64,
+    /// The id of the run's last checkpoint (see [`super::checkpoint`]).
+    pub(super) checkpoints: AtomicU64,
     steps_started: AtomicU64,
     retries_used: AtomicU64,
     /// The first run limit the run went past: it ends the run, whichever step hit it.
@@ -126,6 +128,7 @@ impl RunContext {
             cancel,
             services,
             seq: AtomicU64::new(seed.last_seq),
+            checkpoints: AtomicU64::new(0),
             steps_started: AtomicU64::new(seed.counters.steps),
             retries_used: AtomicU64::new(seed.counters.retries),
             breach: Mutex::new(None),

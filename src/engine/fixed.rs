@@ -11,10 +11,10 @@ use crate::domain::{ErrorCode, RunError};
 use crate::plan::{self, ValidPlan};
 use crate::store::Record;
 
-use super::checkpoint::{self, Snapshot};
+use super::checkpoint::{self, PlanProgress, Restored};
 use super::context::RunContext;
 use super::executor::{Executor, Outcome};
-use super::scheduler::{Restored, Scheduler};
+use super::scheduler::Scheduler;
 
 const PLAN_VERSION: u32 = 1;
 
@@ -31,16 +31,16 @@ impl Executor for Fixed {
             ctx.clock.tighten(std::time::Duration::from_millis(ms));
         }
         let first_start = ctx.run().plan_version.is_none();
-        let restored = if first_start {
+        let progress = if first_start {
             announce_plan(ctx, &plan, "initial").await;
-            Restored::default()
+            PlanProgress::default()
         } else {
             match restore(ctx).await {
-                Ok(r) => r,
+                Ok(p) => p,
                 Err(e) => return Outcome::Failed(e),
             }
         };
-        Scheduler::new(ctx, plan, PLAN_VERSION, restored)
+        Scheduler::new(ctx, plan, PLAN_VERSION, progress)
             .run()
             .await
     }
@@ -69,17 +69,14 @@ fn the_plan(ctx: &RunContext) -> Result<Arc<ValidPlan>, RunError> {
         })
 }
 
-/// Where the plan stood at the run's last checkpoint.
-async fn restore(ctx: &RunContext) -> Result<Restored, RunError> {
-    match checkpoint::latest(ctx).await? {
-        None => Ok(Restored::default()),
-        Some((id, Snapshot::Plan(progress))) => Ok(Restored {
-            progress,
-            last_checkpoint: id,
-        }),
-        Some((id, Snapshot::Conversation(_))) => Err(RunError::new(
+/// Where the plan stood when the run stopped, as its checkpoints say.
+async fn restore(ctx: &RunContext) -> Result<PlanProgress, RunError> {
+    match checkpoint::restore(ctx).await? {
+        Restored::Nothing => Ok(PlanProgress::default()),
+        Restored::Plan(progress) => Ok(progress),
+        Restored::Conversation(_) => Err(RunError::new(
             ErrorCode::InternalError,
-            format!("the run's checkpoint {id} holds a conversation, not a plan"),
+            "the run's checkpoints hold a conversation, not a plan",
         )),
     }
 }

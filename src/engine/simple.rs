@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::domain::{ErrorCode, RunError};
 use crate::llm::{Message, ToolSpec};
 
-use super::checkpoint::{self, Conversation, Snapshot};
+use super::checkpoint::{self, Conversation, ConversationDelta, Delta, Restored};
 use super::context::RunContext;
 use super::converse::{self, Progress, Setup};
 use super::executor::{Executor, Outcome};
@@ -37,15 +37,18 @@ impl Executor for Simple {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e.to_run_error()),
         };
-        let (mut convo, last_checkpoint) = match restore(ctx).await {
-            Ok(Some(restored)) => restored,
-            Ok(None) => (
-                Conversation {
+        let (mut convo, saved) = match restore(ctx).await {
+            Ok(Some(convo)) => {
+                let saved = convo.messages.len();
+                (convo, saved)
+            }
+            Ok(None) => {
+                let convo = Conversation {
                     round: 0,
                     messages: opening_messages(ctx).await,
-                },
-                0,
-            ),
+                };
+                (convo, 0)
+            }
             Err(e) => return Outcome::Failed(e),
         };
         let setup = Setup {
@@ -56,9 +59,7 @@ impl Executor for Simple {
             max_rounds: ctx.services.config.max_tool_rounds,
             plan_version: NO_PLAN,
         };
-        let mut checkpoints = Checkpoints {
-            last: last_checkpoint,
-        };
+        let mut checkpoints = Checkpoints { saved };
         let answer = converse::converse(
             ctx,
             &setup,
@@ -74,16 +75,22 @@ impl Executor for Simple {
     }
 }
 
-/// Checkpoints the conversation whenever the loop says it must survive a restart.
+/// Checkpoints what the conversation gained whenever the loop says it must survive a
+/// restart.
 struct Checkpoints {
-    last: u64,
+    /// Messages already in a checkpoint (none: the first checkpoint holds them all).
+    saved: usize,
 }
 
 impl Progress for Checkpoints {
     async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
-        self.last += 1;
-        let snapshot = Snapshot::Conversation(convo.clone());
-        checkpoint::save(ctx, self.last, NO_PLAN, &snapshot).await;
+        let delta = ConversationDelta {
+            reset: self.saved == 0,
+            round: convo.round,
+            messages: convo.messages[self.saved..].to_vec(),
+        };
+        self.saved = convo.messages.len();
+        checkpoint::save(ctx, NO_PLAN, &Delta::Conversation(delta)).await;
     }
 }
 
@@ -150,18 +157,18 @@ async fn opening_messages(ctx: &RunContext) -> Vec<Message> {
     messages
 }
 
-/// The conversation of a resumed run's last checkpoint and that checkpoint's id; `None` for a
-/// first start or a run that stopped before its first checkpoint.
-async fn restore(ctx: &RunContext) -> Result<Option<(Conversation, u64)>, RunError> {
+/// The conversation a resumed run's checkpoints hold; `None` for a first start or a run that
+/// stopped before its first checkpoint.
+async fn restore(ctx: &RunContext) -> Result<Option<Conversation>, RunError> {
     if !ctx.resumed {
         return Ok(None);
     }
-    match checkpoint::latest(ctx).await? {
-        None => Ok(None),
-        Some((id, Snapshot::Conversation(convo))) => Ok(Some((convo, id))),
-        Some((id, Snapshot::Plan(_))) => Err(RunError::new(
+    match checkpoint::restore(ctx).await? {
+        Restored::Nothing => Ok(None),
+        Restored::Conversation(convo) => Ok(Some(convo)),
+        Restored::Plan(_) => Err(RunError::new(
             ErrorCode::InternalError,
-            format!("the run's checkpoint {id} holds a plan, not a conversation"),
+            "the run's checkpoints hold a plan, not a conversation",
         )),
     }
 }

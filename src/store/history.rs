@@ -128,6 +128,26 @@ impl Store {
         rows.iter().map(checkpoint_from_row).collect()
     }
 
+    /// At most `limit` of a run's checkpoints with an id above `after`, oldest first.
+    pub async fn checkpoints_after(
+        &self,
+        run: RunId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<Checkpoint>> {
+        // Ids above i64::MAX cannot exist; clamping keeps a huge `after` from wrapping.
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT * FROM checkpoints WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+        )
+        .bind(run.to_string())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(checkpoint_from_row).collect()
+    }
+
     /// The checkpoint a resumed run starts from.
     pub async fn latest_checkpoint(&self, run: RunId) -> Result<Option<Checkpoint>> {
         let row =

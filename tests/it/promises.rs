@@ -181,3 +181,318 @@ async fn usage_and_limit_counts_carry_on_across_a_restart() {
     assert_eq!(fin["status"], "failed", "{fin}");
     assert_eq!(fin["error"]["code"], "step_limit_exceeded", "{fin}");
 }
+
+/// A top-level sequential step holding a counted child, a parallel step of two counted
+/// children, and a loop over two items whose body counts the item and asks a human.
+fn nested_plan() -> Value {
+    let counted = |id: &str, key: &str| json!({ "id": id, "kind": "tool", "input": { "tool": "test.count", "arguments": { "key": key } } });
+    json!({ "steps": [{ "id": "outer", "kind": "sequential", "input": { "steps": [
+        counted("first", "first"),
+        { "id": "both", "kind": "parallel", "input": { "steps": [counted("left", "left"), counted("right", "right")] } },
+        { "id": "each", "kind": "loop", "input": { "for_each": [1, 2], "max_iterations": 2, "steps": [
+            counted("tally", "tally-{{ item }}"),
+            { "id": "ask", "kind": "user_input", "input": { "prompt": "item {{ item }}?" } },
+        ] } },
+    ] } }] })
+}
+
+/// Answers `ask` when the run asks for the `n`th time (counting from 1 over the reader).
+async fn answer_ask(app: &TestApp, id: &str) {
+    let resp = app
+        .client
+        .post(app.url(&format!("/v1/runs/{id}/input")))
+        .json(&json!({ "step_id": "ask", "value": "ok" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        202,
+        "{}",
+        resp.text().await.unwrap_or_default()
+    );
+}
+
+/// The attempts of `step_id` at `path`: (attempt, status, error code).
+async fn attempts_at(
+    app: &TestApp,
+    id: &str,
+    step_id: &str,
+    path: Value,
+) -> Vec<(u64, String, Value)> {
+    app.attempts(id, step_id)
+        .await
+        .into_iter()
+        .filter(|a| a["path"] == path)
+        .map(|a| {
+            (
+                a["attempt"].as_u64().unwrap(),
+                a["status"].as_str().unwrap().to_owned(),
+                a["error"]["code"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn finished_children_at_every_level_do_not_run_again_after_a_restart() {
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |_| {}).await;
+    let body = json!({ "input": "x", "orchestration": "fixed", "plan": nested_plan() });
+    let (id, mut reader) = start_until(&app, body, is_input_required).await;
+    // The first item's question is answered; the stop comes during the second one's.
+    answer_ask(&app, &id).await;
+    while reader.next_event().await.unwrap().kind() != "input_required" {}
+    drop(reader);
+    let first_done = app.attempts(&id, "first").await[0]["completed_at"].clone();
+    let dir = app.stop().await;
+
+    let app = spawn_probed_app(Some(dir), &probe, |_| {}).await;
+    let resp = app
+        .client
+        .get(app.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let mut reader = SseReader::new(resp);
+    let mut asks = 0;
+    while asks < 3 {
+        if reader.next_event().await.unwrap().kind() == "input_required" {
+            asks += 1;
+        }
+    }
+    answer_ask(&app, &id).await;
+    let fin = final_data(&reader.read_to_final().await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+
+    for key in ["first", "left", "right", "tally-1", "tally-2"] {
+        assert_eq!(probe.calls(key), 1, "`{key}` ran again after the restart");
+    }
+    let first = app.attempts(&id, "first").await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(
+        first[0]["completed_at"], first_done,
+        "`first` was run again"
+    );
+    // The interrupted child is closed as such and runs again as the next attempt; the
+    // question of the first item, answered before the stop, is not asked again.
+    assert_eq!(
+        attempts_at(&app, &id, "ask", json!("outer/each[1]")).await,
+        [
+            (1, "cancelled".to_owned(), json!("interrupted")),
+            (2, "completed".to_owned(), Value::Null),
+        ]
+    );
+    assert_eq!(
+        attempts_at(&app, &id, "ask", json!("outer/each[0]")).await,
+        [(1, "completed".to_owned(), Value::Null)]
+    );
+    assert_eq!(
+        attempts_at(&app, &id, "outer", Value::Null).await,
+        [
+            (1, "cancelled".to_owned(), json!("interrupted")),
+            (2, "completed".to_owned(), Value::Null),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn checkpoints_grow_with_each_output_once_and_come_in_pages() {
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |_| {}).await;
+    let big = "x".repeat(8_000);
+    let steps: Vec<Value> = (0..20)
+        .map(|i| {
+            let deps: Vec<String> = if i == 0 { vec![] } else { vec![format!("s{}", i - 1)] };
+            json!({ "id": format!("s{i}"), "kind": "tool", "depends_on": deps,
+                    "input": { "tool": "test.count", "arguments": { "key": format!("s{i}"), "value": big } } })
+        })
+        .collect();
+    let events = run_plan(&app, json!({ "steps": steps })).await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+    let id = run_id(&events);
+
+    // Page through them, 7 at a time, following the Link header.
+    let mut next = Some(format!("/v1/runs/{id}/checkpoints?limit=7"));
+    let mut all = Vec::new();
+    let mut pages = 0;
+    while let Some(path) = next.take() {
+        let resp = app.client.get(app.url(&path)).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        next = resp.headers().get("link").map(|l| {
+            let l = l.to_str().unwrap();
+            l[l.find('<').unwrap() + 1..l.find('>').unwrap()].to_owned()
+        });
+        let page: Vec<Value> = resp.json().await.unwrap();
+        assert!(page.len() <= 7);
+        all.extend(page);
+        pages += 1;
+    }
+    assert_eq!(pages, 3, "20 checkpoints in pages of 7");
+    let ids: Vec<u64> = all.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, (1..=20).collect::<Vec<u64>>());
+    // Every output is stored once: the checkpoints together hold about 20 outputs, not the
+    // 210 a checkpoint of everything so far would.
+    let stored: usize = all.iter().map(|c| c["state"].to_string().len()).sum();
+    assert!(
+        stored < 2 * 20 * big.len(),
+        "checkpoints hold {stored} bytes for 20 outputs of {} bytes",
+        big.len()
+    );
+    let (status, _) = app
+        .get_json(&format!("/v1/runs/{id}/checkpoints?limit=0"))
+        .await;
+    assert_eq!(status, 422);
+}
+
+/// The real `orca` binary on a loopback port, with its database in `dir`.
+struct Server {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Server {
+    async fn start(dir: &std::path::Path) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let db = format!("sqlite://{}", dir.join("orca.db").display());
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+            .args([
+                "serve",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+                "--database-url",
+                &db,
+            ])
+            .env("ORCA_LLM__PROVIDER", "offline")
+            .env("RUST_LOG", "warn")
+            .current_dir(dir)
+            .spawn()
+            .unwrap();
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let ready = client.get(server.url("/readyz")).send().await;
+            if ready.is_ok_and(|r| r.status() == 200) {
+                return server;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads a run's events from the start until the `n`th `input_required`.
+async fn until_asked(client: &reqwest::Client, server: &Server, id: &str, n: usize) -> SseReader {
+    let resp = client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let mut reader = SseReader::new(resp);
+    let mut asks = 0;
+    while asks < n {
+        if reader.next_event().await.unwrap().kind() == "input_required" {
+            asks += 1;
+        }
+    }
+    reader
+}
+
+#[tokio::test]
+async fn a_killed_server_does_not_run_finished_children_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let plan = json!({ "steps": [{ "id": "seq", "kind": "sequential", "input": { "steps": [
+        { "id": "c1", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
+        { "id": "c2", "kind": "user_input", "input": { "prompt": "go on?" } },
+    ] } }] });
+    let server = Server::start(dir.path()).await;
+    let run: Value = client
+        .post(server.url("/v1/runs"))
+        .json(&json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = run["id"].as_str().unwrap().to_owned();
+    drop(until_asked(&client, &server, &id, 1).await);
+    let steps = |server: &Server| {
+        let url = server.url(&format!("/v1/runs/{id}/steps"));
+        let client = client.clone();
+        async move {
+            let all: Vec<Value> = client.get(url).send().await.unwrap().json().await.unwrap();
+            all
+        }
+    };
+    let before = steps(&server).await;
+    let c1_before: Vec<&Value> = before.iter().filter(|s| s["step_id"] == "c1").collect();
+    assert_eq!(c1_before.len(), 1);
+    let c1_done = c1_before[0]["completed_at"].clone();
+    server.kill();
+
+    let server = Server::start(dir.path()).await;
+    let reader = until_asked(&client, &server, &id, 2).await;
+    let resp = client
+        .post(server.url(&format!("/v1/runs/{id}/input")))
+        .json(&json!({ "step_id": "c2", "value": "yes" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let fin = final_data(&reader.read_to_final().await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+
+    let after = steps(&server).await;
+    let of = |id: &str| -> Vec<(Value, Value, Value)> {
+        after
+            .iter()
+            .filter(|s| s["step_id"] == id)
+            .map(|s| {
+                (
+                    s["attempt"].clone(),
+                    s["status"].clone(),
+                    s["error"]["code"].clone(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(of("c1"), [(json!(1), json!("completed"), Value::Null)]);
+    let c1 = after.iter().find(|s| s["step_id"] == "c1").unwrap();
+    assert_eq!(c1["completed_at"], c1_done, "c1 ran again");
+    assert_eq!(
+        of("c2"),
+        [
+            (json!(1), json!("cancelled"), json!("interrupted")),
+            (json!(2), json!("completed"), Value::Null),
+        ]
+    );
+}

@@ -11,7 +11,7 @@ use crate::domain::{ErrorCode, RetryPolicy, RunError};
 use crate::plan::{KindSpec, StepSpec};
 use tokio::sync::SemaphorePermit;
 
-use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt};
+use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt, step_key};
 use super::super::context::RunContext;
 use super::super::sink::EventSink;
 use super::frame::{Frame, Locals};
@@ -48,6 +48,13 @@ pub(crate) fn run_step<'f>(
 ) -> BoxFuture<'f, Result<Value, RunError>> {
     Box::pin(async move {
         let ctx = frame.ctx;
+        // A child that finished before a restart is not run again. (Top-level steps are the
+        // scheduler's: it commits and restores them.)
+        let key = step_key(locals.path, spec.id.as_str());
+        let child = !locals.path.is_empty();
+        if child && let Some(result) = frame.children.finished_before(&key) {
+            return result;
+        }
         let policy = spec
             .retry_policy
             .clone()
@@ -57,7 +64,7 @@ pub(crate) fn run_step<'f>(
         // runs; a step opened before it had one (a top-level step, announced at its start)
         // takes it now.
         let mut slot = leaf_slot(frame, spec).await?;
-        let mut key = match opened {
+        let mut attempt = match opened {
             Some(key) => key,
             None => open(ctx, frame.plan_version, spec, locals.path, sink).await?,
         };
@@ -73,8 +80,12 @@ pub(crate) fn run_step<'f>(
             let error = match result {
                 Ok(output) => {
                     let end = AttemptEnd::completed(output.clone()).with_input(input);
-                    ctx.close_attempt(&key, end, sink).await;
-                    return Ok(output);
+                    ctx.close_attempt(&attempt, end, sink).await;
+                    let result = Ok(output);
+                    if child {
+                        frame.children.finished(ctx, &key, &result).await;
+                    }
+                    return result;
                 }
                 Err(e) => e,
             };
@@ -82,16 +93,21 @@ pub(crate) fn run_step<'f>(
                 tries < policy.max_attempts && policy.allows(&error.code) && ctx.take_retry();
             if !may_retry {
                 let end = AttemptEnd::failed(error.clone()).with_input(input);
-                ctx.close_attempt(&key, end, sink).await;
-                return Err(error);
+                ctx.close_attempt(&attempt, end, sink).await;
+                let result = Err(error);
+                if child {
+                    frame.children.finished(ctx, &key, &result).await;
+                }
+                return result;
             }
             let delay = policy.delay(tries + 1);
             let end = AttemptEnd::retrying(error, delay).with_input(input);
-            ctx.close_attempt(&key, end, sink).await;
+            ctx.close_attempt(&attempt, end, sink).await;
+            frame.children.clear(ctx, &key).await;
             drop(slot);
             tokio::time::sleep(delay).await;
             slot = leaf_slot(frame, spec).await?;
-            key = open(ctx, frame.plan_version, spec, locals.path, sink).await?;
+            attempt = open(ctx, frame.plan_version, spec, locals.path, sink).await?;
         }
     })
 }

@@ -11,6 +11,7 @@ use crate::domain::{ErrorCode, RetryPolicy, RunError};
 use crate::plan::{Condition, Scope, StepResults, StepState, StepView, Template};
 
 use super::super::context::RunContext;
+use super::progress::Children;
 
 /// Everything a step body may read; immutable while the step runs.
 pub(crate) struct Frame<'a> {
@@ -25,6 +26,8 @@ pub(crate) struct Frame<'a> {
     /// Plan-wide slots for leaf work (model and tool calls), `max_parallel_steps` of them,
     /// shared by top-level steps and the children of parallel steps alike.
     pub slots: Arc<Semaphore>,
+    /// Children that finished, kept so a resumed step does not run them again.
+    pub children: Arc<Children>,
 }
 
 /// Where a step sits and what it sees besides the frame: its place, its earlier siblings'

@@ -17,12 +17,14 @@
 //! its dependents. A stopping failure does not wait its turn in the commit order: the steps
 //! already finished are committed and the ones in flight are abandoned (closed as cancelled).
 //! Branches skip the steps of the arm not taken; a step whose dependencies were all skipped is
-//! skipped too. A checkpoint follows every completed step; on resume, steps the checkpoint
-//! holds as done are not run again.
+//! skipped too. A checkpoint follows every committed step, and every child that finishes
+//! inside a step still running ([`progress`]); on resume, steps and children the checkpoints
+//! hold as done are not run again.
 
 mod attempt;
 mod frame;
 mod kinds;
+mod progress;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -36,19 +38,13 @@ use crate::domain::event::{ErrorData, StepData};
 use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
 use crate::plan::{KindSpec, Scope, StepResults, StepState, StepView, ValidPlan};
 
-use super::checkpoint::{self, PlanProgress, Snapshot, StepResult};
+use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, StepResult};
 use super::context::RunContext;
 use super::executor::Outcome;
 use super::sink::EventSink;
 use attempt::run_step;
 use frame::{Frame, Locals};
-
-/// Where a run's plan stood when it stopped: its last checkpoint.
-#[derive(Debug, Default)]
-pub struct Restored {
-    pub progress: PlanProgress,
-    pub last_checkpoint: u64,
-}
+use progress::Children;
 
 /// One committed step, as [`Scheduler::next`] reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,30 +83,26 @@ pub struct Scheduler<'a> {
     version: u32,
     vars: Arc<Map<String, Value>>,
     slots: Arc<Semaphore>,
+    children: Arc<Children>,
     phases: Vec<Phase>,
     /// Steps started and not yet committed, in start order.
     in_flight: VecDeque<usize>,
     tasks: FuturesUnordered<BoxFuture<'a, (usize, Finished)>>,
     /// Committed steps not yet reported.
     reports: VecDeque<Report>,
-    last_checkpoint: u64,
     /// The failure that stops the run (`stop_on_first_failure`).
     stop: Option<RunError>,
     done: bool,
 }
 
 impl<'a> Scheduler<'a> {
-    /// A scheduler for `plan` (as version `version`), from where `restored` left it.
+    /// A scheduler for `plan` (as version `version`), from where its checkpoints left it.
     pub fn new(
         ctx: &'a RunContext,
         plan: Arc<ValidPlan>,
         version: u32,
-        restored: Restored,
+        progress: PlanProgress,
     ) -> Self {
-        let Restored {
-            progress,
-            last_checkpoint,
-        } = restored;
         let vars = if progress.variables.is_empty() {
             plan.plan().context.clone()
         } else {
@@ -124,10 +116,10 @@ impl<'a> Scheduler<'a> {
             version,
             vars: Arc::new(vars),
             slots,
+            children: Arc::new(Children::new(version, progress.children)),
             in_flight: VecDeque::new(),
             tasks: FuturesUnordered::new(),
             reports: VecDeque::new(),
-            last_checkpoint,
             stop: None,
             done: false,
         };
@@ -296,8 +288,14 @@ impl<'a> Scheduler<'a> {
         )
         .with_reason(reason);
         self.ctx.emit(Some(spec.id.as_str()), event).await;
+        let skipped = StepResult {
+            status: StepStatus::Skipped,
+            output: None,
+            error: None,
+        };
+        self.checkpoint(i, skipped).await;
         self.reports.push_back(Report {
-            step_id: spec.id.clone(),
+            step_id: self.plan.specs()[i].id.clone(),
             status: StepStatus::Skipped,
             output: None,
             error: None,
@@ -325,6 +323,7 @@ impl<'a> Scheduler<'a> {
             vars: self.vars.clone(),
             default_retry: plan.plan().settings.default_retry_policy.clone(),
             slots: self.slots.clone(),
+            children: self.children.clone(),
         };
         self.phases[i] = Phase::Running;
         self.in_flight.push_back(i);
@@ -360,21 +359,20 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// Announces a finished step (its held events end with its `step` event), makes its
-    /// result visible, checkpoints a completion and reports it.
+    /// Announces a finished step (its held events end with its `step` event), checkpoints its
+    /// result, makes it visible to later steps and reports it.
     async fn commit(&mut self, i: usize) {
         let Phase::Finished(finished) = std::mem::replace(&mut self.phases[i], Phase::Running)
         else {
             unreachable!("only finished steps are committed");
         };
         finished.events.release(self.ctx).await;
-        let spec = &self.plan.specs()[i];
-        let step_id = spec.id.clone();
+        self.checkpoint(i, StepResult::of(&finished.result)).await;
+        let step_id = self.plan.specs()[i].id.clone();
         let report = match finished.result {
             Ok(output) => {
                 self.mark_not_taken(i, &output);
                 self.phases[i] = Phase::Committed(Ok(output.clone()));
-                self.checkpoint().await;
                 Report {
                     step_id,
                     status: StepStatus::Completed,
@@ -430,36 +428,18 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    async fn checkpoint(&mut self) {
-        self.last_checkpoint += 1;
-        let mut progress = PlanProgress {
+    /// Checkpoints the result step `i` committed with, in place of what its children left.
+    async fn checkpoint(&mut self, i: usize, result: StepResult) {
+        let id = self.plan.specs()[i].id.to_string();
+        let mut delta = PlanDelta {
             plan_version: self.version,
-            steps: Default::default(),
-            variables: (*self.vars).clone(),
+            ..Default::default()
         };
-        for (spec, phase) in self.plan.specs().iter().zip(&self.phases) {
-            let result = match phase {
-                Phase::Committed(Ok(output)) => StepResult {
-                    status: StepStatus::Completed,
-                    output: Some(output.clone()),
-                    error: None,
-                },
-                Phase::Committed(Err(error)) => StepResult {
-                    status: StepStatus::Failed,
-                    output: None,
-                    error: Some(error.clone()),
-                },
-                Phase::Skipped => StepResult {
-                    status: StepStatus::Skipped,
-                    output: None,
-                    error: None,
-                },
-                _ => continue,
-            };
-            progress.steps.insert(spec.id.to_string(), result);
+        if self.children.take_inside(&id) {
+            delta.cleared.push(id.clone());
         }
-        let snapshot = Snapshot::Plan(progress);
-        checkpoint::save(self.ctx, self.last_checkpoint, self.version, &snapshot).await;
+        delta.steps.insert(id, result);
+        checkpoint::save(self.ctx, self.version, &Delta::Plan(delta)).await;
     }
 
     /// The results a step may reference: those of its transitive dependencies.
@@ -671,7 +651,7 @@ mod tests {
 
     async fn reports(ctx: &RunContext, plan: serde_json::Value) -> (Vec<Report>, Outcome) {
         let plan = crate::plan::validate_plan(&plan, &ctx.services.tools).unwrap();
-        let mut scheduler = Scheduler::new(ctx, Arc::new(plan), 1, Restored::default());
+        let mut scheduler = Scheduler::new(ctx, Arc::new(plan), 1, PlanProgress::default());
         let mut seen = Vec::new();
         while let Some(report) = scheduler.next().await {
             seen.push(report);
