@@ -36,12 +36,47 @@ async fn start_until(
         .await
         .unwrap();
     let mut reader = SseReader::new(resp);
-    loop {
-        let ev = reader.next_event().await.expect("the awaited event comes");
-        if until(&ev.json()) {
-            return (id, reader);
+    let found = async {
+        loop {
+            let ev = reader.next_event().await.expect("the awaited event comes");
+            if until(&ev.json()) {
+                return;
+            }
         }
-    }
+    };
+    tokio::time::timeout(PATIENCE, found)
+        .await
+        .expect("the awaited event comes in time");
+    (id, reader)
+}
+
+/// Reads events until the `n`th of `kind`, failing (instead of hanging on keep-alives) if
+/// they do not come.
+async fn skip_to(reader: &mut SseReader, kind: &str, n: usize) {
+    let seen = async {
+        let mut seen = 0;
+        while seen < n {
+            if reader
+                .next_event()
+                .await
+                .expect("the stream goes on")
+                .kind()
+                == kind
+            {
+                seen += 1;
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, seen)
+        .await
+        .unwrap_or_else(|_| panic!("{n} `{kind}` events did not come"));
+}
+
+/// Reads to `final`, failing (instead of hanging on keep-alives) if the run does not end.
+async fn to_final(reader: SseReader) -> Vec<SseMessage> {
+    tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("the run ends")
 }
 
 fn is_input_required(ev: &Value) -> bool {
@@ -153,12 +188,7 @@ async fn chain_across_a_restart(max_steps: u64) -> Value {
         .await
         .unwrap();
     let mut reader = SseReader::new(resp);
-    let mut asks = 0;
-    while asks < 2 {
-        if reader.next_event().await.unwrap().kind() == "input_required" {
-            asks += 1;
-        }
-    }
+    skip_to(&mut reader, "input_required", 2).await;
     let answered = app
         .client
         .post(app.url(&format!("/v1/runs/{id}/input")))
@@ -167,7 +197,7 @@ async fn chain_across_a_restart(max_steps: u64) -> Value {
         .await
         .unwrap();
     assert_eq!(answered.status(), 202);
-    final_data(&reader.read_to_final().await)
+    final_data(&to_final(reader).await)
 }
 
 #[tokio::test]
@@ -242,7 +272,7 @@ async fn finished_children_at_every_level_do_not_run_again_after_a_restart() {
     let (id, mut reader) = start_until(&app, body, is_input_required).await;
     // The first item's question is answered; the stop comes during the second one's.
     answer_ask(&app, &id).await;
-    while reader.next_event().await.unwrap().kind() != "input_required" {}
+    skip_to(&mut reader, "input_required", 1).await;
     drop(reader);
     let first_done = app.attempts(&id, "first").await[0]["completed_at"].clone();
     let dir = app.stop().await;
@@ -255,14 +285,9 @@ async fn finished_children_at_every_level_do_not_run_again_after_a_restart() {
         .await
         .unwrap();
     let mut reader = SseReader::new(resp);
-    let mut asks = 0;
-    while asks < 3 {
-        if reader.next_event().await.unwrap().kind() == "input_required" {
-            asks += 1;
-        }
-    }
+    skip_to(&mut reader, "input_required", 3).await;
     answer_ask(&app, &id).await;
-    let fin = final_data(&reader.read_to_final().await);
+    let fin = final_data(&to_final(reader).await);
     assert_eq!(fin["status"], "succeeded", "{fin}");
 
     for key in ["first", "left", "right", "tally-1", "tally-2"] {
@@ -416,12 +441,7 @@ async fn until_asked(client: &reqwest::Client, server: &Server, id: &str, n: usi
         .await
         .unwrap();
     let mut reader = SseReader::new(resp);
-    let mut asks = 0;
-    while asks < n {
-        if reader.next_event().await.unwrap().kind() == "input_required" {
-            asks += 1;
-        }
-    }
+    skip_to(&mut reader, "input_required", n).await;
     reader
 }
 
@@ -468,7 +488,7 @@ async fn a_killed_server_does_not_run_finished_children_again() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 202);
-    let fin = final_data(&reader.read_to_final().await);
+    let fin = final_data(&to_final(reader).await);
     assert_eq!(fin["status"], "succeeded", "{fin}");
 
     let after = steps(&server).await;
