@@ -386,7 +386,10 @@ pub struct EventsQuery {
 /// A run's events.
 ///
 /// Server-Sent Events by default: the history, then live events until `final`. Resume with
-/// `Last-Event-ID: N` or `?after=N`. With `Accept: application/json`, the history as an array.
+/// `Last-Event-ID: N` or `?after=N`. A finished run with no event after N answers 204 No Content
+/// at once (a browser's EventSource stops reconnecting on 204). N at or above 2^63 means "after
+/// everything"; N beyond the 64-bit range is a 422. With `Accept: application/json`, the
+/// history (events after N) as an array.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/events", tag = "runs",
     params(
@@ -396,7 +399,9 @@ pub struct EventsQuery {
     ),
     responses(
         (status = 200, description = "text/event-stream, or a JSON array with Accept: application/json", body = Vec<Event>),
+        (status = 204, description = "The run has finished and no event follows `after` / `Last-Event-ID` (event streams only)"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`after` or `Last-Event-ID` is not a non-negative 64-bit integer", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn run_events(
@@ -444,6 +449,14 @@ pub async fn run_events(
             }
         }
         return Ok(Json(all).into_response());
+    }
+    // A finished run with nothing after `after` ends the request at once: 204 tells a
+    // reconnecting EventSource (which sends `Last-Event-ID` after `final`) to stop reconnecting,
+    // where an empty 200 stream would make it reconnect forever. `?after=N` gets the same.
+    let tail = state.store.run_tail(id).await?;
+    let tail = tail.ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
+    if tail.ended_by(after) {
+        return Ok(StatusCode::NO_CONTENT.into_response());
     }
     Ok(sse(&state, id, after))
 }

@@ -9,4 +9,5 @@ mod history;
 mod llm_provider;
 mod offline_samples;
 mod scripted_runs;
+mod stream_end;
 mod workflows;
