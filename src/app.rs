@@ -5,13 +5,13 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::engine::{Engine, Services};
@@ -30,7 +30,7 @@ pub struct App {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     writer: tokio::task::JoinHandle<()>,
-    grace: Duration,
+    limits: ServerLimits,
 }
 
 impl App {
@@ -80,7 +80,7 @@ impl App {
         let listener = TcpListener::bind(&bind)
             .await
             .with_context(|| format!("binding {bind} (server.bind)"))?;
-        let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+        let limits = ServerLimits::from_config(&config.server);
         let state = AppState::new(
             engine.clone(),
             store.clone(),
@@ -97,7 +97,7 @@ impl App {
             tracker,
             shutdown,
             writer,
-            grace,
+            limits,
         })
     }
 
@@ -117,30 +117,34 @@ impl App {
     }
 
     /// Serves until `signal` completes, then stops accepting, ends event streams, lets run
-    /// tasks persist their state, and returns.
+    /// tasks persist their state, and returns. Open connections and run tasks get
+    /// `server.shutdown_grace_secs` from the signal between them; connections still open
+    /// then are closed, so one stalled client cannot keep the process alive.
     pub async fn run_until_stopped(
         self,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let shutdown = self.shutdown.clone();
-        use axum::serve::ListenerExt;
-        // Without TCP_NODELAY, small SSE frames wait for the peer's delayed ACK (~40 ms).
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "could not set TCP_NODELAY");
-            }
-        });
-        let served = axum::serve(listener, self.router)
-            .with_graceful_shutdown(async move {
-                signal.await;
+        let serving = api::server::serve(
+            self.listener,
+            self.router,
+            self.limits,
+            self.shutdown.clone(),
+        );
+        let mut serving = std::pin::pin!(serving);
+        tokio::select! {
+            // Only a cancelled token ends the server; nothing else cancels it today.
+            () = &mut serving => {}
+            () = signal => {
                 tracing::info!("stop requested: draining");
-                shutdown.cancel();
-            })
-            .await;
+                self.shutdown.cancel();
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.limits.grace;
         // Run tasks see the same token and leave their runs to be resumed next start.
         self.shutdown.cancel();
+        serving.await;
         self.tracker.close();
-        if tokio::time::timeout(self.grace, self.tracker.wait())
+        if tokio::time::timeout_at(deadline, self.tracker.wait())
             .await
             .is_err()
         {
@@ -149,6 +153,6 @@ impl App {
         self.hub.flush().await;
         self.writer.abort();
         self.store.close().await;
-        served.context("serving HTTP")
+        Ok(())
     }
 }

@@ -54,8 +54,18 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     /// Seconds between `: keep-alive` comments on an idle event stream.
     pub keep_alive_secs: u64,
-    /// Seconds to let in-flight responses finish after a stop signal.
+    /// Seconds to let in-flight responses finish after a stop signal; connections still open
+    /// then are closed. Below `docker stop`'s 10 s, so the process exits before it is killed.
     pub shutdown_grace_secs: u64,
+    /// Seconds a client may take to send a request's headers, counted from the connection's
+    /// opening or the end of its previous response: a slow or silent client (or an idle
+    /// keep-alive connection) is disconnected after it.
+    pub header_read_timeout_secs: u64,
+    /// Seconds a client may take to send a whole request body; slower bodies get 408.
+    pub body_read_timeout_secs: u64,
+    /// Connections served at once. Past it a few more are answered 503 and closed, and the
+    /// rest wait in the kernel's accept queue. Lowered at start to fit the open-file limit.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -64,7 +74,10 @@ impl Default for ServerConfig {
             bind: "127.0.0.1:8080".into(),
             body_limit_bytes: 1024 * 1024,
             keep_alive_secs: 15,
-            shutdown_grace_secs: 10,
+            shutdown_grace_secs: 8,
+            header_read_timeout_secs: 10,
+            body_read_timeout_secs: 30,
+            max_connections: 1024,
         }
     }
 }
@@ -363,6 +376,21 @@ impl Config {
         if self.server.keep_alive_secs == 0 {
             return Err(invalid("server.keep_alive_secs", "must be at least 1"));
         }
+        if self.server.header_read_timeout_secs == 0 {
+            return Err(invalid(
+                "server.header_read_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        if self.server.body_read_timeout_secs == 0 {
+            return Err(invalid(
+                "server.body_read_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        if self.server.max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
+        }
         if !self.database.url.starts_with("sqlite:") {
             return Err(invalid(
                 "database.url",
@@ -533,6 +561,15 @@ mod tests {
             ),
             ("[engine]\nmax_runing_runs = 2\n", "max_runing_runs"),
             ("[llm]\ndefault_model = \"gpt-9\"\n", "llm.default_model"),
+            (
+                "[server]\nheader_read_timeout_secs = 0\n",
+                "server.header_read_timeout_secs",
+            ),
+            (
+                "[server]\nbody_read_timeout_secs = 0\n",
+                "server.body_read_timeout_secs",
+            ),
+            ("[server]\nmax_connections = 0\n", "server.max_connections"),
             ("[database]\nurl = \"postgres://x\"\n", "database.url"),
             (
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",

@@ -5,6 +5,7 @@ pub mod error;
 pub mod extract;
 pub mod history;
 pub mod runs;
+pub mod server;
 pub mod system;
 pub mod workflows;
 
@@ -30,7 +31,7 @@ use crate::store::Store;
 use crate::stream::EventHub;
 
 use error::ApiError;
-use extract::BodyLimit;
+use extract::{BodyLimit, BodyTimeout};
 
 /// What handlers share: handles, not locks. Runs are started, answered and cancelled through
 /// the engine; their history is read from the store; their event streams come from the hub.
@@ -116,6 +117,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.server.body_limit_bytes;
+    let body_timeout = std::time::Duration::from_secs(state.config.server.body_read_timeout_secs);
     let v1 = Router::new()
         .route("/runs", post(runs::create_run).get(runs::list_runs))
         .route("/runs/{id}", get(runs::get_run))
@@ -151,6 +153,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn(move |mut req: Request, next: Next| async move {
             req.extensions_mut().insert(BodyLimit(body_limit));
+            req.extensions_mut().insert(BodyTimeout(body_timeout));
             next.run(req).await
         }))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))

@@ -4,6 +4,7 @@
 mod support;
 
 mod api_errors;
+mod connections;
 mod fixed;
 mod history;
 mod llm_provider;
