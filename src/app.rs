@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::engine::{Engine, Services};
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
+use crate::retention::{RetentionHandle, Sweeper};
 use crate::store::Store;
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
@@ -31,6 +32,9 @@ pub struct App {
     shutdown: CancellationToken,
     writer: tokio::task::JoinHandle<()>,
     limits: ServerLimits,
+    retention: RetentionHandle,
+    /// The retention sweeper; it stops on `shutdown`.
+    sweeper: tokio::task::JoinHandle<()>,
 }
 
 impl App {
@@ -81,6 +85,8 @@ impl App {
             .await
             .with_context(|| format!("binding {bind} (server.bind)"))?;
         let limits = ServerLimits::from_config(&config.server);
+        let (sweeper, retention) =
+            Sweeper::new(store.clone(), config.retention.clone(), shutdown.clone());
         let state = AppState::new(
             engine.clone(),
             store.clone(),
@@ -98,6 +104,9 @@ impl App {
             shutdown,
             writer,
             limits,
+            retention,
+            // Spawned last, once nothing in `build` can fail any more.
+            sweeper: tokio::spawn(sweeper.run()),
         })
     }
 
@@ -114,6 +123,11 @@ impl App {
     /// The event hub: every run's events, replayed and live.
     pub fn events(&self) -> &EventHub {
         &self.hub
+    }
+
+    /// Asks the retention sweeper for a sweep now.
+    pub fn retention(&self) -> RetentionHandle {
+        self.retention.clone()
     }
 
     /// Serves until `signal` completes, then stops accepting, ends event streams, lets run
@@ -149,6 +163,15 @@ impl App {
             .is_err()
         {
             tracing::warn!("some runs did not stop within the grace period");
+        }
+        // The sweeper stops between two batches; one in flight is a short transaction.
+        let mut sweeper = self.sweeper;
+        if tokio::time::timeout_at(deadline, &mut sweeper)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the retention sweeper did not stop within the grace period");
+            sweeper.abort();
         }
         self.hub.flush().await;
         self.writer.abort();

@@ -44,6 +44,7 @@ pub struct Config {
     pub llm: LlmConfig,
     pub tools: ToolsConfig,
     pub workflows: WorkflowsConfig,
+    pub retention: RetentionConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -275,6 +276,29 @@ pub struct WorkflowsConfig {
     pub dir: PathBuf,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Finished runs are deleted with everything they own this many days after they
+    /// finished; 0 keeps them forever.
+    pub finished_run_days: u32,
+    /// Seconds between sweeps; the first runs at start.
+    pub sweep_interval_secs: u64,
+    /// Runs deleted per transaction: small, so the write lock is never held long enough to
+    /// stall running runs' event writes.
+    pub batch_runs: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            finished_run_days: 30,
+            sweep_interval_secs: 3600,
+            batch_runs: 100,
+        }
+    }
+}
+
 /// Values given on the command line; each overrides everything else.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -411,6 +435,15 @@ impl Config {
         }
         if self.engine.event_buffer < 16 {
             return Err(invalid("engine.event_buffer", "must be at least 16"));
+        }
+        if self.retention.sweep_interval_secs == 0 {
+            return Err(invalid(
+                "retention.sweep_interval_secs",
+                "must be at least 1",
+            ));
+        }
+        if !(1..=1000).contains(&self.retention.batch_runs) {
+            return Err(invalid("retention.batch_runs", "must be from 1 to 1000"));
         }
         for k in &self.auth.api_keys {
             if k.key.expose().len() < 16 {
@@ -570,6 +603,11 @@ mod tests {
                 "server.body_read_timeout_secs",
             ),
             ("[server]\nmax_connections = 0\n", "server.max_connections"),
+            (
+                "[retention]\nsweep_interval_secs = 0\n",
+                "retention.sweep_interval_secs",
+            ),
+            ("[retention]\nbatch_runs = 0\n", "retention.batch_runs"),
             ("[database]\nurl = \"postgres://x\"\n", "database.url"),
             (
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",

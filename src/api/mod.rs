@@ -75,7 +75,8 @@ impl AppState {
         license(name = "Apache-2.0")
     ),
     paths(
-        runs::create_run, runs::list_runs, runs::get_run, runs::run_events, runs::run_steps,
+        runs::create_run, runs::list_runs, runs::get_run, runs::delete_run, runs::run_events,
+        runs::run_steps,
         runs::cancel_run, runs::submit_input, history::run_plans, history::run_checkpoints,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, system::list_tools, system::healthz, system::readyz,
@@ -120,7 +121,7 @@ pub fn router(state: AppState) -> Router {
     let body_timeout = std::time::Duration::from_secs(state.config.server.body_read_timeout_secs);
     let v1 = Router::new()
         .route("/runs", post(runs::create_run).get(runs::list_runs))
-        .route("/runs/{id}", get(runs::get_run))
+        .route("/runs/{id}", get(runs::get_run).delete(runs::delete_run))
         .route("/runs/{id}/events", get(runs::run_events))
         .route("/runs/{id}/steps", get(runs::run_steps))
         .route("/runs/{id}/cancel", post(runs::cancel_run))

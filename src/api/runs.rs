@@ -1,4 +1,5 @@
-//! `/v1/runs`: create (streaming or not), read, list, events (SSE or JSON), steps, cancel.
+//! `/v1/runs`: create (streaming or not), read, list, delete, events (SSE or JSON), steps,
+//! cancel.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -290,6 +291,40 @@ pub async fn get_run(
 ) -> Result<Json<Run>, ApiError> {
     let id = parse_run_id(&id)?;
     Ok(Json(load_run(&state, &tenant, id).await?))
+}
+
+/// Delete a finished run with everything it owns: events, step attempts, plans, checkpoints.
+///
+/// A run that has not finished is a 409: cancel it first. Its idempotency key is free again
+/// once it is deleted.
+#[utoipa::path(
+    delete, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The run has not finished", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_run(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = parse_run_id(&id)?;
+    let run = load_run(&state, &tenant, id).await?;
+    if !run.status.is_terminal() {
+        return Err(ApiError::Conflict(format!(
+            "the run is {}; only a finished run can be deleted (cancel it first)",
+            run.status.as_str()
+        )));
+    }
+    // A finished run never changes again, so nothing can slip in between the check and the
+    // delete; zero rows means a concurrent delete won.
+    if state.store.delete_runs(&[id]).await? == 0 {
+        return Err(ApiError::NotFound(format!("no run `{id}`")));
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// List runs, newest first.

@@ -23,7 +23,9 @@ use crate::domain::{
 };
 
 mod history;
+mod retention;
 pub use history::*;
+pub use retention::RUN_TABLES;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 

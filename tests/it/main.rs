@@ -9,6 +9,7 @@ mod fixed;
 mod history;
 mod llm_provider;
 mod offline_samples;
+mod retention;
 mod scripted_runs;
 mod stream_end;
 mod workflows;
