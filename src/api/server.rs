@@ -129,7 +129,14 @@ pub async fn serve(
         let (builder, service, permit) = match slot {
             Slot::Served(p) => (&http, router.clone(), p),
             Slot::Overflow(p) => {
-                tracing::warn!(%peer, limit = limits.max_connections, "connection limit reached; answering 503");
+                // Once per burst, not once per connection: a flood must not flood the logs.
+                if overflow.available_permits() == OVERFLOW_CONNECTIONS - 1 {
+                    tracing::warn!(
+                        limit = limits.max_connections,
+                        "connection limit reached; answering 503 to new connections"
+                    );
+                }
+                tracing::debug!(%peer, "over the connection limit: 503");
                 (&http_busy, busy.clone(), p)
             }
         };
