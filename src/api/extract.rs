@@ -1,6 +1,6 @@
-//! Request bodies: read within the size limit and the time limit, parsed as JSON, checked against the JSON Schema
-//! of `schemas/`, then deserialised into typed requests. Every failure is a problem+json with
-//! every located error at once, never a 500.
+//! Request bodies: read within the size and time limits, parsed as JSON, checked against the
+//! JSON Schema of `schemas/`, then deserialised into typed requests. Every failure is a
+//! problem+json with every located error at once, never a 500.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
