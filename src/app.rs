@@ -5,18 +5,19 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::engine::{Engine, Services};
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
+use crate::retention::{RetentionHandle, Sweeper};
 use crate::store::Store;
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
@@ -30,7 +31,10 @@ pub struct App {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     writer: tokio::task::JoinHandle<()>,
-    grace: Duration,
+    limits: ServerLimits,
+    retention: RetentionHandle,
+    /// The retention sweeper; it stops on `shutdown`.
+    sweeper: tokio::task::JoinHandle<()>,
 }
 
 impl App {
@@ -80,7 +84,9 @@ impl App {
         let listener = TcpListener::bind(&bind)
             .await
             .with_context(|| format!("binding {bind} (server.bind)"))?;
-        let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+        let limits = ServerLimits::from_config(&config.server);
+        let (sweeper, retention) =
+            Sweeper::new(store.clone(), config.retention.clone(), shutdown.clone());
         let state = AppState::new(
             engine.clone(),
             store.clone(),
@@ -97,7 +103,10 @@ impl App {
             tracker,
             shutdown,
             writer,
-            grace,
+            limits,
+            retention,
+            // Spawned last, once nothing in `build` can fail any more.
+            sweeper: tokio::spawn(sweeper.run()),
         })
     }
 
@@ -116,39 +125,57 @@ impl App {
         &self.hub
     }
 
+    /// Asks the retention sweeper for a sweep now.
+    pub fn retention(&self) -> RetentionHandle {
+        self.retention.clone()
+    }
+
     /// Serves until `signal` completes, then stops accepting, ends event streams, lets run
-    /// tasks persist their state, and returns.
+    /// tasks persist their state, and returns. Open connections and run tasks get
+    /// `server.shutdown_grace_secs` from the signal between them; connections still open
+    /// then are closed, so one stalled client cannot keep the process alive.
     pub async fn run_until_stopped(
         self,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let shutdown = self.shutdown.clone();
-        use axum::serve::ListenerExt;
-        // Without TCP_NODELAY, small SSE frames wait for the peer's delayed ACK (~40 ms).
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "could not set TCP_NODELAY");
-            }
-        });
-        let served = axum::serve(listener, self.router)
-            .with_graceful_shutdown(async move {
-                signal.await;
+        let serving = api::server::serve(
+            self.listener,
+            self.router,
+            self.limits,
+            self.shutdown.clone(),
+        );
+        let mut serving = std::pin::pin!(serving);
+        tokio::select! {
+            // Only a cancelled token ends the server; nothing else cancels it today.
+            () = &mut serving => {}
+            () = signal => {
                 tracing::info!("stop requested: draining");
-                shutdown.cancel();
-            })
-            .await;
+                self.shutdown.cancel();
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.limits.grace;
         // Run tasks see the same token and leave their runs to be resumed next start.
         self.shutdown.cancel();
+        serving.await;
         self.tracker.close();
-        if tokio::time::timeout(self.grace, self.tracker.wait())
+        if tokio::time::timeout_at(deadline, self.tracker.wait())
             .await
             .is_err()
         {
             tracing::warn!("some runs did not stop within the grace period");
         }
+        // The sweeper stops between two batches; one in flight is a short transaction.
+        let mut sweeper = self.sweeper;
+        if tokio::time::timeout_at(deadline, &mut sweeper)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the retention sweeper did not stop within the grace period");
+            sweeper.abort();
+        }
         self.hub.flush().await;
         self.writer.abort();
         self.store.close().await;
-        served.context("serving HTTP")
+        Ok(())
     }
 }

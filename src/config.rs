@@ -44,6 +44,7 @@ pub struct Config {
     pub llm: LlmConfig,
     pub tools: ToolsConfig,
     pub workflows: WorkflowsConfig,
+    pub retention: RetentionConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,8 +55,18 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     /// Seconds between `: keep-alive` comments on an idle event stream.
     pub keep_alive_secs: u64,
-    /// Seconds to let in-flight responses finish after a stop signal.
+    /// Seconds to let in-flight responses finish after a stop signal; connections still open
+    /// then are closed. Below `docker stop`'s 10 s, so the process exits before it is killed.
     pub shutdown_grace_secs: u64,
+    /// Seconds a client may take to send a request's headers, counted from the connection's
+    /// opening or the end of its previous response: a slow or silent client (or an idle
+    /// keep-alive connection) is disconnected after it.
+    pub header_read_timeout_secs: u64,
+    /// Seconds a client may take to send a whole request body; slower bodies get 408.
+    pub body_read_timeout_secs: u64,
+    /// Connections served at once. Past it a few more are answered 503 and closed, and the
+    /// rest wait in the kernel's accept queue. Lowered at start to fit the open-file limit.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -64,7 +75,10 @@ impl Default for ServerConfig {
             bind: "127.0.0.1:8080".into(),
             body_limit_bytes: 1024 * 1024,
             keep_alive_secs: 15,
-            shutdown_grace_secs: 10,
+            shutdown_grace_secs: 8,
+            header_read_timeout_secs: 10,
+            body_read_timeout_secs: 30,
+            max_connections: 1024,
         }
     }
 }
@@ -262,6 +276,29 @@ pub struct WorkflowsConfig {
     pub dir: PathBuf,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Finished runs are deleted with everything they own this many days after they
+    /// finished; 0 keeps them forever.
+    pub finished_run_days: u32,
+    /// Seconds between sweeps; the first runs at start.
+    pub sweep_interval_secs: u64,
+    /// Runs deleted per transaction: small, so the write lock is never held long enough to
+    /// stall running runs' event writes.
+    pub batch_runs: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            finished_run_days: 30,
+            sweep_interval_secs: 3600,
+            batch_runs: 100,
+        }
+    }
+}
+
 /// Values given on the command line; each overrides everything else.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -363,6 +400,21 @@ impl Config {
         if self.server.keep_alive_secs == 0 {
             return Err(invalid("server.keep_alive_secs", "must be at least 1"));
         }
+        if self.server.header_read_timeout_secs == 0 {
+            return Err(invalid(
+                "server.header_read_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        if self.server.body_read_timeout_secs == 0 {
+            return Err(invalid(
+                "server.body_read_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        if self.server.max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
+        }
         if !self.database.url.starts_with("sqlite:") {
             return Err(invalid(
                 "database.url",
@@ -383,6 +435,15 @@ impl Config {
         }
         if self.engine.event_buffer < 16 {
             return Err(invalid("engine.event_buffer", "must be at least 16"));
+        }
+        if self.retention.sweep_interval_secs == 0 {
+            return Err(invalid(
+                "retention.sweep_interval_secs",
+                "must be at least 1",
+            ));
+        }
+        if !(1..=1000).contains(&self.retention.batch_runs) {
+            return Err(invalid("retention.batch_runs", "must be from 1 to 1000"));
         }
         for k in &self.auth.api_keys {
             if k.key.expose().len() < 16 {
@@ -533,6 +594,20 @@ mod tests {
             ),
             ("[engine]\nmax_runing_runs = 2\n", "max_runing_runs"),
             ("[llm]\ndefault_model = \"gpt-9\"\n", "llm.default_model"),
+            (
+                "[server]\nheader_read_timeout_secs = 0\n",
+                "server.header_read_timeout_secs",
+            ),
+            (
+                "[server]\nbody_read_timeout_secs = 0\n",
+                "server.body_read_timeout_secs",
+            ),
+            ("[server]\nmax_connections = 0\n", "server.max_connections"),
+            (
+                "[retention]\nsweep_interval_secs = 0\n",
+                "retention.sweep_interval_secs",
+            ),
+            ("[retention]\nbatch_runs = 0\n", "retention.batch_runs"),
             ("[database]\nurl = \"postgres://x\"\n", "database.url"),
             (
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",

@@ -2,7 +2,8 @@
 //!
 //! Reading order: [`domain`] (the vocabulary), [`config`], [`store`] (all SQL), [`stream`]
 //! (per-run event hub), [`schema`] (JSON Schema errors as users read them), [`llm`] and [`tools`] (what steps call), [`engine`] (runs, executors),
-//! [`api`] (the only module that knows HTTP), and [`app`] (wiring it together).
+//! [`retention`] (deleting finished runs past their time), [`api`] (the only module that knows
+//! HTTP), and [`app`] (wiring it together).
 
 pub mod api;
 pub mod app;
@@ -12,6 +13,7 @@ pub mod engine;
 pub mod llm;
 pub mod metrics;
 pub mod plan;
+pub mod retention;
 pub mod schema;
 pub mod store;
 pub mod stream;

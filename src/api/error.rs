@@ -50,6 +50,8 @@ pub enum ApiError {
     Conflict(String),
     #[error("the body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    #[error("the body did not arrive within {} s", .0.as_secs())]
+    RequestTimeout(std::time::Duration),
     #[error("send the body as application/json")]
     UnsupportedMediaType,
     #[error("missing or invalid credentials")]
@@ -95,6 +97,11 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
                 "Payload too large",
+            ),
+            ApiError::RequestTimeout(_) => (
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "Request timeout",
             ),
             ApiError::UnsupportedMediaType => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -156,6 +163,11 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            // The rest of the body may still be on its way: this connection cannot carry
+            // another request.
+            ApiError::RequestTimeout(_) => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }

@@ -1,6 +1,6 @@
-//! Request bodies: read within the size limit, parsed as JSON, checked against the JSON Schema
-//! of `schemas/`, then deserialised into typed requests. Every failure is a problem+json with
-//! every located error at once, never a 500.
+//! Request bodies: read within the size and time limits, parsed as JSON, checked against the
+//! JSON Schema of `schemas/`, then deserialised into typed requests. Every failure is a
+//! problem+json with every located error at once, never a 500.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -29,7 +29,17 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .extensions()
             .get::<BodyLimit>()
             .map_or(usize::MAX, |l| l.0);
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        let deadline = req.extensions().get::<BodyTimeout>().map(|t| t.0);
+        let read = Bytes::from_request(req, state);
+        // The whole body within the deadline, not each piece: a client trickling a byte at a
+        // time must not hold its connection (and a descriptor) open for ever.
+        let read = match deadline {
+            Some(d) => tokio::time::timeout(d, read)
+                .await
+                .map_err(|_| ApiError::RequestTimeout(d))?,
+            None => read.await,
+        };
+        let bytes = read.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge(limit)
             } else {
@@ -48,6 +58,11 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// The configured body limit, put in request extensions so rejections can name it.
 #[derive(Clone, Copy)]
 pub struct BodyLimit(pub usize);
+
+/// The longest a whole request body may take to arrive (`server.body_read_timeout_secs`),
+/// put in request extensions next to [`BodyLimit`].
+#[derive(Clone, Copy)]
+pub struct BodyTimeout(pub std::time::Duration);
 
 /// Compiles one of the schemas shipped in `schemas/`. They are part of the binary and checked
 /// by tests, so failing here is a build defect.

@@ -5,6 +5,7 @@ pub mod error;
 pub mod extract;
 pub mod history;
 pub mod runs;
+pub mod server;
 pub mod system;
 pub mod workflows;
 
@@ -30,7 +31,7 @@ use crate::store::Store;
 use crate::stream::EventHub;
 
 use error::ApiError;
-use extract::BodyLimit;
+use extract::{BodyLimit, BodyTimeout};
 
 /// What handlers share: handles, not locks. Runs are started, answered and cancelled through
 /// the engine; their history is read from the store; their event streams come from the hub.
@@ -74,7 +75,8 @@ impl AppState {
         license(name = "Apache-2.0")
     ),
     paths(
-        runs::create_run, runs::list_runs, runs::get_run, runs::run_events, runs::run_steps,
+        runs::create_run, runs::list_runs, runs::get_run, runs::delete_run, runs::run_events,
+        runs::run_steps,
         runs::cancel_run, runs::submit_input, history::run_plans, history::run_checkpoints,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, system::list_tools, system::healthz, system::readyz,
@@ -116,9 +118,10 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.server.body_limit_bytes;
+    let body_timeout = std::time::Duration::from_secs(state.config.server.body_read_timeout_secs);
     let v1 = Router::new()
         .route("/runs", post(runs::create_run).get(runs::list_runs))
-        .route("/runs/{id}", get(runs::get_run))
+        .route("/runs/{id}", get(runs::get_run).delete(runs::delete_run))
         .route("/runs/{id}/events", get(runs::run_events))
         .route("/runs/{id}/steps", get(runs::run_steps))
         .route("/runs/{id}/cancel", post(runs::cancel_run))
@@ -151,6 +154,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn(move |mut req: Request, next: Next| async move {
             req.extensions_mut().insert(BodyLimit(body_limit));
+            req.extensions_mut().insert(BodyTimeout(body_timeout));
             next.run(req).await
         }))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))

@@ -1,4 +1,5 @@
-//! `/v1/runs`: create (streaming or not), read, list, events (SSE or JSON), steps, cancel.
+//! `/v1/runs`: create (streaming or not), read, list, delete, events (SSE or JSON), steps,
+//! cancel.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -292,6 +293,40 @@ pub async fn get_run(
     Ok(Json(load_run(&state, &tenant, id).await?))
 }
 
+/// Delete a finished run with everything it owns: events, step attempts, plans, checkpoints.
+///
+/// A run that has not finished is a 409: cancel it first. Its idempotency key is free again
+/// once it is deleted.
+#[utoipa::path(
+    delete, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The run has not finished", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_run(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = parse_run_id(&id)?;
+    let run = load_run(&state, &tenant, id).await?;
+    if !run.status.is_terminal() {
+        return Err(ApiError::Conflict(format!(
+            "the run is {}; only a finished run can be deleted (cancel it first)",
+            run.status.as_str()
+        )));
+    }
+    // A finished run never changes again, so nothing can slip in between the check and the
+    // delete; zero rows means a concurrent delete won.
+    if state.store.delete_runs(&[id]).await? == 0 {
+        return Err(ApiError::NotFound(format!("no run `{id}`")));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// List runs, newest first.
 ///
 /// Filters: `status`, `orchestration`, `created_after`, `created_before` (RFC 3339),
@@ -386,7 +421,10 @@ pub struct EventsQuery {
 /// A run's events.
 ///
 /// Server-Sent Events by default: the history, then live events until `final`. Resume with
-/// `Last-Event-ID: N` or `?after=N`. With `Accept: application/json`, the history as an array.
+/// `Last-Event-ID: N` or `?after=N`. A finished run with no event after N answers 204 No Content
+/// at once (a browser's EventSource stops reconnecting on 204). N at or above 2^63 means "after
+/// everything"; N beyond the 64-bit range is a 422. With `Accept: application/json`, the
+/// history (events after N) as an array.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/events", tag = "runs",
     params(
@@ -396,7 +434,9 @@ pub struct EventsQuery {
     ),
     responses(
         (status = 200, description = "text/event-stream, or a JSON array with Accept: application/json", body = Vec<Event>),
+        (status = 204, description = "The run has finished and no event follows `after` / `Last-Event-ID` (event streams only)"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`after` or `Last-Event-ID` is not a non-negative 64-bit integer", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn run_events(
@@ -444,6 +484,14 @@ pub async fn run_events(
             }
         }
         return Ok(Json(all).into_response());
+    }
+    // A finished run with nothing after `after` ends the request at once: 204 tells a
+    // reconnecting EventSource (which sends `Last-Event-ID` after `final`) to stop reconnecting,
+    // where an empty 200 stream would make it reconnect forever. `?after=N` gets the same.
+    let tail = state.store.run_tail(id).await?;
+    let tail = tail.ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
+    if tail.ended_by(after) {
+        return Ok(StatusCode::NO_CONTENT.into_response());
     }
     Ok(sse(&state, id, after))
 }
@@ -595,6 +643,12 @@ pub async fn submit_input(
         }
         Err(engine::SubmitError::Engine(engine::Error::AlreadyTerminal(s))) => {
             Err(ApiError::Conflict(format!("the run is already {s}")))
+        }
+        Err(engine::SubmitError::Engine(engine::Error::Store(e))) => {
+            tracing::error!(error = ?e, "storing an answer failed");
+            Err(ApiError::Unavailable(
+                "the answer could not be stored; send it again".into(),
+            ))
         }
         Err(engine::SubmitError::Engine(e)) => Err(ApiError::internal(e)),
         Err(engine::SubmitError::Input(engine::input::InputError::Invalid(problems))) => {

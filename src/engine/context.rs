@@ -190,15 +190,38 @@ impl RunContext {
         self.emit(None, data).await;
     }
 
-    /// Waits for a human answer to step `step_id`: emits `input_required`, moves the run to
-    /// `waiting_input` (its clock paused), and back to `running` once answered.
+    /// Waits for a human answer to step `step_id` at `path`: emits `input_required`, moves
+    /// the run to `waiting_input` (its clock paused), and back to `running` once answered. An
+    /// answer stored before a restart is taken as it is, without asking again.
     pub async fn wait_for_input(
         &self,
         step_id: &str,
+        path: &str,
         prompt: &str,
         schema: Option<&JsonSchema>,
     ) -> Result<Value, RunError> {
-        let rx = self.services.inputs.wait(self.run_id, step_id, schema);
+        let step_key = super::attempts::step_key(path, step_id);
+        if self.resumed {
+            let stored = self
+                .services
+                .store()
+                .answer_for(self.run_id, &step_key)
+                .await;
+            match stored {
+                Ok(Some(answer)) => return Ok(answer),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(RunError::new(
+                        ErrorCode::StoreUnavailable,
+                        format!("could not read the stored answer: {e}"),
+                    ));
+                }
+            }
+        }
+        let rx = self
+            .services
+            .inputs
+            .wait(self.run_id, step_id, &step_key, schema);
         let data = InputRequiredData {
             step_id: step_id.to_owned(),
             prompt: prompt.to_owned(),

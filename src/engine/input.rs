@@ -1,5 +1,6 @@
 //! Human input: runs waiting on a `user_input` step register here; `POST /v1/runs/{id}/input`
-//! delivers the answer after checking it against the step's schema.
+//! takes the wait (checking the answer against the step's schema), the engine stores the
+//! answer, and only then is it delivered — so an acknowledged answer survives a crash.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,11 +26,22 @@ pub enum InputError {
     Invalid(Vec<InputProblem>),
 }
 
-struct Waiting {
+/// A run's wait for an answer, taken out of the box while its answer is being stored.
+pub struct Waiting {
     step_id: String,
+    /// The step's place and id (`path/id`): where its answer is stored.
+    pub step_key: String,
     /// The step's answer schema, compiled when its plan was validated.
     schema: Option<JsonSchema>,
     answer: oneshot::Sender<Value>,
+}
+
+impl Waiting {
+    /// Hands the (stored) answer to the waiting run. The run may have ended meanwhile; then
+    /// the answer has nowhere to go, which is what an ended run means.
+    pub fn deliver(self, value: Value) {
+        let _ = self.answer.send(value);
+    }
 }
 
 /// Runs waiting for input. A std mutex: lookups and swaps only.
@@ -39,11 +51,13 @@ pub struct InputBox {
 }
 
 impl InputBox {
-    /// Registers a run as waiting on `step_id`; the receiver yields the validated answer.
+    /// Registers a run as waiting on `step_id` (at `step_key`); the receiver yields the
+    /// answer once it is stored.
     pub fn wait(
         &self,
         run: RunId,
         step_id: &str,
+        step_key: &str,
         schema: Option<&JsonSchema>,
     ) -> oneshot::Receiver<Value> {
         let (tx, rx) = oneshot::channel();
@@ -51,6 +65,7 @@ impl InputBox {
             run,
             Waiting {
                 step_id: step_id.to_owned(),
+                step_key: step_key.to_owned(),
                 schema: schema.cloned(),
                 answer: tx,
             },
@@ -71,8 +86,10 @@ impl InputBox {
             .map(|w| w.step_id.clone())
     }
 
-    /// Delivers an answer if the run waits on this step and the value fits its schema.
-    pub fn answer(&self, run: RunId, step_id: &str, value: Value) -> Result<(), InputError> {
+    /// Takes the run's wait if it waits on this step and `value` fits its schema. While it is
+    /// out, a second answer finds the run not waiting; [`Self::put_back`] returns it when the
+    /// answer could not be stored.
+    pub fn take(&self, run: RunId, step_id: &str, value: &Value) -> Result<Waiting, InputError> {
         let mut map = self.waiting.lock().expect("input lock");
         let Some(w) = map.get(&run) else {
             return Err(InputError::NotWaiting(None));
@@ -82,7 +99,7 @@ impl InputBox {
         }
         if let Some(schema) = &w.schema {
             let problems: Vec<InputProblem> = schema
-                .check(&value)
+                .check(value)
                 .into_iter()
                 .map(|v| InputProblem {
                     pointer: format!("/value{}", v.pointer),
@@ -93,10 +110,17 @@ impl InputBox {
                 return Err(InputError::Invalid(problems));
             }
         }
-        let w = map.remove(&run).expect("checked above");
-        // The run task may have ended meanwhile; then the answer has nowhere to go, which is
-        // what a cancelled run means.
-        let _ = w.answer.send(value);
-        Ok(())
+        Ok(map.remove(&run).expect("checked above"))
+    }
+
+    /// Returns a taken wait whose answer was not stored, unless the run already left.
+    pub fn put_back(&self, run: RunId, waiting: Waiting) {
+        if !waiting.answer.is_closed() {
+            self.waiting
+                .lock()
+                .expect("input lock")
+                .entry(run)
+                .or_insert(waiting);
+        }
     }
 }

@@ -231,11 +231,27 @@ impl Engine {
                 stored.run.status.as_str(),
             )));
         }
-        self.inner
+        // Stored before it is delivered: once this returns, the answer survives a crash.
+        let inputs = &self.inner.services.inputs;
+        let waiting = inputs
+            .take(id, step_id, &value)
+            .map_err(SubmitError::Input)?;
+        let stored = self
+            .inner
             .services
-            .inputs
-            .answer(id, step_id, value)
-            .map_err(SubmitError::Input)
+            .store()
+            .save_answer(id, &waiting.step_key, &value)
+            .await;
+        match stored {
+            Ok(()) => {
+                waiting.deliver(value);
+                Ok(())
+            }
+            Err(e) => {
+                inputs.put_back(id, waiting);
+                Err(SubmitError::Engine(e.into()))
+            }
+        }
     }
 
     fn limits(&self, spec: &RunSpec) -> EffectiveLimits {

@@ -94,6 +94,36 @@ impl Store {
             .collect()
     }
 
+    // ---- answers to user_input steps ------------------------------------------------------
+
+    /// Stores the answer to the `user_input` step at `step_key` (its path and id), in its own
+    /// transaction: the API acknowledges an answer only once this returned.
+    pub async fn save_answer(&self, run: RunId, step_key: &str, value: &Value) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO input_answers (run_id, step_key, value, answered_at) VALUES (?, ?, ?, ?)
+             ON CONFLICT (run_id, step_key) DO UPDATE SET
+                value = excluded.value, answered_at = excluded.answered_at",
+        )
+        .bind(run.to_string())
+        .bind(step_key)
+        .bind(to_json(value))
+        .bind(fmt_time(Utc::now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The stored answer to the `user_input` step at `step_key`, if it has one.
+    pub async fn answer_for(&self, run: RunId, step_key: &str) -> Result<Option<Value>> {
+        let text: Option<String> =
+            sqlx::query_scalar("SELECT value FROM input_answers WHERE run_id = ? AND step_key = ?")
+                .bind(run.to_string())
+                .bind(step_key)
+                .fetch_optional(&self.pool)
+                .await?;
+        text.map(|t| parse_json(&t)).transpose()
+    }
+
     // ---- checkpoints --------------------------------------------------------------------
 
     /// Stores a checkpoint and returns its id (the run's next, from 1).

@@ -23,7 +23,9 @@ use crate::domain::{
 };
 
 mod history;
+mod retention;
 pub use history::*;
+pub use retention::RUN_TABLES;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -118,6 +120,30 @@ pub enum Record {
         usage: Usage,
         counters: Counters,
     },
+}
+
+/// The end of a run's event log, from [`Store::run_tail`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunTail {
+    pub status: RunStatus,
+    /// The seq of the run's last stored event; 0 before its first.
+    pub last_seq: u64,
+}
+
+impl RunTail {
+    /// Whether a reader that has seen every event up to `after` has nothing left to wait for:
+    /// the run is terminal (so its `final` event, always the last, is stored) and no event
+    /// follows `after`.
+    pub fn ended_by(&self, after: u64) -> bool {
+        self.status.is_terminal() && self.last_seq <= after
+    }
+}
+
+/// A seq as SQLite's signed 64-bit integer. Seqs are far below 2^63; a larger bound (a client's
+/// `after` or `Last-Event-ID`) means "after everything" and must not wrap to a negative number,
+/// which would replay the whole log.
+fn seq_bound(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
 /// Outcome of [`Store::insert_run`].
@@ -445,11 +471,30 @@ impl Store {
         let rows =
             sqlx::query("SELECT * FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?")
                 .bind(run.to_string())
-                .bind(after as i64)
+                .bind(seq_bound(after))
                 .bind(limit as i64)
                 .fetch_all(&self.pool)
                 .await?;
         rows.iter().map(|r| event_from_row(run, r)).collect()
+    }
+
+    /// Where a run's event log ends: its status and last seq, read in one statement (so a
+    /// terminal status always comes with its `final` event). `None` for an unknown run.
+    pub async fn run_tail(&self, run: RunId) -> Result<Option<RunTail>> {
+        let row = sqlx::query(
+            "SELECT status, (SELECT MAX(seq) FROM events WHERE run_id = runs.id) AS last_seq
+             FROM runs WHERE id = ?",
+        )
+        .bind(run.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let status: String = row.try_get("status")?;
+        Ok(Some(RunTail {
+            status: RunStatus::parse(&status)
+                .ok_or_else(|| Error::Corrupt(format!("status `{status}`")))?,
+            last_seq: row.try_get::<Option<i64>, _>("last_seq")?.unwrap_or(0) as u64,
+        }))
     }
 
     pub async fn last_seq(&self, run: RunId) -> Result<u64> {

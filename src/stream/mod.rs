@@ -119,7 +119,8 @@ impl EventHub {
 
     /// Every event of `run` with seq > `after`: history from the store, then live events until
     /// `final`, or until `stop` fires. Lagging falls back to the store; nothing is skipped or
-    /// repeated.
+    /// repeated. The stream also ends, empty, when the run has already ended at or before
+    /// `after` (or ends while `after` is still ahead of it): nothing would ever follow.
     pub fn follow(
         &self,
         run: RunId,
@@ -156,6 +157,18 @@ impl EventHub {
                         break;
                     }
                 }
+                // Replay ended without `final`. If the run already ended at or before `last`
+                // (a reader resuming after `final`, or one whose `after` is past the end), no
+                // live event will ever come: end now instead of sending keep-alives forever.
+                // A run that is gone (deleted) has nothing more to send either.
+                match hub.inner.store.run_tail(run).await {
+                    Ok(Some(tail)) if !tail.ended_by(last) => {}
+                    Ok(_) => return,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
                 loop {
                     let next = tokio::select! {
                         _ = stop.cancelled() => return,
@@ -163,6 +176,9 @@ impl EventHub {
                         r = rx.recv() => r,
                     };
                     match next {
+                        // `final` is always the last event: once it is broadcast nothing
+                        // follows, even when the reader asked for events past its seq.
+                        Ok(ev) if ev.seq <= last && ev.kind == EventKind::Final => return,
                         Ok(ev) if ev.seq <= last => continue,
                         Ok(ev) if ev.seq == last + 1 => {
                             last = ev.seq;

@@ -4,10 +4,13 @@
 mod support;
 
 mod api_errors;
+mod connections;
 mod fixed;
 mod history;
 mod llm_provider;
 mod offline_samples;
 mod promises;
+mod retention;
 mod scripted_runs;
+mod stream_end;
 mod workflows;

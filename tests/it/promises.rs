@@ -516,3 +516,44 @@ async fn a_killed_server_does_not_run_finished_children_again() {
         ]
     );
 }
+
+#[tokio::test]
+async fn an_acknowledged_answer_survives_a_kill_right_after_the_202() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+    let plan = json!({ "steps": [
+        { "id": "ask", "kind": "user_input", "input": { "prompt": "a number?" } },
+        { "id": "double", "kind": "tool", "depends_on": ["ask"], "input": { "tool": "math.calculate", "arguments": { "expression": "{{ steps.ask.output }} * 2" } } },
+    ]});
+    let server = Server::start(dir.path()).await;
+    let run: Value = client
+        .post(server.url("/v1/runs"))
+        .json(&json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = run["id"].as_str().unwrap().to_owned();
+    drop(until_asked(&client, &server, &id, 1).await);
+    let resp = client
+        .post(server.url(&format!("/v1/runs/{id}/input")))
+        .json(&json!({ "step_id": "ask", "value": 21 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    // Killed the moment the answer is acknowledged: 202 means the answer is stored.
+    server.kill();
+
+    let server = Server::start(dir.path()).await;
+    let resp = client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let fin = final_data(&to_final(SseReader::new(resp)).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["result"], 42, "{fin}");
+}

@@ -21,6 +21,8 @@ pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
     pub dir: TempDir,
+    /// Asks the app's retention sweeper for a sweep now.
+    pub retention: orca::retention::RetentionHandle,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -102,6 +104,7 @@ async fn spawn_app_with(
         }
     };
     let base = format!("http://{}", app.local_addr());
+    let retention = app.retention();
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(app.run_until_stopped(async move {
         let _ = rx.await;
@@ -110,6 +113,7 @@ async fn spawn_app_with(
         base,
         client: reqwest::Client::new(),
         dir,
+        retention,
         stop: Some(tx),
         task: Some(task),
     }

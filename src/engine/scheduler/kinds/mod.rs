@@ -62,7 +62,7 @@ pub(crate) async fn run(
             io.input = Some(json!({ "prompt": prompt }));
             frame
                 .ctx
-                .wait_for_input(spec.id.as_str(), &prompt, schema.as_ref())
+                .wait_for_input(spec.id.as_str(), locals.path, &prompt, schema.as_ref())
                 .await
         }
         KindSpec::Sequential { steps } => {
