@@ -144,8 +144,9 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(system::openapi_json))
         .merge(protected)
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
-        .method_not_allowed_fallback(|| async {
-            ApiError::NotFound("no such endpoint for this method".into())
+        // axum adds the `Allow` header (the route's methods) to this answer.
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            ApiError::MethodNotAllowed(method.to_string())
         })
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -23,7 +23,7 @@ use crate::store::RunFilter;
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
-use super::extract::{JsonBody, parse_with_schema};
+use super::extract::{JsonBody, Path, Query, deserialize_located, parse_with_schema};
 
 /// The body of `POST /v1/runs` (schema: `schemas/RunRequest.schema.json`).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -322,8 +322,17 @@ pub async fn list_runs(
     };
     let mut errors = Vec::new();
     let time = |v: &str| DateTime::parse_from_rfc3339(v).map(|t| t.with_timezone(&Utc));
+    let mut seen = std::collections::HashSet::new();
     for (k, v) in &params {
         let pointer = format!("/query/{}", super::extract::escape_pointer(k));
+        // A repeated filter is ambiguous (the last one? both?): refuse it rather than guess.
+        if !seen.insert(k.as_str()) {
+            errors.push(FieldError::new(
+                pointer,
+                format!("`{k}` is given more than once"),
+            ));
+            continue;
+        }
         match k.as_str() {
             "status" => match RunStatus::parse(v) {
                 Some(s) => filter.status = Some(s),
@@ -579,8 +588,7 @@ pub async fn submit_input(
     if !errors.is_empty() {
         return Err(ApiError::validation_many(errors));
     }
-    let answer: InputAnswer =
-        serde_json::from_value(body).map_err(|e| ApiError::validation("", e.to_string()))?;
+    let answer: InputAnswer = deserialize_located(body)?;
     match state
         .engine
         .submit_input(&tenant, id, &answer.step_id, answer.value)
