@@ -112,6 +112,7 @@ pub async fn create_run(
     let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
     let key = idempotency_key(&headers)?;
     let (spec, plan) = validate_run(&state, &tenant, req).await?;
+    let fingerprint = key.as_ref().map(|_| spec.fingerprint());
     let created = state
         .engine
         .create_run(&tenant, spec, plan, key.as_deref())
@@ -122,7 +123,15 @@ pub async fn create_run(
         })?;
     let (run, fresh) = match created {
         Created::New(r) => (r, true),
-        Created::Existing(r) => (r, false),
+        Created::Existing(r) => {
+            // The key names one request: the same key with another body is a client bug
+            // (a reused key), and answering with the first run would hide it.
+            let stored = state.store.idempotency_fingerprint(&tenant, r.id).await?;
+            if stored.is_some() && stored != fingerprint {
+                return Err(ApiError::IdempotencyKeyReused);
+            }
+            (r, false)
+        }
     };
     if wants_sse(&headers) {
         return Ok(sse(&state, run.id, 0));
