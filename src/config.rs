@@ -56,6 +56,11 @@ pub struct ServerConfig {
     pub keep_alive_secs: u64,
     /// Seconds to let in-flight responses finish after a stop signal.
     pub shutdown_grace_secs: u64,
+    /// Serve an address other than loopback with no API keys configured. Off by default:
+    /// without keys every caller may start runs and read every run, which is only safe where
+    /// nobody else can connect.
+    pub allow_unauthenticated_public_bind: bool,
+    pub cors: CorsConfig,
 }
 
 impl Default for ServerConfig {
@@ -65,8 +70,42 @@ impl Default for ServerConfig {
             body_limit_bytes: 1024 * 1024,
             keep_alive_secs: 15,
             shutdown_grace_secs: 10,
+            allow_unauthenticated_public_bind: false,
+            cors: CorsConfig::default(),
         }
     }
+}
+
+/// Which web pages (origins) may call the API from a browser. None by default: browsers then
+/// keep other sites' scripts from reading any answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CorsConfig {
+    /// Exact origins such as `https://app.example.com` (scheme, host, optional port; no path),
+    /// or `["*"]` for any origin.
+    pub allowed_origins: Vec<String>,
+    /// How long browsers may cache a preflight answer.
+    pub max_age_secs: u64,
+}
+
+impl Default for CorsConfig {
+    fn default() -> Self {
+        CorsConfig {
+            allowed_origins: Vec::new(),
+            max_age_secs: 600,
+        }
+    }
+}
+
+/// Whether `origin` is what browsers send in `Origin`: `scheme://host[:port]`, nothing more.
+fn is_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    matches!(scheme, "http" | "https")
+        && !rest.is_empty()
+        && !rest.contains(['/', '?', '#', '@', ' '])
+        && origin.is_ascii()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -268,6 +307,8 @@ pub struct Overrides {
     pub config_file: Option<PathBuf>,
     pub bind: Option<String>,
     pub database_url: Option<String>,
+    /// `--allow-unauthenticated-public-bind`: sets `server.allow_unauthenticated_public_bind`.
+    pub allow_unauthenticated_public_bind: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -339,6 +380,12 @@ impl Config {
         if let Some(v) = &overrides.database_url {
             fig = fig.merge(Serialized::default("database.url", v));
         }
+        if overrides.allow_unauthenticated_public_bind {
+            fig = fig.merge(Serialized::default(
+                "server.allow_unauthenticated_public_bind",
+                true,
+            ));
+        }
 
         let config: Config = fig.extract().map_err(|e| Error::Load(Box::new(e)))?;
         config.validate()?;
@@ -351,10 +398,44 @@ impl Config {
             key,
             message: message.to_owned(),
         };
-        if self.server.bind.parse::<SocketAddr>().is_err() {
+        let Ok(addr) = self.server.bind.parse::<SocketAddr>() else {
             return Err(Error::Invalid {
                 key: "server.bind",
                 message: format!("`{}` is not a host:port address", self.server.bind),
+            });
+        };
+        if !addr.ip().to_canonical().is_loopback()
+            && self.auth.api_keys.is_empty()
+            && !self.server.allow_unauthenticated_public_bind
+        {
+            return Err(Error::Invalid {
+                key: "server.bind",
+                message: format!(
+                    "`{}` is not a loopback address and no API keys are configured, so anyone \
+                     who can reach it could start runs and read every run; configure \
+                     auth.api_keys, bind 127.0.0.1, or opt in with \
+                     server.allow_unauthenticated_public_bind = true \
+                     (ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND=true, \
+                     --allow-unauthenticated-public-bind)",
+                    self.server.bind
+                ),
+            });
+        }
+        let origins = &self.server.cors.allowed_origins;
+        let any = origins.iter().any(|o| o == "*");
+        if any && origins.len() > 1 {
+            return Err(invalid(
+                "server.cors.allowed_origins",
+                "`*` allows every origin and cannot be combined with others",
+            ));
+        }
+        if let Some(bad) = origins.iter().find(|o| !any && !is_origin(o)) {
+            return Err(Error::Invalid {
+                key: "server.cors.allowed_origins",
+                message: format!(
+                    "`{bad}` is not an origin; write scheme://host[:port], e.g. \
+                     https://app.example.com, with no path or trailing slash"
+                ),
             });
         }
         if self.server.body_limit_bytes < 1024 {
@@ -548,6 +629,82 @@ mod tests {
             .expect_err(text)
             .to_string();
             assert!(err.contains(key), "{text:?} gave {err:?}");
+        }
+    }
+
+    #[test]
+    fn a_public_bind_needs_api_keys_or_an_explicit_opt_in() {
+        for bind in ["0.0.0.0:8080", "[::]:8080", "192.0.2.1:8080"] {
+            let err = load(&[("ORCA_BIND", bind)], Overrides::default())
+                .expect_err(bind)
+                .to_string();
+            assert!(
+                err.contains("server.allow_unauthenticated_public_bind"),
+                "{err}"
+            );
+            load(
+                &[
+                    ("ORCA_BIND", bind),
+                    ("ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND", "true"),
+                ],
+                Overrides::default(),
+            )
+            .expect("the variable opts in");
+            load(
+                &[("ORCA_BIND", bind)],
+                Overrides {
+                    allow_unauthenticated_public_bind: true,
+                    ..Default::default()
+                },
+            )
+            .expect("the flag opts in");
+            let f =
+                toml_file("[[auth.api_keys]]\nkey = \"a-key-of-sixteen-chars\"\ntenant = \"a\"\n");
+            load(
+                &[
+                    ("ORCA_BIND", bind),
+                    ("ORCA_CONFIG", f.path().to_str().unwrap()),
+                ],
+                Overrides::default(),
+            )
+            .expect("API keys make it safe");
+        }
+        for bind in [
+            "127.0.0.1:8080",
+            "127.0.0.2:0",
+            "[::1]:8080",
+            "[::ffff:127.0.0.1]:80",
+        ] {
+            load(&[("ORCA_BIND", bind)], Overrides::default()).expect(bind);
+        }
+    }
+
+    #[test]
+    fn cors_origins_are_checked() {
+        let c = load(
+            &[(
+                "ORCA_SERVER__CORS__ALLOWED_ORIGINS",
+                "[\"https://app.example.com\", \"http://127.0.0.1:3000\"]",
+            )],
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.server.cors.allowed_origins,
+            ["https://app.example.com", "http://127.0.0.1:3000"]
+        );
+        for origins in [
+            "[\"https://app.example.com/\"]",
+            "[\"app.example.com\"]",
+            "[\"*\", \"https://a.example\"]",
+        ] {
+            let err = load(
+                &[("ORCA_SERVER__CORS__ALLOWED_ORIGINS", origins)],
+                Overrides::default(),
+            )
+            .expect_err(origins)
+            .to_string();
+            assert!(err.contains("allowed_origins"), "{origins}: {err}");
         }
     }
 

@@ -48,6 +48,11 @@ struct ConfigArgs {
     /// Database URL, e.g. sqlite://orca.db (overrides DATABASE_URL and database.url).
     #[arg(long)]
     database_url: Option<String>,
+    /// Serve a non-loopback address even though no API keys are configured (sets
+    /// server.allow_unauthenticated_public_bind). Anyone who can connect may then start runs
+    /// and read every run.
+    #[arg(long)]
+    allow_unauthenticated_public_bind: bool,
 }
 
 impl ConfigArgs {
@@ -56,6 +61,7 @@ impl ConfigArgs {
             config_file: self.config.clone(),
             bind: self.bind.clone(),
             database_url: self.database_url.clone(),
+            allow_unauthenticated_public_bind: self.allow_unauthenticated_public_bind,
         })?)
     }
 }

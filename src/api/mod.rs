@@ -18,6 +18,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use jsonschema::Validator;
 use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
@@ -114,8 +115,50 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
 
+/// The CORS layer for the configured origins, or None when no origin is allowed (the default):
+/// then no CORS header is sent and browsers keep other sites' pages from reading answers.
+fn cors_layer(config: &crate::config::CorsConfig) -> Option<CorsLayer> {
+    use axum::http::{HeaderValue, Method};
+    if config.allowed_origins.is_empty() {
+        return None;
+    }
+    let origins = if config.allowed_origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        // Checked by config validation: every entry is an ASCII origin.
+        AllowOrigin::list(
+            config
+                .allowed_origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok()),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(origins)
+            .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
+            .allow_headers([
+                header::ACCEPT,
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("x-api-key"),
+                HeaderName::from_static("idempotency-key"),
+                HeaderName::from_static("last-event-id"),
+                HeaderName::from_static("x-request-id"),
+            ])
+            .expose_headers([
+                header::LOCATION,
+                header::RETRY_AFTER,
+                header::ALLOW,
+                HeaderName::from_static("x-request-id"),
+            ])
+            .max_age(std::time::Duration::from_secs(config.max_age_secs)),
+    )
+}
+
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.server.body_limit_bytes;
+    let cors = cors_layer(&state.config.server.cors);
     let v1 = Router::new()
         .route("/runs", post(runs::create_run).get(runs::list_runs))
         .route("/runs/{id}", get(runs::get_run))
@@ -170,6 +213,9 @@ pub fn router(state: AppState) -> Router {
             header::AUTHORIZATION,
             HeaderName::from_static("x-api-key"),
         ]))
+        // Outermost: a preflight carries no credentials and is answered before auth, and
+        // every answer, errors included, carries the CORS headers.
+        .layer(tower::util::option_layer(cors))
 }
 
 /// Resolves the caller's tenant. Without configured keys everyone is the `default` tenant;

@@ -8,5 +8,6 @@ mod fixed;
 mod history;
 mod llm_provider;
 mod offline_samples;
+mod posture;
 mod scripted_runs;
 mod workflows;
