@@ -311,14 +311,98 @@ pub struct Overrides {
     pub allow_unauthenticated_public_bind: bool,
 }
 
+/// Every message names what the user wrote: the environment variable or flag that set the
+/// value, or the key and the TOML file it is in; never a place in orca's source.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("configuration: {0}")]
-    Load(Box<figment::Error>),
-    #[error("configuration: `{key}` {message}")]
-    Invalid { key: &'static str, message: String },
+    /// A value that does not fit its key (wrong type, unknown key), as `origin: message`.
+    #[error("configuration: {}", .0.join("; "))]
+    Load(Vec<String>),
+    /// A value that fits its type but not the rules of [`Config::validate`]. `set_by` names
+    /// the variable, flag or file when loading knew it.
+    #[error("configuration: {}: {message}", match set_by {
+        Some(origin) if origin.starts_with(key) => origin.clone(),
+        Some(origin) => format!("{origin} ({key})"),
+        None => format!("`{key}`"),
+    })]
+    Invalid {
+        key: &'static str,
+        message: String,
+        set_by: Option<String>,
+    },
     #[error("configuration: file {0} does not exist")]
     MissingFile(PathBuf),
+}
+
+/// Where the values of a load came from, to name them in errors: the variables and flags that
+/// set a key (in merge order, so the last one is the value in force), and the figment for what
+/// files set.
+struct Origins<'a> {
+    set: Vec<(String, String)>,
+    figment: &'a Figment,
+}
+
+impl Origins<'_> {
+    /// The variable or flag that set `key` (or a table holding it, or a key inside it), else
+    /// `key in FILE` for a value read from a file, else the key itself.
+    fn of(&self, key: &str) -> String {
+        let related = |set: &str| {
+            set == key || key.starts_with(&format!("{set}.")) || set.starts_with(&format!("{key}."))
+        };
+        if let Some((_, name)) = self.set.iter().rev().find(|(k, _)| related(k)) {
+            return name.clone();
+        }
+        let file = self
+            .figment
+            .find_metadata(key)
+            .and_then(|m| m.source.as_ref())
+            .and_then(|s| s.file_path());
+        match file {
+            Some(path) => format!("{key} in {}", path.display()),
+            None => key.to_owned(),
+        }
+    }
+
+    fn describe(&self, e: &figment::Error) -> String {
+        use figment::error::Kind;
+        let key = e.path.join(".");
+        let message = match &e.kind {
+            Kind::InvalidType(actual, expected) => {
+                format!("expected {}, found {actual}", plain_type(expected))
+            }
+            Kind::InvalidValue(actual, expected) => {
+                format!("expected {}, found {actual}", plain_type(expected))
+            }
+            Kind::UnknownField(field, known) => {
+                format!("unknown key `{field}`; known keys: {}", known.join(", "))
+            }
+            Kind::UnknownVariant(value, known) => {
+                format!(
+                    "unknown value `{value}`; expected one of {}",
+                    known.join(", ")
+                )
+            }
+            other => other.to_string(),
+        };
+        if key.is_empty() {
+            message
+        } else {
+            format!("{}: {message}", self.of(&key))
+        }
+    }
+}
+
+/// Serde's names of Rust types as a user reads them (`usize` is "a non-negative integer").
+fn plain_type(expected: &str) -> String {
+    match expected {
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a non-negative integer".into(),
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "an integer".into(),
+        "f32" | "f64" => "a number".into(),
+        "a sequence" => "an array".into(),
+        "a map" => "a table".into(),
+        other if other.starts_with("struct ") => "a table".into(),
+        other => other.to_owned(),
+    }
 }
 
 impl Config {
@@ -353,6 +437,8 @@ impl Config {
             }
         }
 
+        // Which variable or flag set which key, to name it in errors.
+        let mut set: Vec<(String, String)> = Vec::new();
         // Nested keys: ORCA_ENGINE__MAX_RUNNING_RUNS=8 sets engine.max_running_runs. Values
         // are parsed like figment's Env provider does (numbers, booleans, arrays, strings).
         for (name, value) in env {
@@ -362,6 +448,7 @@ impl Config {
                 let key = rest.to_ascii_lowercase().replace("__", ".");
                 let value: figment::value::Value = value.parse().expect("parsing is infallible");
                 fig = fig.merge(Serialized::default(&key, value));
+                set.push((key, name.clone()));
             }
         }
         for (name, key) in [
@@ -372,23 +459,35 @@ impl Config {
         ] {
             if let Some(v) = var(name) {
                 fig = fig.merge(Serialized::default(key, v));
+                set.push((key.to_owned(), name.to_owned()));
             }
         }
         if let Some(v) = &overrides.bind {
             fig = fig.merge(Serialized::default("server.bind", v));
+            set.push(("server.bind".into(), "--bind".into()));
         }
         if let Some(v) = &overrides.database_url {
             fig = fig.merge(Serialized::default("database.url", v));
+            set.push(("database.url".into(), "--database-url".into()));
         }
         if overrides.allow_unauthenticated_public_bind {
-            fig = fig.merge(Serialized::default(
-                "server.allow_unauthenticated_public_bind",
-                true,
-            ));
+            let key = "server.allow_unauthenticated_public_bind";
+            fig = fig.merge(Serialized::default(key, true));
+            set.push((key.into(), "--allow-unauthenticated-public-bind".into()));
         }
 
-        let config: Config = fig.extract().map_err(|e| Error::Load(Box::new(e)))?;
-        config.validate()?;
+        let origins = Origins { set, figment: &fig };
+        let config: Config = fig
+            .extract()
+            .map_err(|e| Error::Load(e.into_iter().map(|e| origins.describe(&e)).collect()))?;
+        config.validate().map_err(|e| match e {
+            Error::Invalid { key, message, .. } => Error::Invalid {
+                key,
+                message,
+                set_by: Some(origins.of(key)).filter(|o| o != key),
+            },
+            other => other,
+        })?;
         Ok(config)
     }
 
@@ -397,11 +496,13 @@ impl Config {
         let invalid = |key, message: &str| Error::Invalid {
             key,
             message: message.to_owned(),
+            set_by: None,
         };
         let Ok(addr) = self.server.bind.parse::<SocketAddr>() else {
             return Err(Error::Invalid {
                 key: "server.bind",
                 message: format!("`{}` is not a host:port address", self.server.bind),
+                set_by: None,
             });
         };
         if !addr.ip().to_canonical().is_loopback()
@@ -419,6 +520,7 @@ impl Config {
                      --allow-unauthenticated-public-bind)",
                     self.server.bind
                 ),
+                set_by: None,
             });
         }
         let origins = &self.server.cors.allowed_origins;
@@ -436,6 +538,7 @@ impl Config {
                     "`{bad}` is not an origin; write scheme://host[:port], e.g. \
                      https://app.example.com, with no path or trailing slash"
                 ),
+                set_by: None,
             });
         }
         if self.server.body_limit_bytes < 1024 {
@@ -489,6 +592,7 @@ impl Config {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
+                set_by: None,
             });
         }
         for (alias, m) in &self.llm.models {
@@ -499,6 +603,7 @@ impl Config {
                         "alias `{alias}` names provider `{}`; expected `openai` or `offline`",
                         m.provider
                     ),
+                    set_by: None,
                 });
             }
         }

@@ -9,5 +9,6 @@ mod history;
 mod llm_provider;
 mod offline_samples;
 mod posture;
+mod process;
 mod scripted_runs;
 mod workflows;
