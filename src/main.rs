@@ -108,9 +108,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Openapi { output } => {
-            let yaml = orca::api::openapi()
-                .to_yaml()
-                .context("rendering the OpenAPI document")?;
+            let yaml = orca::api::openapi::yaml();
             match output {
                 Some(path) => std::fs::write(&path, yaml)
                     .with_context(|| format!("writing {}", path.display()))?,

@@ -4,6 +4,7 @@
 pub mod error;
 pub mod extract;
 pub mod history;
+pub mod openapi;
 pub mod runs;
 pub mod system;
 pub mod workflows;
@@ -110,9 +111,9 @@ impl utoipa::Modify for SecurityAddon {
     }
 }
 
-/// The OpenAPI document (the same text as the repository's `openapi.yaml`).
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+/// The OpenAPI document (the same document as the repository's `openapi.yaml`).
+pub fn openapi() -> serde_json::Value {
+    openapi::document()
 }
 
 /// The CORS layer for the configured origins, or None when no origin is allowed (the default):
