@@ -22,6 +22,10 @@ COPY --from=build /src/target/release/orca /usr/local/bin/orca
 COPY config/default.toml /etc/orca/orca.toml
 USER orca
 WORKDIR /var/lib/orca
+# The container binds 0.0.0.0 so a published port reaches it. Without API keys orca refuses
+# that unless told: give keys in the config, or run with
+# -e ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND=true and publish on the host's loopback
+# only (-p 127.0.0.1:8080:8080). See README, "Operating".
 ENV ORCA_CONFIG=/etc/orca/orca.toml \
     ORCA_BIND=0.0.0.0:8080 \
     DATABASE_URL=sqlite:///var/lib/orca/orca.db \

@@ -67,6 +67,11 @@ pub struct ServerConfig {
     /// Connections served at once. Past it a few more are answered 503 and closed, and the
     /// rest wait in the kernel's accept queue. Lowered at start to fit the open-file limit.
     pub max_connections: usize,
+    /// Serve an address other than loopback with no API keys configured. Off by default:
+    /// without keys every caller may start runs and read every run, which is only safe where
+    /// nobody else can connect.
+    pub allow_unauthenticated_public_bind: bool,
+    pub cors: CorsConfig,
 }
 
 impl Default for ServerConfig {
@@ -79,8 +84,42 @@ impl Default for ServerConfig {
             header_read_timeout_secs: 10,
             body_read_timeout_secs: 30,
             max_connections: 1024,
+            allow_unauthenticated_public_bind: false,
+            cors: CorsConfig::default(),
         }
     }
+}
+
+/// Which web pages (origins) may call the API from a browser. None by default: browsers then
+/// keep other sites' scripts from reading any answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CorsConfig {
+    /// Exact origins such as `https://app.example.com` (scheme, host, optional port; no path),
+    /// or `["*"]` for any origin.
+    pub allowed_origins: Vec<String>,
+    /// How long browsers may cache a preflight answer.
+    pub max_age_secs: u64,
+}
+
+impl Default for CorsConfig {
+    fn default() -> Self {
+        CorsConfig {
+            allowed_origins: Vec::new(),
+            max_age_secs: 600,
+        }
+    }
+}
+
+/// Whether `origin` is what browsers send in `Origin`: `scheme://host[:port]`, nothing more.
+fn is_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    matches!(scheme, "http" | "https")
+        && !rest.is_empty()
+        && !rest.contains(['/', '?', '#', '@', ' '])
+        && origin.is_ascii()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -305,16 +344,102 @@ pub struct Overrides {
     pub config_file: Option<PathBuf>,
     pub bind: Option<String>,
     pub database_url: Option<String>,
+    /// `--allow-unauthenticated-public-bind`: sets `server.allow_unauthenticated_public_bind`.
+    pub allow_unauthenticated_public_bind: bool,
 }
 
+/// Every message names what the user wrote: the environment variable or flag that set the
+/// value, or the key and the TOML file it is in; never a place in orca's source.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("configuration: {0}")]
-    Load(Box<figment::Error>),
-    #[error("configuration: `{key}` {message}")]
-    Invalid { key: &'static str, message: String },
+    /// A value that does not fit its key (wrong type, unknown key), as `origin: message`.
+    #[error("configuration: {}", .0.join("; "))]
+    Load(Vec<String>),
+    /// A value that fits its type but not the rules of [`Config::validate`]. `set_by` names
+    /// the variable, flag or file when loading knew it.
+    #[error("configuration: {}: {message}", match set_by {
+        Some(origin) if origin.starts_with(key) => origin.clone(),
+        Some(origin) => format!("{origin} ({key})"),
+        None => format!("`{key}`"),
+    })]
+    Invalid {
+        key: &'static str,
+        message: String,
+        set_by: Option<String>,
+    },
     #[error("configuration: file {0} does not exist")]
     MissingFile(PathBuf),
+}
+
+/// Where the values of a load came from, to name them in errors: the variables and flags that
+/// set a key (in merge order, so the last one is the value in force), and the figment for what
+/// files set.
+struct Origins<'a> {
+    set: Vec<(String, String)>,
+    figment: &'a Figment,
+}
+
+impl Origins<'_> {
+    /// The variable or flag that set `key` (or a table holding it, or a key inside it), else
+    /// `key in FILE` for a value read from a file, else the key itself.
+    fn of(&self, key: &str) -> String {
+        let related = |set: &str| {
+            set == key || key.starts_with(&format!("{set}.")) || set.starts_with(&format!("{key}."))
+        };
+        if let Some((_, name)) = self.set.iter().rev().find(|(k, _)| related(k)) {
+            return name.clone();
+        }
+        let file = self
+            .figment
+            .find_metadata(key)
+            .and_then(|m| m.source.as_ref())
+            .and_then(|s| s.file_path());
+        match file {
+            Some(path) => format!("{key} in {}", path.display()),
+            None => key.to_owned(),
+        }
+    }
+
+    fn describe(&self, e: &figment::Error) -> String {
+        use figment::error::Kind;
+        let key = e.path.join(".");
+        let message = match &e.kind {
+            Kind::InvalidType(actual, expected) => {
+                format!("expected {}, found {actual}", plain_type(expected))
+            }
+            Kind::InvalidValue(actual, expected) => {
+                format!("expected {}, found {actual}", plain_type(expected))
+            }
+            Kind::UnknownField(field, known) => {
+                format!("unknown key `{field}`; known keys: {}", known.join(", "))
+            }
+            Kind::UnknownVariant(value, known) => {
+                format!(
+                    "unknown value `{value}`; expected one of {}",
+                    known.join(", ")
+                )
+            }
+            other => other.to_string(),
+        };
+        if key.is_empty() {
+            message
+        } else {
+            format!("{}: {message}", self.of(&key))
+        }
+    }
+}
+
+/// Serde's names of Rust types as a user reads them (`usize` is "a non-negative integer").
+fn plain_type(expected: &str) -> String {
+    match expected {
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a non-negative integer".into(),
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "an integer".into(),
+        "f32" | "f64" => "a number".into(),
+        "a sequence" => "an array".into(),
+        "a map" => "a table".into(),
+        other if other.starts_with("struct ") => "a table".into(),
+        other => other.to_owned(),
+    }
 }
 
 impl Config {
@@ -349,6 +474,8 @@ impl Config {
             }
         }
 
+        // Which variable or flag set which key, to name it in errors.
+        let mut set: Vec<(String, String)> = Vec::new();
         // Nested keys: ORCA_ENGINE__MAX_RUNNING_RUNS=8 sets engine.max_running_runs. Values
         // are parsed like figment's Env provider does (numbers, booleans, arrays, strings).
         for (name, value) in env {
@@ -358,6 +485,7 @@ impl Config {
                 let key = rest.to_ascii_lowercase().replace("__", ".");
                 let value: figment::value::Value = value.parse().expect("parsing is infallible");
                 fig = fig.merge(Serialized::default(&key, value));
+                set.push((key, name.clone()));
             }
         }
         for (name, key) in [
@@ -368,17 +496,35 @@ impl Config {
         ] {
             if let Some(v) = var(name) {
                 fig = fig.merge(Serialized::default(key, v));
+                set.push((key.to_owned(), name.to_owned()));
             }
         }
         if let Some(v) = &overrides.bind {
             fig = fig.merge(Serialized::default("server.bind", v));
+            set.push(("server.bind".into(), "--bind".into()));
         }
         if let Some(v) = &overrides.database_url {
             fig = fig.merge(Serialized::default("database.url", v));
+            set.push(("database.url".into(), "--database-url".into()));
+        }
+        if overrides.allow_unauthenticated_public_bind {
+            let key = "server.allow_unauthenticated_public_bind";
+            fig = fig.merge(Serialized::default(key, true));
+            set.push((key.into(), "--allow-unauthenticated-public-bind".into()));
         }
 
-        let config: Config = fig.extract().map_err(|e| Error::Load(Box::new(e)))?;
-        config.validate()?;
+        let origins = Origins { set, figment: &fig };
+        let config: Config = fig
+            .extract()
+            .map_err(|e| Error::Load(e.into_iter().map(|e| origins.describe(&e)).collect()))?;
+        config.validate().map_err(|e| match e {
+            Error::Invalid { key, message, .. } => Error::Invalid {
+                key,
+                message,
+                set_by: Some(origins.of(key)).filter(|o| o != key),
+            },
+            other => other,
+        })?;
         Ok(config)
     }
 
@@ -387,11 +533,49 @@ impl Config {
         let invalid = |key, message: &str| Error::Invalid {
             key,
             message: message.to_owned(),
+            set_by: None,
         };
-        if self.server.bind.parse::<SocketAddr>().is_err() {
+        let Ok(addr) = self.server.bind.parse::<SocketAddr>() else {
             return Err(Error::Invalid {
                 key: "server.bind",
                 message: format!("`{}` is not a host:port address", self.server.bind),
+                set_by: None,
+            });
+        };
+        if !addr.ip().to_canonical().is_loopback()
+            && self.auth.api_keys.is_empty()
+            && !self.server.allow_unauthenticated_public_bind
+        {
+            return Err(Error::Invalid {
+                key: "server.bind",
+                message: format!(
+                    "`{}` is not a loopback address and no API keys are configured, so anyone \
+                     who can reach it could start runs and read every run; configure \
+                     auth.api_keys, bind 127.0.0.1, or opt in with \
+                     server.allow_unauthenticated_public_bind = true \
+                     (ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND=true, \
+                     --allow-unauthenticated-public-bind)",
+                    self.server.bind
+                ),
+                set_by: None,
+            });
+        }
+        let origins = &self.server.cors.allowed_origins;
+        let any = origins.iter().any(|o| o == "*");
+        if any && origins.len() > 1 {
+            return Err(invalid(
+                "server.cors.allowed_origins",
+                "`*` allows every origin and cannot be combined with others",
+            ));
+        }
+        if let Some(bad) = origins.iter().find(|o| !any && !is_origin(o)) {
+            return Err(Error::Invalid {
+                key: "server.cors.allowed_origins",
+                message: format!(
+                    "`{bad}` is not an origin; write scheme://host[:port], e.g. \
+                     https://app.example.com, with no path or trailing slash"
+                ),
+                set_by: None,
             });
         }
         if self.server.body_limit_bytes < 1024 {
@@ -469,6 +653,7 @@ impl Config {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
+                set_by: None,
             });
         }
         for (alias, m) in &self.llm.models {
@@ -479,6 +664,7 @@ impl Config {
                         "alias `{alias}` names provider `{}`; expected `openai` or `offline`",
                         m.provider
                     ),
+                    set_by: None,
                 });
             }
         }
@@ -623,6 +809,82 @@ mod tests {
             .expect_err(text)
             .to_string();
             assert!(err.contains(key), "{text:?} gave {err:?}");
+        }
+    }
+
+    #[test]
+    fn a_public_bind_needs_api_keys_or_an_explicit_opt_in() {
+        for bind in ["0.0.0.0:8080", "[::]:8080", "192.0.2.1:8080"] {
+            let err = load(&[("ORCA_BIND", bind)], Overrides::default())
+                .expect_err(bind)
+                .to_string();
+            assert!(
+                err.contains("server.allow_unauthenticated_public_bind"),
+                "{err}"
+            );
+            load(
+                &[
+                    ("ORCA_BIND", bind),
+                    ("ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND", "true"),
+                ],
+                Overrides::default(),
+            )
+            .expect("the variable opts in");
+            load(
+                &[("ORCA_BIND", bind)],
+                Overrides {
+                    allow_unauthenticated_public_bind: true,
+                    ..Default::default()
+                },
+            )
+            .expect("the flag opts in");
+            let f =
+                toml_file("[[auth.api_keys]]\nkey = \"a-key-of-sixteen-chars\"\ntenant = \"a\"\n");
+            load(
+                &[
+                    ("ORCA_BIND", bind),
+                    ("ORCA_CONFIG", f.path().to_str().unwrap()),
+                ],
+                Overrides::default(),
+            )
+            .expect("API keys make it safe");
+        }
+        for bind in [
+            "127.0.0.1:8080",
+            "127.0.0.2:0",
+            "[::1]:8080",
+            "[::ffff:127.0.0.1]:80",
+        ] {
+            load(&[("ORCA_BIND", bind)], Overrides::default()).expect(bind);
+        }
+    }
+
+    #[test]
+    fn cors_origins_are_checked() {
+        let c = load(
+            &[(
+                "ORCA_SERVER__CORS__ALLOWED_ORIGINS",
+                "[\"https://app.example.com\", \"http://127.0.0.1:3000\"]",
+            )],
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.server.cors.allowed_origins,
+            ["https://app.example.com", "http://127.0.0.1:3000"]
+        );
+        for origins in [
+            "[\"https://app.example.com/\"]",
+            "[\"app.example.com\"]",
+            "[\"*\", \"https://a.example\"]",
+        ] {
+            let err = load(
+                &[("ORCA_SERVER__CORS__ALLOWED_ORIGINS", origins)],
+                Overrides::default(),
+            )
+            .expect_err(origins)
+            .to_string();
+            assert!(err.contains("allowed_origins"), "{origins}: {err}");
         }
     }
 

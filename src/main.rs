@@ -1,6 +1,7 @@
 //! The `orca` binary: telemetry, configuration, then one of `serve`, `migrate`, `openapi`.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -48,6 +49,11 @@ struct ConfigArgs {
     /// Database URL, e.g. sqlite://orca.db (overrides DATABASE_URL and database.url).
     #[arg(long)]
     database_url: Option<String>,
+    /// Serve a non-loopback address even though no API keys are configured (sets
+    /// server.allow_unauthenticated_public_bind). Anyone who can connect may then start runs
+    /// and read every run.
+    #[arg(long)]
+    allow_unauthenticated_public_bind: bool,
 }
 
 impl ConfigArgs {
@@ -56,15 +62,21 @@ impl ConfigArgs {
             config_file: self.config.clone(),
             bind: self.bind.clone(),
             database_url: self.database_url.clone(),
+            allow_unauthenticated_public_bind: self.allow_unauthenticated_public_bind,
         })?)
     }
 }
 
+/// Logs go to standard error, coloured only when that is a terminal: a file, a pipe or a
+/// container's log collector gets plain text.
 fn init_tracing(format: &str) {
+    use std::io::IsTerminal;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if format == "json" {
         builder.json().init();
     } else {
@@ -72,14 +84,31 @@ fn init_tracing(format: &str) {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Runs the command; a failure is one line on standard error (`error: what: why`) and exit
+/// status 1. Not anyhow's report from `main`, which adds a backtrace of orca's own source when
+/// `RUST_BACKTRACE` is set: a user needs the setting to fix, not where orca noticed it.
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Openapi { output } => {
-            let yaml = orca::api::openapi()
-                .to_yaml()
-                .context("rendering the OpenAPI document")?;
+            let yaml = orca::api::openapi::yaml();
             match output {
                 Some(path) => std::fs::write(&path, yaml)
                     .with_context(|| format!("writing {}", path.display()))?,

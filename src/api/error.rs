@@ -52,8 +52,14 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("the body did not arrive within {} s", .0.as_secs())]
     RequestTimeout(std::time::Duration),
-    #[error("send the body as application/json")]
+    #[error("send the body as application/json (Content-Type: application/json)")]
     UnsupportedMediaType,
+    #[error("this endpoint does not answer {0}; the Allow header lists the methods it does")]
+    MethodNotAllowed(String),
+    /// The `Idempotency-Key` was used before with a different body: replaying the first run
+    /// would hand the caller a run it did not ask for.
+    #[error("the Idempotency-Key was already used with a different request body")]
+    IdempotencyKeyReused,
     #[error("missing or invalid credentials")]
     Unauthorized,
     #[error("{0}")]
@@ -108,6 +114,16 @@ impl ApiError {
                 "unsupported_media_type",
                 "Unsupported media type",
             ),
+            ApiError::MethodNotAllowed(_) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "Method not allowed",
+            ),
+            ApiError::IdempotencyKeyReused => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "Idempotency key reused",
+            ),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             ApiError::Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -137,6 +153,10 @@ impl IntoResponse for ApiError {
         }
         let errors = match &self {
             ApiError::Validation { errors, .. } => errors.clone(),
+            ApiError::IdempotencyKeyReused => vec![FieldError::new(
+                "/headers/idempotency-key",
+                "already used with a different body; send a new key for a new request",
+            )],
             _ => Vec::new(),
         };
         let problem = Problem {

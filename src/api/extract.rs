@@ -1,10 +1,15 @@
-//! Request bodies: read within the size and time limits, parsed as JSON, checked against the
-//! JSON Schema of `schemas/`, then deserialised into typed requests. Every failure is a
-//! problem+json with every located error at once, never a 500.
+//! Everything handlers take from a request, so that every rejection is a problem+json with a
+//! pointer, never axum's plain-text one. Bodies are read within the size and time limits, must
+//! be sent as JSON (`Content-Type: application/json` or a `+json` type), are parsed, checked
+//! against the JSON Schema of `schemas/`, then deserialised into typed requests. Path and query
+//! parameters go through [`Path`] and [`Query`], whose failures point at `/path/NAME` and
+//! `/query/NAME`.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header;
+use axum::http::request::Parts;
 use jsonschema::Validator;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -14,16 +19,36 @@ use super::error::{ApiError, FieldError};
 /// A JSON body, parsed but not yet validated.
 pub struct JsonBody(pub Value);
 
+/// Whether a `Content-Type` value announces JSON: `application/json` or an `application/*+json`
+/// type, with any parameters (`; charset=utf-8`).
+///
+/// A missing type is refused too: browsers send cross-site form posts (`text/plain`,
+/// `application/x-www-form-urlencoded`, `multipart/form-data`) without a preflight, and
+/// accepting a body whatever it claims to be would let any web page create runs.
+fn is_json_media_type(value: &str) -> bool {
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match essence.split_once('/') {
+        Some(("application", sub)) => sub == "json" || sub.ends_with("+json"),
+        _ => false,
+    }
+}
+
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
-            let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
-            let essence = ct.split(';').next().unwrap_or("").trim();
-            if !(essence == "application/json" || essence.ends_with("+json")) {
-                return Err(ApiError::UnsupportedMediaType);
-            }
+        let json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(is_json_media_type);
+        if !json {
+            return Err(ApiError::UnsupportedMediaType);
         }
         let limit = req
             .extensions()
@@ -43,7 +68,10 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge(limit)
             } else {
-                ApiError::InvalidJson(rejection.body_text())
+                // The rejection's text is hyper's (connection errors and the like): nothing a
+                // caller can act on, and not ours to pass on.
+                tracing::debug!(error = %rejection.body_text(), "reading a request body failed");
+                ApiError::InvalidJson("the body could not be read".into())
             }
         })?;
         if bytes.is_empty() {
@@ -79,7 +107,9 @@ pub fn schema_errors(validator: &Validator, value: &Value) -> Vec<FieldError> {
         .collect()
 }
 
-/// Validates against the schema, then deserialises.
+/// Validates against the schema, then deserialises. What the schema lets through but the
+/// typed request cannot hold (an integer too large for its field, say) is reported at the
+/// member that holds it.
 pub fn parse_with_schema<T: DeserializeOwned>(
     validator: &Validator,
     value: Value,
@@ -88,7 +118,159 @@ pub fn parse_with_schema<T: DeserializeOwned>(
     if !errors.is_empty() {
         return Err(ApiError::validation_many(errors));
     }
-    serde_json::from_value(value).map_err(|e| ApiError::validation("", e.to_string()))
+    deserialize_located(value)
+}
+
+/// Deserialises `value`, locating a failure by JSON Pointer.
+pub fn deserialize_located<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let pointer = pointer_of(e.path());
+        ApiError::validation(&pointer, e.into_inner().to_string())
+    })
+}
+
+/// A serde path (`limits.max_steps`, `tools[1]`) as a JSON Pointer (`/limits/max_steps`).
+fn pointer_of(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut pointer = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => pointer.push_str(&format!("/{index}")),
+            Segment::Map { key } => {
+                pointer.push('/');
+                pointer.push_str(&escape_pointer(key));
+            }
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    pointer
+}
+
+/// The field a serde message is about, for errors raised above the field itself
+/// (``duplicate field `after` ``, ``unknown field `x` ``, ``missing field `y` ``).
+fn field_named_in(message: &str) -> Option<&str> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(&message[start..start + len])
+}
+
+/// Query parameters deserialised into `T`; a failure is a 422 pointing at `/query/NAME`.
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or("");
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(de)
+            .map(Query)
+            .map_err(|e| {
+                let path = pointer_of(e.path());
+                let message = e.into_inner().to_string();
+                let pointer = match (path.is_empty(), field_named_in(&message)) {
+                    (false, _) => format!("/query{path}"),
+                    (true, Some(field)) => format!("/query/{}", escape_pointer(field)),
+                    (true, None) => "/query".to_owned(),
+                };
+                let message = match message.strip_prefix("duplicate field ") {
+                    Some(field) => format!("{field} is given more than once"),
+                    None => message,
+                };
+                ApiError::validation(&pointer, message)
+            })
+    }
+}
+
+/// Path parameters deserialised into `T`; a failure is a 422 pointing at `/path/NAME`.
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        use axum::extract::path::ErrorKind;
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(PathRejection::FailedToDeserializePathParams(e)) => {
+                let pointer = match e.kind() {
+                    ErrorKind::InvalidUtf8InPathParam { key }
+                    | ErrorKind::ParseErrorAtKey { key, .. }
+                    | ErrorKind::DeserializeError { key, .. } => {
+                        format!("/path/{}", escape_pointer(key))
+                    }
+                    _ => "/path".to_owned(),
+                };
+                let message = match e.kind() {
+                    ErrorKind::InvalidUtf8InPathParam { .. } => {
+                        "the path segment is not valid UTF-8".to_owned()
+                    }
+                    _ => e.body_text(),
+                };
+                Err(ApiError::validation(&pointer, message))
+            }
+            // Only a handler mounted on a route without parameters gets here: a defect.
+            Err(other) => Err(ApiError::internal(anyhow::anyhow!(other.body_text()))),
+        }
+    }
 }
 
 pub use crate::schema::escape_pointer;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_media_types() {
+        for (value, json) in [
+            ("application/json", true),
+            ("application/json; charset=utf-8", true),
+            ("Application/JSON;charset=UTF-8", true),
+            ("application/merge-patch+json", true),
+            ("application/problem+json; charset=utf-8", true),
+            ("text/plain", false),
+            ("text/plain;charset=UTF-8", false),
+            ("application/x-www-form-urlencoded", false),
+            ("multipart/form-data; boundary=x", false),
+            ("text/json", false),
+            ("text/x+json", false),
+            ("application/jsonx", false),
+            ("", false),
+        ] {
+            assert_eq!(is_json_media_type(value), json, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn type_errors_point_at_their_member() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Inner {
+            max_steps: Option<u64>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Outer {
+            limits: Inner,
+            tools: Vec<String>,
+        }
+        let cases = [
+            (
+                serde_json::json!({"limits": {"max_steps": 1.5}, "tools": []}),
+                "/limits/max_steps",
+            ),
+            (
+                serde_json::json!({"limits": {}, "tools": ["a", 2]}),
+                "/tools/1",
+            ),
+        ];
+        for (value, pointer) in cases {
+            let err = deserialize_located::<Outer>(value).unwrap_err();
+            let ApiError::Validation { errors, .. } = err else {
+                panic!("not a validation error: {err:?}");
+            };
+            assert_eq!(errors[0].pointer, pointer);
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! `/v1/runs/{id}/plans` and `/v1/runs/{id}/checkpoints`: what a planned run decided and
 //! where it can resume from. Read-only; the engine writes both.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -11,6 +11,7 @@ use crate::store::{Checkpoint, PlanRecord};
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
+use super::extract::{Path, Query};
 use super::runs::own_run;
 
 /// Every plan version of a run, oldest first, with the reason it was made (`initial`, or the

@@ -4,6 +4,7 @@
 pub mod error;
 pub mod extract;
 pub mod history;
+pub mod openapi;
 pub mod runs;
 pub mod server;
 pub mod system;
@@ -19,6 +20,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use jsonschema::Validator;
 use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
@@ -111,14 +113,56 @@ impl utoipa::Modify for SecurityAddon {
     }
 }
 
-/// The OpenAPI document (the same text as the repository's `openapi.yaml`).
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+/// The OpenAPI document (the same document as the repository's `openapi.yaml`).
+pub fn openapi() -> serde_json::Value {
+    openapi::document()
+}
+
+/// The CORS layer for the configured origins, or None when no origin is allowed (the default):
+/// then no CORS header is sent and browsers keep other sites' pages from reading answers.
+fn cors_layer(config: &crate::config::CorsConfig) -> Option<CorsLayer> {
+    use axum::http::{HeaderValue, Method};
+    if config.allowed_origins.is_empty() {
+        return None;
+    }
+    let origins = if config.allowed_origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        // Checked by config validation: every entry is an ASCII origin.
+        AllowOrigin::list(
+            config
+                .allowed_origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok()),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(origins)
+            .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
+            .allow_headers([
+                header::ACCEPT,
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("x-api-key"),
+                HeaderName::from_static("idempotency-key"),
+                HeaderName::from_static("last-event-id"),
+                HeaderName::from_static("x-request-id"),
+            ])
+            .expose_headers([
+                header::LOCATION,
+                header::RETRY_AFTER,
+                header::ALLOW,
+                HeaderName::from_static("x-request-id"),
+            ])
+            .max_age(std::time::Duration::from_secs(config.max_age_secs)),
+    )
 }
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.server.body_limit_bytes;
     let body_timeout = std::time::Duration::from_secs(state.config.server.body_read_timeout_secs);
+    let cors = cors_layer(&state.config.server.cors);
     let v1 = Router::new()
         .route("/runs", post(runs::create_run).get(runs::list_runs))
         .route("/runs/{id}", get(runs::get_run).delete(runs::delete_run))
@@ -147,8 +191,9 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(system::openapi_json))
         .merge(protected)
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
-        .method_not_allowed_fallback(|| async {
-            ApiError::NotFound("no such endpoint for this method".into())
+        // axum adds the `Allow` header (the route's methods) to this answer.
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            ApiError::MethodNotAllowed(method.to_string())
         })
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -173,6 +218,9 @@ pub fn router(state: AppState) -> Router {
             header::AUTHORIZATION,
             HeaderName::from_static("x-api-key"),
         ]))
+        // Outermost: a preflight carries no credentials and is answered before auth, and
+        // every answer, errors included, carries the CORS headers.
+        .layer(tower::util::option_layer(cors))
 }
 
 /// Resolves the caller's tenant. Without configured keys everyone is the `default` tenant;

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -24,7 +24,7 @@ use crate::store::RunFilter;
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
-use super::extract::{JsonBody, parse_with_schema};
+use super::extract::{JsonBody, Path, Query, deserialize_located, parse_with_schema};
 
 /// The body of `POST /v1/runs` (schema: `schemas/RunRequest.schema.json`).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -113,6 +113,7 @@ pub async fn create_run(
     let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
     let key = idempotency_key(&headers)?;
     let (spec, plan) = validate_run(&state, &tenant, req).await?;
+    let fingerprint = key.as_ref().map(|_| spec.fingerprint());
     let created = state
         .engine
         .create_run(&tenant, spec, plan, key.as_deref())
@@ -123,7 +124,15 @@ pub async fn create_run(
         })?;
     let (run, fresh) = match created {
         Created::New(r) => (r, true),
-        Created::Existing(r) => (r, false),
+        Created::Existing(r) => {
+            // The key names one request: the same key with another body is a client bug
+            // (a reused key), and answering with the first run would hide it.
+            let stored = state.store.idempotency_fingerprint(&tenant, r.id).await?;
+            if stored.is_some() && stored != fingerprint {
+                return Err(ApiError::IdempotencyKeyReused);
+            }
+            (r, false)
+        }
     };
     if wants_sse(&headers) {
         return Ok(sse(&state, run.id, 0));
@@ -357,8 +366,17 @@ pub async fn list_runs(
     };
     let mut errors = Vec::new();
     let time = |v: &str| DateTime::parse_from_rfc3339(v).map(|t| t.with_timezone(&Utc));
+    let mut seen = std::collections::HashSet::new();
     for (k, v) in &params {
         let pointer = format!("/query/{}", super::extract::escape_pointer(k));
+        // A repeated filter is ambiguous (the last one? both?): refuse it rather than guess.
+        if !seen.insert(k.as_str()) {
+            errors.push(FieldError::new(
+                pointer,
+                format!("`{k}` is given more than once"),
+            ));
+            continue;
+        }
         match k.as_str() {
             "status" => match RunStatus::parse(v) {
                 Some(s) => filter.status = Some(s),
@@ -627,8 +645,7 @@ pub async fn submit_input(
     if !errors.is_empty() {
         return Err(ApiError::validation_many(errors));
     }
-    let answer: InputAnswer =
-        serde_json::from_value(body).map_err(|e| ApiError::validation("", e.to_string()))?;
+    let answer: InputAnswer = deserialize_located(body)?;
     match state
         .engine
         .submit_input(&tenant, id, &answer.step_id, answer.value)

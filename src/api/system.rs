@@ -56,7 +56,7 @@ pub async fn list_tools(State(state): State<AppState>) -> Json<Vec<ToolInfo>> {
 pub async fn openapi_json() -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        super::openapi().to_pretty_json().unwrap_or_default(),
+        serde_json::to_string_pretty(&super::openapi()).unwrap_or_default(),
     )
         .into_response()
 }

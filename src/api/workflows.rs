@@ -2,7 +2,7 @@
 //! (`PUT`, validated in full: 422 with every problem) and deletes its own workflows, and reads
 //! the shared ones loaded from the workflows directory at start (see [`crate::workflows`]).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
@@ -17,7 +17,7 @@ use crate::workflows::check_name;
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
-use super::extract::JsonBody;
+use super::extract::{JsonBody, Path};
 
 /// A workflow in `GET /v1/workflows`.
 #[derive(Debug, Serialize, ToSchema)]

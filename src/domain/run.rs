@@ -174,6 +174,59 @@ pub struct RunSpec {
     pub session_id: Option<String>,
 }
 
+impl RunSpec {
+    /// What an `Idempotency-Key` is checked against: a SHA-256 of the request as accepted, in
+    /// canonical JSON (object members sorted), so two bodies that are equal as JSON values
+    /// match however they were spelled (member order, white space), and defaults spelled out
+    /// (`"orchestration": "auto"`, `"metadata": {}`) match their absence. A plan resolved from
+    /// a `workflow` is left out: the same request naming a workflow that has since been
+    /// replaced is still the same request.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut request = self.clone();
+        if request.workflow.is_some() {
+            request.plan = None;
+        }
+        let value = serde_json::to_value(&request).unwrap_or(Value::Null);
+        let mut text = String::new();
+        write_canonical(&value, &mut text);
+        let digest = Sha256::digest(text.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    }
+}
+
+/// JSON text with every object's members in key order, whatever order the map keeps.
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<_> = map.iter().collect();
+            members.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, v)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
 /// The run object of the API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Run {
@@ -221,5 +274,47 @@ mod tests {
             Some(Orchestration::Reactive)
         );
         assert_eq!(Orchestration::parse("Reactive"), None);
+    }
+
+    fn spec(input: Value) -> RunSpec {
+        RunSpec {
+            input,
+            orchestration: Orchestration::Auto,
+            workflow: None,
+            plan: None,
+            model: None,
+            tools: None,
+            limits: Limits::default(),
+            metadata: Map::new(),
+            session_id: None,
+        }
+    }
+
+    #[test]
+    fn fingerprints_compare_json_values_not_spellings() {
+        let a = spec(serde_json::from_str(r#"{"a": 1, "b": {"x": [1, 2], "y": null}}"#).unwrap());
+        let b = spec(serde_json::from_str(r#"{ "b": {"y": null, "x": [1,2]},"a":1 }"#).unwrap());
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        assert!(a.fingerprint().starts_with("sha256:"));
+        let c = spec(serde_json::from_str(r#"{"a": 1, "b": {"x": [2, 1], "y": null}}"#).unwrap());
+        assert_ne!(a.fingerprint(), c.fingerprint());
+        let mut d = a.clone();
+        d.metadata.insert("team".into(), "docs".into());
+        assert_ne!(a.fingerprint(), d.fingerprint());
+    }
+
+    #[test]
+    fn a_plan_resolved_from_a_workflow_is_not_part_of_the_fingerprint() {
+        let mut a = spec("hi".into());
+        a.workflow = Some("report".into());
+        a.plan = Some(serde_json::json!({"steps": [1]}));
+        let mut b = a.clone();
+        b.plan = Some(serde_json::json!({"steps": [2]}));
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        let mut c = spec("hi".into());
+        c.plan = Some(serde_json::json!({"steps": [1]}));
+        let mut d = c.clone();
+        d.plan = Some(serde_json::json!({"steps": [2]}));
+        assert_ne!(c.fingerprint(), d.fingerprint());
     }
 }

@@ -203,8 +203,9 @@ impl Store {
     ) -> Result<Inserted> {
         let res = sqlx::query(
             "INSERT INTO runs (id, tenant, status, completion, orchestration, spec, input, output,
-                error, metadata, session_id, plan_version, idempotency_key, created_at)
-             VALUES (?, ?, ?, NULL, ?, ?, ?, NULL, NULL, ?, ?, NULL, ?, ?)
+                error, metadata, session_id, plan_version, idempotency_key, idempotency_hash,
+                created_at)
+             VALUES (?, ?, ?, NULL, ?, ?, ?, NULL, NULL, ?, ?, NULL, ?, ?, ?)
              ON CONFLICT DO NOTHING",
         )
         .bind(run.id.to_string())
@@ -216,6 +217,9 @@ impl Store {
         .bind(to_json(&run.metadata))
         .bind(&run.session_id)
         .bind(idempotency_key)
+        // Written with the row, so a concurrent request with the same key that finds this row
+        // also finds the fingerprint it must match.
+        .bind(idempotency_key.map(|_| spec.fingerprint()))
         .bind(fmt_time(run.created_at))
         .execute(&self.pool)
         .await?;
@@ -229,6 +233,36 @@ impl Store {
             .fetch_one(&self.pool)
             .await?;
         Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?)))
+    }
+
+    /// The fingerprint ([`RunSpec::fingerprint`]) of the request that created a run under an
+    /// idempotency key; None for a run created without a key. Runs stored before fingerprints
+    /// were kept answer with their stored spec's.
+    pub async fn idempotency_fingerprint(
+        &self,
+        tenant: &Tenant,
+        id: RunId,
+    ) -> Result<Option<String>> {
+        let row = sqlx::query(
+            "SELECT idempotency_key, idempotency_hash, spec FROM runs WHERE id = ? AND tenant = ?",
+        )
+        .bind(id.to_string())
+        .bind(&tenant.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        if row
+            .try_get::<Option<String>, _>("idempotency_key")?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        if let Some(hash) = row.try_get::<Option<String>, _>("idempotency_hash")? {
+            return Ok(Some(hash));
+        }
+        let spec: RunSpec = serde_json::from_str(&row.try_get::<String, _>("spec")?)
+            .map_err(|e| Error::Corrupt(format!("spec: {e}")))?;
+        Ok(Some(spec.fingerprint()))
     }
 
     pub async fn get_run(&self, tenant: &Tenant, id: RunId) -> Result<Option<StoredRun>> {

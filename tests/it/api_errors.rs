@@ -285,3 +285,205 @@ async fn responses_carry_a_request_id() {
         .unwrap();
     assert_eq!(resp.headers()["x-request-id"], "abc-123");
 }
+
+#[tokio::test]
+async fn json_bodies_need_a_json_content_type() {
+    let app = spawn_app(|_| {}).await;
+    let body = r#"{"input": "hello"}"#;
+    // What a cross-site form or a no-cors fetch can send without a preflight, and no type.
+    for content_type in [
+        Some("text/plain"),
+        Some("text/plain;charset=UTF-8"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ] {
+        for (method, path) in [
+            (reqwest::Method::POST, "/v1/runs"),
+            (
+                reqwest::Method::POST,
+                "/v1/runs/0190a0a0-0000-7000-8000-000000000000/input",
+            ),
+            (reqwest::Method::PUT, "/v1/workflows/hello"),
+        ] {
+            let mut req = app.client.request(method.clone(), app.url(path)).body(body);
+            if let Some(ct) = content_type {
+                req = req.header("content-type", ct);
+            }
+            let (status, problem) = problem(req.send().await.unwrap()).await;
+            assert_eq!(
+                (status, problem["code"].as_str()),
+                (415, Some("unsupported_media_type")),
+                "{method} {path} with {content_type:?}"
+            );
+        }
+    }
+    let (status, runs) = app.get_json("/v1/runs").await;
+    assert_eq!(
+        (status, &runs["runs"]),
+        (200, &json!([])),
+        "no run was created"
+    );
+
+    for content_type in [
+        "application/json",
+        "application/json; charset=utf-8",
+        "application/vnd.orca.run+json",
+    ] {
+        let resp = app
+            .client
+            .post(app.url("/v1/runs"))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201, "{content_type}");
+    }
+}
+
+#[tokio::test]
+async fn extractor_rejections_are_problems_with_a_pointer() {
+    let app = spawn_app(|_| {}).await;
+    let run = app.create_run(json!({ "input": "hello" })).await;
+    let id = run["id"].as_str().unwrap();
+    for (path, pointer) in [
+        (
+            format!("/v1/runs/{id}/events?after=1&after=2"),
+            "/query/after",
+        ),
+        (
+            "/v1/runs?status=queued&status=running".to_owned(),
+            "/query/status",
+        ),
+        ("/v1/runs/%FF%FE".to_owned(), "/path/id"),
+        ("/v1/workflows/%C3%28".to_owned(), "/path/name"),
+    ] {
+        let resp = app.client.get(app.url(&path)).send().await.unwrap();
+        let (status, body) = problem(resp).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (422, Some("validation_failed")),
+            "{path}: {body}"
+        );
+        assert_eq!(body["errors"][0]["pointer"], pointer, "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn type_errors_point_at_the_field() {
+    let app = spawn_app(|_| {}).await;
+    // Integers by JSON Schema's measure, but not ones the typed request can hold.
+    for (body, pointer) in [
+        (
+            json!({ "input": "hi", "limits": { "max_steps": 2.0 } }),
+            "/limits/max_steps",
+        ),
+        (
+            json!({ "input": "hi", "limits": { "max_tokens": 1e30 } }),
+            "/limits/max_tokens",
+        ),
+    ] {
+        let resp = app
+            .client
+            .post(app.url("/v1/runs"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let (status, problem) = problem(resp).await;
+        assert_eq!(status, 422, "{body}: {problem}");
+        assert_eq!(
+            problem["errors"][0]["pointer"], pointer,
+            "{body}: {problem}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unsupported_methods_are_405_with_an_allow_header() {
+    let app = spawn_app(|_| {}).await;
+    for (method, path, allowed) in [
+        ("DELETE", "/v1/runs", &["GET", "POST"][..]),
+        (
+            "PATCH",
+            "/v1/workflows/hello",
+            &["GET", "PUT", "DELETE"][..],
+        ),
+        (
+            "GET",
+            "/v1/runs/0190a0a0-0000-7000-8000-000000000000/cancel",
+            &["POST"][..],
+        ),
+        ("TRACE", "/healthz", &["GET"][..]),
+        ("OPTIONS", "/v1/tools", &["GET"][..]),
+    ] {
+        let resp = app
+            .client
+            .request(method.parse().unwrap(), app.url(path))
+            .send()
+            .await
+            .unwrap();
+        let allow: Vec<String> = resp
+            .headers()
+            .get("allow")
+            .map(|v| {
+                v.to_str()
+                    .unwrap()
+                    .split(',')
+                    .map(|m| m.trim().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (status, body) = problem(resp).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (405, Some("method_not_allowed")),
+            "{method} {path}"
+        );
+        for m in allowed {
+            assert!(
+                allow.iter().any(|a| a == m),
+                "{method} {path}: Allow {allow:?}"
+            );
+        }
+        assert!(
+            !allow.iter().any(|a| a == method),
+            "{method} {path}: Allow {allow:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_operating_system_error_text_reaches_a_response() {
+    // A provider on a port nothing listens on: the connection is refused by the OS.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = spawn_app(|c| {
+        c.llm.provider = orca::config::ProviderChoice::Openai;
+        c.llm.openai.base_url = format!("http://127.0.0.1:{port}/v1");
+        c.llm.openai.max_retries = 0;
+        c.llm.openai.connect_timeout_ms = 1_000;
+    })
+    .await;
+    let events = app.stream_run(json!({ "input": "hello" })).await;
+    let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    let message = run["error"]["message"].as_str().unwrap();
+    assert!(message.contains("refused"), "the reason stays: {message}");
+    for text in [
+        run.to_string(),
+        serde_json::to_string(&app.history(&id).await).unwrap(),
+        app.get_json(&format!("/v1/runs/{id}/steps"))
+            .await
+            .1
+            .to_string(),
+    ] {
+        assert!(!text.contains("os error"), "{text}");
+    }
+}

@@ -188,11 +188,12 @@ async fn start_server(
         .env("RUST_LOG", "info")
         .envs(env.iter().copied())
         .current_dir(dir.path())
-        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start orca");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Logs go to stderr.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = tokio::time::timeout(PATIENCE, async {
         while let Some(line) = lines.next_line().await.unwrap() {
             let Ok(log) = serde_json::from_str::<Value>(&line) else {

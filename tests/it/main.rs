@@ -9,6 +9,8 @@ mod fixed;
 mod history;
 mod llm_provider;
 mod offline_samples;
+mod posture;
+mod process;
 mod promises;
 mod retention;
 mod scripted_runs;

@@ -327,11 +327,14 @@ fn truncate_chars(text: &str, max: usize) -> String {
 }
 
 /// An error and its sources, `a: b: c`, so a connect failure says *why* (refused, DNS, TLS).
+/// The operating system's error numbers (`Connection refused (os error 111)`) are dropped:
+/// this text reaches run errors and events, where the words help and the number only tells
+/// which OS the server runs on.
 fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
+    let mut text = without_os_error_numbers(&e.to_string());
     let mut source = e.source();
     while let Some(s) = source {
-        let part = s.to_string();
+        let part = without_os_error_numbers(&s.to_string());
         if !text.contains(&part) {
             text.push_str(": ");
             text.push_str(&part);
@@ -339,6 +342,26 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// `text` without the ` (os error N)` suffixes `std::io::Error` puts after its message.
+fn without_os_error_numbers(text: &str) -> String {
+    const MARK: &str = " (os error ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(MARK) {
+        let after = &rest[at + MARK.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && after[digits..].starts_with(')') {
+            out.push_str(&rest[..at]);
+            rest = &after[digits + 1..];
+        } else {
+            out.push_str(&rest[..at + MARK.len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Removes the API key from text that came from outside (error bodies may echo it).
@@ -827,6 +850,21 @@ mod tests {
 
     use super::*;
     use crate::llm::ResponseSchema;
+
+    #[test]
+    fn os_error_numbers_are_dropped() {
+        for (text, want) in [
+            (
+                "tcp connect error: Connection refused (os error 111)",
+                "tcp connect error: Connection refused",
+            ),
+            ("a (os error 2): b (os error 13)", "a: b"),
+            ("no number (os error x)", "no number (os error x)"),
+            ("plain", "plain"),
+        ] {
+            assert_eq!(without_os_error_numbers(text), want);
+        }
+    }
 
     fn policy() -> RetryPolicy {
         RetryPolicy {

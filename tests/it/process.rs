@@ -1,0 +1,117 @@
+//! The `orca` binary as a user runs it: what it prints when the configuration is wrong, and
+//! that its logs are plain text when standard error is not a terminal.
+
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use crate::support::PATIENCE;
+
+fn orca(dir: &tempfile::TempDir) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_orca"));
+    cmd.current_dir(dir.path())
+        .env_remove("ORCA_CONFIG")
+        .env_remove("ORCA_BIND")
+        .env_remove("DATABASE_URL")
+        .env("ORCA_LLM__PROVIDER", "offline")
+        // A backtrace would point into orca's source; the message must not need one.
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+fn db(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("orca.db").display())
+}
+
+#[tokio::test]
+async fn configuration_errors_name_what_the_user_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("orca.toml");
+    std::fs::write(&toml, "[engine]\nmax_runing_runs = 2\n").unwrap();
+    // (environment, arguments, what stderr must name)
+    type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>, Vec<&'a str>);
+    let cases: Vec<Case> = vec![
+        (
+            vec![("ORCA_ENGINE__MAX_RUNNING_RUNS", "abc")],
+            vec![],
+            vec!["ORCA_ENGINE__MAX_RUNNING_RUNS", "\"abc\""],
+        ),
+        (
+            vec![("ORCA_ENGINE__MAX_RUNNING_RUNS", "0")],
+            vec![],
+            vec!["ORCA_ENGINE__MAX_RUNNING_RUNS", "at least 1"],
+        ),
+        (
+            vec![],
+            vec!["--config", toml.to_str().unwrap()],
+            vec!["engine.max_runing_runs", "orca.toml"],
+        ),
+        (
+            vec![],
+            vec!["--bind", "0.0.0.0:0"],
+            vec!["--bind", "server.allow_unauthenticated_public_bind"],
+        ),
+    ];
+    for (env, args, wanted) in cases {
+        let mut cmd = orca(&dir);
+        cmd.args(["serve", "--database-url", &db(&dir)]).args(&args);
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let out = tokio::time::timeout(PATIENCE, cmd.output())
+            .await
+            .expect("orca exits")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{env:?} {args:?}: {stderr}");
+        for w in wanted {
+            assert!(stderr.contains(w), "{env:?} {args:?}: wanted {w}: {stderr}");
+        }
+        for unwanted in [".rs:", "src/", "backtrace", "figment", "\x1b["] {
+            assert!(
+                !stderr.contains(unwanted),
+                "{env:?} {args:?}: {unwanted:?} in {stderr}"
+            );
+        }
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn logs_are_plain_text_on_a_non_terminal_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = orca(&dir)
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--database-url",
+            &db(&dir),
+        ])
+        .env("RUST_LOG", "info")
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let listening = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let done = line.contains("orca is listening");
+            seen.push(line);
+            if done {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("orca logs in time");
+    child.kill().await.unwrap();
+    let text = seen.join("\n");
+    assert!(listening, "the start is logged on stderr: {text}");
+    assert!(!text.contains('\x1b'), "ANSI escapes in {text:?}");
+}
