@@ -170,6 +170,9 @@ pub struct EngineConfig {
     pub tool_timeout_ms: u64,
     /// Live events buffered per subscriber before it is moved to replay from the store.
     pub event_buffer: usize,
+    /// Largest value one `{{ }}` template may render to (a step's input, a plan's output), as
+    /// JSON bytes: a small plan repeating a large value must not become a huge allocation.
+    pub max_rendered_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -185,6 +188,7 @@ impl Default for EngineConfig {
             max_tool_rounds: 8,
             tool_timeout_ms: 30_000,
             event_buffer: 1024,
+            max_rendered_bytes: 8 * 1024 * 1024,
         }
     }
 }

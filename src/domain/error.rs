@@ -76,6 +76,8 @@ error_codes! {
     BadReference = "bad_reference", false;
     /// A CEL condition failed to evaluate or gave no boolean.
     BadCondition = "bad_condition", false;
+    /// A template would render a value over `engine.max_rendered_bytes`.
+    RenderLimitExceeded = "render_limit_exceeded", false;
     /// A step attempt ran past its `timeout_ms`.
     StepTimeout = "step_timeout", true;
     /// The model's answer broke the step's output schema (another answer may not).

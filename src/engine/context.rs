@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::event::{InputRequiredData, StatusData};
@@ -96,6 +97,8 @@ pub struct RunContext {
     /// The first run limit the run went past: it ends the run, whichever step hit it.
     /// A std mutex: set once, read in short sections.
     breach: Mutex<Option<RunError>>,
+    /// The run's running slot while it has one; given back while it waits for a human.
+    slot: RunningSlot,
     /// Usage so far. A std mutex: updated in short sections, never across an await.
     usage: Mutex<Usage>,
     /// Attempts started and not yet ended, closed as cancelled/failed if the run ends first.
@@ -112,7 +115,45 @@ pub(super) struct OpenAttempt {
     pub started: std::time::Instant,
 }
 
+/// A run's place among the `max_running_runs`: held while it runs, given back while it waits
+/// for a human, taken again (waiting for one to free) when the answer comes.
+#[derive(Default)]
+struct RunningSlot {
+    /// The slots and the one held. A std mutex: swapped in short sections, never held across
+    /// an await.
+    held: Mutex<Option<(Arc<Semaphore>, Option<OwnedSemaphorePermit>)>>,
+}
+
+impl RunningSlot {
+    /// Gives the slot back (a no-op for a context that holds none).
+    fn lend(&self) {
+        if let Some((_, permit)) = self.held.lock().expect("slot lock").as_mut() {
+            permit.take();
+        }
+    }
+
+    /// Takes a slot again after [`Self::lend`].
+    async fn take_back(&self) {
+        let slots = match self.held.lock().expect("slot lock").as_ref() {
+            Some((slots, None)) => slots.clone(),
+            _ => return,
+        };
+        // Closed only when the engine is gone; the run is ending then anyway.
+        let Ok(permit) = slots.acquire_owned().await else {
+            return;
+        };
+        if let Some((_, held)) = self.held.lock().expect("slot lock").as_mut() {
+            *held = Some(permit);
+        }
+    }
+}
+
 impl RunContext {
+    /// The run holds `permit`, one of `slots`, until it ends (or lends it while it waits).
+    pub fn hold_slot(&self, slots: Arc<Semaphore>, permit: OwnedSemaphorePermit) {
+        *self.slot.held.lock().expect("slot lock") = Some((slots, Some(permit)));
+    }
+
     pub fn new(seed: RunSeed, cancel: CancellationToken, services: Services) -> Self {
         RunContext {
             run_id: seed.run.id,
@@ -132,6 +173,7 @@ impl RunContext {
             steps_started: AtomicU64::new(seed.counters.steps),
             retries_used: AtomicU64::new(seed.counters.retries),
             breach: Mutex::new(None),
+            slot: RunningSlot::default(),
             usage: Mutex::new(seed.run.usage),
             run: Mutex::new(seed.run),
             open_attempts: Mutex::new(HashMap::new()),
@@ -222,6 +264,9 @@ impl RunContext {
             .services
             .inputs
             .wait(self.run_id, step_id, &step_key, schema);
+        // Waiting for a person is not running: the slot goes back meanwhile, so waiting runs
+        // never starve the others.
+        self.slot.lend();
         let data = InputRequiredData {
             step_id: step_id.to_owned(),
             prompt: prompt.to_owned(),
@@ -235,6 +280,7 @@ impl RunContext {
         self.services.inputs.forget(self.run_id);
         let value =
             answer.map_err(|_| RunError::new(ErrorCode::Cancelled, "the wait for input ended"))?;
+        self.slot.take_back().await;
         self.set_status(RunStatus::Running, None).await;
         Ok(value)
     }

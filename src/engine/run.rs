@@ -38,7 +38,8 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
         }
     };
     inner.queued.fetch_sub(1, Ordering::SeqCst);
-    let Ok(_permit) = permit else { return };
+    let Ok(permit) = permit else { return };
+    ctx.hold_slot(inner.slots.clone(), permit);
 
     ctx.update_run(|r| {
         r.started_at.get_or_insert_with(crate::domain::now);

@@ -35,8 +35,8 @@ pub use condition::{CelRef, Condition};
 pub use graph::ValidPlan;
 pub use spec::{Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec};
 pub use template::{
-    NoResults, Piece, RefError, Reference, Root, Scope, Segment, StepField, StepResults, StepState,
-    StepView, Template, references, resolve,
+    NoResults, Piece, RefError, Reference, RenderError, Root, Scope, Segment, StepField,
+    StepResults, StepState, StepView, Template, references, resolve,
 };
 pub use validate::{Workflow, validate_plan, validate_workflow};
 

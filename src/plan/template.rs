@@ -192,6 +192,48 @@ pub struct Reference {
     pub path: Vec<Segment>,
 }
 
+/// Why a template could not be rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    #[error(transparent)]
+    Ref(#[from] RefError),
+    #[error("the rendered value would be larger than the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+}
+
+/// What is left of a render's size limit.
+struct Budget {
+    left: usize,
+    limit: usize,
+}
+
+impl Budget {
+    fn spend(&mut self, bytes: usize) -> Result<(), RenderError> {
+        self.left = self
+            .left
+            .checked_sub(bytes)
+            .ok_or(RenderError::TooLarge { limit: self.limit })?;
+        Ok(())
+    }
+}
+
+/// The length of `v`'s JSON text, about: strings by their bytes, numbers as 8.
+fn json_size(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => items.iter().map(json_size).sum::<usize>() + items.len() + 2,
+        Value::Object(members) => {
+            members
+                .iter()
+                .map(|(k, v)| k.len() + 4 + json_size(v))
+                .sum::<usize>()
+                + 2
+        }
+    }
+}
+
 /// A reference that could not be resolved: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reference}: {message}")]
@@ -630,18 +672,56 @@ impl Template {
 
     /// The value with every reference replaced. Stops at the first reference that fails.
     pub fn resolve(&self, scope: &Scope<'_>) -> Result<Value, RefError> {
+        self.render(scope, usize::MAX).map_err(|e| match e {
+            RenderError::Ref(e) => e,
+            RenderError::TooLarge { .. } => unreachable!("no value is larger than usize::MAX"),
+        })
+    }
+
+    /// [`Self::resolve`], refusing to build a value of more than `max_bytes` (counted as its
+    /// JSON text): a template that repeats a large value must not turn a small plan into a
+    /// huge allocation. Gives up as soon as the budget is spent.
+    pub fn render(&self, scope: &Scope<'_>, max_bytes: usize) -> Result<Value, RenderError> {
+        let mut budget = Budget {
+            left: max_bytes,
+            limit: max_bytes,
+        };
+        self.render_within(scope, &mut budget)
+    }
+
+    fn render_within(&self, scope: &Scope<'_>, budget: &mut Budget) -> Result<Value, RenderError> {
         Ok(match self {
-            Template::Literal(v) => v.clone(),
-            Template::Ref(r) => r.resolve(scope)?.into_owned(),
+            Template::Literal(v) => {
+                budget.spend(json_size(v))?;
+                v.clone()
+            }
+            Template::Ref(r) => {
+                let v = r.resolve(scope)?;
+                budget.spend(json_size(&v))?;
+                v.into_owned()
+            }
             Template::Text(pieces) => {
                 let mut out = String::new();
                 for piece in pieces {
                     match piece {
-                        Piece::Text(t) => out.push_str(t),
-                        Piece::Ref(r) => match r.resolve(scope)?.as_ref() {
-                            Value::String(s) => out.push_str(s),
-                            other => out.push_str(&other.to_string()),
-                        },
+                        Piece::Text(t) => {
+                            budget.spend(t.len())?;
+                            out.push_str(t);
+                        }
+                        Piece::Ref(r) => {
+                            // Counted before it is copied: a huge value is refused, not built.
+                            let v = r.resolve(scope)?;
+                            match v.as_ref() {
+                                Value::String(s) => {
+                                    budget.spend(s.len())?;
+                                    out.push_str(s);
+                                }
+                                other => {
+                                    budget.spend(json_size(other))?;
+                                    out.push_str(&other.to_string());
+                                }
+                            }
+                        }
                     }
                 }
                 Value::String(out)
@@ -649,14 +729,17 @@ impl Template {
             Template::Array(items) => Value::Array(
                 items
                     .iter()
-                    .map(|t| t.resolve(scope))
+                    .map(|t| t.render_within(scope, budget))
                     .collect::<Result<_, _>>()?,
             ),
             Template::Object(members) => Value::Object(
                 members
                     .iter()
-                    .map(|(k, t)| Ok((k.clone(), t.resolve(scope)?)))
-                    .collect::<Result<_, RefError>>()?,
+                    .map(|(k, t)| {
+                        budget.spend(k.len())?;
+                        Ok((k.clone(), t.render_within(scope, budget)?))
+                    })
+                    .collect::<Result<_, RenderError>>()?,
             ),
         })
     }

@@ -557,3 +557,54 @@ async fn an_acknowledged_answer_survives_a_kill_right_after_the_202() {
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["result"], 42, "{fin}");
 }
+
+#[tokio::test]
+async fn a_run_waiting_for_a_human_holds_no_running_slot() {
+    let app = spawn_app(|c| c.engine.max_running_runs = 1).await;
+    let waiting = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "ask", "kind": "user_input", "input": { "prompt": "go on?" } },
+    ] } });
+    let (id, reader) = start_until(&app, waiting, is_input_required).await;
+    // With the only slot given back, another run goes through while the first one waits.
+    let other = tokio::time::timeout(PATIENCE, app.stream_run(json!({ "input": "hello" })))
+        .await
+        .expect("a second run is not starved by a waiting one");
+    assert_eq!(final_data(&other)["status"], "succeeded");
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run["status"], "waiting_input");
+    answer_ask(&app, &id).await;
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+}
+
+#[tokio::test]
+async fn a_template_that_would_render_a_huge_value_fails_with_a_clear_error() {
+    let app = spawn_app(|c| c.engine.max_rendered_bytes = 1_000_000).await;
+    let big = "x".repeat(100_000);
+    let repeated: Vec<Value> = (0..1_000).map(|_| json!("{{ vars.big }}")).collect();
+    // In a plan's output, and in a step's input.
+    let plans = [
+        json!({ "variables": { "big": big }, "output": repeated,
+                "steps": [{ "id": "w", "kind": "wait", "input": { "duration_ms": 1 } }] }),
+        json!({ "variables": { "big": big },
+                "steps": [{ "id": "ask", "kind": "user_input", "input": { "prompt": repeated.iter().map(|_| "{{ vars.big }}").collect::<String>() } }] }),
+    ];
+    for plan in plans {
+        let events = run_plan(&app, plan).await;
+        let fin = final_data(&events);
+        assert_eq!(fin["status"], "failed", "{}", fin["error"]);
+        assert_eq!(
+            fin["error"]["code"], "render_limit_exceeded",
+            "{}",
+            fin["error"]
+        );
+        assert!(
+            fin["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("1000000 bytes"),
+            "{}",
+            fin["error"]
+        );
+    }
+}

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::domain::{ErrorCode, RetryPolicy, RunError};
-use crate::plan::{Condition, Scope, StepResults, StepState, StepView, Template};
+use crate::plan::{Condition, RenderError, Scope, StepResults, StepState, StepView, Template};
 
 use super::super::context::RunContext;
 use super::progress::Children;
@@ -82,10 +82,11 @@ impl Frame<'_> {
         f(&scope)
     }
 
-    /// A template's value at `locals`.
+    /// A template's value at `locals`, within the configured size limit.
     pub fn resolve(&self, locals: Locals<'_>, template: &Template) -> Result<Value, RunError> {
-        self.with_scope(locals, |scope| template.resolve(scope))
-            .map_err(|e| RunError::new(ErrorCode::BadReference, e.to_string()))
+        let limit = self.ctx.services.config.max_rendered_bytes;
+        self.with_scope(locals, |scope| template.render(scope, limit))
+            .map_err(render_error)
     }
 
     /// A template's value as text: strings as they are, anything else as JSON.
@@ -113,4 +114,13 @@ impl Frame<'_> {
             .await
             .map_err(|_| RunError::new(ErrorCode::Cancelled, "the run is ending"))
     }
+}
+
+/// A template that could not be rendered, as a step error.
+pub(crate) fn render_error(e: RenderError) -> RunError {
+    let code = match e {
+        RenderError::Ref(_) => ErrorCode::BadReference,
+        RenderError::TooLarge { .. } => ErrorCode::RenderLimitExceeded,
+    };
+    RunError::new(code, e.to_string())
 }

@@ -478,9 +478,11 @@ impl<'a> Scheduler<'a> {
         };
         if let Some(template) = self.plan.output() {
             let scope = Scope::new(&self.ctx.spec.input, &committed, &self.vars);
-            return template
-                .resolve(&scope)
-                .map_err(|e| RunError::new(ErrorCode::BadReference, format!("output: {e}")));
+            let limit = self.ctx.services.config.max_rendered_bytes;
+            return template.render(&scope, limit).map_err(|e| {
+                let e = frame::render_error(e);
+                RunError::new(e.code, format!("output: {}", e.message))
+            });
         }
         let mut outputs: Vec<(&str, Value)> = self
             .plan
