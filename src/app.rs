@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -52,9 +53,11 @@ impl App {
         tools: ToolRegistry,
     ) -> anyhow::Result<App> {
         config.validate()?;
-        let store = Store::connect(&config.database.url, config.database.max_connections)
-            .await
-            .with_context(|| "opening the database (database.url)")?;
+        let busy = Duration::from_millis(config.database.busy_timeout_ms);
+        let store =
+            Store::connect_with(&config.database.url, config.database.max_connections, busy)
+                .await
+                .with_context(|| "opening the database (database.url)")?;
         // Before serving: a bad workflow file must stop the start, not surface on first use.
         // An empty `workflows.dir` also runs, to drop shared workflows of an earlier start.
         let dir = &config.workflows.dir;
@@ -76,6 +79,7 @@ impl App {
             config: Arc::new(config.engine.clone()),
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());
+        tracker.spawn(engine.clone().supervise_store());
         let resumed = engine.resume_unfinished().await?;
         if resumed > 0 {
             tracing::info!(runs = resumed, "resuming runs left unfinished");
@@ -173,9 +177,17 @@ impl App {
             tracing::warn!("the retention sweeper did not stop within the grace period");
             sweeper.abort();
         }
-        self.hub.flush().await;
+        // What was queued is written, unless the store refuses writes: then it is left
+        // unwritten (and was never published), and the runs resume from the store next start.
+        let written = deadline + Duration::from_secs(1);
+        if tokio::time::timeout_at(written, self.hub.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!("the store did not take the last records before the stop");
+        }
         self.writer.abort();
-        self.store.close().await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.store.close()).await;
         Ok(())
     }
 }

@@ -127,6 +127,9 @@ fn is_origin(origin: &str) -> bool {
 pub struct DatabaseConfig {
     pub url: String,
     pub max_connections: u32,
+    /// How long a write waits for another process's lock on the database before it fails
+    /// (and is tried again; see the README's "When the store fails").
+    pub busy_timeout_ms: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -134,6 +137,7 @@ impl Default for DatabaseConfig {
         DatabaseConfig {
             url: "sqlite://orca.db".into(),
             max_connections: 8,
+            busy_timeout_ms: 5_000,
         }
     }
 }

@@ -120,6 +120,11 @@ pub async fn create_run(
         .await
         .map_err(|e| match e {
             engine::Error::Overloaded => ApiError::Unavailable(e.to_string()),
+            engine::Error::Store(e) => {
+                // Logged with its cause; the caller learns only that it may try again.
+                tracing::error!(error = ?e, "storing a new run failed");
+                ApiError::Unavailable("the store cannot take the run now; try again".into())
+            }
             other => ApiError::internal(other),
         })?;
     let (run, fresh) = match created {

@@ -20,9 +20,14 @@ pub async fn healthz() -> Json<serde_json::Value> {
 /// Readiness: 200 when the store answers.
 #[utoipa::path(get, path = "/readyz", tag = "system", responses(
     (status = 200, description = "Ready"),
-    (status = 503, description = "The store is unreachable", body = super::error::Problem, content_type = "application/problem+json"),
+    (status = 503, description = "The store is unreachable or refuses writes", body = super::error::Problem, content_type = "application/problem+json"),
 ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    if !state.events.is_healthy() {
+        return Err(ApiError::Unavailable(
+            "the store refuses writes; runs resume once it takes them again".into(),
+        ));
+    }
     state
         .store
         .ping()

@@ -177,16 +177,51 @@ impl Engine {
         Ok(Created::New(run))
     }
 
-    /// Resumes every run the store holds as not terminal (after a stop or a crash).
+    /// Resumes every run the store holds as not terminal and no task runs (after a stop, a
+    /// crash, or the store coming back); the number of runs it found unfinished.
     pub async fn resume_unfinished(&self) -> Result<usize, Error> {
         let store = self.inner.services.store();
         let runs = store.unfinished_runs().await?;
         let n = runs.len();
         for stored in runs {
+            if self
+                .inner
+                .live
+                .lock()
+                .expect("live lock")
+                .contains_key(&stored.run.id)
+            {
+                continue;
+            }
             let last = store.last_seq(stored.run.id).await?;
             self.spawn(stored, last, None);
         }
         Ok(n)
+    }
+
+    /// Watches the store: each time it takes writes again after refusing them, waits until
+    /// everything queued meanwhile is written, then resumes the runs that stopped. Runs until
+    /// the server stops; the caller tracks the task.
+    pub async fn supervise_store(self) {
+        let hub = self.inner.services.hub.clone();
+        let mut health = hub.health();
+        loop {
+            tokio::select! {
+                _ = self.inner.shutdown.cancelled() => return,
+                _ = health.down() => {}
+            }
+            tokio::select! {
+                _ = self.inner.shutdown.cancelled() => return,
+                _ = health.up() => {}
+            }
+            hub.flush().await;
+            match self.resume_unfinished().await {
+                Ok(n) => tracing::info!(runs = n, "the store is back: stopped runs resume"),
+                Err(e) => {
+                    tracing::error!(error = ?e, "resuming runs after the store came back failed")
+                }
+            }
+        }
     }
 
     /// Asks a run to stop. Returns the run as it is now.
@@ -285,13 +320,16 @@ impl Engine {
         RunContext::new(seed, cancel, self.inner.services.clone())
     }
 
+    /// Starts the task of a stored run, unless it has one already.
     fn spawn(&self, stored: StoredRun, last_seq: u64, plan: Option<Arc<ValidPlan>>) {
         let cancel = CancellationToken::new();
-        self.inner
-            .live
-            .lock()
-            .expect("live lock")
-            .insert(stored.run.id, cancel.clone());
+        {
+            let mut live = self.inner.live.lock().expect("live lock");
+            if live.contains_key(&stored.run.id) {
+                return;
+            }
+            live.insert(stored.run.id, cancel.clone());
+        }
         self.inner.queued.fetch_add(1, Ordering::SeqCst);
         let ctx = self.context(&stored, last_seq, plan, cancel);
         let engine = self.clone();

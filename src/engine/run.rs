@@ -51,6 +51,7 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
     }
 
     // The time limit counts from this (re)start, paused while the run waits for a human.
+    let mut health = inner.services.hub.health();
     let ending = tokio::select! {
         outcome = guarded(execute(&ctx)) => Ending::Done(outcome),
         _ = ctx.cancel.cancelled() => Ending::Cancelled,
@@ -59,6 +60,13 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
             // Leave the run as it is; the next start resumes it.
             inner.services.inputs.forget(ctx.run_id);
             inner.services.hub.flush().await;
+            return;
+        }
+        _ = health.down() => {
+            // The store refuses writes: stop where the run is, as for a server stop. What it
+            // queued is written once the store is back, and the engine resumes it then.
+            inner.services.inputs.forget(ctx.run_id);
+            tracing::warn!("the store is down: the run stops until it is back");
             return;
         }
     };

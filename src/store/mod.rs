@@ -161,13 +161,23 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database and applies pending migrations.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Store> {
+        Store::connect_with(url, max_connections, Duration::from_secs(5)).await
+    }
+
+    /// [`Self::connect`], with how long a statement waits for another writer's lock before
+    /// it fails.
+    pub async fn connect_with(
+        url: &str,
+        max_connections: u32,
+        busy_timeout: Duration,
+    ) -> Result<Store> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             // WAL + NORMAL: a committed transaction survives a process crash; only an OS crash
             // can lose the last few, which the fsync cost per event would not be worth.
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5))
+            .busy_timeout(busy_timeout)
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections)

@@ -10,9 +10,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{Event, EventKind, RunId};
@@ -34,6 +35,28 @@ pub struct EventHub {
     inner: Arc<Inner>,
 }
 
+/// A view of the writer's health that can be waited on.
+pub struct Health(watch::Receiver<bool>);
+
+impl Health {
+    /// Completes once the store refuses writes; never if the hub is gone.
+    pub async fn down(&mut self) {
+        self.until(false).await;
+    }
+
+    /// Completes once the store takes writes again; never if the hub is gone.
+    pub async fn up(&mut self) {
+        self.until(true).await;
+    }
+
+    async fn until(&mut self, healthy: bool) {
+        // The guard `wait_for` gives is dropped at once: it must not live across an await.
+        if self.0.wait_for(|h| *h == healthy).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 struct Inner {
     store: Store,
     writer: mpsc::Sender<Command>,
@@ -41,6 +64,8 @@ struct Inner {
     /// never held across an await.
     channels: Mutex<HashMap<RunId, broadcast::Sender<Arc<Event>>>>,
     buffer: usize,
+    /// Whether the writer can write: false while a batch keeps failing.
+    healthy: watch::Receiver<bool>,
 }
 
 impl EventHub {
@@ -48,15 +73,29 @@ impl EventHub {
     /// returned handle.
     pub fn start(store: Store, buffer: usize) -> (EventHub, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(8192);
+        let (health_tx, healthy) = watch::channel(true);
         let inner = Arc::new(Inner {
             store: store.clone(),
             writer: tx,
             channels: Mutex::new(HashMap::new()),
             buffer,
+            healthy,
         });
         let weak = Arc::downgrade(&inner);
-        let writer = tokio::spawn(writer_loop(store, rx, weak));
+        let writer = tokio::spawn(writer_loop(store, rx, weak, health_tx));
         (EventHub { inner }, writer)
+    }
+
+    /// Whether records are being written. False from the moment a batch has failed
+    /// [`FAILURES_BEFORE_DOWN`] times in a row until it is written: runs stop and `/readyz`
+    /// says not ready meanwhile.
+    pub fn is_healthy(&self) -> bool {
+        *self.inner.healthy.borrow()
+    }
+
+    /// Follows [`Self::is_healthy`].
+    pub fn health(&self) -> Health {
+        Health(self.inner.healthy.clone())
     }
 
     pub fn store(&self) -> &Store {
@@ -252,7 +291,12 @@ where
     )
 }
 
-async fn writer_loop(store: Store, mut rx: mpsc::Receiver<Command>, hub: std::sync::Weak<Inner>) {
+async fn writer_loop(
+    store: Store,
+    mut rx: mpsc::Receiver<Command>,
+    hub: std::sync::Weak<Inner>,
+    health: watch::Sender<bool>,
+) {
     let mut batch: Vec<Record> = Vec::with_capacity(MAX_BATCH);
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     while let Some(first) = rx.recv().await {
@@ -268,7 +312,8 @@ async fn writer_loop(store: Store, mut rx: mpsc::Receiver<Command>, hub: std::sy
             next = rx.try_recv().ok();
         }
         if !batch.is_empty() {
-            write_with_retry(&store, &batch).await;
+            write_until_stored(&store, &batch, &health).await;
+            // Persist, then publish: only now is the batch broadcast.
             if let Some(inner) = hub.upgrade() {
                 for rec in &batch {
                     if let Record::Event(ev) = rec {
@@ -284,20 +329,37 @@ async fn writer_loop(store: Store, mut rx: mpsc::Receiver<Command>, hub: std::sy
     }
 }
 
-/// A failed append is retried a few times (the database may be briefly busy); after that the
-/// batch is logged and dropped rather than wedging every run behind it.
-async fn write_with_retry(store: &Store, batch: &[Record]) {
-    let mut delay = std::time::Duration::from_millis(20);
-    for attempt in 1..=5 {
+/// Consecutive failures of one batch after which the store counts as down.
+pub const FAILURES_BEFORE_DOWN: u32 = 4;
+/// Longest pause between two tries of a failing batch.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// Writes a batch, trying again until it is stored: a batch is never dropped, and nothing of
+/// it is published before it is stored. A brief failure (a busy database) is retried quietly;
+/// after [`FAILURES_BEFORE_DOWN`] failures the store is reported down (runs stop where they
+/// are, to resume once it is back), and up again once the batch is written.
+async fn write_until_stored(store: &Store, batch: &[Record], health: &watch::Sender<bool>) {
+    let mut delay = Duration::from_millis(20);
+    let mut failures = 0u32;
+    loop {
         match store.append(batch).await {
-            Ok(()) => return,
-            Err(e) if attempt < 5 => {
-                tracing::warn!(error = %e, attempt, "appending events failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
+            Ok(()) => {
+                if !*health.borrow() {
+                    tracing::info!("the store takes writes again");
+                    health.send_replace(true);
+                }
+                return;
             }
             Err(e) => {
-                tracing::error!(error = ?e, events = batch.len(), "appending events failed; dropped");
+                failures += 1;
+                if failures == FAILURES_BEFORE_DOWN {
+                    tracing::error!(error = ?e, records = batch.len(), "the store refuses writes; runs stop until it is back");
+                    health.send_replace(false);
+                } else if failures < FAILURES_BEFORE_DOWN {
+                    tracing::warn!(error = %e, failures, "appending events failed; retrying");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(MAX_RETRY_DELAY);
             }
         }
     }

@@ -608,3 +608,102 @@ async fn a_template_that_would_render_a_huge_value_fails_with_a_clear_error() {
         );
     }
 }
+
+/// Polls `path` until it answers `status`, failing after the test's patience.
+async fn until_status(app: &TestApp, path: &str, status: u16) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let got = app.client.get(app.url(path)).send().await.unwrap().status();
+        if got == status {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path} never answered {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_refuses_writes_stops_runs_which_resume_once_it_is_back() {
+    let app = spawn_app(|c| c.database.busy_timeout_ms = 20).await;
+    // A run that keeps writing: a long loop of short waits.
+    let items: Vec<u32> = (0..150).collect();
+    let plan = json!({ "steps": [{ "id": "tick", "kind": "loop", "input": {
+        "for_each": items, "max_iterations": 150,
+        "steps": [{ "id": "nap", "kind": "wait", "input": { "duration_ms": 10 } }] } }] });
+    let body = json!({ "input": "x", "orchestration": "fixed", "plan": plan,
+                       "limits": { "max_steps": 1000 } });
+    let (id, mut reader) = start_until(&app, body, |ev| {
+        ev["kind"] == "step" && ev["step_id"] == "tick"
+    })
+    .await;
+
+    // Another process takes the database's write lock and keeps it.
+    let url = format!("sqlite://{}", app.dir.path().join("orca.db").display());
+    let other = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let mut lock = other.acquire().await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    until_status(&app, "/readyz", 503).await;
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert!(
+        ["running", "waiting_input"].contains(&run["status"].as_str().unwrap()),
+        "the run was not left to resume: {run}"
+    );
+    // New runs are refused with a clear answer while the store is down.
+    let refused = app
+        .client
+        .post(app.url("/v1/runs"))
+        .json(&json!({ "input": "hi" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+
+    sqlx::query("ROLLBACK").execute(&mut *lock).await.unwrap();
+    drop(lock);
+    until_status(&app, "/readyz", 200).await;
+
+    // The same live stream carries on to the end; everything it showed is stored, in order.
+    let mut live = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(PATIENCE, reader.next_event())
+            .await
+            .expect("the run goes on once the store is back")
+            .expect("the stream goes on");
+        let last = ev.kind() == "final";
+        live.push(ev.json());
+        if last {
+            break;
+        }
+    }
+    let fin = &live.last().unwrap()["data"];
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let history = app.history(&id).await;
+    for ev in &live {
+        let seq = ev["seq"].as_u64().unwrap() as usize;
+        assert_eq!(
+            &history[seq - 1],
+            ev,
+            "a live event differs from the stored one"
+        );
+    }
+    for (i, ev) in history.iter().enumerate() {
+        assert_eq!(
+            ev["seq"],
+            i + 1,
+            "the stored events have a gap or a duplicate"
+        );
+    }
+    // It stopped and resumed, rather than waiting it out.
+    assert!(
+        history
+            .iter()
+            .any(|e| e["kind"] == "status" && e["data"]["message"].is_string()),
+        "the run never stopped and resumed"
+    );
+}
