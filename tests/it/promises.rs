@@ -29,13 +29,7 @@ async fn start_until(
 ) -> (String, SseReader) {
     let run = app.create_run(body).await;
     let id = run["id"].as_str().unwrap().to_owned();
-    let resp = app
-        .client
-        .get(app.url(&format!("/v1/runs/{id}/events")))
-        .send()
-        .await
-        .unwrap();
-    let mut reader = SseReader::new(resp);
+    let mut reader = app.events(&id).await;
     let found = async {
         loop {
             let ev = reader.next_event().await.expect("the awaited event comes");
@@ -180,22 +174,9 @@ async fn chain_across_a_restart(max_steps: u64) -> Value {
     drop(reader);
     let dir = app.stop().await;
     let app = spawn_probed_app(Some(dir), &probe, |_| {}).await;
-    let resp = app
-        .client
-        .get(app.url(&format!("/v1/runs/{id}/events")))
-        .header("last-event-id", "0")
-        .send()
-        .await
-        .unwrap();
-    let mut reader = SseReader::new(resp);
+    let mut reader = app.events(&id).await;
     skip_to(&mut reader, "input_required", 2).await;
-    let answered = app
-        .client
-        .post(app.url(&format!("/v1/runs/{id}/input")))
-        .json(&json!({ "step_id": "pause", "value": "yes" }))
-        .send()
-        .await
-        .unwrap();
+    let answered = app.answer(&id, "pause", json!("yes")).await;
     assert_eq!(answered.status(), 202);
     final_data(&to_final(reader).await)
 }
@@ -226,15 +207,9 @@ fn nested_plan() -> Value {
     ] } }] })
 }
 
-/// Answers `ask` when the run asks for the `n`th time (counting from 1 over the reader).
+/// Answers the run's pending `ask` step.
 async fn answer_ask(app: &TestApp, id: &str) {
-    let resp = app
-        .client
-        .post(app.url(&format!("/v1/runs/{id}/input")))
-        .json(&json!({ "step_id": "ask", "value": "ok" }))
-        .send()
-        .await
-        .unwrap();
+    let resp = app.answer(id, "ask", json!("ok")).await;
     assert_eq!(
         resp.status(),
         202,
@@ -278,13 +253,7 @@ async fn finished_children_at_every_level_do_not_run_again_after_a_restart() {
     let dir = app.stop().await;
 
     let app = spawn_probed_app(Some(dir), &probe, |_| {}).await;
-    let resp = app
-        .client
-        .get(app.url(&format!("/v1/runs/{id}/events")))
-        .send()
-        .await
-        .unwrap();
-    let mut reader = SseReader::new(resp);
+    let mut reader = app.events(&id).await;
     skip_to(&mut reader, "input_required", 3).await;
     answer_ask(&app, &id).await;
     let fin = final_data(&to_final(reader).await);
@@ -374,6 +343,7 @@ async fn checkpoints_grow_with_each_output_once_and_come_in_pages() {
 struct Server {
     child: std::process::Child,
     base: String,
+    client: reqwest::Client,
 }
 
 impl Server {
@@ -400,11 +370,11 @@ impl Server {
         let server = Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
         };
-        let client = reqwest::Client::new();
         let deadline = std::time::Instant::now() + PATIENCE;
         loop {
-            let ready = client.get(server.url("/readyz")).send().await;
+            let ready = server.client.get(server.url("/readyz")).send().await;
             if ready.is_ok_and(|r| r.status() == 200) {
                 return server;
             }
@@ -420,6 +390,43 @@ impl Server {
         format!("{}{}", self.base, path)
     }
 
+    /// Starts a fixed run of `plan`; its id.
+    async fn start_plan(&self, plan: Value) -> String {
+        let body = json!({ "input": "x", "orchestration": "fixed", "plan": plan });
+        let resp = self.client.post(self.url("/v1/runs")).json(&body).send();
+        let run: Value = resp.await.unwrap().json().await.unwrap();
+        run["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Reads a run's events from the start until the `n`th `input_required`.
+    async fn until_asked(&self, id: &str, n: usize) -> SseReader {
+        let resp = self.client.get(self.url(&format!("/v1/runs/{id}/events")));
+        let mut reader = SseReader::new(resp.send().await.unwrap());
+        skip_to(&mut reader, "input_required", n).await;
+        reader
+    }
+
+    /// Answers the run's pending `step_id`; the status.
+    async fn answer(&self, id: &str, step_id: &str, value: Value) -> u16 {
+        let body = json!({ "step_id": step_id, "value": value });
+        let url = self.url(&format!("/v1/runs/{id}/input"));
+        let resp = self.client.post(url).json(&body).send().await.unwrap();
+        resp.status().as_u16()
+    }
+
+    /// The run's step attempts.
+    async fn steps(&self, id: &str) -> Vec<Value> {
+        let url = self.url(&format!("/v1/runs/{id}/steps"));
+        self.client
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
@@ -433,65 +440,29 @@ impl Drop for Server {
     }
 }
 
-/// Reads a run's events from the start until the `n`th `input_required`.
-async fn until_asked(client: &reqwest::Client, server: &Server, id: &str, n: usize) -> SseReader {
-    let resp = client
-        .get(server.url(&format!("/v1/runs/{id}/events")))
-        .send()
-        .await
-        .unwrap();
-    let mut reader = SseReader::new(resp);
-    skip_to(&mut reader, "input_required", n).await;
-    reader
-}
-
 #[tokio::test]
 async fn a_killed_server_does_not_run_finished_children_again() {
     let dir = tempfile::tempdir().unwrap();
-    let client = reqwest::Client::new();
     let plan = json!({ "steps": [{ "id": "seq", "kind": "sequential", "input": { "steps": [
         { "id": "c1", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
         { "id": "c2", "kind": "user_input", "input": { "prompt": "go on?" } },
     ] } }] });
     let server = Server::start(dir.path()).await;
-    let run: Value = client
-        .post(server.url("/v1/runs"))
-        .json(&json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = run["id"].as_str().unwrap().to_owned();
-    drop(until_asked(&client, &server, &id, 1).await);
-    let steps = |server: &Server| {
-        let url = server.url(&format!("/v1/runs/{id}/steps"));
-        let client = client.clone();
-        async move {
-            let all: Vec<Value> = client.get(url).send().await.unwrap().json().await.unwrap();
-            all
-        }
-    };
-    let before = steps(&server).await;
+    let id = server.start_plan(plan).await;
+    drop(server.until_asked(&id, 1).await);
+    let before = server.steps(&id).await;
     let c1_before: Vec<&Value> = before.iter().filter(|s| s["step_id"] == "c1").collect();
     assert_eq!(c1_before.len(), 1);
     let c1_done = c1_before[0]["completed_at"].clone();
     server.kill();
 
     let server = Server::start(dir.path()).await;
-    let reader = until_asked(&client, &server, &id, 2).await;
-    let resp = client
-        .post(server.url(&format!("/v1/runs/{id}/input")))
-        .json(&json!({ "step_id": "c2", "value": "yes" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
+    let reader = server.until_asked(&id, 2).await;
+    assert_eq!(server.answer(&id, "c2", json!("yes")).await, 202);
     let fin = final_data(&to_final(reader).await);
     assert_eq!(fin["status"], "succeeded", "{fin}");
 
-    let after = steps(&server).await;
+    let after = server.steps(&id).await;
     let of = |id: &str| -> Vec<(Value, Value, Value)> {
         after
             .iter()
@@ -520,40 +491,22 @@ async fn a_killed_server_does_not_run_finished_children_again() {
 #[tokio::test]
 async fn an_acknowledged_answer_survives_a_kill_right_after_the_202() {
     let dir = tempfile::tempdir().unwrap();
-    let client = reqwest::Client::new();
     let plan = json!({ "steps": [
         { "id": "ask", "kind": "user_input", "input": { "prompt": "a number?" } },
         { "id": "double", "kind": "tool", "depends_on": ["ask"], "input": { "tool": "math.calculate", "arguments": { "expression": "{{ steps.ask.output }} * 2" } } },
     ]});
     let server = Server::start(dir.path()).await;
-    let run: Value = client
-        .post(server.url("/v1/runs"))
-        .json(&json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = run["id"].as_str().unwrap().to_owned();
-    drop(until_asked(&client, &server, &id, 1).await);
-    let resp = client
-        .post(server.url(&format!("/v1/runs/{id}/input")))
-        .json(&json!({ "step_id": "ask", "value": 21 }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
+    let id = server.start_plan(plan).await;
+    drop(server.until_asked(&id, 1).await);
+    assert_eq!(server.answer(&id, "ask", json!(21)).await, 202);
     // Killed the moment the answer is acknowledged: 202 means the answer is stored.
     server.kill();
 
     let server = Server::start(dir.path()).await;
-    let resp = client
-        .get(server.url(&format!("/v1/runs/{id}/events")))
-        .send()
-        .await
-        .unwrap();
-    let fin = final_data(&to_final(SseReader::new(resp)).await);
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")));
+    let fin = final_data(&to_final(SseReader::new(resp.send().await.unwrap())).await);
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["result"], 42, "{fin}");
 }

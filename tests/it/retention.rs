@@ -70,21 +70,9 @@ async fn finished_plan_run(app: &TestApp) -> String {
         .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": answered_plan() }))
         .await;
     let id = run["id"].as_str().unwrap().to_owned();
-    let resp = app
-        .client
-        .get(app.url(&format!("/v1/runs/{id}/events")))
-        .send()
-        .await
-        .unwrap();
-    let mut reader = SseReader::new(resp);
+    let mut reader = app.events(&id).await;
     while reader.next_event().await.expect("the run asks").kind() != "input_required" {}
-    let answered = app
-        .client
-        .post(app.url(&format!("/v1/runs/{id}/input")))
-        .json(&json!({ "step_id": "ok", "value": true }))
-        .send()
-        .await
-        .unwrap();
+    let answered = app.answer(&id, "ok", json!(true)).await;
     assert_eq!(answered.status(), 202);
     let events = reader.read_to_final().await;
     assert_eq!(final_data(&events)["status"], "succeeded");

@@ -177,6 +177,28 @@ impl TestApp {
         SseReader::new(resp).read_to_final().await
     }
 
+    /// Opens a run's event stream from its first event.
+    pub async fn events(&self, run_id: &str) -> SseReader {
+        let resp = self
+            .client
+            .get(self.url(&format!("/v1/runs/{run_id}/events")))
+            .send()
+            .await
+            .expect("GET events");
+        assert_eq!(resp.status(), 200);
+        SseReader::new(resp)
+    }
+
+    /// Answers a run's `input_required` for `step_id`.
+    pub async fn answer(&self, run_id: &str, step_id: &str, value: Value) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/v1/runs/{run_id}/input")))
+            .json(&serde_json::json!({ "step_id": step_id, "value": value }))
+            .send()
+            .await
+            .expect("POST input")
+    }
+
     /// Follows a run's event stream to `final`.
     pub async fn follow(&self, run_id: &str) -> Vec<SseMessage> {
         let resp = self
