@@ -572,110 +572,35 @@ async fn a_waiting_run_survives_a_restart_without_redoing_finished_steps() {
 async fn a_killed_server_resumes_from_its_checkpoint() {
     // A real crash: the orca binary killed with SIGKILL while a run waits on a step.
     let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("orca.db").display());
-    let start = || {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-            .args([
-                "serve",
-                "--bind",
-                &format!("127.0.0.1:{port}"),
-                "--database-url",
-                &db,
-            ])
-            .env("ORCA_LLM__PROVIDER", "offline")
-            .env("RUST_LOG", "warn")
-            .current_dir(dir.path())
-            .spawn()
-            .unwrap();
-        (child, format!("http://127.0.0.1:{port}"))
-    };
-    let client = reqwest::Client::new();
-    let ready = |base: String| {
-        let client = client.clone();
-        async move {
-            for _ in 0..400 {
-                if client
-                    .get(format!("{base}/readyz"))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status() == 200)
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-            panic!("server did not start");
-        }
-    };
     let plan = json!({ "steps": [
         { "id": "first", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
         { "id": "wait", "kind": "user_input", "depends_on": ["first"], "input": { "prompt": "go on?" } },
         { "id": "last", "kind": "tool", "depends_on": ["wait"], "input": { "tool": "math.calculate", "arguments": { "expression": "{{ steps.first.output.result }} + 1" } } },
     ]});
-    let (mut child, base) = start();
-    ready(base.clone()).await;
-    let run: Value = client
-        .post(format!("{base}/v1/runs"))
-        .json(&json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = run["id"].as_str().unwrap().to_owned();
-    let resp = client
-        .get(format!("{base}/v1/runs/{id}/events"))
-        .send()
-        .await
-        .unwrap();
-    let mut reader = SseReader::new(resp);
-    while reader.next_event().await.unwrap().kind() != "input_required" {}
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let server = Server::start(dir.path()).await;
+    let id = server.start_plan(plan).await;
+    drop(server.until_asked(&id, 1).await);
+    server.kill();
 
-    let (mut child, base) = start();
-    ready(base.clone()).await;
-    let (status, run) = {
-        let r = client
-            .get(format!("{base}/v1/runs/{id}"))
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json::<Value>().await.unwrap())
-    };
-    assert_eq!(status, 200);
+    let server = Server::start(dir.path()).await;
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let run: Value = resp.json().await.unwrap();
     assert_ne!(run["status"], "succeeded");
-    let resp = client
-        .get(format!("{base}/v1/runs/{id}/events"))
-        .send()
-        .await
-        .unwrap();
-    let mut reader = SseReader::new(resp);
-    let mut asks = 0;
-    while asks < 2 {
-        if reader.next_event().await.unwrap().kind() == "input_required" {
-            asks += 1;
-        }
-    }
-    let resp = client
-        .post(format!("{base}/v1/runs/{id}/input"))
-        .json(&json!({ "step_id": "wait", "value": "yes" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
-    let rest = reader.read_to_final().await;
+    let reader = server.until_asked(&id, 2).await;
+    assert_eq!(server.answer(&id, "wait", json!("yes")).await, 202);
+    let rest = to_final(reader).await;
     let fin = final_data(&rest);
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["result"], 43);
-    let history: Vec<Value> = client
-        .get(format!("{base}/v1/runs/{id}/events"))
+    let history: Vec<Value> = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
         .header("accept", "application/json")
         .send()
         .await
@@ -692,8 +617,6 @@ async fn a_killed_server_resumes_from_its_checkpoint() {
     assert_eq!(first_runs, 1, "the completed step was not executed again");
     let seqs: Vec<u64> = history.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[tokio::test]

@@ -1,0 +1,137 @@
+//! The real `orca` binary as a child process, for tests that kill it: on a loopback port, with
+//! its database in a directory the test keeps across restarts. Plus waits that fail instead of
+//! hanging on keep-alives.
+
+use serde_json::{Value, json};
+
+use super::app::{PATIENCE, SseMessage, SseReader};
+
+/// Reads events until the `n`th of `kind`, failing (instead of hanging on keep-alives) if
+/// they do not come.
+pub async fn skip_to(reader: &mut SseReader, kind: &str, n: usize) {
+    let seen = async {
+        let mut seen = 0;
+        while seen < n {
+            if reader
+                .next_event()
+                .await
+                .expect("the stream goes on")
+                .kind()
+                == kind
+            {
+                seen += 1;
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, seen)
+        .await
+        .unwrap_or_else(|_| panic!("{n} `{kind}` events did not come"));
+}
+
+/// Reads to `final`, failing (instead of hanging on keep-alives) if the run does not end.
+pub async fn to_final(reader: SseReader) -> Vec<SseMessage> {
+    tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("the run ends")
+}
+
+/// The real `orca` binary on a loopback port, with its database in `dir`.
+pub struct Server {
+    child: std::process::Child,
+    base: String,
+    pub client: reqwest::Client,
+}
+
+impl Server {
+    pub async fn start(dir: &std::path::Path) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let db = format!("sqlite://{}", dir.join("orca.db").display());
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+            .args([
+                "serve",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+                "--database-url",
+                &db,
+            ])
+            .env("ORCA_LLM__PROVIDER", "offline")
+            .env("RUST_LOG", "warn")
+            .current_dir(dir)
+            .spawn()
+            .unwrap();
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+        };
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let ready = server.client.get(server.url("/readyz")).send().await;
+            if ready.is_ok_and(|r| r.status() == 200) {
+                return server;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Starts a fixed run of `plan`; its id.
+    pub async fn start_plan(&self, plan: Value) -> String {
+        let body = json!({ "input": "x", "orchestration": "fixed", "plan": plan });
+        let resp = self.client.post(self.url("/v1/runs")).json(&body).send();
+        let run: Value = resp.await.unwrap().json().await.unwrap();
+        run["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Reads a run's events from the start until the `n`th `input_required`.
+    pub async fn until_asked(&self, id: &str, n: usize) -> SseReader {
+        let resp = self.client.get(self.url(&format!("/v1/runs/{id}/events")));
+        let mut reader = SseReader::new(resp.send().await.unwrap());
+        skip_to(&mut reader, "input_required", n).await;
+        reader
+    }
+
+    /// Answers the run's pending `step_id`; the status.
+    pub async fn answer(&self, id: &str, step_id: &str, value: Value) -> u16 {
+        let body = json!({ "step_id": step_id, "value": value });
+        let url = self.url(&format!("/v1/runs/{id}/input"));
+        let resp = self.client.post(url).json(&body).send().await.unwrap();
+        resp.status().as_u16()
+    }
+
+    /// The run's step attempts.
+    pub async fn steps(&self, id: &str) -> Vec<Value> {
+        let url = self.url(&format!("/v1/runs/{id}/steps"));
+        self.client
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
