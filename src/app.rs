@@ -16,8 +16,10 @@ use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::engine::{Engine, Services};
+use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
+use crate::plan::Catalog;
 use crate::retention::{RetentionHandle, Sweeper};
 use crate::store::Store;
 use crate::stream::EventHub;
@@ -53,6 +55,10 @@ impl App {
         tools: ToolRegistry,
     ) -> anyhow::Result<App> {
         config.validate()?;
+        let functions = FunctionRegistry::build(&config.functions, |alias| llm.has_alias(alias))
+            .map_err(|problems| {
+                anyhow::anyhow!("invalid LLM functions:\n  {}", problems.join("\n  "))
+            })?;
         let busy = Duration::from_millis(config.database.busy_timeout_ms);
         let store =
             Store::connect_with(&config.database.url, config.database.max_connections, busy)
@@ -61,7 +67,11 @@ impl App {
         // Before serving: a bad workflow file must stop the start, not surface on first use.
         // An empty `workflows.dir` also runs, to drop shared workflows of an earlier start.
         let dir = &config.workflows.dir;
-        let loaded = crate::workflows::load_dir(dir, &store, &tools)
+        let catalog = Catalog {
+            tools: &tools,
+            functions: Some(&functions),
+        };
+        let loaded = crate::workflows::load_dir(dir, &store, catalog)
             .await
             .context("loading the shared workflows (workflows.dir)")?;
         if loaded > 0 {
@@ -73,6 +83,7 @@ impl App {
         let services = Services {
             llm,
             tools,
+            functions,
             hub: hub.clone(),
             metrics: Metrics::new(),
             inputs: Default::default(),

@@ -45,6 +45,9 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub workflows: WorkflowsConfig,
     pub retention: RetentionConfig,
+    /// Named LLM functions, `[functions.NAME]`; the built-in ones (planner, replanner,
+    /// selector, summarizer) can be reconfigured under their names.
+    pub functions: std::collections::BTreeMap<String, crate::functions::FunctionConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

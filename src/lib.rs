@@ -10,6 +10,7 @@ pub mod app;
 pub mod config;
 pub mod domain;
 pub mod engine;
+pub mod functions;
 pub mod llm;
 pub mod metrics;
 pub mod plan;

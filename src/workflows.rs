@@ -19,9 +19,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::plan::validate_workflow;
+use crate::plan::{Catalog, validate_workflow};
 use crate::store::Store;
-use crate::tools::ToolRegistry;
 
 /// Checks a workflow name: 1-64 characters of lowercase letters, digits, `_`, `.` or `-`,
 /// starting with a letter or digit (the `name` rule of `schemas/FixedWorkflow.schema.json`),
@@ -48,7 +47,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 ///
 /// An empty `dir` means no directory is configured: nothing is loaded and shared workflows
 /// left by an earlier start are removed. A missing or unreadable directory is an error.
-pub async fn load_dir(dir: &Path, store: &Store, tools: &ToolRegistry) -> anyhow::Result<usize> {
+pub async fn load_dir(dir: &Path, store: &Store, catalog: Catalog<'_>) -> anyhow::Result<usize> {
     if dir.as_os_str().is_empty() {
         store
             .sync_shared_workflows(&[])
@@ -60,7 +59,7 @@ pub async fn load_dir(dir: &Path, store: &Store, tools: &ToolRegistry) -> anyhow
     let mut loaded: Vec<(String, Value, PathBuf)> = Vec::new();
     let mut report = String::new();
     for path in files {
-        match load_file(&path, tools).await {
+        match load_file(&path, catalog).await {
             Ok((name, definition)) => {
                 if let Some((_, _, first)) = loaded.iter().find(|(n, _, _)| *n == name) {
                     let _ = writeln!(
@@ -120,7 +119,7 @@ async fn workflow_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 
 /// One file → (name, definition with its name filled in), or every problem as
 /// `pointer: message` lines.
-async fn load_file(path: &Path, tools: &ToolRegistry) -> Result<(String, Value), Vec<String>> {
+async fn load_file(path: &Path, catalog: Catalog<'_>) -> Result<(String, Value), Vec<String>> {
     let text = tokio::fs::read_to_string(path)
         .await
         .map_err(|e| vec![format!("cannot be read: {e}")])?;
@@ -136,7 +135,7 @@ async fn load_file(path: &Path, tools: &ToolRegistry) -> Result<(String, Value),
         map.insert("name".into(), Value::String(stem));
     }
     // The name is checked with the rest (schema `name` pattern), so it is not checked here.
-    match validate_workflow(&definition, tools) {
+    match validate_workflow(&definition, catalog) {
         Ok(workflow) => Ok((workflow.name, definition)),
         Err(problems) => Err(problems
             .into_iter()

@@ -81,13 +81,14 @@ impl AppState {
         runs::run_steps,
         runs::cancel_run, runs::submit_input, history::run_plans, history::run_checkpoints,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
-        workflows::delete_workflow, system::list_tools, system::healthz, system::readyz,
+        workflows::delete_workflow, system::list_tools, system::list_functions, system::healthz,
+        system::readyz,
         system::metrics,
     ),
     components(schemas(
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
-        crate::tools::ToolInfo, crate::store::PlanRecord, crate::store::Checkpoint,
+        crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::store::PlanRecord, crate::store::Checkpoint,
         workflows::WorkflowSummary, workflows::WorkflowDetail,
     )),
     modifiers(&SecurityAddon),
@@ -179,7 +180,8 @@ pub fn router(state: AppState) -> Router {
                 .put(workflows::put_workflow)
                 .delete(workflows::delete_workflow),
         )
-        .route("/tools", get(system::list_tools));
+        .route("/tools", get(system::list_tools))
+        .route("/functions", get(system::list_functions));
     let protected = Router::new()
         .nest("/v1", v1)
         .route("/metrics", get(system::metrics))

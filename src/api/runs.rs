@@ -226,7 +226,7 @@ async fn validate_run(
             "send either `workflow` or `plan`, not both",
         )),
         (Orchestration::Auto | Orchestration::Fixed, None, Some(doc)) => {
-            match crate::plan::validate_plan(doc, tools) {
+            match crate::plan::validate_plan(doc, state.engine.catalog()) {
                 Ok(valid) => plan = Some((doc.clone(), valid)),
                 Err(problems) => errors.extend(prefixed("/plan", problems)),
             }
@@ -246,7 +246,7 @@ async fn validate_run(
                 other => Some(other.clone()),
             };
             if let Some(definition) = definition {
-                match crate::plan::validate_workflow(&definition, tools) {
+                match crate::plan::validate_workflow(&definition, state.engine.catalog()) {
                     Ok(wf) => {
                         errors.extend(wf.check_input(&req.input).into_iter().map(|v| {
                             FieldError::new(format!("/input{}", v.pointer), v.message)

@@ -6,6 +6,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::functions::FunctionInfo;
 use crate::tools::ToolInfo;
 
 use super::AppState;
@@ -56,6 +57,13 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
 #[utoipa::path(get, path = "/v1/tools", tag = "tools", responses((status = 200, body = Vec<ToolInfo>)))]
 pub async fn list_tools(State(state): State<AppState>) -> Json<Vec<ToolInfo>> {
     Json(state.engine.tools().list())
+}
+
+/// Every named LLM function (plans call them with `kind: "llm", function: NAME`); orca's own
+/// planner, replanner, selector and summarizer are among them.
+#[utoipa::path(get, path = "/v1/functions", tag = "tools", responses((status = 200, body = Vec<FunctionInfo>)))]
+pub async fn list_functions(State(state): State<AppState>) -> Json<Vec<FunctionInfo>> {
+    Json(state.engine.functions().list())
 }
 
 pub async fn openapi_json() -> Response {

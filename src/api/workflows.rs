@@ -164,7 +164,7 @@ pub async fn put_workflow(
             }
         }
     }
-    validate_workflow(&definition, state.engine.tools()).map_err(|problems| {
+    validate_workflow(&definition, state.engine.catalog()).map_err(|problems| {
         ApiError::validation_many(
             problems
                 .into_iter()

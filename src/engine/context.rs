@@ -19,9 +19,10 @@ use crate::domain::{
     Counters, ErrorCode, Event, Payload, Run, RunError, RunId, RunStatus, StepAttempt, Tenant,
     Usage,
 };
+use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
-use crate::plan::{JsonSchema, ValidPlan};
+use crate::plan::{Catalog, JsonSchema, ValidPlan};
 use crate::store::{Record, Store};
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
@@ -46,6 +47,7 @@ pub struct EffectiveLimits {
 pub struct Services {
     pub llm: LlmRouter,
     pub tools: ToolRegistry,
+    pub functions: FunctionRegistry,
     pub hub: EventHub,
     pub metrics: Metrics,
     pub inputs: InputBox,
@@ -53,6 +55,14 @@ pub struct Services {
 }
 
 impl Services {
+    /// The names plans may use: the tools and the LLM functions.
+    pub fn catalog(&self) -> Catalog<'_> {
+        Catalog {
+            tools: &self.tools,
+            functions: Some(&self.functions),
+        }
+    }
+
     /// The store, for the few reads an executor makes (checkpoints, attempts, session history).
     pub fn store(&self) -> &Store {
         self.hub.store()

@@ -55,7 +55,7 @@ fn the_plan(ctx: &RunContext) -> Result<Arc<ValidPlan>, RunError> {
     let Some(doc) = ctx.spec.plan.as_ref() else {
         return Err(RunError::new(ErrorCode::InvalidPlan, "the run has no plan"));
     };
-    plan::validate_plan(doc, &ctx.services.tools)
+    plan::validate_plan(doc, ctx.services.catalog())
         .map(Arc::new)
         .map_err(|problems| {
             let list: Vec<String> = problems

@@ -42,8 +42,9 @@ use tracing::Instrument;
 
 use crate::domain::run::RunSpec;
 use crate::domain::{Run, RunId, RunStatus, Tenant};
+use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
-use crate::plan::ValidPlan;
+use crate::plan::{Catalog, ValidPlan};
 use crate::store::{self, Inserted, StoredRun};
 use crate::tools::ToolRegistry;
 
@@ -116,6 +117,16 @@ impl Engine {
     /// The configured model aliases.
     pub fn models(&self) -> &LlmRouter {
         &self.inner.services.llm
+    }
+
+    /// The named LLM functions.
+    pub fn functions(&self) -> &FunctionRegistry {
+        &self.inner.services.functions
+    }
+
+    /// The names plans may use: the tools and the LLM functions.
+    pub fn catalog(&self) -> Catalog<'_> {
+        self.inner.services.catalog()
     }
 
     /// The Prometheus text of the engine's metrics, with the run counts by status given.

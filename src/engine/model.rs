@@ -5,9 +5,12 @@ use std::time::Instant;
 
 use futures::StreamExt;
 
+use serde_json::Value;
+
 use crate::domain::event::UsageData;
-use crate::domain::{Payload, RunError};
-use crate::llm::{self, ChatRequest, LlmEvent};
+use crate::domain::{ErrorCode, Payload, RunError};
+use crate::llm::{self, ChatRequest, LlmEvent, Message, ResponseSchema};
+use crate::plan::JsonSchema;
 
 use super::context::RunContext;
 
@@ -74,4 +77,73 @@ pub async fn call_model(
     ctx.emit(Some(step_id), announced).await;
     ctx.add_llm_usage(usage.prompt_tokens, usage.completion_tokens)?;
     Ok(reply)
+}
+
+/// What one model call asks, its templates rendered.
+pub struct Prompt<'a> {
+    pub system: Option<String>,
+    pub user: String,
+    /// A model alias; the run's model when `None`.
+    pub model: Option<&'a str>,
+    /// When set, the answer must be JSON valid against it, and is that JSON.
+    pub output_schema: Option<&'a JsonSchema>,
+}
+
+/// Asks the model once, as step `step_id`: the text, or with an output schema the JSON value
+/// the model answered (streamed as `json_partial`, checked against the schema).
+pub async fn ask(ctx: &RunContext, step_id: &str, prompt: Prompt<'_>) -> Result<Value, RunError> {
+    let alias = prompt.model.or(ctx.spec.model.as_deref());
+    let (provider, model) = ctx
+        .services
+        .llm
+        .resolve(alias)
+        .map_err(|e| e.to_run_error())?;
+    let mut messages = Vec::new();
+    if let Some(content) = prompt.system {
+        messages.push(Message::System { content });
+    }
+    messages.push(Message::User {
+        content: prompt.user,
+    });
+    let mut request = ChatRequest::new(model, messages);
+    let text_kind = match prompt.output_schema {
+        Some(schema) => {
+            request.response_schema = Some(ResponseSchema {
+                name: "step_output".into(),
+                schema: schema.schema.clone(),
+            });
+            TextKind::Json
+        }
+        None => TextKind::Prose,
+    };
+    let reply = call_model(ctx, &*provider, request, step_id, text_kind).await?;
+    match prompt.output_schema {
+        None => Ok(Value::String(reply.text)),
+        Some(schema) => structured(&reply.text, schema),
+    }
+}
+
+/// The model's answer as JSON valid against `schema`.
+pub fn structured(text: &str, schema: &JsonSchema) -> Result<Value, RunError> {
+    let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
+        RunError::new(
+            ErrorCode::InvalidLlmOutput,
+            format!("the model's answer is not JSON: {e}"),
+        )
+    })?;
+    let problems: Vec<String> = schema
+        .check(&value)
+        .into_iter()
+        .map(|v| format!("{} {}", v.pointer, v.message))
+        .collect();
+    if !problems.is_empty() {
+        return Err(RunError::new(
+            ErrorCode::InvalidLlmOutput,
+            format!(
+                "the model's answer breaks output_schema: {}",
+                problems.join("; ")
+            ),
+        ));
+    }
+    Ok(value)
 }

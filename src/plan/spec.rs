@@ -69,6 +69,14 @@ pub enum KindSpec {
         /// When set, the answer must be JSON valid against it; the step outputs that JSON.
         output_schema: Option<JsonSchema>,
     },
+    /// An `llm` step that calls a named function: its prompt, system prompt, model and output
+    /// schema are the function's; `arguments` are its `input`.
+    Function {
+        /// A function of the registry the plan was validated against.
+        function: String,
+        /// `{}` when the plan gave none.
+        arguments: Template,
+    },
     Tool {
         /// A tool of the registry the plan was validated against.
         tool: String,
@@ -105,7 +113,7 @@ pub enum KindSpec {
 impl KindSpec {
     pub fn step_kind(&self) -> StepKind {
         match self {
-            KindSpec::Llm { .. } => StepKind::Llm,
+            KindSpec::Llm { .. } | KindSpec::Function { .. } => StepKind::Llm,
             KindSpec::Tool { .. } => StepKind::Tool,
             KindSpec::Branch { .. } => StepKind::Branch,
             KindSpec::Parallel { .. } => StepKind::Parallel,

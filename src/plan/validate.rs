@@ -23,6 +23,7 @@ use super::spec::{
 };
 use super::template::{Reference, Root, Template, escape_pointer};
 use crate::domain::{Orchestration, Plan, PlanSettings, RetryPolicy, Step, StepId, StepKind};
+use crate::functions::FunctionRegistry;
 use crate::tools::{ToolError, ToolRegistry};
 
 /// Deepest nesting of composite steps (a parallel in a loop in a sequential is 3 levels).
@@ -57,9 +58,12 @@ impl Workflow {
 /// Validates an AgentPlan document against `schemas/AgentPlan.schema.json` and every semantic
 /// rule. The plan's orchestration is `planner`; set another with
 /// [`ValidPlan::with_orchestration`].
-pub fn validate_plan(value: &Value, tools: &ToolRegistry) -> Result<ValidPlan, Vec<Problem>> {
+pub fn validate_plan<'c>(
+    value: &Value,
+    catalog: impl Into<Catalog<'c>>,
+) -> Result<ValidPlan, Vec<Problem>> {
     let schema_problems = schema::problems(&AGENT_PLAN, value);
-    let checked = Checker::run(value, tools);
+    let checked = Checker::run(value, catalog.into());
     let id = value
         .get("id")
         .and_then(Value::as_str)
@@ -84,9 +88,12 @@ pub fn validate_plan(value: &Value, tools: &ToolRegistry) -> Result<ValidPlan, V
 
 /// Validates a FixedWorkflow document: the workflow fields, then the plan it holds (whose
 /// pointers are the same as in an AgentPlan, the plan fields being at the top level).
-pub fn validate_workflow(value: &Value, tools: &ToolRegistry) -> Result<Workflow, Vec<Problem>> {
+pub fn validate_workflow<'c>(
+    value: &Value,
+    catalog: impl Into<Catalog<'c>>,
+) -> Result<Workflow, Vec<Problem>> {
     let problems = schema::problems(&FIXED_WORKFLOW, value);
-    let mut checked = Checker::run(value, tools);
+    let mut checked = Checker::run(value, catalog.into());
     let text = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_owned);
     let input_schema = value.get("input_schema").cloned();
     let input_validator = match input_schema.as_ref().filter(|s| s.is_object()) {
@@ -211,8 +218,26 @@ struct Ctx {
     depth: usize,
 }
 
+/// The names a plan may use: this server's tools and, when given, its LLM functions (without
+/// them, a step calling a function is a problem).
+#[derive(Clone, Copy)]
+pub struct Catalog<'a> {
+    pub tools: &'a ToolRegistry,
+    pub functions: Option<&'a FunctionRegistry>,
+}
+
+impl<'a> From<&'a ToolRegistry> for Catalog<'a> {
+    fn from(tools: &'a ToolRegistry) -> Self {
+        Catalog {
+            tools,
+            functions: None,
+        }
+    }
+}
+
 struct Checker<'a> {
     tools: &'a ToolRegistry,
+    functions: Option<&'a FunctionRegistry>,
     problems: Vec<Problem>,
     shape: Vec<Problem>,
     /// Declared variable names; `None` when `variables` is unreadable (the schema says why).
@@ -226,9 +251,10 @@ struct Checker<'a> {
 }
 
 impl<'a> Checker<'a> {
-    fn run(doc: &'a Value, tools: &'a ToolRegistry) -> Checked {
+    fn run(doc: &'a Value, catalog: Catalog<'a>) -> Checked {
         let mut c = Checker {
-            tools,
+            tools: catalog.tools,
+            functions: catalog.functions,
             problems: Vec::new(),
             shape: Vec::new(),
             vars: None,
@@ -640,6 +666,9 @@ impl<'a> Checker<'a> {
 
     fn llm(&mut self, input: &Map<String, Value>, pointer: &str, ctx: &Ctx) -> Option<KindSpec> {
         let at = |name: &str| member(pointer, name);
+        if let Some(function) = input.get("function") {
+            return self.function_call(function, input.get("arguments"), pointer, ctx);
+        }
         let prompt = input
             .get("prompt")
             .and_then(|p| self.template(p, &at("prompt"), ctx));
@@ -657,6 +686,39 @@ impl<'a> Checker<'a> {
             system: system?,
             model,
             output_schema: output_schema?,
+        })
+    }
+
+    /// An `llm` step that calls a named function with `arguments`.
+    fn function_call(
+        &mut self,
+        function: &Value,
+        arguments: Option<&Value>,
+        pointer: &str,
+        ctx: &Ctx,
+    ) -> Option<KindSpec> {
+        let at = |name: &str| member(pointer, name);
+        let empty = Value::Object(Map::new());
+        let arguments = self.template(arguments.unwrap_or(&empty), &at("arguments"), ctx);
+        let name = function.as_str()?;
+        let known = self.functions.is_some_and(|f| f.contains(name));
+        if !known {
+            let names = self
+                .functions
+                .map(|f| f.list().into_iter().map(|f| f.name).collect::<Vec<_>>())
+                .unwrap_or_default();
+            self.problems.push(Problem::new(
+                at("function"),
+                format!(
+                    "unknown LLM function `{name}`; known functions: {}",
+                    names.join(", ")
+                ),
+            ));
+            return None;
+        }
+        Some(KindSpec::Function {
+            function: name.to_owned(),
+            arguments: arguments?,
         })
     }
 

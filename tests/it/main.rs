@@ -9,6 +9,7 @@ mod fixed;
 mod history;
 mod llm_provider;
 mod offline_samples;
+mod planning;
 mod posture;
 mod process;
 mod promises;

@@ -120,9 +120,10 @@ async fn leaf_slot<'f>(
     spec: &StepSpec,
 ) -> Result<Option<SemaphorePermit<'f>>, RunError> {
     match spec.kind {
-        KindSpec::Tool { .. } | KindSpec::Llm { .. } | KindSpec::Wait(_) => {
-            frame.slot().await.map(Some)
-        }
+        KindSpec::Tool { .. }
+        | KindSpec::Llm { .. }
+        | KindSpec::Function { .. }
+        | KindSpec::Wait(_) => frame.slot().await.map(Some),
         _ => Ok(None),
     }
 }

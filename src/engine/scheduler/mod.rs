@@ -595,6 +595,7 @@ mod tests {
         let services = Services {
             llm: LlmRouter::from_config(&config).unwrap(),
             tools: ToolRegistry::with_builtins(&config.tools),
+            functions: Default::default(),
             hub,
             metrics: crate::metrics::Metrics::new(),
             inputs: Default::default(),

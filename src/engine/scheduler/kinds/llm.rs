@@ -1,14 +1,13 @@
-//! `llm`: one model call with the step's prompt (and system prompt); with an output schema
-//! the answer must be JSON valid against it, and the step outputs that JSON.
+//! `llm`: one model call, with the step's own prompt (and system prompt, model and output
+//! schema), or a named function's, its `arguments` as the function's `input`.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::domain::{ErrorCode, RunError};
-use crate::llm::{ChatRequest, Message, ResponseSchema};
-use crate::plan::{JsonSchema, StepSpec, Template};
+use crate::plan::{JsonSchema, NoResults, Scope, StepSpec, Template};
 
-use super::super::super::model::{TextKind, call_model};
-use super::super::frame::{Frame, Locals};
+use super::super::super::model::{Prompt, ask};
+use super::super::frame::{Frame, Locals, render_error};
 use super::StepIo;
 
 /// What an `llm` step asks, as the plan wrote it.
@@ -23,68 +22,56 @@ pub(crate) struct Ask<'a> {
 pub(crate) async fn run(
     frame: &Frame<'_>,
     spec: &StepSpec,
-    ask: Ask<'_>,
+    ask_: Ask<'_>,
+    locals: Locals<'_>,
+    io: &mut StepIo<'_>,
+) -> Result<Value, RunError> {
+    let prompt = frame.resolve_text(locals, ask_.prompt)?;
+    let system = match ask_.system {
+        Some(s) => Some(frame.resolve_text(locals, s)?),
+        None => None,
+    };
+    io.input = Some(json!({ "prompt": prompt, "system": system, "model": ask_.model }));
+    let prompt = Prompt {
+        system,
+        user: prompt,
+        model: ask_.model,
+        output_schema: ask_.output_schema,
+    };
+    ask(frame.ctx, spec.id.as_str(), prompt).await
+}
+
+/// A step calling the named `function` with `arguments`.
+pub(crate) async fn call(
+    frame: &Frame<'_>,
+    spec: &StepSpec,
+    function: &str,
+    arguments: &Template,
     locals: Locals<'_>,
     io: &mut StepIo<'_>,
 ) -> Result<Value, RunError> {
     let ctx = frame.ctx;
-    let prompt = frame.resolve_text(locals, ask.prompt)?;
-    let system = match ask.system {
-        Some(s) => Some(frame.resolve_text(locals, s)?),
-        None => None,
-    };
-    io.input = Some(json!({ "prompt": prompt, "system": system, "model": ask.model }));
-
-    let alias = ask.model.or(ctx.spec.model.as_deref());
-    let (provider, model) = ctx
-        .services
-        .llm
-        .resolve(alias)
-        .map_err(|e| e.to_run_error())?;
-    let mut messages = Vec::new();
-    if let Some(content) = system {
-        messages.push(Message::System { content });
-    }
-    messages.push(Message::User { content: prompt });
-    let mut request = ChatRequest::new(model, messages);
-    let text_kind = match ask.output_schema {
-        Some(schema) => {
-            request.response_schema = Some(ResponseSchema {
-                name: "step_output".into(),
-                schema: schema.schema.clone(),
-            });
-            TextKind::Json
-        }
-        None => TextKind::Prose,
-    };
-    let reply = call_model(ctx, &*provider, request, spec.id.as_str(), text_kind).await?;
-    match ask.output_schema {
-        None => Ok(Value::String(reply.text)),
-        Some(schema) => structured(&reply.text, schema),
-    }
-}
-
-/// The model's answer as JSON valid against the step's output schema.
-fn structured(text: &str, schema: &JsonSchema) -> Result<Value, RunError> {
-    let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
-        RunError::new(
-            ErrorCode::InvalidLlmOutput,
-            format!("the model's answer is not JSON: {e}"),
-        )
-    })?;
-    let problems: Vec<String> = schema
-        .check(&value)
-        .into_iter()
-        .map(|v| format!("{} {}", v.pointer, v.message))
-        .collect();
-    if !problems.is_empty() {
+    let args = frame.resolve(locals, arguments)?;
+    io.input = Some(json!({ "function": function, "arguments": args }));
+    let Some(f) = ctx.services.functions.get(function) else {
         return Err(RunError::new(
-            ErrorCode::InvalidLlmOutput,
-            format!(
-                "the model's answer breaks output_schema: {}",
-                problems.join("; ")
-            ),
+            ErrorCode::InvalidStep,
+            format!("no LLM function `{function}` is configured"),
         ));
-    }
-    Ok(value)
+    };
+    // The function's prompt sees the arguments as `input`, and nothing of the run.
+    let vars = Map::new();
+    let scope = Scope::new(&args, &NoResults, &vars);
+    let limit = ctx.services.config.max_rendered_bytes;
+    let user = match f.prompt.render(&scope, limit).map_err(render_error)? {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    let prompt = Prompt {
+        system: f.system.clone(),
+        user,
+        model: f.model.as_deref(),
+        output_schema: f.output_schema.as_ref(),
+    };
+    ask(ctx, spec.id.as_str(), prompt).await
 }

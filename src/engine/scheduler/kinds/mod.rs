@@ -55,6 +55,10 @@ pub(crate) async fn run(
             };
             llm::run(frame, spec, ask, locals, io).await
         }
+        KindSpec::Function {
+            function,
+            arguments,
+        } => llm::call(frame, spec, function, arguments, locals, io).await,
         KindSpec::Branch { condition, .. } => branch::run(frame, condition, locals),
         KindSpec::Wait(wait) => Ok(wait::run(*wait).await),
         KindSpec::UserInput { prompt, schema } => {
