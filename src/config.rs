@@ -180,6 +180,20 @@ pub struct EngineConfig {
     /// Largest value one `{{ }}` template may render to (a step's input, a plan's output), as
     /// JSON bytes: a small plan repeating a large value must not become a huge allocation.
     pub max_rendered_bytes: usize,
+    /// Times the planner is sent the problems of an invalid plan and asked again.
+    pub max_plan_repairs: u32,
+    /// What a `planner` run does when no valid plan came.
+    pub planning_fallback: PlanningFallback,
+}
+
+/// What a `planner` run does when planning gave no valid plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanningFallback {
+    /// Answer the task as a `simple` run (after an `error` event with code `planning_failed`).
+    Simple,
+    /// End the run failed, with code `planning_failed` listing the problems.
+    Fail,
 }
 
 impl Default for EngineConfig {
@@ -196,6 +210,8 @@ impl Default for EngineConfig {
             tool_timeout_ms: 30_000,
             event_buffer: 1024,
             max_rendered_bytes: 8 * 1024 * 1024,
+            max_plan_repairs: 2,
+            planning_fallback: PlanningFallback::Simple,
         }
     }
 }

@@ -261,8 +261,8 @@ async fn validate_run(
             "/workflow",
             "orchestration `fixed` needs a `workflow` (a registered name or an inline workflow) or a `plan`",
         )),
-        (Orchestration::Auto | Orchestration::Simple, None, None) => {}
-        (Orchestration::Simple, _, _) => errors.push(FieldError::new(
+        (Orchestration::Auto | Orchestration::Simple | Orchestration::Planner, None, None) => {}
+        (Orchestration::Simple | Orchestration::Planner, _, _) => errors.push(FieldError::new(
             if req.workflow.is_some() { "/workflow" } else { "/plan" },
             "`workflow` and `plan` are for orchestration `fixed` (or `auto`)",
         )),

@@ -71,6 +71,8 @@ error_codes! {
     LoopLimitExceeded = "loop_limit_exceeded", false;
     // Plans and their steps.
     InvalidPlan = "invalid_plan", false;
+    /// The planner gave no valid plan, repairs included.
+    PlanningFailed = "planning_failed", false;
     InvalidStep = "invalid_step", false;
     /// A `{{ }}` reference could not be resolved.
     BadReference = "bad_reference", false;

@@ -12,7 +12,7 @@ use crate::domain::run::RunSpec;
 use crate::domain::{ErrorCode, Orchestration, RunError};
 
 use super::context::RunContext;
-use super::{fixed, simple};
+use super::{fixed, planner, simple};
 
 /// How an executor ended.
 #[derive(Debug, Clone)]
@@ -45,14 +45,13 @@ pub fn for_orchestration(orchestration: Orchestration) -> Result<&'static dyn Ex
     match orchestration {
         Orchestration::Simple => Ok(&simple::Simple),
         Orchestration::Fixed => Ok(&fixed::Fixed),
-        Orchestration::Auto | Orchestration::Planner | Orchestration::Reactive => {
-            Err(RunError::new(
-                ErrorCode::NotSupported,
-                format!(
-                    "orchestration `{}` is not available yet",
-                    orchestration.as_str()
-                ),
-            ))
-        }
+        Orchestration::Planner => Ok(&planner::Planner),
+        Orchestration::Auto | Orchestration::Reactive => Err(RunError::new(
+            ErrorCode::NotSupported,
+            format!(
+                "orchestration `{}` is not available yet",
+                orchestration.as_str()
+            ),
+        )),
     }
 }

@@ -1,14 +1,18 @@
 //! The `fixed` executor: runs the plan the request resolved to (a registered or inline
-//! workflow, or a ready plan) on the [`Scheduler`]. On a resume it restores the last
-//! checkpoint, so completed steps are not run again.
+//! workflow, or a ready plan) on the [`Scheduler`]. On a resume it restores the run's
+//! checkpoints, so completed steps are not run again.
+//!
+//! [`run_plan`] is the part every plan-running executor shares: announce a plan version (or,
+//! resumed, restore where it stood) and run it to its end.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde_json::Value;
 
 use crate::domain::event::PlanData;
 use crate::domain::{ErrorCode, RunError};
-use crate::plan::{self, ValidPlan};
+use crate::plan::{self, Problem, ValidPlan};
 use crate::store::Record;
 
 use super::checkpoint::{self, PlanProgress, Restored};
@@ -16,7 +20,8 @@ use super::context::RunContext;
 use super::executor::{Executor, Outcome};
 use super::scheduler::Scheduler;
 
-const PLAN_VERSION: u32 = 1;
+/// The version of a run's first plan.
+pub const FIRST_VERSION: u32 = 1;
 
 pub struct Fixed;
 
@@ -27,23 +32,30 @@ impl Executor for Fixed {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e),
         };
-        if let Some(ms) = plan.plan().settings.max_execution_time_ms {
-            ctx.clock.tighten(std::time::Duration::from_millis(ms));
-        }
-        let first_start = ctx.run().plan_version.is_none();
-        let progress = if first_start {
-            announce_plan(ctx, &plan, "initial").await;
-            PlanProgress::default()
-        } else {
-            match restore(ctx).await {
-                Ok(p) => p,
-                Err(e) => return Outcome::Failed(e),
-            }
-        };
-        Scheduler::new(ctx, plan, PLAN_VERSION, progress)
-            .run()
-            .await
+        let doc = ctx.spec.plan.clone().unwrap_or_else(|| plan.document());
+        run_plan(ctx, plan, &doc).await
     }
+}
+
+/// Runs `plan` (version 1, the document `doc`) to its end: announced on a first start,
+/// restored from the run's checkpoints on a resume.
+pub async fn run_plan(ctx: &RunContext, plan: Arc<ValidPlan>, doc: &Value) -> Outcome {
+    if let Some(ms) = plan.plan().settings.max_execution_time_ms {
+        ctx.clock.tighten(std::time::Duration::from_millis(ms));
+    }
+    let first_start = ctx.run().plan_version.is_none();
+    let progress = if first_start {
+        announce_plan(ctx, &plan, doc, FIRST_VERSION, "initial").await;
+        PlanProgress::default()
+    } else {
+        match restore(ctx).await {
+            Ok(p) => p,
+            Err(e) => return Outcome::Failed(e),
+        }
+    };
+    Scheduler::new(ctx, plan, FIRST_VERSION, progress)
+        .run()
+        .await
 }
 
 /// The plan validated when the run was created or, after a restart, the stored plan
@@ -55,18 +67,26 @@ fn the_plan(ctx: &RunContext) -> Result<Arc<ValidPlan>, RunError> {
     let Some(doc) = ctx.spec.plan.as_ref() else {
         return Err(RunError::new(ErrorCode::InvalidPlan, "the run has no plan"));
     };
-    plan::validate_plan(doc, ctx.services.catalog())
-        .map(Arc::new)
-        .map_err(|problems| {
-            let list: Vec<String> = problems
-                .iter()
-                .map(|p| format!("{} {}", p.pointer, p.message))
-                .collect();
-            RunError::new(
-                ErrorCode::InvalidPlan,
-                format!("the plan no longer validates: {}", list.join("; ")),
-            )
-        })
+    revalidate(ctx, doc).map(Arc::new)
+}
+
+/// A stored plan document validated again, against today's tools and functions.
+pub fn revalidate(ctx: &RunContext, doc: &Value) -> Result<ValidPlan, RunError> {
+    plan::validate_plan(doc, ctx.services.catalog()).map_err(|problems| {
+        RunError::new(
+            ErrorCode::InvalidPlan,
+            format!("the plan no longer validates: {}", list(&problems)),
+        )
+    })
+}
+
+/// Problems as one line: `pointer message; ...`.
+pub fn list(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("{} {}", p.pointer, p.message))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Where the plan stood when the run stopped, as its checkpoints say.
@@ -81,22 +101,27 @@ async fn restore(ctx: &RunContext) -> Result<PlanProgress, RunError> {
     }
 }
 
-/// Stores the plan version and emits the `plan` event (with the critical path).
-async fn announce_plan(ctx: &RunContext, plan: &ValidPlan, reason: &str) {
-    let doc = ctx.spec.plan.clone().unwrap_or_else(|| plan.document());
+/// Stores plan `version` and emits the `plan` event (with the critical path).
+pub async fn announce_plan(
+    ctx: &RunContext,
+    plan: &ValidPlan,
+    doc: &Value,
+    version: u32,
+    reason: &str,
+) {
     ctx.record(Record::Plan {
         run: ctx.run_id,
-        version: PLAN_VERSION,
+        version,
         reason: reason.to_owned(),
         plan: doc.clone(),
     })
     .await;
-    ctx.update_run(|r| r.plan_version = Some(PLAN_VERSION));
+    ctx.update_run(|r| r.plan_version = Some(version));
     ctx.save_run().await;
     let announced = PlanData {
-        version: PLAN_VERSION,
+        version,
         reason: reason.to_owned(),
-        plan: doc,
+        plan: doc.clone(),
         critical_path: plan.critical_path().iter().map(|s| s.to_string()).collect(),
         critical_path_ms: plan.critical_path_ms(),
     };

@@ -24,6 +24,7 @@ pub mod executor;
 pub mod fixed;
 pub mod input;
 pub mod model;
+pub mod planner;
 mod run;
 pub mod scheduler;
 pub mod simple;

@@ -88,8 +88,9 @@ async fn plans_calling_unknown_functions_or_mixing_prompt_and_function_are_refus
         let problem: Value = resp.json().await.unwrap();
         let errors = problem["errors"].as_array().unwrap();
         assert!(
-            errors.iter().any(|e| e["pointer"] == pointer
-                && e["message"].as_str().unwrap().contains(want)),
+            errors
+                .iter()
+                .any(|e| e["pointer"] == pointer && e["message"].as_str().unwrap().contains(want)),
             "{pointer} {want}: {problem}"
         );
     }
@@ -112,5 +113,212 @@ async fn a_bad_function_in_the_configuration_stops_the_start_naming_its_key() {
         Err(e) => format!("{e:#}"),
     };
     assert!(err.contains("functions.broken.prompt"), "{err}");
-    assert!(err.contains("functions.broken.model: no model alias `no-such-model`"), "{err}");
+    assert!(
+        err.contains("functions.broken.model: no model alias `no-such-model`"),
+        "{err}"
+    );
+}
+
+fn count_plan() -> Value {
+    json!({ "steps": [
+        { "id": "calc", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
+        { "id": "more", "kind": "tool", "depends_on": ["calc"],
+          "input": { "tool": "math.calculate", "arguments": { "expression": "{{ steps.calc.output.result }} + 1" } } },
+    ], "output": "{{ steps.more.output.result }}" })
+}
+
+async fn planner_run(app: &TestApp, input: &str) -> Vec<SseMessage> {
+    app.stream_run(json!({ "input": input, "orchestration": "planner" }))
+        .await
+}
+
+fn run_id(events: &[SseMessage]) -> String {
+    events[0].json()["run_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_planner_writes_a_plan_that_runs_as_version_1() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::json(count_plan()));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let events = planner_run(&app, "six times seven, plus one").await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], 43);
+    // The plan streamed as it was written, then was announced as version 1.
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind() == "json_partial" && e.json()["step_id"] == "planner")
+    );
+    let plan = events.iter().find(|e| e.kind() == "plan").unwrap().json();
+    assert_eq!(plan["data"]["version"], 1);
+    assert_eq!(plan["data"]["reason"], "initial");
+    let (_, plans) = app
+        .get_json(&format!("/v1/runs/{}/plans", run_id(&events)))
+        .await;
+    assert_eq!(plans[0]["plan"], count_plan());
+    // The planner saw the task, the tools with their schemas, and the limits, and was asked
+    // for structured output.
+    let asked = &llm.requests()[0];
+    assert_eq!(asked["response_format"]["type"], "json_schema");
+    let prompt = asked["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.contains("six times seven, plus one"), "{prompt}");
+    assert!(
+        prompt.contains("math.calculate") && prompt.contains("\"expression\""),
+        "{prompt}"
+    );
+    assert!(prompt.contains("max_steps"), "{prompt}");
+}
+
+#[tokio::test]
+async fn an_invalid_plan_is_sent_back_with_its_problems_and_repaired() {
+    let llm = ScriptedLlm::start().await;
+    // An unknown tool and a dependency cycle, then the fixed plan.
+    llm.push(Reply::json(json!({ "steps": [
+        { "id": "a", "kind": "tool", "depends_on": ["b"], "input": { "tool": "shell.exec", "arguments": {} } },
+        { "id": "b", "kind": "tool", "depends_on": ["a"], "input": { "tool": "math.calculate", "arguments": { "expression": "1" } } },
+    ] })));
+    llm.push(Reply::json(count_plan()));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let events = planner_run(&app, "six times seven, plus one").await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let errors: Vec<Value> = events
+        .iter()
+        .filter(|e| e.kind() == "error")
+        .map(|e| e.json()["data"].clone())
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["code"], "invalid_plan");
+    let repair = llm.requests()[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        repair.contains("/steps/0/input/tool") && repair.contains("shell.exec"),
+        "{repair}"
+    );
+    assert!(repair.contains("cycle"), "{repair}");
+    assert_eq!(app.attempts(&run_id(&events), "planner").await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_plan_still_invalid_after_the_repairs_falls_back_as_configured() {
+    let broken = json!({ "steps": [{ "id": "x", "kind": "tool", "input": { "tool": "nope" } }] });
+    // Default: answer as a simple run.
+    let llm = ScriptedLlm::start().await;
+    for _ in 0..3 {
+        llm.push(Reply::json(broken.clone()));
+    }
+    llm.push(Reply::text("a plain answer"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let events = planner_run(&app, "anything").await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], "a plain answer");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind() == "error" && e.json()["data"]["code"] == "planning_failed")
+    );
+    assert_eq!(
+        llm.request_count(),
+        4,
+        "one plan and two repairs, then the simple answer"
+    );
+
+    // Configured to fail: planning_failed, naming the problems.
+    let llm = ScriptedLlm::start().await;
+    for _ in 0..3 {
+        llm.push(Reply::json(broken.clone()));
+    }
+    let app = spawn_app(|c| {
+        use_scripted(c, &llm);
+        c.engine.planning_fallback = orca::config::PlanningFallback::Fail;
+    })
+    .await;
+    let fin = final_data(&planner_run(&app, "anything").await);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "planning_failed");
+    assert!(
+        fin["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool `nope`"),
+        "{fin}"
+    );
+}
+
+#[tokio::test]
+async fn model_errors_while_planning_are_retried_then_fail_cleanly_with_a_code() {
+    let llm = ScriptedLlm::start().await;
+    for _ in 0..3 {
+        llm.push(Reply::status(500).message("upstream exploded"));
+    }
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let fin = final_data(&planner_run(&app, "anything").await);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "llm_error");
+    assert_eq!(
+        llm.request_count(),
+        3,
+        "first try and the provider's two retries"
+    );
+}
+
+#[tokio::test]
+async fn the_offline_model_plans_the_five_step_sample() {
+    let app = spawn_app(|_| {}).await;
+    std::fs::write(
+        workspace(&app.dir).join("hello.txt"),
+        "Hello from the workspace. It is a small file.\n",
+    )
+    .unwrap();
+    let events = planner_run(&app, "read hello.txt, analyse it, then write a summary").await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let completed: Vec<String> = events
+        .iter()
+        .map(|e| e.json()["data"].clone())
+        .filter(|d| d["status"] == "completed" && d["step_id"] != "planner")
+        .map(|d| d["step_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(completed.len(), 5, "{completed:?}");
+    assert!(
+        fin["output"].as_str().unwrap().contains("46 bytes"),
+        "{fin}"
+    );
+}
+
+#[tokio::test]
+async fn a_planner_run_resumed_after_its_plan_was_made_runs_that_plan_without_planning_again() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::json(json!({ "steps": [
+        { "id": "calc", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "2 + 2" } } },
+        { "id": "ok", "kind": "user_input", "depends_on": ["calc"], "input": { "prompt": "go on?" } },
+    ], "output": "{{ steps.calc.output.result }}" })));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let run = app
+        .create_run(json!({ "input": "add", "orchestration": "planner" }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut reader = app.events(&id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    drop(reader);
+    let dir = app.stop().await;
+    let app = spawn_app_in(dir, |c| use_scripted(c, &llm)).await;
+    let mut reader = app.events(&id).await;
+    skip_to(&mut reader, "input_required", 2).await;
+    assert_eq!(app.answer(&id, "ok", json!(true)).await.status(), 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], 4);
+    assert_eq!(llm.request_count(), 1, "the planner was asked once");
+    let (_, plans) = app.get_json(&format!("/v1/runs/{id}/plans")).await;
+    assert_eq!(plans.as_array().unwrap().len(), 1);
 }

@@ -43,6 +43,7 @@ use super::context::RunContext;
 use super::executor::Outcome;
 use super::sink::EventSink;
 use attempt::run_step;
+pub(crate) use frame::render_error;
 use frame::{Frame, Locals};
 use progress::Children;
 

@@ -20,6 +20,8 @@ use crate::llm::{
     ChatRequest, Error, LlmEvent, LlmProvider, LlmStream, Message, ToolCall, ToolSpec, Usage,
 };
 
+mod plans;
+
 /// The model name routes use for this provider.
 pub const MODEL: &str = "offline";
 
@@ -164,6 +166,9 @@ fn events_for(request: &ChatRequest) -> Vec<LlmEvent> {
 
 fn answer(request: &ChatRequest) -> Answer {
     if let Some(schema) = &request.response_schema {
+        if schema.name == "agent_plan" {
+            return Answer::Json(plans::plan_for(plans::task_of(first_user(request))).to_string());
+        }
         return Answer::Json(example_value(&schema.schema).to_string());
     }
     let last_user = request
@@ -201,6 +206,13 @@ fn answer(request: &ChatRequest) -> Answer {
             _ => 0,
         })
         .sum::<usize>();
+    let system = request.messages.iter().find_map(|m| match m {
+        Message::System { content } => Some(content.as_str()),
+        _ => None,
+    });
+    if let Some(text) = plans::text_for(system, user_text) {
+        return Answer::Text(text);
+    }
     match tool_intent(user_text, &request.tools) {
         Some((name, arguments)) => Answer::ToolCalls(vec![ToolCall {
             id: format!("call_{first_id}"),
@@ -209,6 +221,18 @@ fn answer(request: &ChatRequest) -> Answer {
         }]),
         None => Answer::Text(echo(user_text)),
     }
+}
+
+/// The first user message: a planner's prompt, whatever repairs followed it.
+fn first_user(request: &ChatRequest) -> &str {
+    request
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 fn echo(user_text: &str) -> String {

@@ -1,0 +1,286 @@
+//! The `planner` executor: the model writes a plan, orca keeps it honest, the scheduler runs it.
+//!
+//! The `planner` function (see [`crate::functions`]) gets the task, the tools the run may use
+//! (with their input schemas), the LLM functions plans may call and the run's limits, and
+//! answers an AgentPlan as structured output, streamed as `json_partial` events of the step
+//! `planner`. The answer is validated like any plan; when it fails, the problems (pointer and
+//! message) go back to the model, which tries again, up to `engine.max_plan_repairs` times.
+//! Still invalid, the run answers as `simple` or fails with `planning_failed`, as
+//! `engine.planning_fallback` says. A valid plan is version 1, reason `initial`, and runs on
+//! the scheduler like a fixed plan. A run resumed after the plan was made runs the stored
+//! version on; one resumed while planning plans again.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::config::PlanningFallback;
+use crate::domain::event::ErrorData;
+use crate::domain::{ErrorCode, RunError, StepKind};
+use crate::functions::{self, LlmFunction};
+use crate::llm::{ChatRequest, Message, ResponseSchema};
+use crate::plan::{self, NoResults, Problem, Scope, ValidPlan};
+
+use super::attempts::{AttemptEnd, NewAttempt};
+use super::checkpoint::{self, Restored};
+use super::context::RunContext;
+use super::executor::{Executor, Outcome};
+use super::fixed::{self, run_plan};
+use super::model::{TextKind, call_model};
+use super::simple::{Simple, input_text};
+use super::sink::EventSink;
+
+/// The step the planning calls are recorded as.
+const PLANNING_STEP: &str = "planner";
+/// Planning happens before any plan exists: its attempts carry plan version 0.
+const NO_PLAN: u32 = 0;
+
+pub struct Planner;
+
+#[async_trait]
+impl Executor for Planner {
+    async fn execute(&self, ctx: &RunContext) -> Outcome {
+        if let Some(version) = ctx.run().plan_version {
+            return match stored_plan(ctx, version).await {
+                Ok((plan, doc)) => run_plan(ctx, Arc::new(plan), &doc).await,
+                Err(e) => Outcome::Failed(e),
+            };
+        }
+        if ctx.resumed
+            && let Ok(Restored::Conversation(_)) = checkpoint::restore(ctx).await
+        {
+            // Stopped while answering as `simple` after planning failed: go on with that.
+            return Simple.execute(ctx).await;
+        }
+        match make_plan(ctx).await {
+            Ok(Planned::Valid(plan, doc)) => run_plan(ctx, Arc::new(*plan), &doc).await,
+            Ok(Planned::Invalid(problems)) => fall_back(ctx, &problems).await,
+            Err(e) => Outcome::Failed(e),
+        }
+    }
+}
+
+/// What planning gave: a plan, or the problems of the last answer.
+pub enum Planned {
+    Valid(Box<ValidPlan>, Value),
+    Invalid(Vec<Problem>),
+}
+
+/// The latest stored version of the run's plan, validated again.
+async fn stored_plan(ctx: &RunContext, version: u32) -> Result<(ValidPlan, Value), RunError> {
+    let plans = ctx
+        .services
+        .store()
+        .list_plans(ctx.run_id)
+        .await
+        .map_err(|e| {
+            RunError::new(
+                ErrorCode::StoreUnavailable,
+                format!("could not read the run's plan: {e}"),
+            )
+        })?;
+    let Some(stored) = plans.into_iter().find(|p| p.version == version) else {
+        return Err(RunError::new(
+            ErrorCode::InternalError,
+            format!("the run's plan version {version} is not stored"),
+        ));
+    };
+    let valid = fixed::revalidate(ctx, &stored.plan)?;
+    Ok((valid, stored.plan))
+}
+
+/// Asks the planner function for a plan, sending the problems back while it is invalid.
+pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
+    let function = planner_function(ctx)?;
+    let mut messages = opening(ctx, &function)?;
+    let repairs = ctx.services.config.max_plan_repairs;
+    let mut problems = Vec::new();
+    for round in 0..=repairs {
+        let text = ask(ctx, &function, &messages, round).await?;
+        problems = match parse(&text) {
+            Ok(doc) => match plan::validate_plan(&doc, ctx.services.catalog()) {
+                Ok(valid) => return Ok(Planned::Valid(Box::new(valid), doc)),
+                Err(problems) => problems,
+            },
+            Err(problem) => vec![problem],
+        };
+        let told = ErrorData {
+            error: RunError::new(
+                ErrorCode::InvalidPlan,
+                format!("the plan is invalid: {}", fixed::list(&problems)),
+            ),
+            step_id: Some(PLANNING_STEP.to_owned()),
+        };
+        ctx.emit(Some(PLANNING_STEP), told).await;
+        messages.push(Message::Assistant {
+            content: text,
+            tool_calls: vec![],
+        });
+        messages.push(Message::User {
+            content: repair_request(&problems),
+        });
+    }
+    Ok(Planned::Invalid(problems))
+}
+
+fn planner_function(ctx: &RunContext) -> Result<Arc<LlmFunction>, RunError> {
+    ctx.services
+        .functions
+        .get(functions::PLANNER)
+        .ok_or_else(|| {
+            RunError::new(
+                ErrorCode::InternalError,
+                "the planner function is not configured",
+            )
+        })
+}
+
+/// The system prompt and the planner's prompt, rendered with what the run may use.
+fn opening(ctx: &RunContext, function: &LlmFunction) -> Result<Vec<Message>, RunError> {
+    let input = planning_input(ctx);
+    let vars = serde_json::Map::new();
+    let scope = Scope::new(&input, &NoResults, &vars);
+    let limit = ctx.services.config.max_rendered_bytes;
+    let prompt = function
+        .prompt
+        .render(&scope, limit)
+        .map_err(super::scheduler::render_error)?;
+    let mut messages = Vec::new();
+    if let Some(system) = &function.system {
+        messages.push(Message::System {
+            content: system.clone(),
+        });
+    }
+    messages.push(Message::User {
+        content: match prompt {
+            Value::String(s) => s,
+            other => other.to_string(),
+        },
+    });
+    Ok(messages)
+}
+
+/// What the planner is told: the task, the run's tools and the functions plans may call, and
+/// the limits.
+pub fn planning_input(ctx: &RunContext) -> Value {
+    let tools: Vec<Value> = ctx
+        .services
+        .tools
+        .list()
+        .into_iter()
+        .filter(|t| super::tool_call::may_use(ctx, &t.name))
+        .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.input_schema }))
+        .collect();
+    let callable: Vec<Value> = ctx
+        .services
+        .functions
+        .list()
+        .into_iter()
+        .filter(|f| {
+            !matches!(
+                f.name.as_str(),
+                functions::PLANNER | functions::REPLANNER | functions::SELECTOR
+            )
+        })
+        .map(|f| json!({ "name": f.name, "description": f.description }))
+        .collect();
+    let l = ctx.limits;
+    json!({
+        "task": input_text(&ctx.spec.input),
+        "tools": tools,
+        "functions": callable,
+        "limits": {
+            "max_steps": l.max_steps,
+            "max_duration_ms": l.max_duration_ms,
+            "max_retries": l.max_retries,
+            "max_tokens": l.max_tokens,
+        },
+    })
+}
+
+/// One planning call, recorded as an attempt of the step `planner`; the model's text.
+async fn ask(
+    ctx: &RunContext,
+    function: &LlmFunction,
+    messages: &[Message],
+    round: u32,
+) -> Result<String, RunError> {
+    let new = NewAttempt {
+        step_id: PLANNING_STEP,
+        path: "",
+        name: "planner",
+        kind: StepKind::Llm,
+        plan_version: NO_PLAN,
+        input: Some(json!({ "repair": round })),
+    };
+    let mut sink = EventSink::Live;
+    let key = ctx.open_attempt(new, &mut sink).await?;
+    let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
+    let (provider, model) = ctx
+        .services
+        .llm
+        .resolve(alias)
+        .map_err(|e| e.to_run_error())?;
+    let mut request = ChatRequest::new(model, messages.to_vec());
+    if let Some(schema) = &function.output_schema {
+        request.response_schema = Some(ResponseSchema {
+            name: "agent_plan".into(),
+            schema: schema.schema.clone(),
+        });
+    }
+    let reply = call_model(ctx, &*provider, request, PLANNING_STEP, TextKind::Json).await;
+    let end = match &reply {
+        Ok(r) => AttemptEnd::completed(json!({ "characters": r.text.chars().count() })),
+        Err(e) => AttemptEnd::failed(e.clone()),
+    };
+    ctx.close_attempt(&key, end, &mut sink).await;
+    reply.map(|r| r.text)
+}
+
+/// The answer as a JSON document, or the problem with it.
+fn parse(text: &str) -> Result<Value, Problem> {
+    serde_json::from_str(text.trim())
+        .map_err(|e| Problem::new("", format!("the answer is not JSON: {e}")))
+}
+
+fn repair_request(problems: &[Problem]) -> String {
+    let list: Vec<String> = problems
+        .iter()
+        .map(|p| {
+            let at = if p.pointer.is_empty() {
+                "(the plan)"
+            } else {
+                &p.pointer
+            };
+            format!("- {at}: {}", p.message)
+        })
+        .collect();
+    format!(
+        "The plan is not valid:\n{}\nAnswer with the whole corrected plan as JSON.",
+        list.join("\n")
+    )
+}
+
+/// Planning did not give a valid plan: answer as `simple`, or fail, as configured.
+async fn fall_back(ctx: &RunContext, problems: &[Problem]) -> Outcome {
+    let error = RunError::new(
+        ErrorCode::PlanningFailed,
+        format!(
+            "no valid plan after {} repairs: {}",
+            ctx.services.config.max_plan_repairs,
+            fixed::list(problems)
+        ),
+    );
+    match ctx.services.config.planning_fallback {
+        PlanningFallback::Fail => Outcome::Failed(error),
+        PlanningFallback::Simple => {
+            let told = ErrorData {
+                error,
+                step_id: Some(PLANNING_STEP.to_owned()),
+            };
+            ctx.emit(Some(PLANNING_STEP), told).await;
+            Simple.execute(ctx).await
+        }
+    }
+}
