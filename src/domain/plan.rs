@@ -185,6 +185,9 @@ pub struct PlanSettings {
     pub max_parallel_steps: u32,
     pub stop_on_first_failure: bool,
     pub default_retry_policy: Option<RetryPolicy>,
+    /// The top-level step whose completion ends the run with its answer.
+    #[schema(value_type = Option<String>)]
+    pub answer_step: Option<StepId>,
 }
 
 impl Default for PlanSettings {
@@ -194,6 +197,7 @@ impl Default for PlanSettings {
             max_parallel_steps: 5,
             stop_on_first_failure: true,
             default_retry_policy: None,
+            answer_step: None,
         }
     }
 }

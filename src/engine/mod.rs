@@ -18,6 +18,7 @@
 pub mod attempts;
 pub mod checkpoint;
 pub mod clock;
+pub mod completion;
 pub mod context;
 pub mod converse;
 pub mod executor;

@@ -10,6 +10,8 @@ use crate::domain::event::FinalData;
 use crate::domain::{Completion, ErrorCode, Payload, RunError, RunStatus, StepStatus};
 
 use super::Inner;
+use super::checkpoint::{self, Restored};
+use super::completion;
 use super::context::RunContext;
 use super::executor::{self, Outcome};
 
@@ -133,11 +135,27 @@ fn conclude(ending: Ending) -> (Completion, Option<serde_json::Value>, Option<Ru
     }
 }
 
+/// The outputs of the top-level steps a plan run had completed, from its checkpoints.
+async fn completed_so_far(ctx: &RunContext) -> Option<serde_json::Value> {
+    // Checkpoints queued before the cut-off are written first.
+    ctx.services.hub.flush().await;
+    match checkpoint::restore(ctx).await {
+        Ok(Restored::Plan(progress)) => completion::completed_outputs(&progress.steps),
+        _ => None,
+    }
+}
+
 /// Ends a run: closes open step attempts, then writes the terminal row with its `final` event
 /// atomically, after every earlier event is durable, and only then broadcasts `final`.
 pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     ctx.services.inputs.forget(ctx.run_id);
+    // A plan run cut off by its time limit keeps what completed.
+    let kept = match &ending {
+        Ending::TimedOut(_) => completed_so_far(ctx).await,
+        _ => None,
+    };
     let (completion, output, error) = conclude(ending);
+    let output = output.or(kept);
     if let Some(err) = &error {
         let step_status = match completion {
             Completion::Cancelled => StepStatus::Cancelled,

@@ -298,6 +298,18 @@ impl<'a> Checker<'a> {
                 PlanSettings::default()
             }),
         };
+        if let Some(answer) = &settings.answer_step
+            && !c.top.contains_key(answer.as_str())
+        {
+            let message = match c.declared.get(answer.as_str()) {
+                Some(_) => {
+                    format!("`{answer}` is a child step; the answer step is a top-level one")
+                }
+                None => format!("no step has the id `{answer}`"),
+            };
+            c.problems
+                .push(Problem::new("/settings/answer_step", message));
+        }
         let output_raw = doc.get("output").cloned();
         let mut checked = c.into_checked(
             specs,

@@ -322,3 +322,92 @@ async fn a_planner_run_resumed_after_its_plan_was_made_runs_that_plan_without_pl
     let (_, plans) = app.get_json(&format!("/v1/runs/{id}/plans")).await;
     assert_eq!(plans.as_array().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn the_answer_step_ends_the_run_and_skips_what_is_left() {
+    let probe = crate::support::tools::Probe::default();
+    let app = spawn_probed_app(None, &probe, |_| {}).await;
+    let plan = json!({ "settings": { "answer_step": "answer", "max_parallel_steps": 4 }, "steps": [
+        { "id": "fact", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
+        { "id": "slow", "kind": "tool", "input": { "tool": "test.sleep", "arguments": { "key": "slow", "ms": 30000 } } },
+        { "id": "after_slow", "kind": "tool", "depends_on": ["slow"], "input": { "tool": "test.count", "arguments": { "key": "after" } } },
+        { "id": "answer", "kind": "tool", "depends_on": ["fact"], "input": { "tool": "math.calculate", "arguments": { "expression": "{{ steps.fact.output.result }} + 1" } } },
+    ] });
+    let started = std::time::Instant::now();
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+        .await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the run waited for `slow`"
+    );
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["completion"], "success");
+    assert_eq!(
+        fin["output"]["result"], 43,
+        "the answer step's output is the run's"
+    );
+    let status_of = |id: &str| {
+        events
+            .iter()
+            .map(|e| e.json()["data"].clone())
+            .rfind(|d| d["step_id"] == id)
+            .unwrap()
+    };
+    assert_eq!(status_of("slow")["status"], "cancelled");
+    assert_eq!(status_of("slow")["reason"], "the answer step completed");
+    assert_eq!(status_of("after_slow")["status"], "skipped");
+    assert_eq!(probe.calls("after"), 0);
+}
+
+#[tokio::test]
+async fn an_answer_step_that_is_not_a_top_level_step_is_refused() {
+    let app = spawn_app(|_| {}).await;
+    for (answer, want) in [
+        ("nope", "no step has the id `nope`"),
+        ("inner", "is a child step"),
+    ] {
+        let plan = json!({ "settings": { "answer_step": answer }, "steps": [
+            { "id": "seq", "kind": "sequential", "input": { "steps": [
+                { "id": "inner", "kind": "wait", "input": { "duration_ms": 1 } }] } }] });
+        let resp = app
+            .client
+            .post(app.url("/v1/runs"))
+            .json(&json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 422);
+        let problem: Value = resp.json().await.unwrap();
+        assert!(
+            problem["errors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["pointer"] == "/plan/settings/answer_step"
+                    && e["message"].as_str().unwrap().contains(want)),
+            "{problem}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_run_past_its_time_limit_keeps_what_completed_as_its_output() {
+    let app = spawn_app(|_| {}).await;
+    let plan = json!({ "steps": [
+        { "id": "fact", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
+        { "id": "long", "kind": "wait", "depends_on": ["fact"], "input": { "duration_ms": 60000 } },
+    ] });
+    let events = app
+        .stream_run(
+            json!({ "input": "x", "orchestration": "fixed", "plan": plan,
+                            "limits": { "max_duration_ms": 300 } }),
+        )
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "timed_out", "{fin}");
+    assert_eq!(fin["completion"], "timeout");
+    assert_eq!(fin["output"]["fact"]["result"], 42, "{fin}");
+    assert!(fin["output"].get("long").is_none(), "{fin}");
+}

@@ -38,7 +38,9 @@ use crate::domain::event::{ErrorData, StepData};
 use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
 use crate::plan::{KindSpec, Scope, StepResults, StepState, StepView, ValidPlan};
 
+use super::attempts::AttemptEnd;
 use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, StepResult};
+use super::completion::{self, Facts};
 use super::context::RunContext;
 use super::executor::Outcome;
 use super::sink::EventSink;
@@ -93,6 +95,8 @@ pub struct Scheduler<'a> {
     reports: VecDeque<Report>,
     /// The failure that stops the run (`stop_on_first_failure`).
     stop: Option<RunError>,
+    /// The plan's answer step completed: nothing more starts, what is left is skipped.
+    answered: bool,
     done: bool,
 }
 
@@ -122,6 +126,7 @@ impl<'a> Scheduler<'a> {
             tasks: FuturesUnordered::new(),
             reports: VecDeque::new(),
             stop: None,
+            answered: false,
             done: false,
         };
         // Branch decisions made before a restart still apply; a failure that stopped the run
@@ -132,6 +137,9 @@ impl<'a> Scheduler<'a> {
                 scheduler.mark_not_taken(i, &output);
             }
         }
+        scheduler.answered = scheduler
+            .answer_position()
+            .is_some_and(|i| matches!(scheduler.phases[i], Phase::Committed(Ok(_))));
         if scheduler.stops_on_failure() {
             scheduler.stop = scheduler.phases.iter().find_map(|p| match p {
                 Phase::Committed(Err(e)) => Some(e.clone()),
@@ -150,6 +158,11 @@ impl<'a> Scheduler<'a> {
             }
             if self.done {
                 return None;
+            }
+            if self.answered {
+                self.wrap_up_answered().await;
+                self.done = true;
+                continue;
             }
             if let Some(limit) = self.ctx.breached() {
                 // Past a run limit nothing more starts, whatever the failure policy.
@@ -190,12 +203,13 @@ impl<'a> Scheduler<'a> {
                     ),
                 )
                 .await;
-            return Outcome::Failed(err);
+            return completion::judge(Facts {
+                stopped: Some(err),
+                answered: false,
+                output: Ok(Value::Null),
+                failed: Vec::new(),
+            });
         }
-        let output = match self.output() {
-            Ok(output) => output,
-            Err(e) => return Outcome::Failed(e),
-        };
         let failed: Vec<(&StepId, &RunError)> = self
             .plan
             .specs()
@@ -206,18 +220,18 @@ impl<'a> Scheduler<'a> {
                 _ => None,
             })
             .collect();
-        let Some((id, first)) = failed.first() else {
-            return Outcome::Success(output);
-        };
-        let error = RunError::new(
-            first.code.clone(),
-            format!(
-                "{} step(s) failed; first: `{id}`: {}",
-                failed.len(),
-                first.message
-            ),
-        );
-        Outcome::Partial(output, error)
+        completion::judge(Facts {
+            stopped: None,
+            answered: self.answered,
+            output: self.output(),
+            failed,
+        })
+    }
+
+    /// Where the plan's answer step is, if it names one.
+    fn answer_position(&self) -> Option<usize> {
+        let id = self.plan.plan().settings.answer_step.as_ref()?;
+        self.plan.position(id.as_str())
     }
 
     fn stops_on_failure(&self) -> bool {
@@ -340,7 +354,13 @@ impl<'a> Scheduler<'a> {
     /// run is not held back behind slower steps started before it: every step already
     /// finished is committed (still in start order) and the rest are abandoned.
     async fn on_finished(&mut self, i: usize, finished: Finished) {
-        let flush = finished.result.is_err() && self.stops_on_failure();
+        // A stopping failure, or the answer, is not held back behind slower steps started
+        // before it: every finished step commits now, in start order.
+        let is_answer = self.answer_position() == Some(i);
+        let flush = match &finished.result {
+            Err(_) => self.stops_on_failure(),
+            Ok(_) => is_answer,
+        };
         self.phases[i] = Phase::Finished(finished);
         loop {
             let next = if flush {
@@ -373,6 +393,7 @@ impl<'a> Scheduler<'a> {
         let report = match finished.result {
             Ok(output) => {
                 self.mark_not_taken(i, &output);
+                self.answered |= self.plan.plan().settings.answer_step.as_ref() == Some(&step_id);
                 self.phases[i] = Phase::Committed(Ok(output.clone()));
                 Report {
                     step_id,
@@ -393,6 +414,46 @@ impl<'a> Scheduler<'a> {
             }
         };
         self.reports.push_back(report);
+    }
+
+    /// The answer step completed: steps already finished are committed, those still running
+    /// are cancelled, and those that never started are skipped.
+    async fn wrap_up_answered(&mut self) {
+        let reason = "the answer step completed";
+        while let Some(i) = self.in_flight.pop_front() {
+            if matches!(self.phases[i], Phase::Finished(_)) {
+                self.commit(i).await;
+                continue;
+            }
+            let id = self.plan.specs()[i].id.clone();
+            let end = AttemptEnd::closed(
+                StepStatus::Cancelled,
+                Some(RunError::new(ErrorCode::Cancelled, reason)),
+            )
+            .with_reason(reason);
+            self.ctx
+                .close_open_step(id.as_str(), end, &mut EventSink::Live)
+                .await;
+            self.phases[i] = Phase::Skipped;
+            let cut_off = StepResult {
+                status: StepStatus::Skipped,
+                output: None,
+                error: None,
+            };
+            self.checkpoint(i, cut_off).await;
+            self.reports.push_back(Report {
+                step_id: id,
+                status: StepStatus::Cancelled,
+                output: None,
+                error: None,
+            });
+        }
+        self.tasks = FuturesUnordered::new();
+        for i in 0..self.phases.len() {
+            if matches!(self.phases[i], Phase::Waiting { .. }) {
+                self.skip(i, reason).await;
+            }
+        }
     }
 
     /// The first failure under stop-on-first-failure stops the run; any other is announced
@@ -470,9 +531,15 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// The run's output: the plan's `output` template, or the outputs of the steps nothing
-    /// depends on (one: its output; several: an object by id).
+    /// The run's output: the plan's `output` template, else the answer step's output, else the
+    /// outputs of the steps nothing depends on (one: its output; several: an object by id).
     fn output(&self) -> Result<Value, RunError> {
+        if self.plan.output().is_none()
+            && let Some(i) = self.answer_position()
+            && let Phase::Committed(Ok(output)) = &self.phases[i]
+        {
+            return Ok(output.clone());
+        }
         let committed = Committed {
             plan: &self.plan,
             phases: &self.phases,
