@@ -63,10 +63,11 @@ pub struct Timeline {
     pub spans: Vec<Span>,
     /// Time the run spent waiting rather than working, in start order.
     pub waits: Vec<Wait>,
-    /// What actually determined the end time, first to last: see [`PathItem`].
+    /// The links of what actually determined the end time, first to last (how they are found:
+    /// `PathItem`).
     pub critical_path: Vec<PathItem>,
     pub breakdown: Breakdown,
-    /// Choices the run made on the way, in event order: see [`Decision`].
+    /// Choices the run made on the way, in event order (which ones: `Decision`).
     pub decisions: Vec<Decision>,
     pub totals: Totals,
 }

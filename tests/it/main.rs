@@ -15,4 +15,5 @@ mod promises;
 mod retention;
 mod scripted_runs;
 mod stream_end;
+mod timeline;
 mod workflows;
