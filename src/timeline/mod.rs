@@ -275,97 +275,8 @@ pub fn build(
     let (counts, totals_counted) = attribute(&events, &att, &index);
     let scanned = scan(&events, run.status.is_terminal(), &att, &index, window);
 
-    let span_interval =
-        |s: usize| Interval::new(att.start[s], att.end[s].unwrap_or(window.end)).clip(window);
-    let wait_interval = |w: &WaitRow| w.interval.clip(window);
-
-    // Breakdown: each category's union, then the union of all.
-    let mut model = Vec::new();
-    let mut tools = Vec::new();
-    let mut timers = Vec::new();
-    for s in 0..att.len() {
-        let Some(iv) = span_interval(s) else { continue };
-        match att.list[s].kind {
-            StepKind::Llm => model.push(iv),
-            StepKind::Tool => tools.push(iv),
-            StepKind::Wait => timers.push(iv),
-            // Containers are made of their children; a `user_input` attempt is the human
-            // wait, measured from the status events; branches are orchestration. Kinds that
-            // do their own model and tool calls (agents) are to be split by their calls.
-            _ => {}
-        }
-    }
-    let waits_of = |kind: WaitKind| -> Vec<Interval> {
-        scanned
-            .waits
-            .iter()
-            .filter(|w| w.kind == kind)
-            .filter_map(wait_interval)
-            .collect()
-    };
-    let human = waits_of(WaitKind::HumanInput);
-    let backoff = waits_of(WaitKind::Backoff);
-    let queue = waits_of(WaitKind::Queue);
-    let all: Vec<Interval> = [&model, &tools, &timers, &human, &backoff, &queue]
-        .into_iter()
-        .flatten()
-        .copied()
-        .collect();
-    let total_ms = to_ms(window.len());
-    let accounted_ms = to_ms(covered(all));
-    let breakdown = Breakdown {
-        total_ms,
-        model_ms: to_ms(covered(model)),
-        tools_ms: to_ms(covered(tools)),
-        timers_ms: to_ms(covered(timers)),
-        human_ms: to_ms(covered(human)),
-        backoff_ms: to_ms(covered(backoff)),
-        queue_ms: to_ms(covered(queue)),
-        accounted_ms,
-        orchestrator_ms: total_ms.saturating_sub(accounted_ms),
-    };
-
-    // Critical path over leaf spans, queue waits and backoff waits.
-    let mut links: Vec<(Interval, Link)> = Vec::new();
-    for s in (0..att.len()).filter(|&s| !has_children[s]) {
-        if let Some(iv) = span_interval(s) {
-            links.push((iv, Link::Span(s)));
-        }
-    }
-    for (w, wait) in scanned.waits.iter().enumerate() {
-        if wait.kind != WaitKind::HumanInput
-            && let Some(iv) = wait_interval(wait)
-        {
-            links.push((iv, Link::Wait(w)));
-        }
-    }
-    let intervals: Vec<Interval> = links.iter().map(|(iv, _)| *iv).collect();
-    let critical_path: Vec<PathItem> = critical_chain(&intervals, window.end)
-        .into_iter()
-        .map(|i| {
-            let (iv, link) = &links[i];
-            let (kind, span, step_id) = match *link {
-                Link::Span(s) => (PathKind::Step, Some(s), Some(att.list[s].step_id.clone())),
-                Link::Wait(w) => {
-                    let wait = &scanned.waits[w];
-                    let kind = match wait.kind {
-                        WaitKind::Queue => PathKind::Queue,
-                        _ => PathKind::Backoff,
-                    };
-                    (kind, wait.span, wait.step_id.clone())
-                }
-            };
-            PathItem {
-                kind,
-                span: span.map(|s| att.ids[s].clone()),
-                step_id,
-                start: time(iv.start),
-                end: time(iv.end),
-                duration_ms: to_ms(iv.len()),
-            }
-        })
-        .collect();
-
+    let breakdown = breakdown(&att, &scanned.waits, window);
+    let critical_path = critical_path(&att, &has_children, &scanned.waits, window);
     let spans = (0..att.len())
         .map(|s| {
             let a = att.list[s];
@@ -421,7 +332,7 @@ pub fn build(
         started_at: run.started_at,
         finished_at: run.finished_at,
         as_of,
-        duration_ms: total_ms,
+        duration_ms: breakdown.total_ms,
         spans,
         waits,
         critical_path,
@@ -431,10 +342,114 @@ pub fn build(
     }
 }
 
+/// The interval of span `s`, an open one ending at the window's end, cut to the window.
+fn span_interval(att: &Attempts<'_>, s: usize, window: Interval) -> Option<Interval> {
+    Interval::new(att.start[s], att.end[s].unwrap_or(window.end)).clip(window)
+}
+
+/// Where the time went: each category's union, then the union of all (see [`Breakdown`]).
+fn breakdown(att: &Attempts<'_>, waits: &[WaitRow], window: Interval) -> Breakdown {
+    let mut model = Vec::new();
+    let mut tools = Vec::new();
+    let mut timers = Vec::new();
+    for s in 0..att.len() {
+        let Some(iv) = span_interval(att, s, window) else {
+            continue;
+        };
+        match att.list[s].kind {
+            StepKind::Llm => model.push(iv),
+            StepKind::Tool => tools.push(iv),
+            StepKind::Wait => timers.push(iv),
+            // Containers are made of their children; a `user_input` attempt is the human
+            // wait, measured from the status events; branches are orchestration. Kinds that
+            // make their own model and tool calls (agents) are to be split by their calls.
+            _ => {}
+        }
+    }
+    let waits_of = |kind: WaitKind| -> Vec<Interval> {
+        waits
+            .iter()
+            .filter(|w| w.kind == kind)
+            .filter_map(|w| w.interval.clip(window))
+            .collect()
+    };
+    let human = waits_of(WaitKind::HumanInput);
+    let backoff = waits_of(WaitKind::Backoff);
+    let queue = waits_of(WaitKind::Queue);
+    let all: Vec<Interval> = [&model, &tools, &timers, &human, &backoff, &queue]
+        .into_iter()
+        .flatten()
+        .copied()
+        .collect();
+    let total_ms = to_ms(window.len());
+    let accounted_ms = to_ms(covered(all));
+    Breakdown {
+        total_ms,
+        model_ms: to_ms(covered(model)),
+        tools_ms: to_ms(covered(tools)),
+        timers_ms: to_ms(covered(timers)),
+        human_ms: to_ms(covered(human)),
+        backoff_ms: to_ms(covered(backoff)),
+        queue_ms: to_ms(covered(queue)),
+        accounted_ms,
+        // Subtracted in milliseconds, so the parts add up exactly after rounding.
+        orchestrator_ms: total_ms.saturating_sub(accounted_ms),
+    }
+}
+
 /// A candidate link of the critical path.
 enum Link {
     Span(usize),
     Wait(usize),
+}
+
+/// The critical path (see [`PathItem`]) over spans without children, queue waits and backoff
+/// waits.
+fn critical_path(
+    att: &Attempts<'_>,
+    has_children: &[bool],
+    waits: &[WaitRow],
+    window: Interval,
+) -> Vec<PathItem> {
+    let mut links: Vec<(Interval, Link)> = Vec::new();
+    for s in (0..att.len()).filter(|&s| !has_children[s]) {
+        if let Some(iv) = span_interval(att, s, window) {
+            links.push((iv, Link::Span(s)));
+        }
+    }
+    for (w, wait) in waits.iter().enumerate() {
+        if wait.kind != WaitKind::HumanInput
+            && let Some(iv) = wait.interval.clip(window)
+        {
+            links.push((iv, Link::Wait(w)));
+        }
+    }
+    let intervals: Vec<Interval> = links.iter().map(|(iv, _)| *iv).collect();
+    critical_chain(&intervals, window.end)
+        .into_iter()
+        .map(|i| {
+            let (iv, link) = &links[i];
+            let (kind, span, step_id) = match *link {
+                Link::Span(s) => (PathKind::Step, Some(s), Some(att.list[s].step_id.clone())),
+                Link::Wait(w) => {
+                    let wait = &waits[w];
+                    let kind = match wait.kind {
+                        WaitKind::Queue => PathKind::Queue,
+                        _ => PathKind::Backoff,
+                    };
+                    (kind, wait.span, wait.step_id.clone())
+                }
+            };
+            PathItem {
+                kind,
+                span: span.map(|s| att.ids[s].clone()),
+                step_id,
+                start: time(iv.start),
+                end: time(iv.end),
+                duration_ms: to_ms(iv.len()),
+            }
+        })
+        .collect()
 }
 
 fn micros(t: DateTime<Utc>) -> i64 {
