@@ -2,8 +2,9 @@
 //!
 //! Reading order: [`domain`] (the vocabulary), [`config`], [`store`] (all SQL), [`stream`]
 //! (per-run event hub), [`schema`] (JSON Schema errors as users read them), [`llm`] and [`tools`] (what steps call), [`engine`] (runs, executors),
-//! [`retention`] (deleting finished runs past their time), [`api`] (the only module that knows
-//! HTTP), and [`app`] (wiring it together).
+//! [`retention`] (deleting finished runs past their time), [`timeline`] (a run's spans, waits,
+//! critical path and latency breakdown, computed from its history), [`api`] (the only module
+//! that knows HTTP), and [`app`] (wiring it together).
 
 pub mod api;
 pub mod app;
@@ -18,5 +19,6 @@ pub mod retention;
 pub mod schema;
 pub mod store;
 pub mod stream;
+pub mod timeline;
 pub mod tools;
 pub mod workflows;

@@ -1,5 +1,6 @@
-//! `/v1/runs/{id}/plans` and `/v1/runs/{id}/checkpoints`: what a planned run decided and
-//! where it can resume from. Read-only; the engine writes both.
+//! `/v1/runs/{id}/plans`, `/v1/runs/{id}/checkpoints` and `/v1/runs/{id}/timeline`: what a
+//! planned run decided, where it can resume from, and where its time went. Read-only; the
+//! engine writes the history, `crate::timeline` computes the timeline from it.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -8,11 +9,12 @@ use axum::{Extension, Json};
 
 use crate::domain::Tenant;
 use crate::store::{Checkpoint, PlanRecord};
+use crate::timeline::{self, Timeline};
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{Path, Query};
-use super::runs::own_run;
+use super::runs::{own_run, parse_run_id};
 
 /// Every plan version of a run, oldest first, with the reason it was made (`initial`, or the
 /// replan trigger). Empty for runs that do not plan.
@@ -31,6 +33,40 @@ pub async fn run_plans(
 ) -> Result<Json<Vec<PlanRecord>>, ApiError> {
     let id = own_run(&state, &tenant, &id).await?;
     Ok(Json(state.store.list_plans(id).await?))
+}
+
+/// A run's timeline: spans, waits, critical path, latency breakdown and decisions.
+///
+/// Every step attempt is a span (with its parent, tokens and calls); waits are queue, human
+/// input and retry backoff; the critical path is the chain of what actually ran up to the
+/// end; the breakdown splits the run's time into model, tools, timers, human, backoff, queue
+/// and orchestrator; decisions are plans, re-plans, loop detection and status messages. Works for a run still going: what is open is measured up to `as_of`, the time of the
+/// answer. The README's "Timeline" section defines every figure.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/timeline", tag = "runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, body = Timeline),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn run_timeline(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Timeline>, ApiError> {
+    let id = parse_run_id(&id)?;
+    let history = state
+        .store
+        .run_history(&tenant, id, &timeline::UNUSED_EVENT_KINDS)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
+    Ok(Json(timeline::build(
+        &history.run,
+        &history.attempts,
+        &history.events,
+        crate::domain::now(),
+    )))
 }
 
 /// Checkpoints per page unless `limit` says otherwise, and the most a page holds.

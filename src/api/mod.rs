@@ -80,6 +80,7 @@ impl AppState {
         runs::create_run, runs::list_runs, runs::get_run, runs::delete_run, runs::run_events,
         runs::run_steps,
         runs::cancel_run, runs::submit_input, history::run_plans, history::run_checkpoints,
+        history::run_timeline,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, system::list_tools, system::list_functions, system::healthz,
         system::readyz,
@@ -89,7 +90,7 @@ impl AppState {
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
         crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::store::PlanRecord, crate::store::Checkpoint,
-        workflows::WorkflowSummary, workflows::WorkflowDetail,
+        workflows::WorkflowSummary, workflows::WorkflowDetail, crate::timeline::Timeline,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -173,6 +174,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/input", post(runs::submit_input))
         .route("/runs/{id}/plans", get(history::run_plans))
         .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
+        .route("/runs/{id}/timeline", get(history::run_timeline))
         .route("/workflows", get(workflows::list_workflows))
         .route(
             "/workflows/{name}",

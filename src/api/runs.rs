@@ -62,7 +62,7 @@ fn wants_sse(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains("text/event-stream"))
 }
 
-fn parse_run_id(s: &str) -> Result<RunId, ApiError> {
+pub(super) fn parse_run_id(s: &str) -> Result<RunId, ApiError> {
     RunId::parse(s).ok_or_else(|| ApiError::NotFound(format!("no run `{s}`")))
 }
 

@@ -24,8 +24,10 @@ use crate::domain::{
 
 mod history;
 mod retention;
+mod timeline;
 pub use history::*;
 pub use retention::RUN_TABLES;
+pub use timeline::RunHistory;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 

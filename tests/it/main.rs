@@ -16,4 +16,5 @@ mod promises;
 mod retention;
 mod scripted_runs;
 mod stream_end;
+mod timeline;
 mod workflows;
