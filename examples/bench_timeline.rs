@@ -264,6 +264,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         plan: json!({ "steps": [{ "id": "g0", "kind": "parallel" }] }),
         critical_path: vec!["g0".into()],
         critical_path_ms: 0,
+        change: None,
     };
     let t = w.tick(100);
     w.emit(t, None, plan);

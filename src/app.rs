@@ -87,6 +87,7 @@ impl App {
             hub: hub.clone(),
             metrics: Metrics::new(),
             inputs: Default::default(),
+            replans: Default::default(),
             config: Arc::new(config.engine.clone()),
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());

@@ -7,6 +7,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use crate::domain::replan::{Strategy, TriggerKind};
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -184,6 +185,51 @@ pub struct EngineConfig {
     pub max_plan_repairs: u32,
     /// What a `planner` run does when no valid plan came.
     pub planning_fallback: PlanningFallback,
+    /// The strategies a reactive run's re-planner may use, per trigger.
+    pub replan_policy: ReplanPolicy,
+    /// A reactive run re-plans once when its token (or step) use reaches this share of its
+    /// limit.
+    pub limit_near_ratio: f64,
+    /// The same tool call (tool and canonical arguments) giving the same result this many
+    /// times in what a model chose ends the run with `loop_detected`.
+    pub loop_repeats: u32,
+}
+
+/// The strategies allowed per re-plan trigger (`engine.replan_policy.TRIGGER`). An empty list
+/// means that trigger does not re-plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplanPolicy {
+    pub step_failed: Vec<Strategy>,
+    pub unexpected_result: Vec<Strategy>,
+    pub step_timeout: Vec<Strategy>,
+    pub user: Vec<Strategy>,
+    pub limit_near: Vec<Strategy>,
+}
+
+impl Default for ReplanPolicy {
+    fn default() -> Self {
+        use Strategy::*;
+        ReplanPolicy {
+            step_failed: vec![Retry, Alternative, Partial, Complete, Restore],
+            unexpected_result: vec![Alternative, Partial, Complete, Restore],
+            step_timeout: vec![Retry, Alternative, Partial, Complete],
+            user: vec![Partial, Complete, Alternative, Restore],
+            limit_near: vec![Partial, Complete],
+        }
+    }
+}
+
+impl ReplanPolicy {
+    pub fn allowed(&self, trigger: TriggerKind) -> &[Strategy] {
+        match trigger {
+            TriggerKind::StepFailed => &self.step_failed,
+            TriggerKind::UnexpectedResult => &self.unexpected_result,
+            TriggerKind::StepTimeout => &self.step_timeout,
+            TriggerKind::User => &self.user,
+            TriggerKind::LimitNear => &self.limit_near,
+        }
+    }
 }
 
 /// What a `planner` run does when planning gave no valid plan.
@@ -212,6 +258,9 @@ impl Default for EngineConfig {
             max_rendered_bytes: 8 * 1024 * 1024,
             max_plan_repairs: 2,
             planning_fallback: PlanningFallback::Simple,
+            replan_policy: ReplanPolicy::default(),
+            limit_near_ratio: 0.8,
+            loop_repeats: 3,
         }
     }
 }
@@ -643,6 +692,16 @@ impl Config {
         }
         if self.engine.max_tool_rounds == 0 {
             return Err(invalid("engine.max_tool_rounds", "must be at least 1"));
+        }
+        let ratio = self.engine.limit_near_ratio;
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            return Err(invalid(
+                "engine.limit_near_ratio",
+                "must be above 0 and at most 1",
+            ));
+        }
+        if self.engine.loop_repeats < 2 {
+            return Err(invalid("engine.loop_repeats", "must be at least 2"));
         }
         if self.engine.event_buffer < 16 {
             return Err(invalid("engine.event_buffer", "must be at least 16"));

@@ -79,7 +79,7 @@ impl AppState {
     paths(
         runs::create_run, runs::list_runs, runs::get_run, runs::delete_run, runs::run_events,
         runs::run_steps,
-        runs::cancel_run, runs::submit_input, history::run_plans, history::run_checkpoints,
+        runs::cancel_run, runs::submit_input, runs::request_replan, history::run_plans, history::run_checkpoints,
         history::run_timeline,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, system::list_tools, system::list_functions, system::healthz,
@@ -172,6 +172,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/steps", get(runs::run_steps))
         .route("/runs/{id}/cancel", post(runs::cancel_run))
         .route("/runs/{id}/input", post(runs::submit_input))
+        .route("/runs/{id}/replan", post(runs::request_replan))
         .route("/runs/{id}/plans", get(history::run_plans))
         .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
         .route("/runs/{id}/timeline", get(history::run_timeline))

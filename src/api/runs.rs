@@ -225,13 +225,17 @@ async fn validate_run(
             "/plan",
             "send either `workflow` or `plan`, not both",
         )),
-        (Orchestration::Auto | Orchestration::Fixed, None, Some(doc)) => {
+        (Orchestration::Auto | Orchestration::Fixed | Orchestration::Reactive, None, Some(doc)) => {
             match crate::plan::validate_plan(doc, state.engine.catalog()) {
                 Ok(valid) => plan = Some((doc.clone(), valid)),
                 Err(problems) => errors.extend(prefixed("/plan", problems)),
             }
         }
-        (Orchestration::Auto | Orchestration::Fixed, Some(workflow), None) => {
+        (
+            Orchestration::Auto | Orchestration::Fixed | Orchestration::Reactive,
+            Some(workflow),
+            None,
+        ) => {
             let definition = match workflow {
                 Value::String(name) => match state.store.get_workflow(tenant, name).await? {
                     Some(w) => Some(w.definition),
@@ -261,14 +265,17 @@ async fn validate_run(
             "/workflow",
             "orchestration `fixed` needs a `workflow` (a registered name or an inline workflow) or a `plan`",
         )),
-        (Orchestration::Auto | Orchestration::Simple | Orchestration::Planner, None, None) => {}
+        (
+            Orchestration::Auto
+            | Orchestration::Simple
+            | Orchestration::Planner
+            | Orchestration::Reactive,
+            None,
+            None,
+        ) => {}
         (Orchestration::Simple | Orchestration::Planner, _, _) => errors.push(FieldError::new(
             if req.workflow.is_some() { "/workflow" } else { "/plan" },
-            "`workflow` and `plan` are for orchestration `fixed` (or `auto`)",
-        )),
-        (other, _, _) => errors.push(FieldError::new(
-            "/orchestration",
-            format!("orchestration `{}` is not available yet", other.as_str()),
+            "`workflow` and `plan` are for orchestrations `fixed`, `reactive` (its first version) and `auto`",
         )),
     }
     if !errors.is_empty() {
@@ -589,6 +596,65 @@ pub async fn cancel_run(
         Err(engine::Error::NotFound) => Err(ApiError::NotFound(format!("no run `{id}`"))),
         Err(engine::Error::AlreadyTerminal(s)) => {
             Err(ApiError::Conflict(format!("the run is already {s}")))
+        }
+        Err(e) => Err(ApiError::internal(e)),
+    }
+}
+
+/// The body of `POST /v1/runs/{id}/replan`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplanRequest {
+    /// What the user wants changed; the re-planner reads it.
+    pub message: String,
+}
+
+/// The longest re-plan message accepted, in characters.
+const MAX_REPLAN_MESSAGE: usize = 8_000;
+
+/// Ask a running `reactive` run for a new plan version, with a message for the re-planner.
+/// Accepted while the run waits for input too; the request is stored before the 202.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/replan", tag = "runs",
+    params(("id" = String, Path)),
+    request_body = ReplanRequest,
+    responses(
+        (status = 202, description = "Stored; the run re-plans next", body = Run),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Terminal, or not a reactive run", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn request_replan(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<(StatusCode, Json<Run>), ApiError> {
+    let id = parse_run_id(&id)?;
+    let request: ReplanRequest = deserialize_located(body)?;
+    let message = request.message.trim();
+    if message.is_empty() || message.chars().count() > MAX_REPLAN_MESSAGE {
+        return Err(ApiError::validation_many(vec![FieldError::new(
+            "/message",
+            format!("`message` must be 1 to {MAX_REPLAN_MESSAGE} characters of text"),
+        )]));
+    }
+    match state.engine.request_replan(&tenant, id, message).await {
+        Ok(_) => Ok((
+            StatusCode::ACCEPTED,
+            Json(load_run(&state, &tenant, id).await?),
+        )),
+        Err(engine::Error::NotFound) => Err(ApiError::NotFound(format!("no run `{id}`"))),
+        Err(engine::Error::AlreadyTerminal(s)) => {
+            Err(ApiError::Conflict(format!("the run is already {s}")))
+        }
+        Err(engine::Error::Conflict(message)) => Err(ApiError::Conflict(message)),
+        Err(engine::Error::Store(e)) => {
+            tracing::error!(error = ?e, "storing a re-plan request failed");
+            Err(ApiError::Unavailable(
+                "the request could not be stored; send it again".into(),
+            ))
         }
         Err(e) => Err(ApiError::internal(e)),
     }

@@ -84,6 +84,13 @@ error_codes! {
     StepTimeout = "step_timeout", true;
     /// The model's answer broke the step's output schema (another answer may not).
     InvalidLlmOutput = "invalid_llm_output", true;
+    /// A step's `expect` condition was false for its output.
+    UnexpectedResult = "unexpected_result", false;
+    /// A run repeated itself (the same tool call and result, the same plan, the same failure)
+    /// and was ended.
+    LoopDetected = "loop_detected", false;
+    /// A reactive run needed a new plan past its `max_replans`.
+    ReplanLimitExceeded = "replan_limit_exceeded", false;
     // Models.
     /// HTTP 429 from the provider.
     LlmRateLimited = "llm_rate_limited", true;

@@ -164,6 +164,10 @@ pub struct PlanData {
     /// The heaviest chain of dependencies, first step first.
     pub critical_path: Vec<String>,
     pub critical_path_ms: u64,
+    /// For a version after the first: its trigger, strategy, explanation, diff (and, for
+    /// `restore`, the version gone back to).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<crate::domain::replan::PlanChange>,
 }
 
 /// `step`: one step attempt changed state.

@@ -15,6 +15,7 @@ pub mod event;
 pub mod history;
 pub mod ids;
 pub mod plan;
+pub mod replan;
 pub mod run;
 
 pub use error::{ErrorCode, RunError};

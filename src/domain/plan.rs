@@ -226,6 +226,10 @@ pub struct Step {
     pub retry_policy: Option<RetryPolicy>,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// A CEL condition over the step's `output` (and what its conditions may read): false
+    /// fails the attempt with `unexpected_result`.
+    #[serde(default)]
+    pub expect: Option<String>,
     #[serde(default)]
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
@@ -255,6 +259,7 @@ impl Step {
             status: StepStatus::Pending,
             retry_policy: None,
             timeout_ms: None,
+            expect: None,
             metadata: Map::new(),
             depends_on: Vec::new(),
             started_at: None,

@@ -66,6 +66,8 @@ impl PlanDelta {
 /// A plan run's progress: every delta folded.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PlanProgress {
+    /// The plan version of the last delta folded in (0 before any).
+    pub plan_version: u32,
     pub steps: BTreeMap<String, StepResult>,
     pub children: BTreeMap<String, StepResult>,
     pub variables: Map<String, Value>,
@@ -79,6 +81,7 @@ impl PlanProgress {
         for key in &delta.cleared {
             self.children.retain(|child, _| !inside(child, key));
         }
+        self.plan_version = delta.plan_version;
         self.steps.extend(delta.steps);
         self.children.extend(delta.children);
         if let Some(variables) = delta.variables {

@@ -51,6 +51,8 @@ pub struct Services {
     pub hub: EventHub,
     pub metrics: Metrics,
     pub inputs: InputBox,
+    /// Reactive runs executing now, to wake when the user asks for a new plan.
+    pub replans: super::reactive::Wakes,
     pub config: Arc<crate::config::EngineConfig>,
 }
 
@@ -293,6 +295,19 @@ impl RunContext {
         self.slot.take_back().await;
         self.set_status(RunStatus::Running, None).await;
         Ok(value)
+    }
+
+    /// Ends a wait for input whose step was cut off (its future dropped before the answer
+    /// came): the run is `running` again, its clock going and its slot taken back. A no-op
+    /// when the run is not waiting.
+    pub async fn stop_waiting_for_input(&self) {
+        if self.run().status != RunStatus::WaitingInput {
+            return;
+        }
+        self.services.inputs.forget(self.run_id);
+        self.clock.resume();
+        self.slot.take_back().await;
+        self.set_status(RunStatus::Running, None).await;
     }
 
     pub fn usage(&self) -> Usage {

@@ -12,7 +12,7 @@ use crate::domain::run::RunSpec;
 use crate::domain::{ErrorCode, Orchestration, RunError};
 
 use super::context::RunContext;
-use super::{fixed, planner, simple};
+use super::{fixed, planner, reactive, simple};
 
 /// How an executor ended.
 #[derive(Debug, Clone)]
@@ -46,7 +46,8 @@ pub fn for_orchestration(orchestration: Orchestration) -> Result<&'static dyn Ex
         Orchestration::Simple => Ok(&simple::Simple),
         Orchestration::Fixed => Ok(&fixed::Fixed),
         Orchestration::Planner => Ok(&planner::Planner),
-        Orchestration::Auto | Orchestration::Reactive => Err(RunError::new(
+        Orchestration::Reactive => Ok(&reactive::Reactive),
+        Orchestration::Auto => Err(RunError::new(
             ErrorCode::NotSupported,
             format!(
                 "orchestration `{}` is not available yet",

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::domain::event::PlanData;
+use crate::domain::replan::PlanChange;
 use crate::domain::{ErrorCode, RunError};
 use crate::plan::{self, Problem, ValidPlan};
 use crate::store::Record;
@@ -45,7 +46,7 @@ pub async fn run_plan(ctx: &RunContext, plan: Arc<ValidPlan>, doc: &Value) -> Ou
     }
     let first_start = ctx.run().plan_version.is_none();
     let progress = if first_start {
-        announce_plan(ctx, &plan, doc, FIRST_VERSION, "initial").await;
+        announce_plan(ctx, &plan, doc, FIRST_VERSION, None).await;
         PlanProgress::default()
     } else {
         match restore(ctx).await {
@@ -101,19 +102,24 @@ async fn restore(ctx: &RunContext) -> Result<PlanProgress, RunError> {
     }
 }
 
-/// Stores plan `version` and emits the `plan` event (with the critical path).
+/// Stores plan `version` and emits the `plan` event (with the critical path). Its reason is
+/// `initial`, or for a later version the kind of its trigger.
 pub async fn announce_plan(
     ctx: &RunContext,
     plan: &ValidPlan,
     doc: &Value,
     version: u32,
-    reason: &str,
+    change: Option<PlanChange>,
 ) {
+    let reason = change
+        .as_ref()
+        .map_or("initial", |c| c.trigger.kind.as_str());
     ctx.record(Record::Plan {
         run: ctx.run_id,
         version,
         reason: reason.to_owned(),
         plan: doc.clone(),
+        change: change.clone().map(Box::new),
     })
     .await;
     ctx.update_run(|r| r.plan_version = Some(version));
@@ -124,6 +130,7 @@ pub async fn announce_plan(
         plan: doc.clone(),
         critical_path: plan.critical_path().iter().map(|s| s.to_string()).collect(),
         critical_path_ms: plan.critical_path_ms(),
+        change,
     };
     ctx.emit(None, announced).await;
 }

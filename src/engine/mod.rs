@@ -26,6 +26,7 @@ pub mod fixed;
 pub mod input;
 pub mod model;
 pub mod planner;
+pub mod reactive;
 mod run;
 pub mod scheduler;
 pub mod simple;
@@ -61,6 +62,9 @@ pub enum Error {
     NotFound,
     #[error("the run is already {0}")]
     AlreadyTerminal(&'static str),
+    /// The request does not fit the run (e.g. a re-plan asked of a run that does not re-plan).
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -300,6 +304,41 @@ impl Engine {
                 Err(SubmitError::Engine(e.into()))
             }
         }
+    }
+
+    /// Asks a running reactive run for a new plan: the request is stored (once this returns
+    /// it survives a crash), then the run is woken; it re-plans with `message` as the user's
+    /// word, also while it waits for input.
+    pub async fn request_replan(
+        &self,
+        tenant: &Tenant,
+        id: RunId,
+        message: &str,
+    ) -> Result<u64, Error> {
+        let stored = self
+            .inner
+            .services
+            .store()
+            .get_run(tenant, id)
+            .await?
+            .ok_or(Error::NotFound)?;
+        if stored.run.status.is_terminal() {
+            return Err(Error::AlreadyTerminal(stored.run.status.as_str()));
+        }
+        if stored.run.orchestration != crate::domain::Orchestration::Reactive {
+            return Err(Error::Conflict(format!(
+                "only reactive runs re-plan; this run is `{}`",
+                stored.run.orchestration.as_str()
+            )));
+        }
+        let seq = self
+            .inner
+            .services
+            .store()
+            .save_replan_request(id, message)
+            .await?;
+        self.inner.services.replans.wake(id);
+        Ok(seq)
     }
 
     fn limits(&self, spec: &RunSpec) -> EffectiveLimits {

@@ -97,7 +97,12 @@ pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
     let repairs = ctx.services.config.max_plan_repairs;
     let mut problems = Vec::new();
     for round in 0..=repairs {
-        let text = ask(ctx, &function, &messages, round).await?;
+        let call = Call {
+            step: PLANNING_STEP,
+            schema_name: "agent_plan",
+            plan_version: NO_PLAN,
+        };
+        let text = ask(ctx, &function, &messages, call, round).await?;
         problems = match parse(&text) {
             Ok(doc) => match plan::validate_plan(&doc, ctx.services.catalog()) {
                 Ok(valid) => return Ok(Planned::Valid(Box::new(valid), doc)),
@@ -138,9 +143,17 @@ fn planner_function(ctx: &RunContext) -> Result<Arc<LlmFunction>, RunError> {
 
 /// The system prompt and the planner's prompt, rendered with what the run may use.
 fn opening(ctx: &RunContext, function: &LlmFunction) -> Result<Vec<Message>, RunError> {
-    let input = planning_input(ctx);
+    opening_with(ctx, function, &planning_input(ctx))
+}
+
+/// A planning function's system prompt and its prompt rendered over `input`.
+pub(super) fn opening_with(
+    ctx: &RunContext,
+    function: &LlmFunction,
+    input: &Value,
+) -> Result<Vec<Message>, RunError> {
     let vars = serde_json::Map::new();
-    let scope = Scope::new(&input, &NoResults, &vars);
+    let scope = Scope::new(input, &NoResults, &vars);
     let limit = ctx.services.config.max_rendered_bytes;
     let prompt = function
         .prompt
@@ -199,19 +212,29 @@ pub fn planning_input(ctx: &RunContext) -> Value {
     })
 }
 
-/// One planning call, recorded as an attempt of the step `planner`; the model's text.
-async fn ask(
+/// Where a planning call is recorded: its step, the name its answer's schema is sent under,
+/// and the plan version its attempts carry.
+#[derive(Clone, Copy)]
+pub(super) struct Call<'a> {
+    pub step: &'a str,
+    pub schema_name: &'a str,
+    pub plan_version: u32,
+}
+
+/// One planning call, recorded as an attempt of `call.step`; the model's text.
+pub(super) async fn ask(
     ctx: &RunContext,
     function: &LlmFunction,
     messages: &[Message],
+    call: Call<'_>,
     round: u32,
 ) -> Result<String, RunError> {
     let new = NewAttempt {
-        step_id: PLANNING_STEP,
+        step_id: call.step,
         path: "",
-        name: "planner",
+        name: call.step,
         kind: StepKind::Llm,
-        plan_version: NO_PLAN,
+        plan_version: call.plan_version,
         input: Some(json!({ "repair": round })),
     };
     let mut sink = EventSink::Live;
@@ -225,11 +248,11 @@ async fn ask(
     let mut request = ChatRequest::new(model, messages.to_vec());
     if let Some(schema) = &function.output_schema {
         request.response_schema = Some(ResponseSchema {
-            name: "agent_plan".into(),
+            name: call.schema_name.into(),
             schema: schema.schema.clone(),
         });
     }
-    let reply = call_model(ctx, &*provider, request, PLANNING_STEP, TextKind::Json).await;
+    let reply = call_model(ctx, &*provider, request, call.step, TextKind::Json).await;
     let end = match &reply {
         Ok(r) => AttemptEnd::completed(json!({ "characters": r.text.chars().count() })),
         Err(e) => AttemptEnd::failed(e.clone()),
@@ -239,12 +262,12 @@ async fn ask(
 }
 
 /// The answer as a JSON document, or the problem with it.
-fn parse(text: &str) -> Result<Value, Problem> {
+pub(super) fn parse(text: &str) -> Result<Value, Problem> {
     serde_json::from_str(text.trim())
         .map_err(|e| Problem::new("", format!("the answer is not JSON: {e}")))
 }
 
-fn repair_request(problems: &[Problem]) -> String {
+pub(super) fn repair_request(problems: &[Problem]) -> String {
     let list: Vec<String> = problems
         .iter()
         .map(|p| {
@@ -263,7 +286,7 @@ fn repair_request(problems: &[Problem]) -> String {
 }
 
 /// Planning did not give a valid plan: answer as `simple`, or fail, as configured.
-async fn fall_back(ctx: &RunContext, problems: &[Problem]) -> Outcome {
+pub(super) async fn fall_back(ctx: &RunContext, problems: &[Problem]) -> Outcome {
     let error = RunError::new(
         ErrorCode::PlanningFailed,
         format!(

@@ -52,6 +52,8 @@ pub enum CelRef {
     AnyVar,
     Item,
     Index,
+    /// `output`: the step's own output, which only its `expect` condition reads.
+    Output,
     /// A name that is none of the above.
     Unknown(String),
 }
@@ -102,7 +104,19 @@ impl Condition {
     /// Evaluates the condition. A result that is not a boolean is an error, as is a name the
     /// scope does not define (e.g. `item` outside a loop) or a missing map key.
     pub fn eval(&self, scope: &Scope<'_>) -> Result<bool, String> {
+        self.eval_with(scope, Context::with_env(Arc::clone(&STDLIB)))
+    }
+
+    /// Evaluates an `expect` condition: the scope, and `output`, the step's output.
+    pub fn eval_expect(&self, scope: &Scope<'_>, output: &Value) -> Result<bool, String> {
         let mut ctx = Context::with_env(Arc::clone(&STDLIB));
+        if self.refs.contains(&CelRef::Output) {
+            ctx.add_variable_from_value("output", to_cel(output));
+        }
+        self.eval_with(scope, ctx)
+    }
+
+    fn eval_with(&self, scope: &Scope<'_>, mut ctx: Context<'_, '_>) -> Result<bool, String> {
         // Only what the expression reads is converted: outputs can be large.
         let reads = |f: fn(&CelRef) -> bool| self.refs.iter().any(f);
         if reads(|r| matches!(r, CelRef::Input)) {
@@ -223,6 +237,7 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut Vec<CelRef>) {
                     "vars" => CelRef::AnyVar,
                     "item" => CelRef::Item,
                     "index" => CelRef::Index,
+                    "output" => CelRef::Output,
                     n if CEL_NAMES.contains(&n) => return,
                     other => CelRef::Unknown(other.to_owned()),
                 });

@@ -23,6 +23,8 @@ pub struct StepSpec {
     pub name: Option<String>,
     pub retry_policy: Option<RetryPolicy>,
     pub timeout_ms: Option<u64>,
+    /// The condition its output must meet (`expect`).
+    pub expect: Option<Condition>,
     /// Where the step sits in the plan document, e.g. `/steps/2/input/steps/0`, so run-time
     /// errors can point at what the author wrote.
     pub pointer: String,

@@ -596,6 +596,12 @@ impl<'a> Checker<'a> {
                 .ok()
                 .map(Some),
         };
+        let expect = match obj.get("expect") {
+            None => Some(None),
+            Some(raw) => self
+                .condition(raw, &format!("{pointer}/expect"), ctx)
+                .map(Some),
+        };
         let input = obj.get("input").and_then(Value::as_object);
         let reported_before = self.problems.len() + self.shape.len();
         if ctx.depth > MAX_NESTING {
@@ -609,8 +615,8 @@ impl<'a> Checker<'a> {
             (Some(kind), Some(input)) => self.kind(kind, input, &format!("{pointer}/input"), ctx),
             _ => None,
         };
-        let (Some(id), Some(kind_spec), Some(timeout_ms), Some(retry_policy)) =
-            (id, kind_spec, timeout_ms, retry_policy)
+        let (Some(id), Some(kind_spec), Some(timeout_ms), Some(retry_policy), Some(expect)) =
+            (id, kind_spec, timeout_ms, retry_policy, expect)
         else {
             // A part that failed without saying why (the schema should have): say something.
             if self.problems.len() + self.shape.len() == reported_before {
@@ -626,6 +632,7 @@ impl<'a> Checker<'a> {
             name,
             retry_policy,
             timeout_ms,
+            expect,
             pointer: pointer.to_owned(),
             kind: kind_spec,
         })
@@ -1077,6 +1084,8 @@ impl<'a> Checker<'a> {
                 CelRef::Index => {
                     (!ctx.index).then(|| "`index` is only defined inside a loop".to_owned())
                 }
+                CelRef::Output => (!pointer.ends_with("/expect"))
+                    .then(|| "`output` is only defined in a step's `expect` condition".to_owned()),
                 CelRef::Unknown(name) => Some(format!(
                     "unknown name `{name}`: a condition can read input, steps, vars, item and index"
                 )),
@@ -1127,6 +1136,7 @@ impl<'a> Checker<'a> {
             .and_then(Value::as_str)
             .map(str::to_owned);
         step.timeout_ms = obj.get("timeout_ms").and_then(Value::as_u64);
+        step.expect = obj.get("expect").and_then(Value::as_str).map(str::to_owned);
         step.retry_policy = match obj.get("retry_policy") {
             None => None,
             Some(v) => match serde_json::from_value(v.clone()) {
@@ -1320,6 +1330,9 @@ pub(crate) fn step_document(step: &Step) -> Value {
     }
     if let Some(ms) = step.timeout_ms {
         doc.insert("timeout_ms".into(), Value::from(ms));
+    }
+    if let Some(expect) = &step.expect {
+        doc.insert("expect".into(), Value::String(expect.clone()));
     }
     if !step.metadata.is_empty() {
         doc.insert("metadata".into(), Value::Object(step.metadata.clone()));

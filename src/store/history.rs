@@ -13,7 +13,8 @@ use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use utoipa::ToSchema;
 
-use super::{Result, Store, fmt_time, parse_json, parse_time, to_json};
+use super::{Result, Store, fmt_time, parse_json, parse_opt_json, parse_time, to_json};
+use crate::domain::replan::{PlanChange, PlanDiff, Strategy, Trigger};
 use crate::domain::{RunId, Tenant};
 
 /// The tenant under which shared workflows are stored. Configured tenants are never empty
@@ -24,10 +25,20 @@ const SHARED_TENANT: &str = "";
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct PlanRecord {
     pub version: u32,
-    /// `initial`, or what triggered the replan.
+    /// `initial`, or what triggered the replan (the trigger's kind).
     pub reason: String,
     #[schema(value_type = Object)]
     pub plan: Value,
+    /// What made this version (`null` for the first).
+    pub trigger: Option<Trigger>,
+    /// The re-planner's strategy (`null` for the first version).
+    pub strategy: Option<Strategy>,
+    /// What the re-planner said of its choice.
+    pub explanation: Option<String>,
+    /// The difference from the version before (`null` for the first).
+    pub diff: Option<PlanDiff>,
+    /// For `restore`: the version gone back to.
+    pub restored_version: Option<u32>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -84,13 +95,65 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| {
+                let change: Option<PlanChange> = parse_opt_json(r.try_get("change")?)?;
+                let (trigger, strategy, explanation, diff, restored_version) = match change {
+                    Some(c) => (
+                        Some(c.trigger),
+                        Some(c.strategy),
+                        Some(c.explanation),
+                        Some(c.diff),
+                        c.restored_version,
+                    ),
+                    None => (None, None, None, None, None),
+                };
                 Ok(PlanRecord {
                     version: r.try_get::<i64, _>("version")? as u32,
                     reason: r.try_get("reason")?,
                     plan: parse_json(&r.try_get::<String, _>("plan")?)?,
+                    trigger,
+                    strategy,
+                    explanation,
+                    diff,
+                    restored_version,
                     created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
                 })
             })
+            .collect()
+    }
+
+    // ---- the user's requests for a new plan -----------------------------------------------
+
+    /// Stores a request for a new plan, in its own transaction (the API acknowledges it only
+    /// once this returned); its number among the run's requests, from 1.
+    pub async fn save_replan_request(&self, run: RunId, message: &str) -> Result<u64> {
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO replan_requests (run_id, seq, message, created_at)
+             SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3 FROM replan_requests WHERE run_id = ?1
+             RETURNING seq",
+        )
+        .bind(run.to_string())
+        .bind(message)
+        .bind(fmt_time(Utc::now()))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(seq as u64)
+    }
+
+    /// The run's requests for a new plan numbered after `after`, oldest first.
+    pub async fn replan_requests_after(
+        &self,
+        run: RunId,
+        after: u64,
+    ) -> Result<Vec<(u64, String)>> {
+        let rows = sqlx::query(
+            "SELECT seq, message FROM replan_requests WHERE run_id = ? AND seq > ? ORDER BY seq",
+        )
+        .bind(run.to_string())
+        .bind(after as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get::<i64, _>("seq")? as u64, r.try_get("message")?)))
             .collect()
     }
 

@@ -113,6 +113,8 @@ pub enum Record {
         version: u32,
         reason: String,
         plan: Value,
+        /// How a version after the first came to be.
+        change: Option<Box<crate::domain::replan::PlanChange>>,
     },
     /// The run row's mutable fields (status changes mid-run, e.g. `waiting_input`).
     RunState(Box<Run>),
@@ -478,15 +480,17 @@ impl Store {
                     version,
                     reason,
                     plan,
+                    change,
                 } => {
                     sqlx::query(
-                        "INSERT INTO plans (run_id, version, reason, plan, created_at)
-                         VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                        "INSERT INTO plans (run_id, version, reason, plan, change, created_at)
+                         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     )
                     .bind(run.to_string())
                     .bind(*version as i64)
                     .bind(reason)
                     .bind(to_json(plan))
+                    .bind(change.as_ref().map(to_json))
                     .bind(fmt_time(crate::domain::now()))
                     .execute(&mut *tx)
                     .await?;

@@ -17,6 +17,7 @@ pub const RUN_TABLES: &[&str] = &[
     "plans",
     "checkpoints",
     "input_answers",
+    "replan_requests",
 ];
 
 /// The SQL list of terminal statuses, as stored.

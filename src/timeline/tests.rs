@@ -155,6 +155,7 @@ impl Fixture {
             plan: json!({ "steps": [] }),
             critical_path: vec!["a".into()],
             critical_path_ms: 0,
+            change: None,
         };
         self.event(ms, None, plan)
     }

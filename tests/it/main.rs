@@ -13,6 +13,7 @@ mod planning;
 mod posture;
 mod process;
 mod promises;
+mod reactive;
 mod retention;
 mod scripted_runs;
 mod stream_end;

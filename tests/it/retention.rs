@@ -110,6 +110,15 @@ async fn deleting_a_finished_run_removes_it_and_everything_it_owns() {
     let doomed = finished_plan_run(&app).await;
     let kept = finished_plan_run(&app).await;
     let pool = db(&app).await;
+    // A fixed run makes no re-plan requests; give the doomed one a row there too, so every
+    // table a run owns is checked.
+    sqlx::query(
+        "INSERT INTO replan_requests (run_id, seq, message, created_at) VALUES (?, 1, 'x', '')",
+    )
+    .bind(&doomed)
+    .execute(&pool)
+    .await
+    .unwrap();
     let before = rows_of(&pool, &doomed).await;
     assert!(before.values().all(|n| *n > 0), "{before:?}");
     let kept_before = rows_of(&pool, &kept).await;

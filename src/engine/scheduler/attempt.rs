@@ -75,7 +75,12 @@ pub(crate) fn run_step<'f>(
                 sink: &mut *sink,
                 input: None,
             };
-            let result = bounded(spec, kinds::run(frame, spec, locals, &mut io)).await;
+            let result = bounded(spec, kinds::run(frame, spec, locals, &mut io))
+                .await
+                .and_then(|output| match &spec.expect {
+                    Some(expect) => frame.meets(locals, expect, &output).map(|()| output),
+                    None => Ok(output),
+                });
             let input = io.input;
             let error = match result {
                 Ok(output) => {

@@ -107,6 +107,37 @@ impl Frame<'_> {
             .map_err(|e| RunError::new(ErrorCode::BadCondition, e))
     }
 
+    /// Holds a step's output to its `expect` condition: false is an `unexpected_result`.
+    pub fn meets(
+        &self,
+        locals: Locals<'_>,
+        expect: &Condition,
+        output: &Value,
+    ) -> Result<(), RunError> {
+        let met = self
+            .with_scope(locals, |scope| expect.eval_expect(scope, output))
+            .map_err(|e| RunError::new(ErrorCode::BadCondition, e))?;
+        if met {
+            return Ok(());
+        }
+        let mut shown = output.to_string();
+        if shown.len() > 200 {
+            let cut = (0..=200)
+                .rev()
+                .find(|&i| shown.is_char_boundary(i))
+                .unwrap_or(0);
+            shown.truncate(cut);
+            shown.push('…');
+        }
+        Err(RunError::new(
+            ErrorCode::UnexpectedResult,
+            format!(
+                "the step's output does not meet `{}`: {shown}",
+                expect.source()
+            ),
+        ))
+    }
+
     /// One of the plan's slots for leaf work, held until the returned permit drops.
     pub async fn slot(&self) -> Result<SemaphorePermit<'_>, RunError> {
         self.slots

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use crate::domain::event::{ErrorData, StepData};
 use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
@@ -57,6 +57,16 @@ pub struct Report {
     pub status: StepStatus,
     pub output: Option<Value>,
     pub error: Option<RunError>,
+}
+
+/// What [`Scheduler::next_or_woken`] came back with.
+#[derive(Debug)]
+pub enum Next {
+    Report(Report),
+    /// The wake-up came first; the scheduler stands as it was and may go on.
+    Woken,
+    /// Nothing more can run.
+    Done,
 }
 
 /// Where one top-level step is.
@@ -152,12 +162,25 @@ impl<'a> Scheduler<'a> {
     /// Drives the plan until the next step commits, and reports it; `None` once nothing more
     /// can run.
     pub async fn next(&mut self) -> Option<Report> {
+        match self.advance(None).await {
+            Next::Report(report) => Some(report),
+            Next::Woken | Next::Done => None,
+        }
+    }
+
+    /// [`Self::next`], or [`Next::Woken`] as soon as `wake` is notified while steps run (a
+    /// re-plan the user asked for does not wait for the slowest step).
+    pub async fn next_or_woken(&mut self, wake: &Notify) -> Next {
+        self.advance(Some(wake)).await
+    }
+
+    async fn advance(&mut self, wake: Option<&Notify>) -> Next {
         loop {
             if let Some(report) = self.reports.pop_front() {
-                return Some(report);
+                return Next::Report(report);
             }
             if self.done {
-                return None;
+                return Next::Done;
             }
             if self.answered {
                 self.wrap_up_answered().await;
@@ -176,7 +199,14 @@ impl<'a> Scheduler<'a> {
                 self.done = true;
                 continue;
             }
-            match self.tasks.next().await {
+            let finished = match wake {
+                None => self.tasks.next().await,
+                Some(wake) => tokio::select! {
+                    finished = self.tasks.next() => finished,
+                    () = wake.notified() => return Next::Woken,
+                },
+            };
+            match finished {
                 Some((i, finished)) => self.on_finished(i, finished).await,
                 None => self.done = true,
             }
@@ -420,6 +450,39 @@ impl<'a> Scheduler<'a> {
     /// are cancelled, and those that never started are skipped.
     async fn wrap_up_answered(&mut self) {
         let reason = "the answer step completed";
+        self.cut_off(reason).await;
+        for i in 0..self.phases.len() {
+            if matches!(self.phases[i], Phase::Waiting { .. }) {
+                self.skip(i, reason).await;
+            }
+        }
+    }
+
+    /// Stops the plan here for a new version (see [`crate::engine::reactive`]): steps already
+    /// finished are committed, those still running are cancelled with `reason`. What the plan
+    /// holds now is handed back: the results of its committed steps and its variables.
+    pub async fn abandon(mut self, reason: &str) -> PlanProgress {
+        self.cut_off(reason).await;
+        let steps = self
+            .plan
+            .specs()
+            .iter()
+            .zip(&self.phases)
+            .filter_map(|(spec, phase)| match phase {
+                Phase::Committed(result) => Some((spec.id.to_string(), StepResult::of(result))),
+                _ => None,
+            })
+            .collect();
+        PlanProgress {
+            plan_version: self.version,
+            steps,
+            children: Default::default(),
+            variables: self.vars.as_ref().clone(),
+        }
+    }
+
+    /// Commits the steps that finished and cancels (with `reason`) those still running.
+    async fn cut_off(&mut self, reason: &str) {
         while let Some(i) = self.in_flight.pop_front() {
             if matches!(self.phases[i], Phase::Finished(_)) {
                 self.commit(i).await;
@@ -449,11 +512,8 @@ impl<'a> Scheduler<'a> {
             });
         }
         self.tasks = FuturesUnordered::new();
-        for i in 0..self.phases.len() {
-            if matches!(self.phases[i], Phase::Waiting { .. }) {
-                self.skip(i, reason).await;
-            }
-        }
+        // A step cut off while it waited for a person leaves the run waiting no more.
+        self.ctx.stop_waiting_for_input().await;
     }
 
     /// The first failure under stop-on-first-failure stops the run; any other is announced
@@ -667,6 +727,7 @@ mod tests {
             hub,
             metrics: crate::metrics::Metrics::new(),
             inputs: Default::default(),
+            replans: Default::default(),
             config: Arc::new(config.engine.clone()),
         };
         let spec = RunSpec {

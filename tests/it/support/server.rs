@@ -44,6 +44,11 @@ pub struct Server {
 
 impl Server {
     pub async fn start(dir: &std::path::Path) -> Server {
+        Self::start_with(dir, &[("ORCA_LLM__PROVIDER", "offline")]).await
+    }
+
+    /// Starts the server with these environment variables (e.g. a scripted model's URL).
+    pub async fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -58,7 +63,7 @@ impl Server {
                 "--database-url",
                 &db,
             ])
-            .env("ORCA_LLM__PROVIDER", "offline")
+            .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
             .current_dir(dir)
             .spawn()

@@ -1,0 +1,604 @@
+//! Reactive runs over HTTP: triggers (a failed step, an `expect` that fails, the user's word, a
+//! limit close), strategies, plan versions with their trigger and diff, loop detection, the
+//! re-plan limit, and a run killed while it re-planned. The re-planner is the scripted
+//! OpenAI-compatible server.
+
+use serde_json::{Value, json};
+
+use crate::support::scripted_llm::{Reply, ScriptedLlm};
+use crate::support::server::{Server, skip_to, to_final};
+use crate::support::tools::Probe;
+use crate::support::*;
+
+fn replan(strategy: &str, plan: Value) -> Reply {
+    Reply::json(
+        json!({ "strategy": strategy, "reason": format!("{strategy} it is"), "plan": plan }),
+    )
+}
+
+fn calc(id: &str, deps: &[&str], expression: &str) -> Value {
+    let mut step = json!({ "id": id, "kind": "tool",
+            "input": { "tool": "math.calculate", "arguments": { "expression": expression } } });
+    if !deps.is_empty() {
+        step["depends_on"] = json!(deps);
+    }
+    step
+}
+
+fn read(id: &str, deps: &[&str], path: &str) -> Value {
+    json!({ "id": id, "kind": "tool", "depends_on": deps,
+            "input": { "tool": "fs.read", "arguments": { "path": path } } })
+}
+
+fn counted(id: &str, value: i64) -> Value {
+    json!({ "id": id, "kind": "tool",
+            "input": { "tool": "test.count", "arguments": { "key": id, "value": value } } })
+}
+
+fn events_of(events: &[SseMessage], kind: &str) -> Vec<Value> {
+    events
+        .iter()
+        .map(|e| e.json())
+        .filter(|e| e["kind"] == kind)
+        .map(|e| e["data"].clone())
+        .collect()
+}
+
+async fn plans(app: &TestApp, id: &str) -> Vec<Value> {
+    let (status, plans) = app.get_json(&format!("/v1/runs/{id}/plans")).await;
+    assert_eq!(status, 200);
+    plans.as_array().unwrap().clone()
+}
+
+fn run_id(events: &[SseMessage]) -> String {
+    events[0].json()["run_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_failed_step_gets_an_alternative_and_completed_steps_never_run_again() {
+    let probe = Probe::default();
+    let llm = ScriptedLlm::start().await;
+    let v2 = json!({ "steps": [
+        counted("fact", 42),
+        calc("compute", &["fact"], "{{ steps.fact.output.value }} + 1"),
+    ], "output": "{{ steps.compute.output.result }}" });
+    llm.push(replan("alternative", v2));
+    let app = spawn_probed_app(None, &probe, |c| use_scripted(c, &llm)).await;
+    let v1 = json!({ "steps": [
+        counted("fact", 42),
+        read("read", &["fact"], "missing.txt"),
+        calc("use", &["read"], "1 + 1"),
+    ] });
+    let events = app
+        .stream_run(
+            json!({ "input": "add one to the fact", "orchestration": "reactive", "plan": v1 }),
+        )
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], 43);
+    assert_eq!(probe.calls("fact"), 1, "a completed step never runs again");
+
+    let announced = events_of(&events, "plan");
+    assert_eq!(announced.len(), 2);
+    assert_eq!(announced[1]["version"], 2);
+    assert_eq!(announced[1]["reason"], "step_failed");
+    assert_eq!(announced[1]["strategy"], "alternative");
+    assert_eq!(announced[1]["diff"]["added"], json!(["compute"]));
+
+    let id = run_id(&events);
+    let versions = plans(&app, &id).await;
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[0]["reason"], "initial");
+    assert_eq!(versions[0]["trigger"], Value::Null);
+    let v2 = &versions[1];
+    assert_eq!(v2["reason"], "step_failed");
+    assert_eq!(v2["trigger"]["kind"], "step_failed");
+    assert_eq!(v2["trigger"]["step_id"], "read");
+    assert_eq!(v2["trigger"]["error"]["code"], "file_not_found");
+    assert_eq!(v2["strategy"], "alternative");
+    assert_eq!(v2["explanation"], "alternative it is");
+    assert_eq!(
+        v2["diff"],
+        json!({ "added": ["compute"], "removed": ["read", "use"], "changed": [], "plan_changed": true })
+    );
+
+    // The re-planner was told what failed and what completed, with its output.
+    let asked = llm.requests()[0].to_string();
+    assert!(asked.contains("step_failed at step `read`"), "{asked}");
+    assert!(asked.contains("file_not_found"), "{asked}");
+    assert!(asked.contains(r#"\"fact\":{\"calls\":1"#), "{asked}");
+    assert_eq!(llm.requests()[0]["response_format"]["type"], "json_schema");
+
+    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+    let attempts = |step: &str| -> Vec<(u64, u64)> {
+        steps
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["step_id"] == step)
+            .map(|a| {
+                (
+                    a["plan_version"].as_u64().unwrap(),
+                    a["attempt"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(attempts("fact"), [(1, 1)]);
+    assert_eq!(attempts("compute"), [(2, 1)]);
+    assert_eq!(attempts("replanner"), [(1, 1)]);
+}
+
+#[tokio::test]
+async fn an_expect_that_fails_is_a_trigger_at_any_depth_and_fails_fixed_runs() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let mut nested = calc("c1", &[], "2 + 2");
+    nested["expect"] = json!("output.result == 5");
+    let v1 =
+        json!({ "steps": [{ "id": "seq", "kind": "sequential", "input": { "steps": [nested] } }] });
+
+    // In a fixed run the step fails with the code.
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "fixed", "plan": v1 }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "unexpected_result");
+    assert!(
+        fin["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("output.result == 5"),
+        "{fin}"
+    );
+
+    // A top-level `expect` that holds lets the step complete.
+    let mut top = calc("top", &[], "2 + 3");
+    top["expect"] = json!("output.result == 5 && input == 'x'");
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [top] } }))
+        .await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+
+    // In a reactive run it is a trigger.
+    let mut fixed_step = calc("five", &[], "2 + 3");
+    fixed_step["expect"] = json!("output.result == 5");
+    llm.push(replan("partial", json!({ "steps": [fixed_step] })));
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["result"], 5);
+    let versions = plans(&app, &run_id(&events)).await;
+    assert_eq!(versions[1]["trigger"]["kind"], "unexpected_result");
+    assert_eq!(versions[1]["trigger"]["step_id"], "seq");
+    assert_eq!(versions[1]["strategy"], "partial");
+
+    // `output` is only defined in `expect`.
+    let bad = json!({ "steps": [{ "id": "b", "kind": "branch", "input": {
+        "condition": "output > 1", "then": [], "else": [] } }] });
+    let resp = app
+        .client
+        .post(app.url("/v1/runs"))
+        .json(&json!({ "input": "x", "orchestration": "fixed", "plan": bad }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let problem: Value = resp.json().await.unwrap();
+    assert!(
+        problem
+            .to_string()
+            .contains("only defined in a step's `expect`"),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
+async fn the_user_asks_for_a_new_plan_while_the_run_waits_for_input() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let v1 = json!({ "steps": [
+        calc("fact", &[], "6 * 7"),
+        { "id": "ask", "kind": "user_input", "depends_on": ["fact"], "input": { "prompt": "Go on?" } },
+        calc("after", &["ask"], "1 + 1"),
+    ] });
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut reader = app.events(&id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+
+    let post = |body: Value| {
+        let url = app.url(&format!("/v1/runs/{id}/replan"));
+        let client = app.client.clone();
+        async move {
+            let resp = client.post(url).json(&body).send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    for bad in [
+        json!({}),
+        json!({ "message": "  " }),
+        json!({ "message": "x", "extra": 1 }),
+    ] {
+        let (status, problem) = post(bad.clone()).await;
+        assert_eq!(status, 422, "{bad} → {problem}");
+        assert_eq!(problem["code"], "validation_failed");
+    }
+    let v2 = json!({ "steps": [
+        calc("fact", &[], "6 * 7"),
+        calc("plus", &["fact"], "{{ steps.fact.output.result }} + 1"),
+    ], "output": "{{ steps.plus.output.result }}" });
+    llm.push(replan("complete", v2));
+    let (status, body) = post(json!({ "message": "skip the question; add one" })).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["id"], id.as_str());
+
+    let events = to_final(reader).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], 43);
+    let statuses: Vec<Value> = events_of(&events, "status")
+        .into_iter()
+        .map(|d| d["status"].clone())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["waiting_input", "running", "succeeded"],
+        "after waiting, running again"
+    );
+    let asked = events_of(&events, "step");
+    assert!(
+        asked
+            .iter()
+            .any(|s| s["step_id"] == "ask" && s["status"] == "cancelled"),
+        "{asked:?}"
+    );
+    let versions = plans(&app, &id).await;
+    assert_eq!(versions[1]["trigger"]["kind"], "user");
+    assert_eq!(
+        versions[1]["trigger"]["message"],
+        "skip the question; add one"
+    );
+    assert_eq!(versions[1]["trigger"]["request"], 1);
+    let prompt = llm.requests()[0].to_string();
+    assert!(prompt.contains("skip the question; add one"), "{prompt}");
+
+    // A finished run, a run that does not re-plan, and an unknown run.
+    let (status, _) = post(json!({ "message": "again" })).await;
+    assert_eq!(status, 409);
+    let fixed = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": {
+            "steps": [{ "id": "w", "kind": "wait", "input": { "duration_ms": 60000 } }] } }))
+        .await;
+    let resp = app
+        .client
+        .post(app.url(&format!(
+            "/v1/runs/{}/replan",
+            fixed["id"].as_str().unwrap()
+        )))
+        .json(&json!({ "message": "x" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409);
+    let problem: Value = resp.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("only reactive runs"),
+        "{problem}"
+    );
+    let resp = app
+        .client
+        .post(app.url("/v1/runs/0191e7a4-0000-7000-8000-000000000000/replan"))
+        .json(&json!({ "message": "x" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+}
+
+#[tokio::test]
+async fn the_same_failure_after_a_retry_ends_the_run_as_a_loop_keeping_what_completed() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::json(
+        json!({ "strategy": "retry", "reason": "maybe it was passing" }),
+    ));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let v1 = json!({ "steps": [calc("ok", &[], "1 + 1"), read("bad", &["ok"], "missing.txt")] });
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["completion"], "partial", "{fin}");
+    assert_eq!(fin["error"]["code"], "loop_detected");
+    assert_eq!(fin["output"]["ok"]["result"], 2);
+    let told: Vec<Value> = events_of(&events, "error")
+        .into_iter()
+        .filter(|e| e["code"] == "loop_detected")
+        .collect();
+    assert_eq!(told.len(), 1);
+    assert!(
+        told[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("step `bad` failed again"),
+        "{told:?}"
+    );
+    let versions = plans(&app, &run_id(&events)).await;
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[1]["strategy"], "retry");
+    assert_eq!(versions[1]["diff"]["added"], json!([]));
+    assert_eq!(llm.request_count(), 1, "no second re-plan");
+}
+
+#[tokio::test]
+async fn a_new_plan_equal_to_an_earlier_version_is_a_loop() {
+    let llm = ScriptedLlm::start().await;
+    let v1 = json!({ "steps": [read("bad", &[], "missing.txt")] });
+    llm.push(replan("complete", v1.clone()));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["completion"], "error", "{fin}");
+    assert_eq!(fin["error"]["code"], "loop_detected");
+    assert!(
+        fin["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("version 1's plan again"),
+        "{fin}"
+    );
+    assert_eq!(plans(&app, &run_id(&events)).await.len(), 1);
+}
+
+#[tokio::test]
+async fn re_plans_stop_at_max_replans() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(replan(
+        "alternative",
+        json!({ "steps": [read("other", &[], "other.txt")] }),
+    ));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let v1 = json!({ "steps": [read("bad", &[], "missing.txt")] });
+    let events = app
+        .stream_run(
+            json!({ "input": "x", "orchestration": "reactive", "plan": v1,
+                            "limits": { "max_replans": 1 } }),
+        )
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "file_not_found");
+    assert!(
+        fin["error"]["message"].as_str().unwrap().contains("other"),
+        "{fin}"
+    );
+    let told: Vec<Value> = events_of(&events, "error")
+        .into_iter()
+        .filter(|e| e["code"] == "replan_limit_exceeded")
+        .collect();
+    assert_eq!(told.len(), 1, "{events:?}");
+    assert_eq!(llm.request_count(), 1);
+    assert_eq!(plans(&app, &run_id(&events)).await.len(), 2);
+}
+
+#[tokio::test]
+async fn an_answer_breaking_the_rules_is_sent_back_and_repaired() {
+    let llm = ScriptedLlm::start().await;
+    // Not allowed for a failure by this policy.
+    llm.push(Reply::json(
+        json!({ "strategy": "retry", "reason": "again" }),
+    ));
+    // Changes a completed step.
+    llm.push(replan(
+        "alternative",
+        json!({ "steps": [
+        calc("ok", &[], "1 + 2"), calc("instead", &["ok"], "3 * 3") ] }),
+    ));
+    // A dependency cycle.
+    llm.push(replan(
+        "alternative",
+        json!({ "steps": [
+        calc("ok", &[], "1 + 1"), calc("x", &["y"], "1"), calc("y", &["x"], "2") ] }),
+    ));
+    // Right.
+    llm.push(replan(
+        "alternative",
+        json!({ "steps": [
+        calc("ok", &[], "1 + 1"), calc("instead", &["ok"], "{{ steps.ok.output.result }} * 3") ],
+        "output": "{{ steps.instead.output.result }}" }),
+    ));
+    let app = spawn_app(|c| {
+        use_scripted(c, &llm);
+        c.engine.max_plan_repairs = 3;
+        c.engine.replan_policy.step_failed = vec![orca::domain::replan::Strategy::Alternative];
+    })
+    .await;
+    let v1 = json!({ "steps": [calc("ok", &[], "1 + 1"), read("bad", &["ok"], "missing.txt")] });
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], 6);
+    let told: Vec<String> = events_of(&events, "error")
+        .into_iter()
+        .filter(|e| e["step_id"] == "replanner")
+        .map(|e| e["message"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(told.len(), 3, "{told:?}");
+    assert!(
+        told[0].contains("/strategy") && told[0].contains("use one of: alternative"),
+        "{told:?}"
+    );
+    assert!(
+        told[1].contains("step `ok` completed and is not run again"),
+        "{told:?}"
+    );
+    assert!(told[2].contains("cycle"), "{told:?}");
+    // The problems went back to the model.
+    let last = llm.requests()[3].to_string();
+    assert!(last.contains("cycle"), "{last}");
+}
+
+#[tokio::test]
+async fn restore_goes_back_to_an_earlier_version() {
+    let probe = Probe::default();
+    let llm = ScriptedLlm::start().await;
+    let flaky = json!({ "id": "flaky", "kind": "tool", "depends_on": ["ok"],
+        "input": { "tool": "test.flaky", "arguments": { "key": "flaky", "failures": 1 } } });
+    let v1 = json!({ "steps": [calc("ok", &[], "1 + 1"), flaky] });
+    llm.push(replan(
+        "alternative",
+        json!({ "steps": [calc("ok", &[], "1 + 1"), read("other", &["ok"], "missing.txt")] }),
+    ));
+    llm.push(Reply::json(json!({ "strategy": "restore", "reason": "the first plan was better", "restore_version": 1 })));
+    let app = spawn_probed_app(None, &probe, |c| use_scripted(c, &llm)).await;
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["calls"], 2, "{fin}");
+    let versions = plans(&app, &run_id(&events)).await;
+    assert_eq!(versions.len(), 3);
+    assert_eq!(versions[2]["strategy"], "restore");
+    assert_eq!(versions[2]["restored_version"], 1);
+    assert_eq!(versions[2]["plan"], versions[0]["plan"]);
+    assert_eq!(versions[2]["diff"]["added"], json!(["flaky"]));
+    assert_eq!(versions[2]["diff"]["removed"], json!(["other"]));
+}
+
+#[tokio::test]
+async fn a_run_close_to_its_token_budget_re_plans_once() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::text("a long answer").usage(700, 200));
+    llm.push(
+        replan(
+            "partial",
+            json!({ "steps": [
+        { "id": "a", "kind": "llm", "input": { "prompt": "first" } },
+        calc("cheap", &["a"], "1 + 1") ] }),
+        )
+        .usage(10, 10),
+    );
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let v1 = json!({ "steps": [
+        { "id": "a", "kind": "llm", "input": { "prompt": "first" } },
+        { "id": "b", "kind": "llm", "depends_on": ["a"], "input": { "prompt": "second" } } ] });
+    let events = app
+        .stream_run(
+            json!({ "input": "x", "orchestration": "reactive", "plan": v1,
+                            "limits": { "max_tokens": 1000 } }),
+        )
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["result"], 2);
+    let versions = plans(&app, &run_id(&events)).await;
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[1]["reason"], "limit_near");
+    let message = versions[1]["trigger"]["message"].as_str().unwrap();
+    assert!(message.contains("900 of its 1000 tokens"), "{message}");
+    assert_eq!(llm.request_count(), 2, "`a` kept its answer; `b` never ran");
+}
+
+#[tokio::test]
+async fn a_reactive_run_killed_while_re_planning_resumes_with_the_right_version_and_counts() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::stalled());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
+    let base = llm.base_url();
+    let env = [
+        ("ORCA_LLM__PROVIDER", "openai"),
+        ("OPENAI_BASE_URL", base.as_str()),
+        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
+    ];
+    let server = Server::start_with(dir.path(), &env).await;
+    let v1 =
+        json!({ "steps": [calc("fact", &[], "6 * 7"), read("read", &["fact"], "missing.txt")] });
+    let resp = server
+        .client
+        .post(server.url("/v1/runs"))
+        .json(&json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let id = resp.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    llm.wait_for_requests(1).await;
+    server.kill();
+
+    llm.push(replan(
+        "alternative",
+        json!({ "steps": [
+        calc("fact", &[], "6 * 7"), calc("plus", &["fact"], "{{ steps.fact.output.result }} + 1") ],
+        "output": "{{ steps.plus.output.result }}" }),
+    ));
+    let server = Server::start_with(dir.path(), &env).await;
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await;
+    let events = to_final(SseReader::new(resp.unwrap())).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], 43);
+    assert_eq!(
+        fin["usage"]["tool_calls"], 3,
+        "fact, read, plus: counted once each"
+    );
+
+    let plans: Vec<Value> = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/plans")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(plans.len(), 2);
+    assert_eq!(plans[1]["trigger"]["step_id"], "read");
+    let steps = server.steps(&id).await;
+    let of = |step: &str| -> Vec<(u64, u64, String)> {
+        steps
+            .iter()
+            .filter(|a| a["step_id"] == step)
+            .map(|a| {
+                (
+                    a["plan_version"].as_u64().unwrap(),
+                    a["attempt"].as_u64().unwrap(),
+                    a["status"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(of("fact"), [(1, 1, "completed".to_owned())]);
+    // The interrupted call's attempt is closed `cancelled` if it was stored before the kill;
+    // either way the re-planner answered once, for version 1's failure.
+    let replanner = of("replanner");
+    let (last, before) = replanner.split_last().unwrap();
+    assert_eq!((last.0, last.2.as_str()), (1, "completed"), "{replanner:?}");
+    assert!(
+        before.iter().all(|a| a.2 == "cancelled") && before.len() <= 1,
+        "{replanner:?}"
+    );
+    assert_eq!(of("plus"), [(2, 1, "completed".to_owned())]);
+}
