@@ -1,7 +1,8 @@
 //! The completion checker (design 001): how a plan run ended, decided by written rules over
 //! what its scheduler committed. In order:
 //!
-//! 1. A run limit was passed → `error`, with the limit's code.
+//! 1. A run limit was passed → `error`, with the limit's code; a detected loop →
+//!    `partial` with the outputs of the steps that completed (by id), or `error` if none did.
 //! 2. A step failed under stop-on-first-failure → `error`, naming the step.
 //! 3. The plan's answer step completed → `success`, whatever was still to run (skipped).
 //! 4. The plan's `output` cannot be rendered → `error`.
@@ -16,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::domain::{RunError, StepId, StepStatus};
+use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
 
 use super::checkpoint::StepResult;
 use super::executor::Outcome;
@@ -32,12 +33,17 @@ pub struct Facts<'a> {
     pub output: Result<Value, RunError>,
     /// Top-level steps that failed for good, in plan order.
     pub failed: Vec<(&'a StepId, &'a RunError)>,
+    /// The outputs of the top-level steps that completed, by id (`None` if none did).
+    pub completed: Option<Value>,
 }
 
 /// The outcome the rules give.
 pub fn judge(facts: Facts<'_>) -> Outcome {
     if let Some(error) = facts.stopped {
-        return Outcome::Failed(error);
+        return match facts.completed {
+            Some(done) if error.code == ErrorCode::LoopDetected => Outcome::Partial(done, error),
+            _ => Outcome::Failed(error),
+        };
     }
     let output = match facts.output {
         Ok(output) => output,
@@ -74,7 +80,6 @@ pub fn completed_outputs(steps: &BTreeMap<String, StepResult>) -> Option<Value> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ErrorCode;
     use serde_json::json;
 
     fn outcome_name(o: &Outcome) -> &'static str {
@@ -86,62 +91,29 @@ mod tests {
     }
 
     #[test]
+    #[rustfmt::skip]
     fn the_rules_in_order() {
         let a = StepId::new("a").unwrap();
         let flaky = RunError::new(ErrorCode::from("flaky"), "no");
         let limit = RunError::new(ErrorCode::StepLimitExceeded, "too many");
         let bad_output = RunError::new(ErrorCode::BadReference, "output: no");
+        let looped = RunError::new(ErrorCode::LoopDetected, "again");
+        let facts = |stopped: Option<&RunError>, answered, output, failed, completed| Facts {
+            stopped: stopped.cloned(),
+            answered,
+            output,
+            failed,
+            completed,
+        };
+        let done = Some(json!({ "a": 1 }));
         let cases: Vec<(&str, Facts<'_>, &str)> = vec![
-            (
-                "a limit wins over an answer",
-                Facts {
-                    stopped: Some(limit),
-                    answered: true,
-                    output: Ok(json!(1)),
-                    failed: vec![],
-                },
-                "error",
-            ),
-            (
-                "the answer step wins over failures",
-                Facts {
-                    stopped: None,
-                    answered: true,
-                    output: Ok(json!(1)),
-                    failed: vec![(&a, &flaky)],
-                },
-                "success",
-            ),
-            (
-                "an output that cannot render",
-                Facts {
-                    stopped: None,
-                    answered: false,
-                    output: Err(bad_output),
-                    failed: vec![],
-                },
-                "error",
-            ),
-            (
-                "everything completed",
-                Facts {
-                    stopped: None,
-                    answered: false,
-                    output: Ok(json!(1)),
-                    failed: vec![],
-                },
-                "success",
-            ),
-            (
-                "failures under continue-on-failure",
-                Facts {
-                    stopped: None,
-                    answered: false,
-                    output: Ok(json!(1)),
-                    failed: vec![(&a, &flaky)],
-                },
-                "partial",
-            ),
+            ("a limit wins over an answer", facts(Some(&limit), true, Ok(json!(1)), vec![], done.clone()), "error"),
+            ("a loop keeps what completed", facts(Some(&looped), false, Ok(json!(1)), vec![], done.clone()), "partial"),
+            ("a loop with nothing completed", facts(Some(&looped), false, Ok(json!(1)), vec![], None), "error"),
+            ("the answer step wins over failures", facts(None, true, Ok(json!(1)), vec![(&a, &flaky)], None), "success"),
+            ("an output that cannot render", facts(None, false, Err(bad_output), vec![], None), "error"),
+            ("everything completed", facts(None, false, Ok(json!(1)), vec![], None), "success"),
+            ("failures under continue-on-failure", facts(None, false, Ok(json!(1)), vec![(&a, &flaky)], None), "partial"),
         ];
         for (name, facts, want) in cases {
             assert_eq!(outcome_name(&judge(facts)), want, "{name}");

@@ -118,6 +118,9 @@ pub struct RunContext {
     pub(super) open_attempts: Mutex<HashMap<AttemptKey, OpenAttempt>>,
     /// The last attempt number given, by step key (`path/id`). A std mutex: lookups only.
     pub(super) attempt_numbers: Mutex<HashMap<String, u32>>,
+    /// How often each (tool, canonical arguments, result) came back, for loop detection.
+    /// A std mutex: short updates only.
+    tool_repeats: Mutex<HashMap<u64, u32>>,
 }
 
 /// An attempt under way: its record as stored at the start, and when it started.
@@ -190,6 +193,7 @@ impl RunContext {
             run: Mutex::new(seed.run),
             open_attempts: Mutex::new(HashMap::new()),
             attempt_numbers: Mutex::new(HashMap::new()),
+            tool_repeats: Mutex::new(HashMap::new()),
         }
     }
 
@@ -393,6 +397,50 @@ impl RunContext {
                 "the run reached its limit of {} steps",
                 self.limits.max_steps
             ),
+        )))
+    }
+
+    /// Loop detection over what a model chose (every orchestration but `fixed`, whose tool
+    /// calls a workflow author wrote): the same tool, with the same arguments (canonical JSON:
+    /// key order does not matter), giving the same result `engine.loop_repeats` times ends the
+    /// run with `loop_detected`, which this returns (and records as the run's breach).
+    pub fn note_tool_result(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        result: &Result<Value, RunError>,
+    ) -> Option<RunError> {
+        use std::hash::{Hash, Hasher};
+        if self.run().orchestration == crate::domain::Orchestration::Fixed {
+            return None;
+        }
+        let shown = match result {
+            Ok(output) => output.to_string(),
+            Err(e) => format!("error {}: {}", e.code, e.message),
+        };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (tool, arguments.to_string(), &shown).hash(&mut hasher);
+        let times = {
+            let mut repeats = self.tool_repeats.lock().expect("repeats lock");
+            let n = repeats.entry(hasher.finish()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if times < self.services.config.loop_repeats {
+            return None;
+        }
+        let mut args = arguments.to_string();
+        if args.len() > 200 {
+            let cut = (0..=200)
+                .rev()
+                .find(|&i| args.is_char_boundary(i))
+                .unwrap_or(0);
+            args.truncate(cut);
+            args.push('…');
+        }
+        Some(self.breached_by(RunError::new(
+            ErrorCode::LoopDetected,
+            format!("`{tool}` was called {times} times with the same arguments {args} and gave the same result"),
         )))
     }
 

@@ -177,6 +177,12 @@ async fn tool_round(
                 .await;
             Ok(output)
         }
+        Err(error) if ctx.breached().is_some() => {
+            // A run limit or a detected loop: the conversation ends here.
+            ctx.close_attempt(&key, AttemptEnd::failed(error.clone()), sink)
+                .await;
+            Err(Stop::Run(error))
+        }
         Err(error) => {
             let told = ErrorData {
                 error: error.clone(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::domain::event::{ToolCallData, ToolOutcome, ToolResultData};
+use crate::domain::event::{ErrorData, ToolCallData, ToolOutcome, ToolResultData};
 use crate::domain::{ErrorCode, RunError};
 
 use super::context::RunContext;
@@ -69,6 +69,7 @@ pub async fn call_tool(
     };
     sink.emit(ctx, Some(call.step_id), announced).await;
     ctx.count_tool_call();
+    let shown_args = call.arguments.shown();
     let result = match call.arguments {
         ToolArguments::Unparsable { problem, .. } => Err(RunError::new(
             ErrorCode::InvalidToolArguments,
@@ -93,6 +94,14 @@ pub async fn call_tool(
         result: outcome,
     };
     sink.emit(ctx, Some(call.step_id), done).await;
+    if let Some(looped) = ctx.note_tool_result(call.tool, &shown_args, &result) {
+        let told = ErrorData {
+            error: looped.clone(),
+            step_id: Some(call.step_id.to_owned()),
+        };
+        sink.emit(ctx, Some(call.step_id), told).await;
+        return Err(looped);
+    }
     result
 }
 

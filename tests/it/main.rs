@@ -8,6 +8,7 @@ mod connections;
 mod fixed;
 mod history;
 mod llm_provider;
+mod loops;
 mod offline_samples;
 mod planning;
 mod posture;

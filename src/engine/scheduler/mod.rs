@@ -238,6 +238,7 @@ impl<'a> Scheduler<'a> {
                 answered: false,
                 output: Ok(Value::Null),
                 failed: Vec::new(),
+                completed: self.completed_outputs(),
             });
         }
         let failed: Vec<(&StepId, &RunError)> = self
@@ -255,7 +256,23 @@ impl<'a> Scheduler<'a> {
             answered: self.answered,
             output: self.output(),
             failed,
+            completed: None,
         })
+    }
+
+    /// The outputs of the committed steps that completed, by id; `None` when none did.
+    fn completed_outputs(&self) -> Option<Value> {
+        let done: Map<String, Value> = self
+            .plan
+            .specs()
+            .iter()
+            .zip(&self.phases)
+            .filter_map(|(spec, phase)| match phase {
+                Phase::Committed(Ok(output)) => Some((spec.id.to_string(), output.clone())),
+                _ => None,
+            })
+            .collect();
+        (!done.is_empty()).then_some(Value::Object(done))
     }
 
     /// Where the plan's answer step is, if it names one.
