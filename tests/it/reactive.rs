@@ -602,3 +602,59 @@ async fn a_reactive_run_killed_while_re_planning_resumes_with_the_right_version_
     );
     assert_eq!(of("plus"), [(2, 1, "completed".to_owned())]);
 }
+
+#[tokio::test]
+async fn the_offline_model_re_plans_after_a_failure_and_on_the_users_word() {
+    let app = spawn_app(|_| {}).await;
+    let events = app
+        .stream_run(
+            json!({ "input": "read missing.txt, analyse it, then write a summary",
+                            "orchestration": "reactive" }),
+        )
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let output = fin["output"].as_str().unwrap();
+    assert!(
+        output.contains("could not finish") && output.contains("`read`"),
+        "{output}"
+    );
+    let versions = plans(&app, &run_id(&events)).await;
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[0]["plan"]["steps"].as_array().unwrap().len(), 5);
+    assert_eq!(versions[1]["strategy"], "alternative");
+    assert_eq!(versions[1]["trigger"]["error"]["code"], "file_not_found");
+    assert_eq!(versions[1]["diff"]["added"], json!(["recover"]));
+
+    let v1 = json!({ "steps": [
+        calc("fact", &[], "6 * 7"),
+        { "id": "ask", "kind": "user_input", "depends_on": ["fact"], "input": { "prompt": "Go on?" } },
+    ] });
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut reader = app.events(&id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    let resp = app
+        .client
+        .post(app.url(&format!("/v1/runs/{id}/replan")))
+        .json(&json!({ "message": "just tell me the fact" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let output = fin["output"].as_str().unwrap();
+    assert!(
+        output.starts_with("Revised as you asked. just tell me the fact"),
+        "{output}"
+    );
+    assert!(
+        output.contains("42"),
+        "the completed step's output is used: {output}"
+    );
+    let versions = plans(&app, &id).await;
+    assert_eq!(versions[1]["strategy"], "partial");
+}

@@ -21,6 +21,7 @@ use crate::llm::{
 };
 
 mod plans;
+mod replans;
 
 /// The model name routes use for this provider.
 pub const MODEL: &str = "offline";
@@ -168,6 +169,9 @@ fn answer(request: &ChatRequest) -> Answer {
     if let Some(schema) = &request.response_schema {
         if schema.name == "agent_plan" {
             return Answer::Json(plans::plan_for(plans::task_of(first_user(request))).to_string());
+        }
+        if schema.name == "replan" {
+            return Answer::Json(replans::replan_for(first_user(request)).to_string());
         }
         return Answer::Json(example_value(&schema.schema).to_string());
     }

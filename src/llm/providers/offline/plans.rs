@@ -90,6 +90,15 @@ pub fn text_for(system: Option<&str>, user_text: &str) -> Option<String> {
         let first_sentence = user_text.split_inclusive('.').next().unwrap_or(user_text);
         return Some(format!("Summary: {}", first_sentence.trim()));
     }
+    if let Some(rest) = user_text.strip_prefix(super::replans::RECOVER) {
+        return Some(format!(
+            "I could not finish every part of the task. {}",
+            rest.trim()
+        ));
+    }
+    if let Some(rest) = user_text.strip_prefix(super::replans::REVISE) {
+        return Some(format!("Revised as you asked. {}", rest.trim()));
+    }
     user_text
         .strip_prefix(ANSWER)
         .map(|rest| format!("Here is what I found. {}", rest.trim()))
