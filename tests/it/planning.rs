@@ -411,3 +411,62 @@ async fn a_run_past_its_time_limit_keeps_what_completed_as_its_output() {
     assert_eq!(fin["output"]["fact"]["result"], 42, "{fin}");
     assert!(fin["output"].get("long").is_none(), "{fin}");
 }
+
+#[tokio::test]
+async fn planner_failure_samples_rate_limits_pass_malformed_streams_fail_timeouts_keep_work() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "steps": [{ "id": "fact", "kind": "tool",
+        "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } }] });
+
+    // 429 and 500 are retried by the provider; the plan then runs.
+    llm.push(Reply::status(429).retry_after_ms(10));
+    llm.push(Reply::status(500));
+    llm.push(Reply::json(plan.clone()));
+    let fin = final_data(&planner_run(&app, "six times seven").await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["result"], 42);
+
+    // A malformed stream is not retried: a clean failure with its code.
+    llm.push(Reply::malformed());
+    let fin = final_data(&planner_run(&app, "six times seven").await);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "llm_malformed_response");
+
+    // Past the time limit: `timed_out`, completion `timeout`, what completed is the output.
+    llm.push(Reply::json(json!({ "steps": [
+        { "id": "fact", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
+        { "id": "long", "kind": "wait", "depends_on": ["fact"], "input": { "duration_ms": 60000 } },
+    ] })));
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "planner", "limits": { "max_duration_ms": 500 } }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "timed_out", "{fin}");
+    assert_eq!(fin["completion"], "timeout");
+    assert_eq!(fin["output"]["fact"]["result"], 42, "{fin}");
+}
+
+#[tokio::test]
+async fn a_planned_200_step_chain_runs_to_the_end() {
+    let llm = ScriptedLlm::start().await;
+    let mut steps = vec![json!({ "id": "s0", "kind": "tool",
+        "input": { "tool": "math.calculate", "arguments": { "expression": "0 + 1" } } })];
+    for i in 1..200 {
+        steps.push(json!({ "id": format!("s{i}"), "kind": "tool", "depends_on": [format!("s{}", i - 1)],
+            "input": { "tool": "math.calculate",
+                       "arguments": { "expression": format!("{{{{ steps.s{}.output.result }}}} + 1", i - 1) } } }));
+    }
+    llm.push(Reply::json(
+        json!({ "steps": steps, "output": "{{ steps.s199.output.result }}" }),
+    ));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let events = app
+        .stream_run(json!({ "input": "count to 200", "orchestration": "planner",
+                            "limits": { "max_steps": 201 } }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], 200);
+    assert_eq!(fin["usage"]["tool_calls"], 200);
+}
