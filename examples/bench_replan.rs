@@ -191,6 +191,12 @@ async fn main() {
     println!("| measure | median | range |");
     println!("|---|---|---|");
     println!("| validate a 50-step plan | {} |", summary(&validate));
-    println!("| validate and store a 50-step plan | {} |", summary(&store_too));
-    println!("| one re-plan, model time excluded | {} |", summary(&replan));
+    println!(
+        "| validate and store a 50-step plan | {} |",
+        summary(&store_too)
+    );
+    println!(
+        "| one re-plan, model time excluded | {} |",
+        summary(&replan)
+    );
 }

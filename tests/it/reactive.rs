@@ -338,6 +338,30 @@ async fn the_same_failure_after_a_retry_ends_the_run_as_a_loop_keeping_what_comp
     assert_eq!(versions[1]["strategy"], "retry");
     assert_eq!(versions[1]["diff"]["added"], json!([]));
     assert_eq!(llm.request_count(), 1, "no second re-plan");
+
+    // The timeline lists the decisions, and the spans of both versions.
+    let (status, timeline) = app
+        .get_json(&format!("/v1/runs/{}/timeline", run_id(&events)))
+        .await;
+    assert_eq!(status, 200);
+    let decisions: Vec<&str> = timeline["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(decisions, ["plan", "replan", "loop_detected"], "{timeline}");
+    let replanned = &timeline["decisions"][1]["detail"];
+    assert_eq!(replanned["strategy"], "retry");
+    assert_eq!(replanned["trigger"]["step_id"], "bad");
+    let versions: Vec<u64> = timeline["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["step_id"] == "bad")
+        .map(|s| s["plan_version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, [1, 2]);
 }
 
 #[tokio::test]
