@@ -50,6 +50,27 @@ async fn plans(app: &TestApp, id: &str) -> Vec<Value> {
     plans.as_array().unwrap().clone()
 }
 
+/// Streams a run of `plan` under `orchestration` (with `extra` fields) to its end.
+async fn run_plan(
+    app: &TestApp,
+    orchestration: &str,
+    plan: &Value,
+    extra: Value,
+) -> Vec<SseMessage> {
+    let mut body = json!({ "input": "x", "orchestration": orchestration, "plan": plan });
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    app.stream_run(body).await
+}
+
+/// The final error has `code` and its message says `text`.
+fn failed_with(fin: &Value, code: &str, text: &str) {
+    assert_eq!(fin["error"]["code"], code, "{fin}");
+    let message = fin["error"]["message"].as_str().unwrap();
+    assert!(message.contains(text), "{message}");
+}
+
 fn run_id(events: &[SseMessage]) -> String {
     events[0].json()["run_id"].as_str().unwrap().to_owned()
 }
@@ -140,35 +161,22 @@ async fn an_expect_that_fails_is_a_trigger_at_any_depth_and_fails_fixed_runs() {
         json!({ "steps": [{ "id": "seq", "kind": "sequential", "input": { "steps": [nested] } }] });
 
     // In a fixed run the step fails with the code.
-    let events = app
-        .stream_run(json!({ "input": "x", "orchestration": "fixed", "plan": v1 }))
-        .await;
+    let events = run_plan(&app, "fixed", &v1, json!({})).await;
     let fin = final_data(&events);
     assert_eq!(fin["status"], "failed", "{fin}");
-    assert_eq!(fin["error"]["code"], "unexpected_result");
-    assert!(
-        fin["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("output.result == 5"),
-        "{fin}"
-    );
+    failed_with(&fin, "unexpected_result", "output.result == 5");
 
     // A top-level `expect` that holds lets the step complete.
     let mut top = calc("top", &[], "2 + 3");
     top["expect"] = json!("output.result == 5 && input == 'x'");
-    let events = app
-        .stream_run(json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [top] } }))
-        .await;
+    let events = run_plan(&app, "fixed", &json!({ "steps": [top] }), json!({})).await;
     assert_eq!(final_data(&events)["status"], "succeeded");
 
     // In a reactive run it is a trigger.
     let mut fixed_step = calc("five", &[], "2 + 3");
     fixed_step["expect"] = json!("output.result == 5");
     llm.push(replan("partial", json!({ "steps": [fixed_step] })));
-    let events = app
-        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
-        .await;
+    let events = run_plan(&app, "reactive", &v1, json!({})).await;
     let fin = final_data(&events);
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["result"], 5);
@@ -277,33 +285,14 @@ async fn the_user_asks_for_a_new_plan_while_the_run_waits_for_input() {
         .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": {
             "steps": [{ "id": "w", "kind": "wait", "input": { "duration_ms": 60000 } }] } }))
         .await;
-    let resp = app
-        .client
-        .post(app.url(&format!(
-            "/v1/runs/{}/replan",
-            fixed["id"].as_str().unwrap()
-        )))
-        .json(&json!({ "message": "x" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 409);
-    let problem: Value = resp.json().await.unwrap();
-    assert!(
-        problem["detail"]
-            .as_str()
-            .unwrap()
-            .contains("only reactive runs"),
-        "{problem}"
-    );
-    let resp = app
-        .client
-        .post(app.url("/v1/runs/0191e7a4-0000-7000-8000-000000000000/replan"))
-        .json(&json!({ "message": "x" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 404);
+    let message = json!({ "message": "x" });
+    let path = format!("/v1/runs/{}/replan", fixed["id"].as_str().unwrap());
+    let (status, problem) = app.post_json(&path, &message).await;
+    assert_eq!(status, 409);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("only reactive runs"), "{detail}");
+    let unknown = "/v1/runs/0191e7a4-0000-7000-8000-000000000000/replan";
+    assert_eq!(app.post_json(unknown, &message).await.0, 404);
 }
 
 #[tokio::test]
@@ -314,9 +303,7 @@ async fn the_same_failure_after_a_retry_ends_the_run_as_a_loop_keeping_what_comp
     ));
     let app = spawn_app(|c| use_scripted(c, &llm)).await;
     let v1 = json!({ "steps": [calc("ok", &[], "1 + 1"), read("bad", &["ok"], "missing.txt")] });
-    let events = app
-        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
-        .await;
+    let events = run_plan(&app, "reactive", &v1, json!({})).await;
     let fin = final_data(&events);
     assert_eq!(fin["completion"], "partial", "{fin}");
     assert_eq!(fin["error"]["code"], "loop_detected");
@@ -370,19 +357,10 @@ async fn a_new_plan_equal_to_an_earlier_version_is_a_loop() {
     let v1 = json!({ "steps": [read("bad", &[], "missing.txt")] });
     llm.push(replan("complete", v1.clone()));
     let app = spawn_app(|c| use_scripted(c, &llm)).await;
-    let events = app
-        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
-        .await;
+    let events = run_plan(&app, "reactive", &v1, json!({})).await;
     let fin = final_data(&events);
     assert_eq!(fin["completion"], "error", "{fin}");
-    assert_eq!(fin["error"]["code"], "loop_detected");
-    assert!(
-        fin["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("version 1's plan again"),
-        "{fin}"
-    );
+    failed_with(&fin, "loop_detected", "version 1's plan again");
     assert_eq!(plans(&app, &run_id(&events)).await.len(), 1);
 }
 
@@ -395,24 +373,21 @@ async fn re_plans_stop_at_max_replans() {
     ));
     let app = spawn_app(|c| use_scripted(c, &llm)).await;
     let v1 = json!({ "steps": [read("bad", &[], "missing.txt")] });
-    let events = app
-        .stream_run(
-            json!({ "input": "x", "orchestration": "reactive", "plan": v1,
-                            "limits": { "max_replans": 1 } }),
-        )
-        .await;
+    let events = run_plan(
+        &app,
+        "reactive",
+        &v1,
+        json!({ "limits": { "max_replans": 1 } }),
+    )
+    .await;
     let fin = final_data(&events);
     assert_eq!(fin["status"], "failed", "{fin}");
-    assert_eq!(fin["error"]["code"], "file_not_found");
-    assert!(
-        fin["error"]["message"].as_str().unwrap().contains("other"),
-        "{fin}"
-    );
+    failed_with(&fin, "file_not_found", "other");
     let told: Vec<Value> = events_of(&events, "error")
         .into_iter()
         .filter(|e| e["code"] == "replan_limit_exceeded")
         .collect();
-    assert_eq!(told.len(), 1, "{events:?}");
+    assert_eq!(told.len(), 1);
     assert_eq!(llm.request_count(), 1);
     assert_eq!(plans(&app, &run_id(&events)).await.len(), 2);
 }
@@ -450,9 +425,7 @@ async fn an_answer_breaking_the_rules_is_sent_back_and_repaired() {
     })
     .await;
     let v1 = json!({ "steps": [calc("ok", &[], "1 + 1"), read("bad", &["ok"], "missing.txt")] });
-    let events = app
-        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
-        .await;
+    let events = run_plan(&app, "reactive", &v1, json!({})).await;
     let fin = final_data(&events);
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"], 6);
@@ -489,9 +462,7 @@ async fn restore_goes_back_to_an_earlier_version() {
     ));
     llm.push(Reply::json(json!({ "strategy": "restore", "reason": "the first plan was better", "restore_version": 1 })));
     let app = spawn_probed_app(None, &probe, |c| use_scripted(c, &llm)).await;
-    let events = app
-        .stream_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
-        .await;
+    let events = run_plan(&app, "reactive", &v1, json!({})).await;
     let fin = final_data(&events);
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["calls"], 2, "{fin}");
@@ -521,12 +492,13 @@ async fn a_run_close_to_its_token_budget_re_plans_once() {
     let v1 = json!({ "steps": [
         { "id": "a", "kind": "llm", "input": { "prompt": "first" } },
         { "id": "b", "kind": "llm", "depends_on": ["a"], "input": { "prompt": "second" } } ] });
-    let events = app
-        .stream_run(
-            json!({ "input": "x", "orchestration": "reactive", "plan": v1,
-                            "limits": { "max_tokens": 1000 } }),
-        )
-        .await;
+    let events = run_plan(
+        &app,
+        "reactive",
+        &v1,
+        json!({ "limits": { "max_tokens": 1000 } }),
+    )
+    .await;
     let fin = final_data(&events);
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["result"], 2);
@@ -660,14 +632,11 @@ async fn the_offline_model_re_plans_after_a_failure_and_on_the_users_word() {
     let id = run["id"].as_str().unwrap().to_owned();
     let mut reader = app.events(&id).await;
     skip_to(&mut reader, "input_required", 1).await;
-    let resp = app
-        .client
-        .post(app.url(&format!("/v1/runs/{id}/replan")))
-        .json(&json!({ "message": "just tell me the fact" }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
+    let asked = json!({ "message": "just tell me the fact" });
+    let (status, _) = app
+        .post_json(&format!("/v1/runs/{id}/replan"), &asked)
+        .await;
+    assert_eq!(status, 202);
     let fin = final_data(&to_final(reader).await);
     assert_eq!(fin["status"], "succeeded", "{fin}");
     let output = fin["output"].as_str().unwrap();

@@ -242,6 +242,14 @@ impl TestApp {
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
     }
+
+    /// POSTs `body` as JSON; the status and the response body (`null` if not JSON).
+    pub async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        let resp = self.client.post(self.url(path)).json(body).send();
+        let resp = resp.await.expect("POST");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
 }
 
 impl Drop for TestApp {
