@@ -88,6 +88,7 @@ impl App {
             metrics: Metrics::new(),
             inputs: Default::default(),
             config: Arc::new(config.engine.clone()),
+            context: Arc::new(config.context.clone()),
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());
         tracker.spawn(engine.clone().supervise_store());

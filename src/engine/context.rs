@@ -52,6 +52,8 @@ pub struct Services {
     pub metrics: Metrics,
     pub inputs: InputBox,
     pub config: Arc<crate::config::EngineConfig>,
+    /// `[context]`: the session history's token budget.
+    pub context: Arc<crate::config::ContextConfig>,
 }
 
 impl Services {
@@ -114,6 +116,8 @@ pub struct RunContext {
     /// Attempts started and not yet ended, closed as cancelled/failed if the run ends first.
     /// A std mutex: inserts, removals and copies only.
     pub(super) open_attempts: Mutex<HashMap<AttemptKey, OpenAttempt>>,
+    /// The session's variables, read once when the run (re)starts (see [`super::session`]).
+    pub(super) session: std::sync::OnceLock<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// The last attempt number given, by step key (`path/id`). A std mutex: lookups only.
     pub(super) attempt_numbers: Mutex<HashMap<String, u32>>,
 }
@@ -188,6 +192,7 @@ impl RunContext {
             run: Mutex::new(seed.run),
             open_attempts: Mutex::new(HashMap::new()),
             attempt_numbers: Mutex::new(HashMap::new()),
+            session: std::sync::OnceLock::new(),
         }
     }
 

@@ -28,6 +28,7 @@ pub mod model;
 pub mod planner;
 mod run;
 pub mod scheduler;
+pub mod session;
 pub mod simple;
 pub mod sink;
 pub mod tool_call;

@@ -473,7 +473,7 @@ fn conditions_and_branch_targets_are_checked() {
             "CEL with an unknown name",
             json!({"steps": [{"id": "b", "kind": "branch", "input": {"condition": "score > 1", "then": []}}]}),
             "/steps/0/input/condition",
-            "unknown name `score`",
+            "unknown scope `score`",
         ),
         (
             "CEL reading a non-ancestor",

@@ -14,7 +14,7 @@ use tokio::sync::SemaphorePermit;
 use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt, step_key};
 use super::super::context::RunContext;
 use super::super::sink::EventSink;
-use super::frame::{Frame, Locals};
+use super::frame::{Frame, Locals, current_step};
 use super::kinds::{self, StepIo};
 
 /// Opens the next attempt of `spec` at `path`, its `running` event into `sink`.
@@ -75,7 +75,12 @@ pub(crate) fn run_step<'f>(
                 sink: &mut *sink,
                 input: None,
             };
-            let result = bounded(spec, kinds::run(frame, spec, locals, &mut io)).await;
+            let me = current_step(spec, locals.path, attempt.attempt);
+            let here = Locals {
+                step: Some(&me),
+                ..locals
+            };
+            let result = bounded(spec, kinds::run(frame, spec, here, &mut io)).await;
             let input = io.input;
             let error = match result {
                 Ok(output) => {
