@@ -181,3 +181,53 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn variables_and_summaries_are_kept_per_tenant_and_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
+        let store = Store::connect(&url, 2).await.unwrap();
+        let (a, b) = (Tenant("a".into()), Tenant("b".into()));
+        let writer = RunId::new();
+        let values = json!({ "topic": "cats", "n": 2 });
+        store
+            .set_session_variables(&a, "s", values.as_object().unwrap(), writer)
+            .await
+            .unwrap();
+        let update = json!({ "n": 3 });
+        store
+            .set_session_variables(&a, "s", update.as_object().unwrap(), writer)
+            .await
+            .unwrap();
+        let read = store.session_variables(&a, "s").await.unwrap();
+        assert_eq!(Value::Object(read), json!({ "topic": "cats", "n": 3 }));
+        assert!(store.session_variables(&b, "s").await.unwrap().is_empty());
+        assert!(store.session_variables(&a, "t").await.unwrap().is_empty());
+
+        let (first, second) = (RunId::new(), RunId::new());
+        let summary = |text: &str, through| SessionSummary {
+            text: text.into(),
+            through,
+            turns: 2,
+            tokens: 5,
+        };
+        store
+            .save_session_summary(&a, "s", &summary("newer", second), writer)
+            .await
+            .unwrap();
+        // A summary that covers less (made concurrently, stored later) does not replace it.
+        store
+            .save_session_summary(&a, "s", &summary("older", first), writer)
+            .await
+            .unwrap();
+        let kept = store.session_summary(&a, "s").await.unwrap().unwrap();
+        assert_eq!((kept.text.as_str(), kept.through), ("newer", second));
+        assert_eq!(store.session_summary(&b, "s").await.unwrap(), None);
+    }
+}

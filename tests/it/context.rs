@@ -410,3 +410,63 @@ async fn the_offline_provider_summarises_a_session_without_a_network() {
     let summary = attempts[0]["output"].as_str().unwrap();
     assert!(summary.starts_with("Summary: User: first"), "{summary}");
 }
+
+#[tokio::test]
+async fn step_attempt_counts_retries_and_a_workflow_writes_session_variables() {
+    let probe = crate::support::tools::Probe::default();
+    let app = spawn_probed_app(None, &probe, |_| {}).await;
+    // A retried child reads its own attempt number: 1, 2, then 3 succeeds.
+    let plan = json!({ "steps": [{ "id": "outer", "kind": "sequential", "input": { "steps": [{
+        "id": "flaky", "kind": "tool",
+        "retry_policy": { "max_attempts": 3, "initial_delay_ms": 1, "retryable_errors": ["flaky"] },
+        "input": { "tool": "test.flaky", "arguments": {
+            "key": "retried", "failures": 2, "value": "{{ step.path }}/{{ step.id }}#{{ step.attempt }}" } } }] } }],
+        "session_variables": { "tries": "{{ steps.outer.output.calls }}" } });
+    let fin = run_in(&app, "w1", json!("go"), plan).await;
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let runs = app.get_json("/v1/runs?limit=1").await.1;
+    let run_id = runs["runs"][0]["id"].as_str().unwrap().to_owned();
+    let values: Vec<Value> = app
+        .attempts(&run_id, "flaky")
+        .await
+        .iter()
+        .map(|a| a["input"]["arguments"]["value"].clone())
+        .collect();
+    assert_eq!(
+        values,
+        [
+            json!("outer/flaky#1"),
+            json!("outer/flaky#2"),
+            json!("outer/flaky#3")
+        ]
+    );
+
+    // A registered workflow writes session variables like a plan.
+    let workflow = json!({ "name": "remember", "steps": [{ "id": "noop", "kind": "wait",
+        "input": { "duration_ms": 1 } }], "session_variables": { "topic": "{{ input.topic }}" } });
+    let resp = app
+        .client
+        .put(app.url("/v1/workflows/remember"))
+        .json(&workflow)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+    let events = app
+        .stream_run(
+            json!({ "input": { "topic": "owls" }, "orchestration": "fixed",
+            "workflow": "remember", "session_id": "w1" }),
+        )
+        .await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+    let read = json!({
+        "steps": [{ "id": "noop", "kind": "wait", "input": { "duration_ms": 1 } }],
+        "output": { "topic": "{{ session.topic }}", "tries": "{{ session.tries }}" }
+    });
+    let fin = run_in(&app, "w1", json!("read"), read).await;
+    assert_eq!(
+        fin["output"],
+        json!({ "topic": "owls", "tries": 3 }),
+        "{fin}"
+    );
+}
