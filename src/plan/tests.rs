@@ -941,3 +941,43 @@ fn valid_plans_are_shareable_across_tasks() {
     assert_send_sync::<Workflow>();
     assert_send_sync::<Problem>();
 }
+
+#[test]
+fn session_variables_are_checked_and_survive_a_round_trip() {
+    let doc = json!({
+        "steps": [{ "id": "a", "kind": "llm", "metadata": { "team": "x" },
+            "input": { "prompt": "{{ session.topic }} {{ step.metadata.team }}" } }],
+        "session_variables": { "topic": "{{ steps.a.output }}", "count": 1 }
+    });
+    let plan = valid(doc);
+    let names: Vec<&str> = plan
+        .session_writes()
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names, ["count", "topic"]);
+    assert_eq!(plan.specs()[0].metadata["team"], "x");
+    let restored = ValidPlan::from_plan(plan.plan(), &tools()).unwrap();
+    assert_eq!(restored.session_writes().len(), 2);
+    assert_eq!(
+        restored.plan().session_variables,
+        plan.plan().session_variables
+    );
+
+    let step = json!([{ "id": "a", "kind": "wait", "input": { "duration_ms": 1 } }]);
+    check(
+        json!({ "steps": step, "session_variables": { "x": "{{ step.id }}" } }),
+        "/session_variables/x",
+        "only defined inside a step",
+    );
+    check(
+        json!({ "steps": step, "session_variables": { "x": "{{ vars.nope }}" } }),
+        "/session_variables/x",
+        "no variable `nope`",
+    );
+    check(
+        json!({ "steps": step, "session_variables": { "bad name": 1 } }),
+        "/session_variables/bad name",
+        "not a session variable name",
+    );
+}
