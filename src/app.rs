@@ -89,6 +89,7 @@ impl App {
             inputs: Default::default(),
             replans: Default::default(),
             config: Arc::new(config.engine.clone()),
+            context: Arc::new(config.context.clone()),
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());
         tracker.spawn(engine.clone().supervise_store());

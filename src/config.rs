@@ -46,6 +46,8 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub workflows: WorkflowsConfig,
     pub retention: RetentionConfig,
+    /// Sessions: how much earlier conversation a run is given, and when it is summarised.
+    pub context: ContextConfig,
     /// Named LLM functions, `[functions.NAME]`; the built-in ones (planner, replanner,
     /// selector, summarizer) can be reconfigured under their names.
     pub functions: std::collections::BTreeMap<String, crate::functions::FunctionConfig>,
@@ -414,6 +416,26 @@ impl Default for RetentionConfig {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextConfig {
+    /// Tokens (counted with the o200k_base tokenizer) a session's earlier turns, with their
+    /// summary, may take in a run's prompt. Past it the older turns are summarised by the
+    /// `summarizer` function and the summary is stored and reused. 0 = no budget.
+    pub session_token_budget: u32,
+    /// The most earlier turns (after the stored summary) a run loads.
+    pub session_max_turns: u32,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            session_token_budget: 4000,
+            session_max_turns: 50,
+        }
+    }
+}
+
 /// Values given on the command line; each overrides everything else.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -715,6 +737,12 @@ impl Config {
         if !(1..=1000).contains(&self.retention.batch_runs) {
             return Err(invalid("retention.batch_runs", "must be from 1 to 1000"));
         }
+        if !(1..=1000).contains(&self.context.session_max_turns) {
+            return Err(invalid(
+                "context.session_max_turns",
+                "must be from 1 to 1000",
+            ));
+        }
         for k in &self.auth.api_keys {
             if k.key.expose().len() < 16 {
                 return Err(invalid(
@@ -880,6 +908,10 @@ mod tests {
                 "retention.sweep_interval_secs",
             ),
             ("[retention]\nbatch_runs = 0\n", "retention.batch_runs"),
+            (
+                "[context]\nsession_max_turns = 0\n",
+                "context.session_max_turns",
+            ),
             ("[database]\nurl = \"postgres://x\"\n", "database.url"),
             (
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",

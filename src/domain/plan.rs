@@ -296,6 +296,11 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
+    /// Session variables the plan writes when it completes: name → a value with `{{ ... }}`
+    /// references, stored for the run's session (`session.NAME` in later runs).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub session_variables: Map<String, Value>,
 }
 
 fn first_version() -> u32 {
@@ -394,6 +399,7 @@ mod tests {
             context: Map::new(),
             settings: PlanSettings::default(),
             output: None,
+            session_variables: Map::new(),
         };
         assert!(plan.dependencies_resolve());
         let done = Default::default();

@@ -54,6 +54,8 @@ pub struct Services {
     /// Reactive runs executing now, to wake when the user asks for a new plan.
     pub replans: super::reactive::Wakes,
     pub config: Arc<crate::config::EngineConfig>,
+    /// `[context]`: the session history's token budget.
+    pub context: Arc<crate::config::ContextConfig>,
 }
 
 impl Services {
@@ -116,6 +118,8 @@ pub struct RunContext {
     /// Attempts started and not yet ended, closed as cancelled/failed if the run ends first.
     /// A std mutex: inserts, removals and copies only.
     pub(super) open_attempts: Mutex<HashMap<AttemptKey, OpenAttempt>>,
+    /// The session's variables, read once when the run (re)starts (see [`super::session`]).
+    pub(super) session: std::sync::OnceLock<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// The last attempt number given, by step key (`path/id`). A std mutex: lookups only.
     pub(super) attempt_numbers: Mutex<HashMap<String, u32>>,
     /// How often each (tool, canonical arguments, result) came back, for loop detection.
@@ -194,6 +198,7 @@ impl RunContext {
             open_attempts: Mutex::new(HashMap::new()),
             attempt_numbers: Mutex::new(HashMap::new()),
             tool_repeats: Mutex::new(HashMap::new()),
+            session: std::sync::OnceLock::new(),
         }
     }
 

@@ -29,6 +29,7 @@ pub mod planner;
 pub mod reactive;
 mod run;
 pub mod scheduler;
+pub mod session;
 pub mod simple;
 pub mod sink;
 pub mod tool_call;

@@ -21,6 +21,8 @@ pub enum TextKind {
     Prose,
     /// Structured output being written: `json_partial` events.
     Json,
+    /// Nothing streamed: text that is not the run's (a session summary).
+    Quiet,
 }
 
 /// What one model call produced.
@@ -58,6 +60,7 @@ pub async fn call_model(
                 let piece = match text_kind {
                     TextKind::Prose => Payload::token(delta),
                     TextKind::Json => Payload::json_partial(delta),
+                    TextKind::Quiet => continue,
                 };
                 ctx.emit(Some(step_id), piece).await;
             }

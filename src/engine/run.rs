@@ -83,6 +83,7 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
 }
 
 async fn execute(ctx: &RunContext) -> Outcome {
+    ctx.load_session().await;
     match executor::for_orchestration(ctx.run().orchestration) {
         Ok(executor) => executor.execute(ctx).await,
         Err(e) => Outcome::Failed(e),

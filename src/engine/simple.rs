@@ -1,6 +1,7 @@
 //! The `simple` executor: the run input goes to the model with the run's tools; the
 //! model-and-tools loop ([`super::converse`]) runs until the model answers, and its answer is
-//! the run's output.
+//! the run's output. A run of a session first gets the session's earlier turns, summarised
+//! past the token budget ([`super::session::history`]).
 //!
 //! The conversation is checkpointed after every model reply that asks for tools and after
 //! every tool result; a run resumed after a restart continues from its last checkpoint, so a
@@ -16,6 +17,7 @@ use super::checkpoint::{self, Conversation, ConversationDelta, Delta, Restored};
 use super::context::RunContext;
 use super::converse::{self, Progress, Setup};
 use super::executor::{Executor, Outcome};
+use super::session;
 use super::sink::EventSink;
 use super::tool_call::may_use;
 
@@ -24,9 +26,6 @@ Use the tools you are given when they help; never invent their results.";
 
 /// Simple runs have no plan; their checkpoints and attempts carry plan version 0.
 const NO_PLAN: u32 = 0;
-
-/// How many earlier exchanges of a session a run sees.
-const SESSION_TURNS: u32 = 20;
 
 pub struct Simple;
 
@@ -123,34 +122,18 @@ pub fn input_text(input: &Value) -> String {
     }
 }
 
-/// The system prompt, the session's earlier exchanges, and the run input.
+/// The system prompt (with the summary of the session's older turns, if any), the session's
+/// later exchanges, and the run input.
 async fn opening_messages(ctx: &RunContext) -> Vec<Message> {
-    let mut messages = vec![Message::System {
-        content: SYSTEM_PROMPT.to_owned(),
-    }];
-    if let Some(session) = &ctx.spec.session_id {
-        let history = ctx
-            .services
-            .store()
-            .session_history(&ctx.tenant, session, ctx.run_id, SESSION_TURNS)
-            .await;
-        match history {
-            Ok(pairs) => {
-                for (input, output) in pairs {
-                    messages.push(Message::User {
-                        content: input_text(&input),
-                    });
-                    messages.push(Message::Assistant {
-                        content: input_text(&output),
-                        tool_calls: vec![],
-                    });
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = ?e, "loading session history failed; continuing without")
-            }
+    let history = session::history(ctx).await;
+    let system = match history.summary {
+        Some(summary) => {
+            format!("{SYSTEM_PROMPT}\n\nSummary of the conversation so far: {summary}")
         }
-    }
+        None => SYSTEM_PROMPT.to_owned(),
+    };
+    let mut messages = vec![Message::System { content: system }];
+    messages.extend(history.turns);
     messages.push(Message::User {
         content: input_text(&ctx.spec.input),
     });

@@ -7,6 +7,7 @@
 
 pub mod providers;
 pub mod router;
+pub mod tokens;
 
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! Conditions: CEL expressions (branch `condition`, loop `while`) compiled once at validation
 //! and evaluated against a [`Scope`].
 //!
-//! Owns the mapping of run data into CEL variables (`input`, `steps`, `vars`, `item`, `index`)
+//! Owns the mapping of run data into CEL variables (`input`, `steps`, `vars`, `session`,
+//! `step`, `local`, and `item`/`index`, the old names of `local.item`/`local.index`)
 //! and the static list of what an expression reads, so validation can check it. It must not
 //! widen what an expression can do: no custom functions, nothing but the CEL standard library.
 
@@ -21,7 +22,9 @@ use super::template::{Scope, StepView};
 static STDLIB: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
 
 /// The variables a condition may use.
-pub const VARIABLES: [&str; 5] = ["input", "steps", "vars", "item", "index"];
+pub const VARIABLES: [&str; 8] = [
+    "input", "steps", "vars", "session", "step", "local", "item", "index",
+];
 
 /// Identifiers CEL itself defines (type names), which are not run data.
 const CEL_NAMES: [&str; 11] = [
@@ -50,6 +53,16 @@ pub enum CelRef {
     Var(String),
     /// `vars` used otherwise.
     AnyVar,
+    /// `session.NAME` or `session["NAME"]`.
+    Session(String),
+    /// `session` used otherwise.
+    AnySession,
+    /// `step`: the current step's own data.
+    CurrentStep,
+    /// `local.NAME` or `local["NAME"]`.
+    Local(String),
+    /// `local` used otherwise.
+    AnyLocal,
     Item,
     Index,
     /// `output`: the step's own output, which only its `expect` condition reads.
@@ -131,6 +144,18 @@ impl Condition {
         if let Some(index) = scope.index {
             ctx.add_variable_from_value("index", CelValue::Int(clamp_i64(index)));
         }
+        if reads(|r| matches!(r, CelRef::Session(_) | CelRef::AnySession)) {
+            ctx.add_variable_from_value("session", self.session_to_cel(scope));
+        }
+        if let Some(step) = scope
+            .step
+            .filter(|_| reads(|r| matches!(r, CelRef::CurrentStep)))
+        {
+            ctx.add_variable_from_value("step", to_cel(step));
+        }
+        if reads(|r| matches!(r, CelRef::Local(_) | CelRef::AnyLocal)) {
+            ctx.add_variable_from_value("local", local_to_cel(scope));
+        }
         let mut steps: HashMap<Key, CelValue> = HashMap::new();
         if reads(|r| matches!(r, CelRef::AnyStep)) {
             scope.steps.each(&mut |id, view| {
@@ -161,6 +186,40 @@ impl Condition {
             Err(e) => Err(format!("the condition `{}` failed: {e}", self.source)),
         }
     }
+}
+
+impl Condition {
+    /// The session's variables; a name the expression reads that no run has set yet is null,
+    /// as in templates.
+    fn session_to_cel(&self, scope: &Scope<'_>) -> CelValue {
+        let mut m: HashMap<Key, CelValue> = scope
+            .session
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (Key::from(k.clone()), to_cel(v)))
+            .collect();
+        for r in self.refs.iter() {
+            if let CelRef::Session(name) = r {
+                m.entry(Key::from(name.clone())).or_insert(CelValue::Null);
+            }
+        }
+        CelValue::Map(CelMap { map: Arc::new(m) })
+    }
+}
+
+/// `local`: the loop body's `item` and `index`, those that are defined here.
+fn local_to_cel(scope: &Scope<'_>) -> CelValue {
+    let mut m: HashMap<Key, CelValue> = HashMap::with_capacity(2);
+    if let Some(item) = scope.item {
+        m.insert(Key::from("item".to_owned()), to_cel(item));
+    }
+    if let Some(index) = scope.index {
+        m.insert(
+            Key::from("index".to_owned()),
+            CelValue::Int(clamp_i64(index)),
+        );
+    }
+    CelValue::Map(CelMap { map: Arc::new(m) })
 }
 
 fn clamp_i64(n: u64) -> i64 {
@@ -235,6 +294,9 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut Vec<CelRef>) {
                     "input" => CelRef::Input,
                     "steps" => CelRef::AnyStep,
                     "vars" => CelRef::AnyVar,
+                    "session" => CelRef::AnySession,
+                    "step" => CelRef::CurrentStep,
+                    "local" => CelRef::AnyLocal,
                     "item" => CelRef::Item,
                     "index" => CelRef::Index,
                     "output" => CelRef::Output,
@@ -250,6 +312,8 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut Vec<CelRef>) {
                 match root.as_str() {
                     "steps" => return out.push(CelRef::Step(select.field.clone())),
                     "vars" => return out.push(CelRef::Var(select.field.clone())),
+                    "session" => return out.push(CelRef::Session(select.field.clone())),
+                    "local" => return out.push(CelRef::Local(select.field.clone())),
                     _ => {}
                 }
             }
@@ -288,7 +352,7 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut Vec<CelRef>) {
     }
 }
 
-/// `steps["fetch-data"]` or `vars["x"]`: how names that are not CEL identifiers are read.
+/// `steps["fetch-data"]`, `vars["x"]` or `session["x"]`: how names that are not CEL identifiers are read.
 fn indexed_ref(call: &CallExpr, bound: &[String]) -> Option<CelRef> {
     if call.func_name != "_[_]" || call.target.is_some() {
         return None;
@@ -312,6 +376,8 @@ fn indexed_ref(call: &CallExpr, bound: &[String]) -> Option<CelRef> {
     match root.as_str() {
         "steps" => Some(CelRef::Step(key.inner().to_owned())),
         "vars" => Some(CelRef::Var(key.inner().to_owned())),
+        "session" => Some(CelRef::Session(key.inner().to_owned())),
+        "local" => Some(CelRef::Local(key.inner().to_owned())),
         _ => None,
     }
 }
@@ -413,6 +479,45 @@ mod tests {
     }
 
     #[test]
+    fn session_step_and_local_come_from_the_scope() {
+        let (input, vars) = (json!({}), Map::new());
+        let session = json!({"count": 2, "topic": "cats"});
+        let step = json!({"id": "s1", "attempt": 1, "metadata": {"level": 3}});
+        let item = json!({"ok": true});
+        let mut scope = Scope::new(&input, &NoResults, &vars)
+            .with_session(session.as_object().unwrap())
+            .in_loop(Some(&item), 2);
+        scope.step = Some(&step);
+        let table = [
+            ("session.count == 2 && session['topic'] == 'cats'", true),
+            ("session.unset == null", true),
+            ("has(session.topic)", true),
+            (
+                "step.id == 's1' && step.attempt == 1 && step.metadata.level > 2",
+                true,
+            ),
+            (
+                "local.item.ok && local.index == 2 && local['index'] == index",
+                true,
+            ),
+            ("session.count > 5", false),
+        ];
+        for (expr, want) in table {
+            let c = Condition::compile(expr).unwrap();
+            assert_eq!(c.eval(&scope), Ok(want), "{expr}");
+        }
+        let c = Condition::compile("session.n == null && size(session) == 0").unwrap();
+        let bare = Scope::new(&input, &NoResults, &vars);
+        assert_eq!(
+            c.eval(&bare),
+            Ok(false),
+            "a referenced unset name is null, and counted"
+        );
+        let c = Condition::compile("session.n == null").unwrap();
+        assert_eq!(c.eval(&bare), Ok(true));
+    }
+
+    #[test]
     fn lists_what_an_expression_reads() {
         let c = Condition::compile(
             "steps.a.output > 1 && steps['b-c'].status == 'x' && vars.v && item.y && index > 0 \
@@ -429,6 +534,23 @@ mod tests {
                 CelRef::Index,
                 CelRef::Input,
                 CelRef::Unknown("foo".into()),
+            ]
+        );
+        let c = Condition::compile(
+            "session.a && session['b c'] && size(session) > 0 && step.id == 'x' && local.item \
+             && local['index'] > 0 && local.size() > 0",
+        )
+        .unwrap();
+        assert_eq!(
+            c.references(),
+            [
+                CelRef::Session("a".into()),
+                CelRef::Session("b c".into()),
+                CelRef::AnySession,
+                CelRef::CurrentStep,
+                CelRef::Local("item".into()),
+                CelRef::Local("index".into()),
+                CelRef::AnyLocal,
             ]
         );
         let c = Condition::compile("steps[vars.k].status == 'completed'").unwrap();

@@ -30,6 +30,8 @@ pub struct ValidPlan {
     dependencies: Vec<Vec<usize>>,
     dependents: Vec<Vec<usize>>,
     output: Option<Template>,
+    /// `session_variables`: what the plan stores for its session when it completes.
+    session_writes: Vec<(String, Template)>,
 }
 
 impl ValidPlan {
@@ -62,7 +64,17 @@ impl ValidPlan {
             dependencies,
             dependents,
             output,
+            session_writes: Vec::new(),
         }
+    }
+
+    pub(super) fn set_session_writes(&mut self, writes: Vec<(String, Template)>) {
+        self.session_writes = writes;
+    }
+
+    /// The session variables the plan writes when it completes, by name.
+    pub fn session_writes(&self) -> &[(String, Template)] {
+        &self.session_writes
     }
 
     /// Re-validates a stored plan (e.g. from a checkpoint) against today's tools. Its version

@@ -15,7 +15,10 @@
 //! {{ input }}  {{ input.a.b }}  {{ input.items[0] }}     the run input
 //! {{ steps.ID.output }}  {{ steps.ID.output.x[2] }}      a finished step's output (or .status)
 //! {{ vars.NAME }}                                        a declared plan variable
-//! {{ item }}  {{ index }}                                loop bodies only
+//! {{ session.NAME }}                                     a session variable (null when unset)
+//! {{ step.id }}  {{ step.attempt }}  {{ step.metadata.x }}   the current step
+//! {{ local.item }}  {{ local.index }}                    loop bodies only
+//! {{ item }}  {{ index }}                                the same, by their old names
 //! "{{ ref }}" alone keeps the value's JSON type; text around references interpolates.
 //! ```
 

@@ -28,6 +28,8 @@ pub struct StepSpec {
     /// Where the step sits in the plan document, e.g. `/steps/2/input/steps/0`, so run-time
     /// errors can point at what the author wrote.
     pub pointer: String,
+    /// The step's free-form `metadata`, readable as `step.metadata` while it runs.
+    pub metadata: serde_json::Map<String, Value>,
     pub kind: KindSpec,
 }
 

@@ -9,9 +9,11 @@
 //! ```text
 //! input            input.a.b          input.items[0]        input["odd key"]
 //! steps.ID.output  steps.ID.output.x  steps.ID.status       steps["id.with.dots"].output
-//! vars.NAME        vars.NAME.a[2]
-//! item             item.field                                (loop bodies only)
-//! index                                                      (loop bodies only)
+//! vars.NAME        vars.NAME.a[2]                            (the plan scope)
+//! session.NAME     session.NAME.a                            (the session scope; unset: null)
+//! step.id  step.name  step.kind  step.attempt  step.path  step.metadata.x   (the current step)
+//! local.item       local.item.field  local.index             (loop bodies only)
+//! item             index                                     (old names of local.item, local.index)
 //! ```
 //!
 //! A string that is exactly one `{{ ... }}` resolves to the referenced value with its JSON type;
@@ -126,6 +128,11 @@ pub struct Scope<'a> {
     pub item: Option<&'a Value>,
     /// The current iteration (from 0) inside a loop body.
     pub index: Option<u64>,
+    /// The session's variables (`session.NAME`); `None` reads like an empty session.
+    pub session: Option<&'a Map<String, Value>>,
+    /// The current step (`step.id`, `step.attempt`, ...); `None` outside a step (a plan's
+    /// `output`, its `session_variables`).
+    pub step: Option<&'a Value>,
 }
 
 impl<'a> Scope<'a> {
@@ -137,6 +144,16 @@ impl<'a> Scope<'a> {
             vars,
             item: None,
             index: None,
+            session: None,
+            step: None,
+        }
+    }
+
+    /// The same scope with the session's variables.
+    pub fn with_session(self, session: &'a Map<String, Value>) -> Self {
+        Scope {
+            session: Some(session),
+            ..self
         }
     }
 
@@ -157,6 +174,8 @@ impl fmt::Debug for Scope<'_> {
             .field("vars", self.vars)
             .field("item", &self.item)
             .field("index", &self.index)
+            .field("session", &self.session)
+            .field("step", &self.step)
             .finish_non_exhaustive()
     }
 }
@@ -172,11 +191,29 @@ pub enum StepField {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Root {
     Input,
-    Step { id: String, field: StepField },
+    Step {
+        id: String,
+        field: StepField,
+    },
     Var(String),
+    /// `session.NAME`: a variable kept across the runs of one session.
+    Session(String),
+    /// `step.FIELD`: the current step's own data, one of [`STEP_FIELDS`].
+    CurrentStep(String),
+    /// `item` or `local.item`.
     Item,
+    /// `index` or `local.index`.
     Index,
 }
+
+/// What `step.` may be followed by.
+pub const STEP_FIELDS: [&str; 6] = ["id", "name", "kind", "attempt", "path", "metadata"];
+
+/// What `local.` may be followed by.
+pub const LOCAL_NAMES: [&str; 2] = ["item", "index"];
+
+/// The names a reference (or a condition) may start with.
+pub const SCOPES: &str = "`input`, `steps`, `vars`, `session`, `step`, `local`, `item` or `index`";
 
 /// One step of a path into a value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -253,6 +290,11 @@ impl fmt::Display for Reference {
                 f.write_str("vars")?;
                 write_key(f, name)?;
             }
+            Root::Session(name) => {
+                f.write_str("session")?;
+                write_key(f, name)?;
+            }
+            Root::CurrentStep(field) => write!(f, "step.{field}")?,
             Root::Step { id, field } => {
                 let plain = id
                     .split('.')
@@ -300,6 +342,11 @@ fn quote(s: &str) -> String {
 
 fn is_key_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Whether `s` may name a session variable: 1-64 letters, digits, `_` or `-`.
+pub fn is_variable_name(s: &str) -> bool {
+    is_key(s) && s.len() <= 64
 }
 
 fn is_key(s: &str) -> bool {
@@ -396,6 +443,82 @@ fn tokenize(text: &str) -> Result<Vec<Token>, String> {
     Ok(tokens)
 }
 
+/// The root a reference starts with, taking what it needs from `tokens` (`text` is the
+/// whole reference, for messages).
+fn parse_root(
+    root: &str,
+    tokens: &mut impl Iterator<Item = Token>,
+    text: &str,
+) -> Result<Root, String> {
+    Ok(match root {
+        "input" => Root::Input,
+        "item" => Root::Item,
+        "index" => Root::Index,
+        "vars" => match tokens.next() {
+            Some(Token::Name(n) | Token::Quoted(n)) => Root::Var(n),
+            _ => {
+                return Err(format!(
+                    "`vars` must be followed by a variable name: `vars.NAME`, in `{text}`"
+                ));
+            }
+        },
+        "session" => match tokens.next() {
+            Some(Token::Name(n) | Token::Quoted(n)) => Root::Session(n),
+            _ => {
+                return Err(format!(
+                    "`session` must be followed by a variable name: `session.NAME`, in `{text}`"
+                ));
+            }
+        },
+        "step" => match tokens.next() {
+            Some(Token::Name(n)) if STEP_FIELDS.contains(&n.as_str()) => Root::CurrentStep(n),
+            _ => {
+                return Err(format!(
+                    "`step` is the current step: `step.id`, `step.name`, `step.kind`, `step.attempt`, `step.path` or `step.metadata`, in `{text}`"
+                ));
+            }
+        },
+        "local" => match tokens.next() {
+            Some(Token::Name(n)) if n == "item" => Root::Item,
+            Some(Token::Name(n)) if n == "index" => Root::Index,
+            _ => {
+                return Err(format!(
+                    "`local` holds a loop body's `local.item` and `local.index`, in `{text}`"
+                ));
+            }
+        },
+        "steps" => {
+            let mut id_parts: Vec<String> = Vec::new();
+            let field = loop {
+                match tokens.next() {
+                    Some(Token::Quoted(q)) if id_parts.is_empty() => id_parts.push(q),
+                    Some(Token::Name(n)) if n == "output" && !id_parts.is_empty() => {
+                        break StepField::Output;
+                    }
+                    Some(Token::Name(n)) if n == "status" && !id_parts.is_empty() => {
+                        break StepField::Status;
+                    }
+                    Some(Token::Name(n)) => id_parts.push(n),
+                    _ => {
+                        return Err(format!(
+                            "a step reference is `steps.ID.output` or `steps.ID.status`, in `{text}`"
+                        ));
+                    }
+                }
+            };
+            Root::Step {
+                id: id_parts.join("."),
+                field,
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown scope `{other}` in `{text}`: a reference starts with {SCOPES}"
+            ));
+        }
+    })
+}
+
 impl Reference {
     /// Parses the text between `{{` and `}}`.
     pub fn parse(text: &str) -> Result<Reference, String> {
@@ -408,48 +531,7 @@ impl Reference {
             Some(Token::Name(n)) => n,
             _ => return Err(format!("`{text}` must start with a name")),
         };
-        let root = match root.as_str() {
-            "input" => Root::Input,
-            "item" => Root::Item,
-            "index" => Root::Index,
-            "vars" => match tokens.next() {
-                Some(Token::Name(n) | Token::Quoted(n)) => Root::Var(n),
-                _ => {
-                    return Err(format!(
-                        "`vars` must be followed by a variable name: `vars.NAME`, in `{text}`"
-                    ));
-                }
-            },
-            "steps" => {
-                let mut id_parts: Vec<String> = Vec::new();
-                let field = loop {
-                    match tokens.next() {
-                        Some(Token::Quoted(q)) if id_parts.is_empty() => id_parts.push(q),
-                        Some(Token::Name(n)) if n == "output" && !id_parts.is_empty() => {
-                            break StepField::Output;
-                        }
-                        Some(Token::Name(n)) if n == "status" && !id_parts.is_empty() => {
-                            break StepField::Status;
-                        }
-                        Some(Token::Name(n)) => id_parts.push(n),
-                        _ => {
-                            return Err(format!(
-                                "a step reference is `steps.ID.output` or `steps.ID.status`, in `{text}`"
-                            ));
-                        }
-                    }
-                };
-                Root::Step {
-                    id: id_parts.join("."),
-                    field,
-                }
-            }
-            other => {
-                return Err(format!(
-                    "unknown name `{other}` in `{text}`: a reference starts with `input`, `steps`, `vars`, `item` or `index`"
-                ));
-            }
-        };
+        let root = parse_root(&root, &mut tokens, text)?;
         let path: Vec<Segment> = tokens
             .map(|t| match t {
                 Token::Name(n) | Token::Quoted(n) => Segment::Key(n),
@@ -458,6 +540,11 @@ impl Reference {
             .collect();
         if !path.is_empty() {
             match &root {
+                Root::CurrentStep(f) if f != "metadata" => {
+                    return Err(format!(
+                        "`step.{f}` is a plain value; only `step.metadata` has members, in `{text}`"
+                    ));
+                }
                 Root::Index => {
                     return Err(format!(
                         "`index` is a number; nothing can follow it, in `{text}`"
@@ -503,8 +590,8 @@ impl Reference {
         }
     }
 
-    /// The value the root names; `None` for the output of a skipped step, which is null
-    /// whatever follows it.
+    /// The value the root names; `None` for the output of a skipped step or a session
+    /// variable not set yet, which are null whatever follows them.
     fn base<'s>(&self, scope: &Scope<'s>) -> Result<Option<Cow<'s, Value>>, RefError> {
         let fail = |message: String| self.error(message);
         Ok(Some(match &self.root {
@@ -523,6 +610,18 @@ impl Reference {
                     .get(name)
                     .ok_or_else(|| fail(format!("no variable `{name}`")))?,
             ),
+            // A session variable no run has set yet reads as null, whatever follows it: the
+            // first run of a session has none.
+            Root::Session(name) => match scope.session.and_then(|s| s.get(name)) {
+                Some(v) => Cow::Borrowed(v),
+                None => return Ok(None),
+            },
+            Root::CurrentStep(field) => {
+                let step = scope
+                    .step
+                    .ok_or_else(|| fail("`step` is only defined inside a step".to_owned()))?;
+                Cow::Borrowed(step.get(field).unwrap_or(&Value::Null))
+            }
             Root::Step { id, field } => {
                 let view = scope
                     .steps
@@ -986,6 +1085,51 @@ mod tests {
     }
 
     #[test]
+    fn session_step_and_local_scopes_resolve() {
+        let steps = results();
+        let (input, vars) = (json!({}), Map::new());
+        let session = json!({"topic": "cats", "n": {"k": 2}});
+        let step = json!({"id": "s1", "attempt": 2, "metadata": {"team": "a"}});
+        let item = json!("it");
+        let mut scope = Scope::new(&input, &steps, &vars)
+            .with_session(session.as_object().unwrap())
+            .in_loop(Some(&item), 3);
+        scope.step = Some(&step);
+        let table = [
+            ("{{ session.topic }}", json!("cats")),
+            ("{{ session.n.k }}", json!(2)),
+            ("{{ session.unset }}", Value::Null),
+            ("{{ session.unset.deeper }}", Value::Null),
+            ("{{ step.id }}", json!("s1")),
+            ("{{ step.attempt }}", json!(2)),
+            ("{{ step.metadata.team }}", json!("a")),
+            ("{{ step.name }}", Value::Null),
+            ("{{ local.item }}", json!("it")),
+            ("{{ local.index }}", json!(3)),
+            (
+                "{{ step.id }}#{{ step.attempt }} {{ session.topic }}",
+                json!("s1#2 cats"),
+            ),
+        ];
+        for (template, want) in table {
+            assert_eq!(resolve(&json!(template), &scope), Ok(want), "{template}");
+        }
+        let bare = Scope::new(&input, &steps, &vars);
+        assert_eq!(
+            resolve(&json!("{{ session.topic }}"), &bare),
+            Ok(Value::Null)
+        );
+        let err = resolve(&json!("{{ step.id }}"), &bare).unwrap_err();
+        assert!(err.message.contains("only defined inside a step"), "{err}");
+        let refs = references(&json!(
+            "{{ local.item.x }} {{ session['a b'] }} {{ step.metadata.k }}"
+        ))
+        .unwrap();
+        let texts: Vec<String> = refs.iter().map(ToString::to_string).collect();
+        assert_eq!(texts, ["item.x", "session[\"a b\"]", "step.metadata.k"]);
+    }
+
+    #[test]
     fn item_and_index_need_a_loop() {
         let (input, vars) = (json!({}), Map::new());
         let scope = Scope::new(&input, &NoResults, &vars);
@@ -1000,7 +1144,12 @@ mod tests {
         let table = [
             ("{{ }}", "empty reference"),
             ("{{ input", "has no closing"),
-            ("{{ foo.bar }}", "unknown name `foo`"),
+            ("{{ foo.bar }}", "unknown scope `foo`"),
+            ("{{ session }}", "`session.NAME`"),
+            ("{{ step }}", "`step` is the current step"),
+            ("{{ step.nope }}", "`step` is the current step"),
+            ("{{ step.id.x }}", "only `step.metadata` has members"),
+            ("{{ local.other }}", "`local.item` and `local.index`"),
             ("{{ steps.x }}", "`steps.ID.output` or `steps.ID.status`"),
             ("{{ steps.x.status.y }}", "nothing can follow `.status`"),
             ("{{ index.x }}", "nothing can follow it"),

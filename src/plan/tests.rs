@@ -473,7 +473,7 @@ fn conditions_and_branch_targets_are_checked() {
             "CEL with an unknown name",
             json!({"steps": [{"id": "b", "kind": "branch", "input": {"condition": "score > 1", "then": []}}]}),
             "/steps/0/input/condition",
-            "unknown name `score`",
+            "unknown scope `score`",
         ),
         (
             "CEL reading a non-ancestor",
@@ -940,4 +940,44 @@ fn valid_plans_are_shareable_across_tasks() {
     assert_send_sync::<ValidPlan>();
     assert_send_sync::<Workflow>();
     assert_send_sync::<Problem>();
+}
+
+#[test]
+fn session_variables_are_checked_and_survive_a_round_trip() {
+    let doc = json!({
+        "steps": [{ "id": "a", "kind": "llm", "metadata": { "team": "x" },
+            "input": { "prompt": "{{ session.topic }} {{ step.metadata.team }}" } }],
+        "session_variables": { "topic": "{{ steps.a.output }}", "count": 1 }
+    });
+    let plan = valid(doc);
+    let names: Vec<&str> = plan
+        .session_writes()
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names, ["count", "topic"]);
+    assert_eq!(plan.specs()[0].metadata["team"], "x");
+    let restored = ValidPlan::from_plan(plan.plan(), &tools()).unwrap();
+    assert_eq!(restored.session_writes().len(), 2);
+    assert_eq!(
+        restored.plan().session_variables,
+        plan.plan().session_variables
+    );
+
+    let step = json!([{ "id": "a", "kind": "wait", "input": { "duration_ms": 1 } }]);
+    check(
+        json!({ "steps": step, "session_variables": { "x": "{{ step.id }}" } }),
+        "/session_variables/x",
+        "only defined inside a step",
+    );
+    check(
+        json!({ "steps": step, "session_variables": { "x": "{{ vars.nope }}" } }),
+        "/session_variables/x",
+        "no variable `nope`",
+    );
+    check(
+        json!({ "steps": step, "session_variables": { "bad name": 1 } }),
+        "/session_variables/bad name",
+        "not a session variable name",
+    );
 }

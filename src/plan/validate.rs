@@ -167,13 +167,11 @@ fn finish(
         context: checked.variables,
         settings: checked.settings,
         output: checked.output_raw,
+        session_variables: checked.session_raw,
     };
-    Ok(ValidPlan::new(
-        plan,
-        specs,
-        checked.dependencies,
-        checked.output,
-    ))
+    let mut valid = ValidPlan::new(plan, specs, checked.dependencies, checked.output);
+    valid.set_session_writes(checked.session_writes);
+    Ok(valid)
 }
 
 /// What the semantic pass found and built.
@@ -189,6 +187,9 @@ struct Checked {
     settings: PlanSettings,
     output: Option<Template>,
     output_raw: Option<Value>,
+    /// `session_variables` as written, and parsed.
+    session_raw: Map<String, Value>,
+    session_writes: Vec<(String, Template)>,
 }
 
 /// Where a step id was first declared.
@@ -291,6 +292,10 @@ impl<'a> Checker<'a> {
         c.cycles(raw_steps, &dependencies);
         let (specs, steps) = c.top_steps(raw_steps, &dependencies);
         let output = doc.get("output").and_then(|raw| c.output(raw));
+        let session_writes = doc
+            .get("session_variables")
+            .map(|raw| c.session_variables(raw))
+            .unwrap_or_default();
         let settings = match doc.get("settings") {
             None => PlanSettings::default(),
             Some(raw) => serde_json::from_value(raw.clone()).unwrap_or_else(|e| {
@@ -320,6 +325,10 @@ impl<'a> Checker<'a> {
         );
         checked.settings = settings;
         checked.output_raw = output_raw;
+        if let Some(Value::Object(raw)) = doc.get("session_variables") {
+            checked.session_raw = raw.clone();
+        }
+        checked.session_writes = session_writes;
         checked
     }
 
@@ -402,7 +411,42 @@ impl<'a> Checker<'a> {
 
     /// The plan's `output` template: it may read every top-level step.
     fn output(&mut self, raw: &Value) -> Option<Template> {
-        let ctx = Ctx {
+        let ctx = self.plan_level();
+        self.template(raw, "/output", &ctx)
+    }
+
+    /// The plan's `session_variables`: names, and templates that read what `output` reads.
+    fn session_variables(&mut self, raw: &Value) -> Vec<(String, Template)> {
+        let Some(members) = raw.as_object() else {
+            self.shape.push(Problem::new(
+                "/session_variables",
+                "`session_variables` must be an object",
+            ));
+            return Vec::new();
+        };
+        let ctx = self.plan_level();
+        let mut out = Vec::new();
+        for (name, value) in members {
+            let pointer = member("/session_variables", name);
+            if !crate::plan::template::is_variable_name(name) {
+                self.problems.push(Problem::new(
+                    pointer,
+                    format!(
+                        "`{name}` is not a session variable name: 1-64 letters, digits, `_` or `-`"
+                    ),
+                ));
+                continue;
+            }
+            if let Some(t) = self.template(value, &pointer, &ctx) {
+                out.push((name.clone(), t));
+            }
+        }
+        out
+    }
+
+    /// What plan-level templates (`output`, `session_variables`) may read: every top-level step.
+    fn plan_level(&self) -> Ctx {
+        Ctx {
             id: String::new(),
             top_id: String::new(),
             readable: self.top.keys().cloned().collect(),
@@ -411,8 +455,7 @@ impl<'a> Checker<'a> {
             later_siblings: None,
             top_level: true,
             depth: 0,
-        };
-        self.template(raw, "/output", &ctx)
+        }
     }
 
     fn into_checked(
@@ -433,6 +476,8 @@ impl<'a> Checker<'a> {
             settings: PlanSettings::default(),
             output,
             output_raw: None,
+            session_raw: Map::new(),
+            session_writes: Vec::new(),
         }
     }
 
@@ -634,6 +679,11 @@ impl<'a> Checker<'a> {
             timeout_ms,
             expect,
             pointer: pointer.to_owned(),
+            metadata: obj
+                .get("metadata")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
             kind: kind_spec,
         })
     }
@@ -1012,6 +1062,10 @@ impl<'a> Checker<'a> {
             Root::Input => None,
             Root::Step { id, .. } => self.step_ref_problem(id, &shown, ctx),
             Root::Var(name) => self.var_problem(name, &shown),
+            Root::Session(_) => None,
+            Root::CurrentStep(_) => ctx.id.is_empty().then(|| {
+                format!("{shown}: `step` is only defined inside a step, not in the plan's `output` or `session_variables`")
+            }),
             Root::Item => (!ctx.item).then(|| {
                 format!("{shown}: `item` is only defined inside the body of a `for_each` loop")
             }),
@@ -1075,7 +1129,19 @@ impl<'a> Checker<'a> {
         let mut ok = true;
         for r in condition.references() {
             let problem = match r {
-                CelRef::Input | CelRef::AnyStep | CelRef::AnyVar => None,
+                CelRef::Input
+                | CelRef::AnyStep
+                | CelRef::AnyVar
+                | CelRef::Session(_)
+                | CelRef::AnySession => None,
+                CelRef::CurrentStep => ctx
+                    .id
+                    .is_empty()
+                    .then(|| "`step` is only defined inside a step".to_owned()),
+                CelRef::Local(name) => local_problem(name, ctx),
+                CelRef::AnyLocal => {
+                    (!ctx.index).then(|| "`local` is only defined inside a loop body".to_owned())
+                }
                 CelRef::Step(id) => self.step_ref_problem(id, &format!("`steps.{id}`"), ctx),
                 CelRef::Var(name) => self.var_problem(name, &format!("`vars.{name}`")),
                 CelRef::Item => (!ctx.item).then(|| {
@@ -1087,7 +1153,8 @@ impl<'a> Checker<'a> {
                 CelRef::Output => (!pointer.ends_with("/expect"))
                     .then(|| "`output` is only defined in a step's `expect` condition".to_owned()),
                 CelRef::Unknown(name) => Some(format!(
-                    "unknown name `{name}`: a condition can read input, steps, vars, item and index"
+                    "unknown scope `{name}`: a condition can read {}",
+                    crate::plan::template::SCOPES.replace(" or ", " and ")
                 )),
             };
             if let Some(message) = problem {
@@ -1257,10 +1324,19 @@ pub(crate) fn plan_document(plan: &Plan) -> Value {
         variables: &plan.context,
         settings: &plan.settings,
     };
-    head.document(
+    let mut doc = head.document(
         plan.steps.iter().map(step_document).collect(),
         plan.output.as_ref(),
-    )
+    );
+    if !plan.session_variables.is_empty()
+        && let Value::Object(members) = &mut doc
+    {
+        members.insert(
+            "session_variables".into(),
+            Value::Object(plan.session_variables.clone()),
+        );
+    }
+    doc
 }
 
 /// The plan-level members of an AgentPlan document.
@@ -1351,6 +1427,19 @@ pub(crate) fn without_nulls(v: Value) -> Value {
                 .collect(),
         ),
         other => other,
+    }
+}
+
+/// Why `local.NAME` cannot be read where `ctx` is; `None` when it can.
+fn local_problem(name: &str, ctx: &Ctx) -> Option<String> {
+    match name {
+        "item" => (!ctx.item).then(|| {
+            "`local.item` is only defined inside the body of a `for_each` loop".to_owned()
+        }),
+        "index" => (!ctx.index).then(|| "`local.index` is only defined inside a loop".to_owned()),
+        other => Some(format!(
+            "`local.{other}`: `local` holds a loop body's `local.item` and `local.index`"
+        )),
     }
 }
 

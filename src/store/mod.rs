@@ -24,9 +24,11 @@ use crate::domain::{
 
 mod history;
 mod retention;
+mod sessions;
 mod timeline;
 pub use history::*;
 pub use retention::RUN_TABLES;
+pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -372,39 +374,6 @@ impl Store {
         rows.iter()
             .map(|r| stored_run_from_row(r).map(|s| s.run))
             .collect()
-    }
-
-    /// Earlier succeeded runs of a session, oldest first, as (input, output) pairs.
-    pub async fn session_history(
-        &self,
-        tenant: &Tenant,
-        session_id: &str,
-        before: RunId,
-        limit: u32,
-    ) -> Result<Vec<(Value, Value)>> {
-        let rows = sqlx::query(
-            "SELECT input, output FROM runs
-             WHERE tenant = ? AND session_id = ? AND id < ? AND status = 'succeeded'
-               AND output IS NOT NULL
-             ORDER BY id DESC LIMIT ?",
-        )
-        .bind(&tenant.0)
-        .bind(session_id)
-        .bind(before.to_string())
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut pairs = rows
-            .iter()
-            .map(|r| {
-                Ok((
-                    parse_json(&r.try_get::<String, _>("input")?)?,
-                    parse_json(&r.try_get::<String, _>("output")?)?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        pairs.reverse();
-        Ok(pairs)
     }
 
     pub async fn count_runs_by_status(&self) -> Result<Vec<(String, i64)>> {

@@ -5,6 +5,7 @@ mod support;
 
 mod api_errors;
 mod connections;
+mod context;
 mod fixed;
 mod history;
 mod llm_provider;

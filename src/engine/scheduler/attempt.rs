@@ -14,7 +14,7 @@ use tokio::sync::SemaphorePermit;
 use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt, step_key};
 use super::super::context::RunContext;
 use super::super::sink::EventSink;
-use super::frame::{Frame, Locals};
+use super::frame::{Frame, Locals, current_step};
 use super::kinds::{self, StepIo};
 
 /// Opens the next attempt of `spec` at `path`, its `running` event into `sink`.
@@ -75,10 +75,15 @@ pub(crate) fn run_step<'f>(
                 sink: &mut *sink,
                 input: None,
             };
-            let result = bounded(spec, kinds::run(frame, spec, locals, &mut io))
+            let me = current_step(spec, locals.path, attempt.attempt);
+            let here = Locals {
+                step: Some(&me),
+                ..locals
+            };
+            let result = bounded(spec, kinds::run(frame, spec, here, &mut io))
                 .await
                 .and_then(|output| match &spec.expect {
-                    Some(expect) => frame.meets(locals, expect, &output).map(|()| output),
+                    Some(expect) => frame.meets(here, expect, &output).map(|()| output),
                     None => Ok(output),
                 });
             let input = io.input;

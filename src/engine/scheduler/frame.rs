@@ -8,7 +8,9 @@ use serde_json::{Map, Value};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::domain::{ErrorCode, RetryPolicy, RunError};
-use crate::plan::{Condition, RenderError, Scope, StepResults, StepState, StepView, Template};
+use crate::plan::{
+    Condition, RenderError, Scope, StepResults, StepSpec, StepState, StepView, Template,
+};
 
 use super::super::context::RunContext;
 use super::progress::Children;
@@ -21,6 +23,8 @@ pub(crate) struct Frame<'a> {
     /// when it started.
     pub snapshot: HashMap<String, StepState>,
     pub vars: Arc<Map<String, Value>>,
+    /// The session's variables as they were when the run started (`session.NAME`).
+    pub session: Arc<Map<String, Value>>,
     /// The plan's retry policy for steps that name none.
     pub default_retry: Option<RetryPolicy>,
     /// Plan-wide slots for leaf work (model and tool calls), `max_parallel_steps` of them,
@@ -40,6 +44,20 @@ pub(crate) struct Locals<'l> {
     pub results: Option<&'l HashMap<String, StepState>>,
     pub item: Option<&'l Value>,
     pub index: Option<u64>,
+    /// The current step as `step` reads it (see [`current_step`]); set per attempt.
+    pub step: Option<&'l Value>,
+}
+
+/// What `step` reads while an attempt of `spec` at `path` runs.
+pub(crate) fn current_step(spec: &StepSpec, path: &str, attempt: u32) -> Value {
+    serde_json::json!({
+        "id": spec.id.as_str(),
+        "name": spec.display_name(),
+        "kind": spec.step_kind().as_str(),
+        "attempt": attempt,
+        "path": path,
+        "metadata": spec.metadata,
+    })
 }
 
 /// Step results seen from a nested step: its siblings first, then the frame's snapshot.
@@ -76,9 +94,11 @@ impl Frame<'_> {
             local: locals.results,
             base: &self.snapshot,
         };
-        let mut scope = Scope::new(&self.ctx.spec.input, &layered, &self.vars);
+        let mut scope =
+            Scope::new(&self.ctx.spec.input, &layered, &self.vars).with_session(&self.session);
         scope.item = locals.item;
         scope.index = locals.index;
+        scope.step = locals.step;
         f(&scope)
     }
 

@@ -25,6 +25,7 @@ mod attempt;
 mod frame;
 mod kinds;
 mod progress;
+mod session;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, StepResult};
 use super::completion::{self, Facts};
 use super::context::RunContext;
 use super::executor::Outcome;
+use super::session::store_variables;
 use super::sink::EventSink;
 use attempt::run_step;
 pub(crate) use frame::render_error;
@@ -251,10 +253,18 @@ impl<'a> Scheduler<'a> {
                 _ => None,
             })
             .collect();
+        let ctx = self.ctx;
+        let output = match self
+            .output()
+            .and_then(|out| Ok((out, self.session_values()?)))
+        {
+            Ok((out, values)) => store_variables(ctx, &values).await.map(|()| out),
+            Err(e) => Err(e),
+        };
         completion::judge(Facts {
             stopped: None,
             answered: self.answered,
-            output: self.output(),
+            output,
             failed,
             completed: None,
         })
@@ -383,6 +393,7 @@ impl<'a> Scheduler<'a> {
             plan_version: self.version,
             snapshot: self.ancestors_results(i),
             vars: self.vars.clone(),
+            session: self.ctx.session_vars(),
             default_retry: plan.plan().settings.default_retry_policy.clone(),
             slots: self.slots.clone(),
             children: self.children.clone(),
@@ -622,7 +633,9 @@ impl<'a> Scheduler<'a> {
             phases: &self.phases,
         };
         if let Some(template) = self.plan.output() {
-            let scope = Scope::new(&self.ctx.spec.input, &committed, &self.vars);
+            let session = self.ctx.session_vars();
+            let scope =
+                Scope::new(&self.ctx.spec.input, &committed, &self.vars).with_session(&session);
             let limit = self.ctx.services.config.max_rendered_bytes;
             return template.render(&scope, limit).map_err(|e| {
                 let e = frame::render_error(e);
@@ -746,6 +759,7 @@ mod tests {
             inputs: Default::default(),
             replans: Default::default(),
             config: Arc::new(config.engine.clone()),
+            context: Arc::new(config.context.clone()),
         };
         let spec = RunSpec {
             input: json!("go"),

@@ -58,6 +58,7 @@ pub(crate) async fn run(
                     results: Some(&siblings),
                     item: None,
                     index: Some(i),
+                    ..locals
                 };
                 if !frame.check(here, condition)? {
                     break;
@@ -77,6 +78,7 @@ pub(crate) async fn run(
                 results: Some(&siblings),
                 item,
                 index: Some(i),
+                ..locals
             };
             let out = run_step(frame, child, here, None, sink).await?;
             siblings.insert(child.id.to_string(), StepState::completed(out.clone()));

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::llm::{
     ChatRequest, Error, LlmEvent, LlmProvider, LlmStream, Message, ToolCall, ToolSpec, Usage,
+    tokens,
 };
 
 mod plans;
@@ -155,8 +156,11 @@ fn events_for(request: &ChatRequest) -> Vec<LlmEvent> {
         Answer::ToolCalls(calls) => calls.iter().cloned().map(LlmEvent::ToolCall).collect(),
     };
     let completion_tokens = match &answer {
-        Answer::Text(_) | Answer::Json(_) => events.len() as u64,
-        Answer::ToolCalls(calls) => calls.iter().map(|c| 1 + word_count(&c.arguments)).sum(),
+        Answer::Text(text) | Answer::Json(text) => u64::from(tokens::count(text)),
+        Answer::ToolCalls(calls) => calls
+            .iter()
+            .map(|c| u64::from(tokens::count(&c.name) + tokens::count(&c.arguments)))
+            .sum(),
     };
     events.push(LlmEvent::Usage(Usage {
         prompt_tokens: prompt_tokens(request),
@@ -585,26 +589,9 @@ fn char_chunks(text: &str, size: usize) -> Vec<String> {
         .collect()
 }
 
-fn word_count(text: &str) -> u64 {
-    text.split_whitespace().count() as u64
-}
-
-/// Roughly one token per word of every message, at least 1.
+/// The prompt's tokens, counted with the tokenizer (see [`tokens`]), at least 1.
 fn prompt_tokens(request: &ChatRequest) -> u64 {
-    let words: u64 = request
-        .messages
-        .iter()
-        .map(|m| match m {
-            Message::System { content }
-            | Message::User { content }
-            | Message::Tool { content, .. } => word_count(content),
-            Message::Assistant {
-                content,
-                tool_calls,
-            } => word_count(content) + tool_calls.len() as u64,
-        })
-        .sum();
-    words.max(1)
+    u64::from(tokens::count_messages(&request.messages)).max(1)
 }
 
 #[cfg(test)]
@@ -917,8 +904,10 @@ mod tests {
         assert_eq!(
             events.last(),
             Some(&LlmEvent::Usage(Usage {
-                prompt_tokens: 5,
-                completion_tokens: deltas as u64
+                prompt_tokens: u64::from(tokens::count_messages(
+                    &ask("hello there", tools()).messages
+                )),
+                completion_tokens: u64::from(tokens::count(&text)),
             }))
         );
 

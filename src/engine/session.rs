@@ -1,0 +1,385 @@
+//! Sessions: what the runs sharing a `session_id` (per tenant) share.
+//!
+//! - **Variables** (`session.NAME` in templates and conditions): read once when a run starts
+//!   ([`RunContext::load_session`]); written by a plan's `session_variables` when it completes
+//!   ([`render_writes`], [`store_variables`]). An unset variable reads as null.
+//! - **History**: the input and output of the session's earlier succeeded runs, given to a
+//!   simple run as earlier turns of its conversation ([`history`]). Counted with a real
+//!   tokenizer ([`crate::llm::tokens`]); when the turns (with the stored summary) pass
+//!   `context.session_token_budget`, the older ones are summarised by the `summarizer`
+//!   function and the summary is stored with the last turn it covers. Later runs reuse it and
+//!   summarise only turns after it. The summariser's call is an attempt of the step
+//!   `summarizer` and its usage counts toward the run's tokens.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::domain::event::ErrorData;
+use crate::domain::{ErrorCode, RunError, StepKind};
+use crate::functions::{self, LlmFunction};
+use crate::llm::{ChatRequest, Message, tokens};
+use crate::plan::{Scope, Template};
+use crate::store::{SessionSummary, Turn};
+
+use super::attempts::{AttemptEnd, NewAttempt};
+use super::context::RunContext;
+use super::model::{TextKind, call_model};
+use super::scheduler::render_error;
+use super::simple::input_text;
+use super::sink::EventSink;
+
+/// The step the summariser's calls are recorded as.
+pub const SUMMARY_STEP: &str = "summarizer";
+/// Summaries are made before any plan: their attempts carry plan version 0.
+const NO_PLAN: u32 = 0;
+
+impl RunContext {
+    /// Reads the session's variables (none without a session). A store error is logged and
+    /// the run goes on with none.
+    pub async fn load_session(&self) {
+        let mut vars = Map::new();
+        if let Some(session) = &self.spec.session_id {
+            match self
+                .services
+                .store()
+                .session_variables(&self.tenant, session)
+                .await
+            {
+                Ok(v) => vars = v,
+                Err(e) => tracing::warn!(error = ?e, "reading session variables failed"),
+            }
+        }
+        let _ = self.session.set(Arc::new(vars));
+    }
+
+    /// The session's variables as read when the run started.
+    pub fn session_vars(&self) -> Arc<Map<String, Value>> {
+        self.session.get().cloned().unwrap_or_default()
+    }
+}
+
+/// The values of a plan's `session_variables`.
+pub fn render_writes(
+    writes: &[(String, Template)],
+    scope: &Scope<'_>,
+    limit: usize,
+) -> Result<Map<String, Value>, RunError> {
+    writes
+        .iter()
+        .map(|(name, template)| {
+            let value = template.render(scope, limit).map_err(|e| {
+                let e = render_error(e);
+                RunError::new(e.code, format!("session_variables/{name}: {}", e.message))
+            })?;
+            Ok((name.clone(), value))
+        })
+        .collect()
+}
+
+/// Stores `values` for the run's session (nothing to do for none); a run without a session
+/// has nowhere to keep them.
+pub async fn store_variables(
+    ctx: &RunContext,
+    values: &Map<String, Value>,
+) -> Result<(), RunError> {
+    if values.is_empty() {
+        return Ok(());
+    }
+    let Some(session) = &ctx.spec.session_id else {
+        tracing::debug!("the plan sets session variables but the run has no session_id");
+        return Ok(());
+    };
+    ctx.services
+        .store()
+        .set_session_variables(&ctx.tenant, session, values, ctx.run_id)
+        .await
+        .map_err(|e| {
+            RunError::new(
+                ErrorCode::StoreUnavailable,
+                format!("could not store the session variables: {e}"),
+            )
+        })
+}
+
+/// How many of the oldest turns to fold into the summary so the history fits `budget`
+/// tokens: 0 when the summary (`summary_tokens`, 0 for none) and every turn fit. Otherwise
+/// the newest turns that fit in half the budget are kept, leaving room for the summary and
+/// the run's own prompt, and at least one turn is folded. A budget of 0 is no budget.
+pub fn turns_to_fold(summary_tokens: u32, turn_tokens: &[u32], budget: u32) -> usize {
+    let total = turn_tokens
+        .iter()
+        .fold(summary_tokens, |n, t| n.saturating_add(*t));
+    if budget == 0 || total <= budget || turn_tokens.is_empty() {
+        return 0;
+    }
+    let keep_budget = budget / 2;
+    let mut used = 0u32;
+    let kept = turn_tokens
+        .iter()
+        .rev()
+        .take_while(|t| {
+            used = used.saturating_add(**t);
+            used <= keep_budget
+        })
+        .count();
+    (turn_tokens.len() - kept).max(1)
+}
+
+/// A turn as the model sees it: the user's input, the assistant's answer.
+fn turn_messages(turn: &Turn) -> [Message; 2] {
+    [
+        Message::User {
+            content: input_text(&turn.input),
+        },
+        Message::Assistant {
+            content: input_text(&turn.output),
+            tool_calls: vec![],
+        },
+    ]
+}
+
+fn turn_tokens(turn: &Turn) -> u32 {
+    tokens::count_messages(&turn_messages(turn))
+}
+
+/// The session's earlier conversation for a run's prompt: the summary of its older turns
+/// (if any) and the turns after it, as messages. Summarises first when they are over budget.
+pub struct History {
+    pub summary: Option<String>,
+    pub turns: Vec<Message>,
+}
+
+/// The history of the run's session (empty without one). Store and summariser failures are
+/// logged (and the latter announced as an `error` event); the run goes on with what it has.
+pub async fn history(ctx: &RunContext) -> History {
+    let mut history = History {
+        summary: None,
+        turns: Vec::new(),
+    };
+    let Some(session) = ctx.spec.session_id.as_deref() else {
+        return history;
+    };
+    let (summary, turns) = match load(ctx, session).await {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            tracing::warn!(error = ?e, "loading session history failed; continuing without");
+            return history;
+        }
+    };
+    let counts: Vec<u32> = turns.iter().map(turn_tokens).collect();
+    let summary_tokens = summary.as_ref().map_or(0, |s| s.tokens);
+    let fold = turns_to_fold(
+        summary_tokens,
+        &counts,
+        ctx.services.context.session_token_budget,
+    );
+    let (summary, kept) = if fold == 0 {
+        (summary, &turns[..])
+    } else {
+        match summarise(ctx, session, summary.as_ref(), &turns[..fold]).await {
+            Ok(made) => (Some(made), &turns[fold..]),
+            Err(e) => {
+                tracing::warn!(error = %e, "summarising the session failed; older turns left out");
+                ctx.emit(
+                    Some(SUMMARY_STEP),
+                    ErrorData {
+                        error: e,
+                        step_id: Some(SUMMARY_STEP.to_owned()),
+                    },
+                )
+                .await;
+                (summary, &turns[fold..])
+            }
+        }
+    };
+    history.summary = summary.map(|s| s.text);
+    history.turns = kept.iter().flat_map(turn_messages).collect();
+    history
+}
+
+/// The stored summary and the turns after it.
+async fn load(
+    ctx: &RunContext,
+    session: &str,
+) -> Result<(Option<SessionSummary>, Vec<Turn>), crate::store::Error> {
+    let store = ctx.services.store();
+    let summary = store.session_summary(&ctx.tenant, session).await?;
+    let turns = store
+        .session_turns(
+            &ctx.tenant,
+            session,
+            ctx.run_id,
+            summary.as_ref().map(|s| s.through),
+            ctx.services.context.session_max_turns,
+        )
+        .await?;
+    Ok((summary, turns))
+}
+
+/// Folds `turns` (and the `previous` summary) into a new summary, stored before it is used.
+async fn summarise(
+    ctx: &RunContext,
+    session: &str,
+    previous: Option<&SessionSummary>,
+    turns: &[Turn],
+) -> Result<SessionSummary, RunError> {
+    let function = ctx
+        .services
+        .functions
+        .get(functions::SUMMARIZER)
+        .ok_or_else(|| {
+            RunError::new(
+                ErrorCode::InternalError,
+                "the summarizer function is not configured",
+            )
+        })?;
+    let input = json!({
+        "transcript": transcript(previous, turns),
+        "previous_summary": previous.map(|s| s.text.as_str()),
+        "turns": turns.len(),
+    });
+    let text = ask(ctx, &function, &input).await?;
+    let Some(last) = turns.last() else {
+        return Err(RunError::new(
+            ErrorCode::InternalError,
+            "nothing to summarise",
+        ));
+    };
+    let made = SessionSummary {
+        tokens: tokens::count(&text),
+        text,
+        through: last.run_id,
+        turns: previous.map_or(0, |p| p.turns) + u32::try_from(turns.len()).unwrap_or(u32::MAX),
+    };
+    ctx.services
+        .store()
+        .save_session_summary(&ctx.tenant, session, &made, ctx.run_id)
+        .await
+        .map_err(|e| {
+            RunError::new(
+                ErrorCode::StoreUnavailable,
+                format!("could not store the session summary: {e}"),
+            )
+        })?;
+    Ok(made)
+}
+
+/// What the summariser reads: the summary so far, then the turns to fold into it.
+fn transcript(previous: Option<&SessionSummary>, turns: &[Turn]) -> String {
+    let mut out = String::new();
+    if let Some(p) = previous {
+        out.push_str(&format!("Summary so far: {}\n\n", p.text));
+    }
+    for turn in turns {
+        out.push_str(&format!(
+            "User: {}\nAssistant: {}\n",
+            input_text(&turn.input),
+            input_text(&turn.output)
+        ));
+    }
+    out
+}
+
+/// One summariser call, recorded as an attempt of the step `summarizer`. Its text is not
+/// streamed (it is not the run's answer); its usage is counted and announced.
+async fn ask(ctx: &RunContext, function: &LlmFunction, input: &Value) -> Result<String, RunError> {
+    let vars = Map::new();
+    let scope = Scope::new(input, &crate::plan::NoResults, &vars);
+    let prompt = function
+        .prompt
+        .render(&scope, ctx.services.config.max_rendered_bytes)
+        .map_err(render_error)?;
+    let mut messages = Vec::new();
+    if let Some(system) = &function.system {
+        messages.push(Message::System {
+            content: system.clone(),
+        });
+    }
+    messages.push(Message::User {
+        content: input_text(&prompt),
+    });
+    let new = NewAttempt {
+        step_id: SUMMARY_STEP,
+        path: "",
+        name: SUMMARY_STEP,
+        kind: StepKind::Llm,
+        plan_version: NO_PLAN,
+        input: Some(json!({ "turns": input["turns"] })),
+    };
+    let mut sink = EventSink::Live;
+    let key = ctx.open_attempt(new, &mut sink).await?;
+    let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
+    let reply = match ctx.services.llm.resolve(alias) {
+        Ok((provider, model)) => {
+            let request = ChatRequest::new(model, messages);
+            call_model(ctx, &*provider, request, SUMMARY_STEP, TextKind::Quiet).await
+        }
+        Err(e) => Err(e.to_run_error()),
+    };
+    let end = match &reply {
+        Ok(r) => AttemptEnd::completed(Value::String(r.text.clone())),
+        Err(e) => AttemptEnd::failed(e.clone()),
+    };
+    ctx.close_attempt(&key, end, &mut sink).await;
+    reply.map(|r| r.text.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_cut_folds_the_oldest_turns() {
+        // (summary tokens, turn tokens oldest first, budget, turns folded)
+        let table: [(u32, &[u32], u32, usize); 11] = [
+            (0, &[], 100, 0),
+            (0, &[10, 10, 10], 100, 0),
+            (0, &[40, 30, 30], 100, 0),
+            // Over by one: the newest turns within half the budget stay.
+            (0, &[40, 30, 31], 100, 2),
+            (0, &[30, 30, 30, 30], 100, 3),
+            (0, &[50, 10, 10, 10, 25], 100, 2),
+            // A stored summary counts toward the budget.
+            (50, &[20, 20], 100, 0),
+            (50, &[20, 20, 20], 100, 1),
+            // One huge newest turn: everything is folded, itself included.
+            (0, &[10, 500], 100, 2),
+            // Always at least one turn, even when the newest alone fills the half.
+            (0, &[60, 50], 100, 1),
+            // No budget: nothing is ever folded.
+            (0, &[1000, 1000], 0, 0),
+        ];
+        for (summary, turns, budget, want) in table {
+            assert_eq!(
+                turns_to_fold(summary, turns, budget),
+                want,
+                "summary {summary}, turns {turns:?}, budget {budget}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_transcript_starts_from_the_summary_so_far() {
+        let turn = |i: &str, o: &str| Turn {
+            run_id: crate::domain::RunId::new(),
+            input: json!(i),
+            output: json!(o),
+        };
+        let previous = SessionSummary {
+            text: "They met.".into(),
+            through: crate::domain::RunId::new(),
+            turns: 2,
+            tokens: 3,
+        };
+        let text = transcript(Some(&previous), &[turn("hi", "hello"), turn("bye", "ciao")]);
+        assert_eq!(
+            text,
+            "Summary so far: They met.\n\nUser: hi\nAssistant: hello\nUser: bye\nAssistant: ciao\n"
+        );
+        assert_eq!(
+            transcript(None, &[turn("q", "a")]),
+            "User: q\nAssistant: a\n"
+        );
+    }
+}

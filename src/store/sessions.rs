@@ -1,0 +1,233 @@
+//! What a session keeps across its runs: its variables (`session.NAME`), its turns (the input
+//! and output of each succeeded run) and the summary of its older turns. Reads and writes
+//! only; when to summarise is the engine's decision.
+
+use chrono::Utc;
+use serde_json::{Map, Value};
+use sqlx::Row;
+
+use super::{Result, Store, fmt_time, parse_json};
+use crate::domain::{RunId, Tenant};
+
+/// One earlier exchange of a session: a succeeded run's input and output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub run_id: RunId,
+    pub input: Value,
+    pub output: Value,
+}
+
+/// The stored summary of a session's older turns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    pub text: String,
+    /// The last run (turn) it covers; it covers every earlier one too.
+    pub through: RunId,
+    /// Turns covered in all.
+    pub turns: u32,
+    /// Its length in tokens.
+    pub tokens: u32,
+}
+
+impl Store {
+    /// The session's variables (none for a session no plan wrote to).
+    pub async fn session_variables(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+    ) -> Result<Map<String, Value>> {
+        let rows = sqlx::query(
+            "SELECT name, value FROM session_variables WHERE tenant = ? AND session_id = ?",
+        )
+        .bind(&tenant.0)
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let name: String = r.try_get("name")?;
+                Ok((name, parse_json(&r.try_get::<String, _>("value")?)?))
+            })
+            .collect()
+    }
+
+    /// Sets `values` (each replacing the variable of its name), in one transaction.
+    pub async fn set_session_variables(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        values: &Map<String, Value>,
+        written_by: RunId,
+    ) -> Result<()> {
+        let now = fmt_time(Utc::now());
+        let mut tx = self.pool.begin().await?;
+        for (name, value) in values {
+            sqlx::query(
+                "INSERT INTO session_variables
+                    (tenant, session_id, name, value, written_by, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (tenant, session_id, name) DO UPDATE SET
+                    value = excluded.value, written_by = excluded.written_by,
+                    updated_at = excluded.updated_at",
+            )
+            .bind(&tenant.0)
+            .bind(session_id)
+            .bind(name)
+            .bind(value.to_string())
+            .bind(written_by.to_string())
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The newest `limit` turns of the session before run `before` and after run `after`
+    /// (when given), oldest first.
+    pub async fn session_turns(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        before: RunId,
+        after: Option<RunId>,
+        limit: u32,
+    ) -> Result<Vec<Turn>> {
+        let rows = sqlx::query(
+            "SELECT id, input, output FROM runs
+             WHERE tenant = ? AND session_id = ? AND id < ? AND id > ?
+               AND status = 'succeeded' AND output IS NOT NULL
+             ORDER BY id DESC LIMIT ?",
+        )
+        .bind(&tenant.0)
+        .bind(session_id)
+        .bind(before.to_string())
+        .bind(after.map(|a| a.to_string()).unwrap_or_default())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut turns = rows
+            .iter()
+            .map(|r| {
+                let id: String = r.try_get("id")?;
+                Ok(Turn {
+                    run_id: RunId::parse(&id)
+                        .ok_or_else(|| super::Error::Corrupt(format!("run id `{id}`")))?,
+                    input: parse_json(&r.try_get::<String, _>("input")?)?,
+                    output: parse_json(&r.try_get::<String, _>("output")?)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        turns.reverse();
+        Ok(turns)
+    }
+
+    /// The session's summary, if one was made.
+    pub async fn session_summary(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+    ) -> Result<Option<SessionSummary>> {
+        let row = sqlx::query(
+            "SELECT summary, through_run, turns, tokens FROM session_summaries
+             WHERE tenant = ? AND session_id = ?",
+        )
+        .bind(&tenant.0)
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        let through: String = r.try_get("through_run")?;
+        Ok(Some(SessionSummary {
+            text: r.try_get("summary")?,
+            through: RunId::parse(&through)
+                .ok_or_else(|| super::Error::Corrupt(format!("summary run id `{through}`")))?,
+            turns: u32::try_from(r.try_get::<i64, _>("turns")?).unwrap_or(0),
+            tokens: u32::try_from(r.try_get::<i64, _>("tokens")?).unwrap_or(0),
+        }))
+    }
+
+    /// Stores `summary` for the session unless a summary that covers more is already there
+    /// (two runs of a session summarising at once: the one that covers more wins).
+    pub async fn save_session_summary(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        summary: &SessionSummary,
+        made_by: RunId,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO session_summaries
+                (tenant, session_id, summary, through_run, turns, tokens, made_by, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (tenant, session_id) DO UPDATE SET
+                summary = excluded.summary, through_run = excluded.through_run,
+                turns = excluded.turns, tokens = excluded.tokens, made_by = excluded.made_by,
+                updated_at = excluded.updated_at
+             WHERE excluded.through_run > session_summaries.through_run",
+        )
+        .bind(&tenant.0)
+        .bind(session_id)
+        .bind(&summary.text)
+        .bind(summary.through.to_string())
+        .bind(i64::from(summary.turns))
+        .bind(i64::from(summary.tokens))
+        .bind(made_by.to_string())
+        .bind(fmt_time(Utc::now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn variables_and_summaries_are_kept_per_tenant_and_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
+        let store = Store::connect(&url, 2).await.unwrap();
+        let (a, b) = (Tenant("a".into()), Tenant("b".into()));
+        let writer = RunId::new();
+        let values = json!({ "topic": "cats", "n": 2 });
+        store
+            .set_session_variables(&a, "s", values.as_object().unwrap(), writer)
+            .await
+            .unwrap();
+        let update = json!({ "n": 3 });
+        store
+            .set_session_variables(&a, "s", update.as_object().unwrap(), writer)
+            .await
+            .unwrap();
+        let read = store.session_variables(&a, "s").await.unwrap();
+        assert_eq!(Value::Object(read), json!({ "topic": "cats", "n": 3 }));
+        assert!(store.session_variables(&b, "s").await.unwrap().is_empty());
+        assert!(store.session_variables(&a, "t").await.unwrap().is_empty());
+
+        let (first, second) = (RunId::new(), RunId::new());
+        let summary = |text: &str, through| SessionSummary {
+            text: text.into(),
+            through,
+            turns: 2,
+            tokens: 5,
+        };
+        store
+            .save_session_summary(&a, "s", &summary("newer", second), writer)
+            .await
+            .unwrap();
+        // A summary that covers less (made concurrently, stored later) does not replace it.
+        store
+            .save_session_summary(&a, "s", &summary("older", first), writer)
+            .await
+            .unwrap();
+        let kept = store.session_summary(&a, "s").await.unwrap().unwrap();
+        assert_eq!((kept.text.as_str(), kept.through), ("newer", second));
+        assert_eq!(store.session_summary(&b, "s").await.unwrap(), None);
+    }
+}
