@@ -909,6 +909,15 @@ mod tests {
             ),
             ("[retention]\nbatch_runs = 0\n", "retention.batch_runs"),
             (
+                "[engine]\nlimit_near_ratio = 1.5\n",
+                "engine.limit_near_ratio",
+            ),
+            ("[engine]\nloop_repeats = 1\n", "engine.loop_repeats"),
+            (
+                "[engine.replan_policy]\nstep_failed = [\"pray\"]\n",
+                "step_failed",
+            ),
+            (
                 "[context]\nsession_max_turns = 0\n",
                 "context.session_max_turns",
             ),

@@ -537,6 +537,28 @@ async fn a_reactive_run_killed_while_re_planning_resumes_with_the_right_version_
         .as_str()
         .unwrap()
         .to_owned();
+    // Published means stored, and everything the run queued before it (the failed step's
+    // checkpoint and counts) is stored too: kill once the re-planner's attempt is announced.
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send();
+    let mut reader = SseReader::new(resp.await.unwrap());
+    let replanning = async {
+        loop {
+            let ev = reader
+                .next_event()
+                .await
+                .expect("the stream goes on")
+                .json();
+            if ev["kind"] == "step" && ev["data"]["step_id"] == "replanner" {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, replanning)
+        .await
+        .expect("the run re-plans");
     llm.wait_for_requests(1).await;
     server.kill();
 
