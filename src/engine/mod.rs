@@ -28,6 +28,7 @@ pub mod model;
 pub mod planner;
 mod run;
 pub mod scheduler;
+pub mod selector;
 pub mod simple;
 pub mod sink;
 pub mod tool_call;
@@ -43,11 +44,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::domain::run::RunSpec;
-use crate::domain::{Run, RunId, RunStatus, Tenant};
+use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
-use crate::store::{self, Inserted, StoredRun};
+use crate::store::{self, Idempotency, Inserted, StoredRun};
 use crate::tools::ToolRegistry;
 
 pub use context::{EffectiveLimits, RunContext, RunSeed, Services};
@@ -156,11 +157,19 @@ impl Engine {
         if self.queued() >= self.inner.services.config.max_queued_runs {
             return Err(Error::Overloaded);
         }
+        // The request as it came, before the selector may add a rule's workflow plan to it.
+        let fingerprint = spec.fingerprint();
+        let (mut spec, mut plan) = (spec, plan);
+        let selected =
+            selector::at_creation(&self.inner.services, tenant, &mut spec, &mut plan).await?;
         let run = Run {
             id: RunId::new(),
             status: RunStatus::Queued,
             completion: None,
-            orchestration: executor::select(&spec),
+            orchestration: selected
+                .as_ref()
+                .map_or(Orchestration::Auto, |s| s.orchestration),
+            selected,
             input: spec.input.clone(),
             output: None,
             error: None,
@@ -173,10 +182,11 @@ impl Engine {
             finished_at: None,
         };
         let store = self.inner.services.store();
-        match store
-            .insert_run(tenant, &run, &spec, idempotency_key)
-            .await?
-        {
+        let idempotency = idempotency_key.map(|key| Idempotency {
+            key,
+            fingerprint: &fingerprint,
+        });
+        match store.insert_run(tenant, &run, &spec, idempotency).await? {
             Inserted::Existing(prev) => return Ok(Created::Existing(prev.run)),
             Inserted::New => {}
         }

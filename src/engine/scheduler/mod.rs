@@ -668,6 +668,7 @@ mod tests {
             metrics: crate::metrics::Metrics::new(),
             inputs: Default::default(),
             config: Arc::new(config.engine.clone()),
+            selector: Default::default(),
         };
         let spec = RunSpec {
             input: json!("go"),
@@ -685,6 +686,7 @@ mod tests {
             status: RunStatus::Running,
             completion: None,
             orchestration: Orchestration::Fixed,
+            selected: None,
             input: spec.input.clone(),
             output: None,
             error: None,
