@@ -15,6 +15,7 @@ mod process;
 mod promises;
 mod retention;
 mod scripted_runs;
+mod selector;
 mod stream_end;
 mod timeline;
 mod workflows;
