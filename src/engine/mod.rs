@@ -158,7 +158,7 @@ impl Engine {
             return Err(Error::Overloaded);
         }
         // The request as it came, before the selector may add a rule's workflow plan to it.
-        let fingerprint = spec.fingerprint();
+        let fingerprint = idempotency_key.map(|_| spec.fingerprint());
         let (mut spec, mut plan) = (spec, plan);
         let selected =
             selector::at_creation(&self.inner.services, tenant, &mut spec, &mut plan).await?;
@@ -182,10 +182,9 @@ impl Engine {
             finished_at: None,
         };
         let store = self.inner.services.store();
-        let idempotency = idempotency_key.map(|key| Idempotency {
-            key,
-            fingerprint: &fingerprint,
-        });
+        let idempotency = idempotency_key
+            .zip(fingerprint.as_deref())
+            .map(|(key, fingerprint)| Idempotency { key, fingerprint });
         match store.insert_run(tenant, &run, &spec, idempotency).await? {
             Inserted::Existing(prev) => return Ok(Created::Existing(prev.run)),
             Inserted::New => {}

@@ -445,3 +445,37 @@ async fn a_bad_rule_stops_the_start_naming_its_key() {
     );
     assert!(err.contains("not a valid regular expression"), "{err}");
 }
+
+#[tokio::test]
+async fn a_repeated_idempotency_key_finds_the_run_a_workflow_rule_created() {
+    let app = spawn_app(|c| asking(c, vec![rule("sums", None, &["sum"], "workflow:sum-up")])).await;
+    let workflow = json!({ "steps": [{ "id": "add", "kind": "tool",
+        "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } }] });
+    let resp = app
+        .client
+        .put(app.url("/v1/workflows/sum-up"))
+        .json(&workflow)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let post = |body: Value| {
+        app.client
+            .post(app.url("/v1/runs"))
+            .header("idempotency-key", "sum-once")
+            .json(&body)
+            .send()
+    };
+    let first = post(json!({ "input": "sum it" })).await.unwrap();
+    assert_eq!(first.status(), 201);
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["selected"]["rule"], "sums");
+    // The same request: the rule's plan added to the stored run does not make it another one.
+    let again = post(json!({ "input": "sum it" })).await.unwrap();
+    assert_eq!(again.status(), 200);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["id"], first["id"]);
+    // Another body with the key is still refused.
+    let other = post(json!({ "input": "sum that" })).await.unwrap();
+    assert_eq!(other.status(), 422);
+}
