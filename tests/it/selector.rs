@@ -157,6 +157,16 @@ async fn a_rule_runs_a_registered_workflow_and_one_whose_workflow_is_missing_is_
     let (_, plans) = app.get_json(&format!("/v1/runs/{id}/plans")).await;
     assert_eq!(plans[0]["plan"]["steps"][0]["id"], "add");
 
+    // Named in the request, the workflow runs before any rule is looked at.
+    let run = app
+        .create_run(json!({ "input": { "a": 1, "b": 1 }, "workflow": "sum-up" }))
+        .await;
+    assert_eq!(
+        run["selected"],
+        json!({ "orchestration": "fixed", "by": "rule", "rule": "request_workflow",
+                "reason": "the request names workflow `sum-up`" })
+    );
+
     // The workflow refuses an input without `a` and `b`: no rule decides, the model is asked
     // (the offline one: one step, so `simple`).
     let run = app.create_run(json!({ "input": "sum nothing" })).await;
