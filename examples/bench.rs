@@ -107,7 +107,9 @@ async fn stream_run(client: &reqwest::Client, base: &str, input: &str) -> (Durat
     let resp = client
         .post(format!("{base}/v1/runs"))
         .header("accept", "text/event-stream")
-        .json(&serde_json::json!({ "input": input }))
+        // `simple` named, not left to the auto selector: the figure is the simple executor's,
+        // without a selector model call in front of it.
+        .json(&serde_json::json!({ "input": input, "orchestration": "simple" }))
         .send()
         .await
         .expect("POST");

@@ -232,6 +232,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         status: RunStatus::Queued,
         completion: None,
         orchestration: Orchestration::Fixed,
+        selected: None,
         input: json!("bench"),
         output: None,
         error: None,

@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
 use crate::config::Config;
+use crate::engine::selector::Selector;
 use crate::engine::{Engine, Services};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
@@ -59,6 +60,9 @@ impl App {
             .map_err(|problems| {
                 anyhow::anyhow!("invalid LLM functions:\n  {}", problems.join("\n  "))
             })?;
+        // Checked by `validate` above; compiled once for every run.
+        let selector = Selector::from_config(&config.selector)
+            .map_err(|p| anyhow::anyhow!("invalid {}: {}", p.key, p.message))?;
         let busy = Duration::from_millis(config.database.busy_timeout_ms);
         let store =
             Store::connect_with(&config.database.url, config.database.max_connections, busy)
@@ -90,6 +94,7 @@ impl App {
             replans: Default::default(),
             config: Arc::new(config.engine.clone()),
             context: Arc::new(config.context.clone()),
+            selector: Arc::new(selector),
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());
         tracker.spawn(engine.clone().supervise_store());

@@ -48,6 +48,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// Sessions: how much earlier conversation a run is given, and when it is summarised.
     pub context: ContextConfig,
+    /// How `orchestration: "auto"` is resolved: rules, then the model, then a default.
+    pub selector: SelectorConfig,
     /// Named LLM functions, `[functions.NAME]`; the built-in ones (planner, replanner,
     /// selector, summarizer) can be reconfigured under their names.
     pub functions: std::collections::BTreeMap<String, crate::functions::FunctionConfig>,
@@ -436,6 +438,55 @@ impl Default for ContextConfig {
     }
 }
 
+/// The auto selector (`[selector]`): what runs a request that asks for `orchestration: "auto"`
+/// (the default). A `plan` or `workflow` in the request runs as `fixed`; otherwise the first of
+/// `rules` that matches the input decides; otherwise, with `use_llm`, the `selector` function
+/// asks the model; otherwise, or when the model fails or answers out of bounds, `default`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SelectorConfig {
+    /// `simple`, `planner` or `reactive`: the orchestration when no rule decides and the model
+    /// is not asked (`use_llm = false`), fails, or answers something that cannot run.
+    pub default: String,
+    /// Ask the model (the `selector` function, structured output) when no rule decides.
+    pub use_llm: bool,
+    /// Checked in order; the first that matches the run's input text decides.
+    pub rules: Vec<SelectorRuleConfig>,
+}
+
+impl Default for SelectorConfig {
+    fn default() -> Self {
+        SelectorConfig {
+            default: "simple".into(),
+            use_llm: true,
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// One `[[selector.rules]]` entry: a matcher (`pattern` or `keywords`) and a target
+/// (`orchestration` or `workflow`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectorRuleConfig {
+    /// Shown in the run's `selected.rule`.
+    pub name: String,
+    /// A regular expression (Rust `regex` syntax) searched in the input text; `(?i)` for
+    /// case-insensitive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// Matches when any of them occurs in the input text, case-insensitively, at the start of
+    /// a word.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keywords: Vec<String>,
+    /// `simple`, `planner` or `reactive`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestration: Option<String>,
+    /// A registered workflow (the caller's own or a shared one) to run as `fixed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+}
+
 /// Values given on the command line; each overrides everything else.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -794,6 +845,13 @@ impl Config {
                 "timeouts must be at least 1 ms",
             ));
         }
+        crate::engine::selector::Selector::from_config(&self.selector).map_err(|e| {
+            Error::Invalid {
+                key: e.key,
+                message: e.message,
+                set_by: None,
+            }
+        })?;
         Ok(())
     }
 
@@ -925,6 +983,28 @@ mod tests {
             (
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",
                 "auth.api_keys",
+            ),
+            ("[selector]\ndefault = \"fixed\"\n", "selector.default"),
+            ("[selector]\ndefault = \"magic\"\n", "selector.default"),
+            (
+                "[[selector.rules]]\nname = \"r\"\npattern = \"(\"\norchestration = \"simple\"\n",
+                "selector.rules[0].pattern",
+            ),
+            (
+                "[[selector.rules]]\nname = \"r\"\nkeywords = [\"x\"]\norchestration = \"wizard\"\n",
+                "selector.rules[0].orchestration",
+            ),
+            (
+                "[[selector.rules]]\nname = \"r\"\nkeywords = [\"x\"]\nworkflow = \"Bad Name\"\n",
+                "selector.rules[0].workflow",
+            ),
+            (
+                "[[selector.rules]]\nname = \"r\"\norchestration = \"simple\"\n",
+                "selector.rules[0]",
+            ),
+            (
+                "[[selector.rules]]\nname = \"r\"\nkeywords = [\"x\"]\nflavour = \"x\"\n",
+                "flavour",
             ),
         ];
         for (text, key) in cases {

@@ -176,15 +176,6 @@ fn prefixed(prefix: &str, problems: Vec<crate::plan::Problem>) -> Vec<FieldError
         .collect()
 }
 
-/// A workflow definition as a plan document: the workflow-only fields removed.
-fn workflow_plan_doc(mut definition: Value) -> Value {
-    if let Some(obj) = definition.as_object_mut() {
-        obj.remove("version");
-        obj.remove("input_schema");
-    }
-    definition
-}
-
 /// Checks what the schema cannot: names that must exist in this server's configuration, and
 /// the plan or workflow to run. Gives the spec to store and, for a plan run, the plan as
 /// validated, so the engine does not parse it again.
@@ -255,7 +246,7 @@ async fn validate_run(
                         errors.extend(wf.check_input(&req.input).into_iter().map(|v| {
                             FieldError::new(format!("/input{}", v.pointer), v.message)
                         }));
-                        plan = Some((workflow_plan_doc(definition), wf.plan));
+                        plan = Some((crate::plan::workflow_plan_doc(definition), wf.plan));
                     }
                     Err(problems) => errors.extend(prefixed("/workflow", problems)),
                 }

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::error::RunError;
 use super::ids::RunId;
 use super::plan::{StepKind, StepStatus};
-use super::run::{Completion, RunStatus, Usage};
+use super::run::{Completion, RunStatus, Selection, Usage};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -118,6 +118,7 @@ impl Payload {
         Payload::Status(StatusData {
             status,
             message: None,
+            selected: None,
         })
     }
 
@@ -152,6 +153,10 @@ pub struct StatusData {
     pub status: RunStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// On the `running` event that follows the choice of the run's orchestration (once per
+    /// run): what was chosen, by whom, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected: Option<Selection>,
 }
 
 /// `plan`: a plan was made or replaced.

@@ -23,4 +23,6 @@ pub use event::{Event, EventKind, Payload};
 pub use history::StepAttempt;
 pub use ids::{RunId, StepId, Tenant};
 pub use plan::{BackoffStrategy, Plan, PlanSettings, RetryPolicy, Step, StepKind, StepStatus};
-pub use run::{Completion, Counters, Limits, Orchestration, Run, RunStatus, Usage};
+pub use run::{
+    Completion, Counters, Limits, Orchestration, Run, RunStatus, SelectedBy, Selection, Usage,
+};

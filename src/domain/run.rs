@@ -36,6 +36,45 @@ impl Orchestration {
     }
 }
 
+/// Who decided a run's orchestration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectedBy {
+    /// The request named an orchestration other than `auto`.
+    Request,
+    /// A rule: the request's `plan` or `workflow`, or a `[[selector.rules]]` entry.
+    Rule,
+    /// The model, answering the OrchestrationType schema.
+    Llm,
+    /// `selector.default`: no rule decided and the model was not asked, or failed.
+    Default,
+}
+
+impl SelectedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectedBy::Request => "request",
+            SelectedBy::Rule => "rule",
+            SelectedBy::Llm => "llm",
+            SelectedBy::Default => "default",
+        }
+    }
+}
+
+/// How a run's orchestration was chosen: stored with the run once decided, so a resumed run
+/// runs what was chosen instead of choosing again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Selection {
+    /// The orchestration that runs the run; never `auto`.
+    pub orchestration: Orchestration,
+    pub by: SelectedBy,
+    /// The deciding rule's name when `by` is `rule` (`request_plan` and `request_workflow` for
+    /// a plan or workflow in the request); otherwise `null`.
+    pub rule: Option<String>,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
 /// The lifecycle of a run: `queued → running ⇄ waiting_input → terminal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -234,7 +273,12 @@ pub struct Run {
     pub id: RunId,
     pub status: RunStatus,
     pub completion: Option<Completion>,
+    /// The orchestration running the run: the request's, or what `auto` resolved to (`auto`
+    /// only while the model is still to be asked).
     pub orchestration: Orchestration,
+    /// How the orchestration was chosen; `null` until it is (an `auto` run waiting to ask the
+    /// model) and for runs stored before selections were recorded.
+    pub selected: Option<Selection>,
     #[schema(value_type = Object)]
     pub input: Value,
     #[schema(value_type = Option<Object>)]

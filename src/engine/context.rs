@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::event::{InputRequiredData, StatusData};
 use crate::domain::run::RunSpec;
 use crate::domain::{
-    Counters, ErrorCode, Event, Payload, Run, RunError, RunId, RunStatus, StepAttempt, Tenant,
-    Usage,
+    Counters, ErrorCode, Event, Payload, Run, RunError, RunId, RunStatus, Selection, StepAttempt,
+    Tenant, Usage,
 };
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
@@ -56,6 +56,8 @@ pub struct Services {
     pub config: Arc<crate::config::EngineConfig>,
     /// `[context]`: the session history's token budget.
     pub context: Arc<crate::config::ContextConfig>,
+    /// `[selector]`, compiled: how `auto` is resolved.
+    pub selector: Arc<super::selector::Selector>,
 }
 
 impl Services {
@@ -244,11 +246,22 @@ impl RunContext {
 
     /// Moves the run to `status`: stores the row and emits a `status` event.
     pub async fn set_status(&self, status: RunStatus, message: Option<&str>) {
+        self.set_status_selected(status, message, None).await;
+    }
+
+    /// [`Self::set_status`], announcing the run's orchestration choice with it.
+    pub async fn set_status_selected(
+        &self,
+        status: RunStatus,
+        message: Option<&str>,
+        selected: Option<Selection>,
+    ) {
         self.update_run(|r| r.status = status);
         self.save_run().await;
         let data = StatusData {
             status,
             message: message.map(str::to_owned),
+            selected,
         };
         self.emit(None, data).await;
     }

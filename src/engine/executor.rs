@@ -2,13 +2,12 @@
 //! task ([`super::run`]) owns everything around them: admission, status, limits, cancellation
 //! and the final event.
 //!
-//! `auto` is resolved here, by [`select`], once, when the run is created: the stored run
-//! names the type that actually runs it.
+//! `auto` is resolved before an executor is picked, in one place: [`super::selector`]. The
+//! stored run names the type that actually runs it.
 
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::domain::run::RunSpec;
 use crate::domain::{ErrorCode, Orchestration, RunError};
 
 use super::context::RunContext;
@@ -28,16 +27,6 @@ pub enum Outcome {
 #[async_trait]
 pub trait Executor: Send + Sync {
     async fn execute(&self, ctx: &RunContext) -> Outcome;
-}
-
-/// The orchestration that runs `spec`: what it asked for, with `auto` decided by rules — a
-/// plan or workflow to run means `fixed`, anything else `simple`.
-pub fn select(spec: &RunSpec) -> Orchestration {
-    match spec.orchestration {
-        Orchestration::Auto if spec.plan.is_some() => Orchestration::Fixed,
-        Orchestration::Auto => Orchestration::Simple,
-        other => other,
-    }
 }
 
 /// The executor of a resolved orchestration type.

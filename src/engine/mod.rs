@@ -29,6 +29,7 @@ pub mod planner;
 pub mod reactive;
 mod run;
 pub mod scheduler;
+pub mod selector;
 pub mod session;
 pub mod simple;
 pub mod sink;
@@ -45,11 +46,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::domain::run::RunSpec;
-use crate::domain::{Run, RunId, RunStatus, Tenant};
+use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
-use crate::store::{self, Inserted, StoredRun};
+use crate::store::{self, Idempotency, Inserted, StoredRun};
 use crate::tools::ToolRegistry;
 
 pub use context::{EffectiveLimits, RunContext, RunSeed, Services};
@@ -161,11 +162,19 @@ impl Engine {
         if self.queued() >= self.inner.services.config.max_queued_runs {
             return Err(Error::Overloaded);
         }
+        // The request as it came, before the selector may add a rule's workflow plan to it.
+        let fingerprint = idempotency_key.map(|_| spec.fingerprint());
+        let (mut spec, mut plan) = (spec, plan);
+        let selected =
+            selector::at_creation(&self.inner.services, tenant, &mut spec, &mut plan).await?;
         let run = Run {
             id: RunId::new(),
             status: RunStatus::Queued,
             completion: None,
-            orchestration: executor::select(&spec),
+            orchestration: selected
+                .as_ref()
+                .map_or(Orchestration::Auto, |s| s.orchestration),
+            selected,
             input: spec.input.clone(),
             output: None,
             error: None,
@@ -178,10 +187,10 @@ impl Engine {
             finished_at: None,
         };
         let store = self.inner.services.store();
-        match store
-            .insert_run(tenant, &run, &spec, idempotency_key)
-            .await?
-        {
+        let idempotency = idempotency_key
+            .zip(fingerprint.as_deref())
+            .map(|(key, fingerprint)| Idempotency { key, fingerprint });
+        match store.insert_run(tenant, &run, &spec, idempotency).await? {
             Inserted::Existing(prev) => return Ok(Created::Existing(prev.run)),
             Inserted::New => {}
         }

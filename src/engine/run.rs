@@ -14,6 +14,7 @@ use super::checkpoint::{self, Restored};
 use super::completion;
 use super::context::RunContext;
 use super::executor::{self, Outcome};
+use super::selector;
 
 /// How a run ended, from the run task's point of view.
 pub(super) enum Ending {
@@ -47,7 +48,11 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
         r.started_at.get_or_insert_with(crate::domain::now);
     });
     let message = ctx.resumed.then_some("resumed after a restart");
-    ctx.set_status(RunStatus::Running, message).await;
+    // Every start announces the orchestration choice once it is made; a choice left to the
+    // model is announced by `selector::settle` when the model has answered.
+    let selected = ctx.run().selected;
+    ctx.set_status_selected(RunStatus::Running, message, selected)
+        .await;
     if ctx.resumed {
         ctx.restore_attempts().await;
     }
@@ -84,7 +89,11 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
 
 async fn execute(ctx: &RunContext) -> Outcome {
     ctx.load_session().await;
-    match executor::for_orchestration(ctx.run().orchestration) {
+    let orchestration = match selector::settle(ctx).await {
+        Ok(o) => o,
+        Err(e) => return Outcome::Failed(e),
+    };
+    match executor::for_orchestration(orchestration) {
         Ok(executor) => executor.execute(ctx).await,
         Err(e) => Outcome::Failed(e),
     }

@@ -41,7 +41,7 @@ pub use template::{
     NoResults, Piece, RefError, Reference, RenderError, Root, Scope, Segment, StepField,
     StepResults, StepState, StepView, Template, references, resolve,
 };
-pub use validate::{Catalog, Workflow, validate_plan, validate_workflow};
+pub use validate::{Catalog, Workflow, validate_plan, validate_workflow, workflow_plan_doc};
 
 /// One problem with a plan or workflow document.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]

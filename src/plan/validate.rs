@@ -86,6 +86,15 @@ pub fn validate_plan<'c>(
     )
 }
 
+/// A workflow definition as a plan document: the workflow-only fields removed.
+pub fn workflow_plan_doc(mut definition: Value) -> Value {
+    if let Some(obj) = definition.as_object_mut() {
+        obj.remove("version");
+        obj.remove("input_schema");
+    }
+    definition
+}
+
 /// Validates a FixedWorkflow document: the workflow fields, then the plan it holds (whose
 /// pointers are the same as in an AgentPlan, the plan fields being at the top level).
 pub fn validate_workflow<'c>(

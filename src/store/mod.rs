@@ -19,7 +19,7 @@ use sqlx::{AssertSqlSafe, Row, SqlitePool};
 use crate::domain::run::RunSpec;
 use crate::domain::{
     Completion, Counters, Event, EventKind, Orchestration, Run, RunError, RunId, RunStatus,
-    StepAttempt, Tenant, Usage,
+    Selection, StepAttempt, Tenant, Usage,
 };
 
 mod history;
@@ -152,6 +152,14 @@ fn seq_bound(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
+/// An `Idempotency-Key` and the fingerprint ([`RunSpec::fingerprint`]) of the request that
+/// came with it, as received.
+#[derive(Debug, Clone, Copy)]
+pub struct Idempotency<'a> {
+    pub key: &'a str,
+    pub fingerprint: &'a str,
+}
+
 /// Outcome of [`Store::insert_run`].
 pub enum Inserted {
     New,
@@ -215,34 +223,37 @@ impl Store {
         tenant: &Tenant,
         run: &Run,
         spec: &RunSpec,
-        idempotency_key: Option<&str>,
+        idempotency: Option<Idempotency<'_>>,
     ) -> Result<Inserted> {
         let res = sqlx::query(
-            "INSERT INTO runs (id, tenant, status, completion, orchestration, spec, input, output,
-                error, metadata, session_id, plan_version, idempotency_key, idempotency_hash,
-                created_at)
-             VALUES (?, ?, ?, NULL, ?, ?, ?, NULL, NULL, ?, ?, NULL, ?, ?, ?)
+            "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
+                input, output, error, metadata, session_id, plan_version, idempotency_key,
+                idempotency_hash, created_at)
+             VALUES (?, ?, ?, NULL, ?, ?, ?, ?, NULL, NULL, ?, ?, NULL, ?, ?, ?)
              ON CONFLICT DO NOTHING",
         )
         .bind(run.id.to_string())
         .bind(&tenant.0)
         .bind(run.status.as_str())
         .bind(run.orchestration.as_str())
+        .bind(run.selected.as_ref().map(to_json))
         .bind(to_json(spec))
         .bind(to_json(&run.input))
         .bind(to_json(&run.metadata))
         .bind(&run.session_id)
-        .bind(idempotency_key)
+        .bind(idempotency.map(|i| i.key))
         // Written with the row, so a concurrent request with the same key that finds this row
         // also finds the fingerprint it must match.
-        .bind(idempotency_key.map(|_| spec.fingerprint()))
+        .bind(idempotency.map(|i| i.fingerprint))
         .bind(fmt_time(run.created_at))
         .execute(&self.pool)
         .await?;
         if res.rows_affected() == 1 {
             return Ok(Inserted::New);
         }
-        let key = idempotency_key.ok_or_else(|| Error::Corrupt("run id collision".into()))?;
+        let key = idempotency
+            .map(|i| i.key)
+            .ok_or_else(|| Error::Corrupt("run id collision".into()))?;
         let row = sqlx::query("SELECT * FROM runs WHERE tenant = ? AND idempotency_key = ?")
             .bind(&tenant.0)
             .bind(key)
@@ -687,14 +698,15 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
 {
     sqlx::query(
-        "UPDATE runs SET status = ?, completion = ?, orchestration = ?, output = ?, error = ?,
-            plan_version = ?, prompt_tokens = ?, completion_tokens = ?, llm_calls = ?,
+        "UPDATE runs SET status = ?, completion = ?, orchestration = ?, selection = ?, output = ?,
+            error = ?, plan_version = ?, prompt_tokens = ?, completion_tokens = ?, llm_calls = ?,
             tool_calls = ?, started_at = ?, finished_at = ?
          WHERE id = ?",
     )
     .bind(run.status.as_str())
     .bind(run.completion.map(|c| c.as_str()))
     .bind(run.orchestration.as_str())
+    .bind(run.selected.as_ref().map(to_json))
     .bind(run.output.as_ref().map(to_json))
     .bind(run.error.as_ref().map(to_json))
     .bind(run.plan_version.map(|v| v as i64))
@@ -734,6 +746,7 @@ fn stored_run_from_row(r: &SqliteRow) -> Result<StoredRun> {
         status,
         completion,
         orchestration,
+        selected: parse_opt_json::<Selection>(r.try_get("selection")?)?,
         input: parse_json(&r.try_get::<String, _>("input")?)?,
         output: parse_opt_json(r.try_get("output")?)?,
         error: parse_opt_json::<RunError>(r.try_get("error")?)?,

@@ -113,6 +113,7 @@ mod tests {
             status: RunStatus::Running,
             completion: None,
             orchestration: Orchestration::Simple,
+            selected: None,
             input: json!("x"),
             output: None,
             error: None,

@@ -215,8 +215,9 @@ pub struct Breakdown {
 /// A choice the run made, built from its events. `kind` is one of:
 /// `plan` (a `plan` event of version 1), `replan` (a `plan` event of a later version),
 /// `loop_detected` (an `error` event with that code), `status` (a `status` event carrying a
-/// `message`, e.g. a resume after a restart). New decision kinds may be added; clients should
-/// show unknown ones generically.
+/// `message`, e.g. a resume after a restart), `selection` (the first `status` event carrying
+/// `selected`: how the run's orchestration was chosen; `detail` is that `selected` object). New
+/// decision kinds may be added; clients should show unknown ones generically.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct Decision {
     pub kind: String,
@@ -737,6 +738,8 @@ fn scan(
     let mut current: Option<Since> = None;
     // The last `input_required`: its step and when it asked.
     let mut asking: Option<(&str, i64)> = None;
+    // Every start announces the selection again; the first announcement is the decision.
+    let mut selection_seen = false;
     for ev in events {
         let at = micros(ev.ts);
         match ev.kind {
@@ -760,6 +763,11 @@ fn scan(
                     at,
                     asked,
                 });
+                if let Some(selected) = data.selected.filter(|_| !selection_seen) {
+                    selection_seen = true;
+                    let detail = serde_json::to_value(selected).unwrap_or_default();
+                    decisions.push(decision("selection", ev, detail));
+                }
                 if data.message.as_deref().is_some_and(|m| !m.is_empty()) {
                     decisions.push(decision("status", ev, ev.data.clone()));
                 }

@@ -39,6 +39,7 @@ impl Fixture {
             status: RunStatus::Running,
             completion: None,
             orchestration: Orchestration::Fixed,
+            selected: None,
             input: json!("x"),
             output: None,
             error: None,
@@ -626,6 +627,7 @@ fn decisions_come_from_plans_loop_detection_and_status_messages() {
             StatusData {
                 status: RunStatus::Running,
                 message: Some("resumed after a restart".into()),
+                selected: None,
             },
         )
         .finish(80);
@@ -648,6 +650,36 @@ fn decisions_come_from_plans_loop_detection_and_status_messages() {
         t.decisions[3].detail,
         json!({ "status": "running", "message": "resumed after a restart" })
     );
+}
+
+#[test]
+fn the_first_announced_selection_is_a_decision() {
+    let selected = crate::domain::Selection {
+        orchestration: Orchestration::Planner,
+        by: crate::domain::SelectedBy::Llm,
+        rule: None,
+        reason: "the model chose `planner`".into(),
+    };
+    let announce = |message: Option<&str>| StatusData {
+        status: RunStatus::Running,
+        message: message.map(str::to_owned),
+        selected: Some(selected.clone()),
+    };
+    let run = Fixture::new()
+        .event(6, None, announce(None))
+        // A restart announces it again, with its message: only the message is new.
+        .event(40, None, announce(Some("resumed after a restart")))
+        .finish(80);
+    let t = run.timeline();
+    let kinds: Vec<&str> = t.decisions.iter().map(|d| d.kind.as_str()).collect();
+    assert_eq!(kinds, ["selection", "status"]);
+    assert_eq!(
+        t.decisions[0].detail,
+        json!({ "orchestration": "planner", "by": "llm", "rule": null,
+                "reason": "the model chose `planner`" })
+    );
+    assert_eq!(t.decisions[0].at, at(6));
+    assert_eq!(t.decisions[1].detail["message"], "resumed after a restart");
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod promises;
 mod reactive;
 mod retention;
 mod scripted_runs;
+mod selector;
 mod stream_end;
 mod timeline;
 mod workflows;

@@ -337,8 +337,8 @@ async fn the_same_failure_after_a_retry_ends_the_run_as_a_loop_keeping_what_comp
         .iter()
         .map(|d| d["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(decisions, ["plan", "replan", "loop_detected"], "{timeline}");
-    let replanned = &timeline["decisions"][1]["detail"];
+    assert_eq!(decisions, ["selection", "plan", "replan", "loop_detected"]);
+    let replanned = &timeline["decisions"][2]["detail"];
     assert_eq!(replanned["strategy"], "retry");
     assert_eq!(replanned["trigger"]["step_id"], "bad");
     let versions: Vec<u64> = timeline["spans"]

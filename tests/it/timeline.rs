@@ -140,11 +140,14 @@ async fn a_chain_with_a_fan_out_shows_spans_parents_and_the_critical_path() {
     assert_eq!(t["totals"]["tool_calls"], 4);
     assert_eq!(t["totals"]["retries"], 0);
     let decisions = t["decisions"].as_array().unwrap();
-    assert_eq!(decisions.len(), 1, "{decisions:?}");
-    assert_eq!(decisions[0]["kind"], "plan");
-    assert_eq!(decisions[0]["detail"]["version"], 1);
-    assert_eq!(decisions[0]["detail"]["reason"], "initial");
-    assert!(decisions[0]["detail"].get("plan").is_none());
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert_eq!(decisions[0]["kind"], "selection");
+    assert_eq!(decisions[0]["detail"]["orchestration"], "fixed");
+    assert_eq!(decisions[0]["detail"]["by"], "request");
+    assert_eq!(decisions[1]["kind"], "plan");
+    assert_eq!(decisions[1]["detail"]["version"], 1);
+    assert_eq!(decisions[1]["detail"]["reason"], "initial");
+    assert!(decisions[1]["detail"].get("plan").is_none());
 }
 
 #[tokio::test]
@@ -348,7 +351,12 @@ async fn a_simple_run_splits_model_and_tool_time_and_counts_tokens() {
         assert_eq!(totals[total], fin["usage"][usage], "{total}");
     }
     assert_eq!(totals["prompt_tokens"], 31);
-    assert!(t["decisions"].as_array().unwrap().is_empty());
+    // The one choice a simple run makes: its orchestration (`auto`, no rule, model not asked).
+    let decisions = t["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0]["kind"], "selection");
+    assert_eq!(decisions[0]["detail"]["orchestration"], "simple");
+    assert_eq!(decisions[0]["detail"]["by"], "default");
 }
 
 #[tokio::test]

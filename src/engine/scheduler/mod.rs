@@ -760,6 +760,7 @@ mod tests {
             replans: Default::default(),
             config: Arc::new(config.engine.clone()),
             context: Arc::new(config.context.clone()),
+            selector: Default::default(),
         };
         let spec = RunSpec {
             input: json!("go"),
@@ -777,6 +778,7 @@ mod tests {
             status: RunStatus::Running,
             completion: None,
             orchestration: Orchestration::Fixed,
+            selected: None,
             input: spec.input.clone(),
             output: None,
             error: None,

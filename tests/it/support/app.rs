@@ -27,7 +27,9 @@ pub struct TestApp {
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
-/// A config for tests: loopback port 0, a database and a workspace in `dir`, offline LLM.
+/// A config for tests: loopback port 0, a database and a workspace in `dir`, offline LLM, and
+/// `auto` runs resolved without asking the model (so a scripted model's replies go to the run
+/// itself; `tests/it/selector.rs` turns `selector.use_llm` back on).
 pub fn test_config(dir: &TempDir) -> Config {
     let mut c = Config::default();
     c.server.bind = "127.0.0.1:0".into();
@@ -35,6 +37,7 @@ pub fn test_config(dir: &TempDir) -> Config {
     c.tools.workspace_dir = workspace(dir);
     c.llm.provider = ProviderChoice::Offline;
     c.llm.offline_token_delay_ms = 0;
+    c.selector.use_llm = false;
     c
 }
 

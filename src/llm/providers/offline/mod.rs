@@ -1,8 +1,9 @@
 //! The offline provider: a deterministic stand-in for a chat model, so orca completes runs with
 //! no network, no key and no model. It is a demonstration and test provider, not an assistant:
 //! it recognises a few requests by keyword (the current time, arithmetic, reading a file) and
-//! answers them through real tool calls, turns tool results into a final sentence, writes a
-//! minimal conforming JSON value when asked for structured output, and otherwise echoes.
+//! answers them through real tool calls, turns tool results into a final sentence, plans the
+//! samples, chooses an orchestration for the auto selector (`select.rs`), writes a minimal
+//! conforming JSON value when asked for other structured output, and otherwise echoes.
 //!
 //! It streams like a real provider (one text delta per word, usage last) and honours
 //! cancellation. It must stay deterministic: the same request always gives the same answer, so
@@ -23,6 +24,7 @@ use crate::llm::{
 
 mod plans;
 mod replans;
+mod select;
 
 /// The model name routes use for this provider.
 pub const MODEL: &str = "offline";
@@ -176,6 +178,10 @@ fn answer(request: &ChatRequest) -> Answer {
         }
         if schema.name == "replan" {
             return Answer::Json(replans::replan_for(first_user(request)).to_string());
+        }
+        // The name the engine's selector gives its structured output.
+        if schema.name == "orchestration_type" {
+            return Answer::Json(select::orchestration_for(first_user(request)).to_string());
         }
         return Answer::Json(example_value(&schema.schema).to_string());
     }
