@@ -340,6 +340,23 @@ pub struct OpenAiConfig {
     pub max_retries: u32,
     pub retry_initial_delay_ms: u64,
     pub retry_max_delay_ms: u64,
+    /// How structured output (plans, the selector's answer, `output_schema`) is asked for.
+    pub structured_output: StructuredOutput,
+}
+
+/// How an OpenAI-compatible server is asked for JSON that follows a schema. orca checks every
+/// answer against the schema itself, whichever is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// `response_format: {"type": "json_schema", ...}` (OpenAI, vLLM, recent Ollama).
+    #[default]
+    JsonSchema,
+    /// `response_format: {"type": "json_object"}`, the schema in the system prompt (servers
+    /// with JSON mode but no schemas).
+    JsonObject,
+    /// No `response_format`; the schema in the system prompt (servers with neither).
+    Prompt,
 }
 
 impl Default for OpenAiConfig {
@@ -352,6 +369,7 @@ impl Default for OpenAiConfig {
             max_retries: 3,
             retry_initial_delay_ms: 500,
             retry_max_delay_ms: 8_000,
+            structured_output: StructuredOutput::JsonSchema,
         }
     }
 }

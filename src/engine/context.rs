@@ -323,7 +323,7 @@ impl RunContext {
     /// came): the run is `running` again, its clock going and its slot taken back. A no-op
     /// when the run is not waiting.
     pub async fn stop_waiting_for_input(&self) {
-        if self.run().status != RunStatus::WaitingInput {
+        if self.run.lock().expect("run lock").status != RunStatus::WaitingInput {
             return;
         }
         self.services.inputs.forget(self.run_id);
@@ -429,7 +429,8 @@ impl RunContext {
         result: &Result<Value, RunError>,
     ) -> Option<RunError> {
         use std::hash::{Hash, Hasher};
-        if self.run().orchestration == crate::domain::Orchestration::Fixed {
+        let orchestration = self.run.lock().expect("run lock").orchestration;
+        if orchestration == crate::domain::Orchestration::Fixed {
             return None;
         }
         let shown = match result {

@@ -28,6 +28,7 @@ fn config(llm: &ScriptedLlm) -> OpenAiConfig {
         max_retries: 2,
         retry_initial_delay_ms: 10,
         retry_max_delay_ms: 50,
+        ..Default::default()
     }
 }
 

@@ -470,3 +470,37 @@ async fn a_planned_200_step_chain_runs_to_the_end() {
     assert_eq!(fin["output"], 200);
     assert_eq!(fin["usage"]["tool_calls"], 200);
 }
+
+#[tokio::test]
+async fn providers_without_json_schema_get_the_schema_in_the_prompt() {
+    use orca::config::StructuredOutput;
+    for (mode, format) in [
+        (StructuredOutput::JsonObject, Some("json_object")),
+        (StructuredOutput::Prompt, None),
+    ] {
+        let llm = ScriptedLlm::start().await;
+        llm.push(Reply::json(count_plan()));
+        let app = spawn_app(|c| {
+            use_scripted(c, &llm);
+            c.llm.openai.structured_output = mode;
+        })
+        .await;
+        let fin = final_data(&planner_run(&app, "count").await);
+        assert_eq!(fin["status"], "succeeded", "{mode:?}: {fin}");
+        let sent = &llm.requests()[0];
+        assert_eq!(
+            sent["response_format"]["type"].as_str(),
+            format,
+            "{mode:?}: {sent}"
+        );
+        let system = sent["messages"][0]["content"].as_str().unwrap();
+        assert!(
+            system.contains("valid against this JSON Schema"),
+            "{system}"
+        );
+        assert!(
+            system.contains("\"steps\""),
+            "the AgentPlan schema is in the prompt"
+        );
+    }
+}

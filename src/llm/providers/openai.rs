@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{OpenAiConfig, Secret};
+use crate::config::{OpenAiConfig, Secret, StructuredOutput};
 use crate::llm::{
     ChatRequest, Error, LlmEvent, LlmProvider, LlmStream, Message, ToolCall, ToolSpec, Usage,
 };
@@ -42,6 +42,7 @@ pub struct OpenAiProvider {
     /// The longest silence allowed while waiting for headers or between two events.
     read_timeout: Duration,
     retry: RetryPolicy,
+    structured_output: StructuredOutput,
 }
 
 impl OpenAiProvider {
@@ -71,6 +72,7 @@ impl OpenAiProvider {
                 initial_delay: Duration::from_millis(cfg.retry_initial_delay_ms),
                 max_delay: Duration::from_millis(cfg.retry_max_delay_ms),
             },
+            structured_output: cfg.structured_output,
         })
     }
 
@@ -172,8 +174,12 @@ impl LlmProvider for OpenAiProvider {
         request: ChatRequest,
         cancel: CancellationToken,
     ) -> Result<LlmStream, Error> {
+        let (request, json_mode) = schema_in_prompt(request, self.structured_output);
         let names = ToolNames::new(&request.tools);
-        let body = wire::Request::new(&request, &names);
+        let mut body = wire::Request::new(&request, &names);
+        if json_mode {
+            body.json_mode();
+        }
         // Dropping the losing branch aborts the in-flight request or backoff sleep.
         let response = tokio::select! {
             biased;
@@ -422,6 +428,35 @@ impl ToolNames {
 }
 
 /// `name` with every character OpenAI refuses replaced by `_`, cut to 64 ASCII characters.
+/// For servers without JSON Schema output: the schema moves into the system prompt, and
+/// (`json_object`) JSON mode is asked for instead. `true` when JSON mode is wanted.
+fn schema_in_prompt(mut request: ChatRequest, mode: StructuredOutput) -> (ChatRequest, bool) {
+    if mode == StructuredOutput::JsonSchema {
+        return (request, false);
+    }
+    let Some(schema) = request.response_schema.take() else {
+        return (request, false);
+    };
+    let instruction = format!(
+        "Answer with one JSON value only, no prose and no code fences, valid against this JSON \
+         Schema:\n{}",
+        schema.schema
+    );
+    match request.messages.first_mut() {
+        Some(Message::System { content }) => {
+            content.push_str("\n\n");
+            content.push_str(&instruction);
+        }
+        _ => request.messages.insert(
+            0,
+            Message::System {
+                content: instruction,
+            },
+        ),
+    }
+    (request, mode == StructuredOutput::JsonObject)
+}
+
 fn wire_name(name: &str) -> String {
     let mut out: String = name
         .chars()
@@ -670,15 +705,23 @@ mod wire {
                     .collect(),
                 response_format: request.response_schema.as_ref().map(|s| ResponseFormat {
                     kind: "json_schema",
-                    json_schema: JsonSchema {
+                    json_schema: Some(JsonSchema {
                         name: wire_name(&s.name),
                         schema: &s.schema,
                         strict: true,
-                    },
+                    }),
                 }),
                 temperature: request.temperature,
                 max_tokens: request.max_tokens,
             }
+        }
+
+        /// Asks for JSON mode (`{"type": "json_object"}`) instead of a schema.
+        pub(super) fn json_mode(&mut self) {
+            self.response_format = Some(ResponseFormat {
+                kind: "json_object",
+                json_schema: None,
+            });
         }
     }
 
@@ -776,7 +819,8 @@ mod wire {
     struct ResponseFormat<'a> {
         #[serde(rename = "type")]
         kind: &'static str,
-        json_schema: JsonSchema<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        json_schema: Option<JsonSchema<'a>>,
     }
 
     #[derive(Debug, Serialize)]
