@@ -504,3 +504,19 @@ async fn providers_without_json_schema_get_the_schema_in_the_prompt() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_token_budget_spent_by_planning_ends_the_run_with_its_code() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::json(count_plan()).usage(700, 400));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let events = app
+        .stream_run(json!({ "input": "count", "orchestration": "planner",
+                            "limits": { "max_tokens": 1000 } }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "token_limit_exceeded");
+    assert_eq!(fin["usage"]["prompt_tokens"], 700);
+    assert_eq!(fin["usage"]["tool_calls"], 0, "nothing ran past the budget");
+}
