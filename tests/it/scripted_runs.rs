@@ -368,6 +368,9 @@ async fn runs_over_the_running_limit_wait_as_queued() {
     .await;
     let first = app.create_run(json!({ "input": "first" })).await;
     llm.wait_for_requests(1).await; // the first run holds the only slot
+    // ... and its `running` status is stored (published means stored).
+    let mut first_events = app.events(first["id"].as_str().unwrap()).await;
+    skip_to(&mut first_events, "status", 2).await;
     let second = app.create_run(json!({ "input": "second" })).await;
     let second_id = second["id"].as_str().unwrap();
     let (_, s) = app.get_json(&format!("/v1/runs/{second_id}")).await;
