@@ -146,7 +146,8 @@ fn opening(ctx: &RunContext, function: &LlmFunction) -> Result<Vec<Message>, Run
     opening_with(ctx, function, &planning_input(ctx))
 }
 
-/// A planning function's system prompt and its prompt rendered over `input`.
+/// An LLM function's system prompt and its prompt rendered over `input` (the planner, the
+/// re-planner and the selector open their calls with it).
 pub(super) fn opening_with(
     ctx: &RunContext,
     function: &LlmFunction,

@@ -33,7 +33,7 @@ use crate::domain::{
 };
 use crate::functions::{self, LlmFunction};
 use crate::llm::{ChatRequest, Message, ResponseSchema};
-use crate::plan::{NoResults, Scope, ValidPlan};
+use crate::plan::ValidPlan;
 
 use super::attempts::{AttemptEnd, NewAttempt};
 use super::context::{RunContext, Services};
@@ -286,7 +286,9 @@ async fn ask_model(ctx: &RunContext) -> Result<Value, RunError> {
                 "the selector function is not configured",
             )
         })?;
-    let messages = opening(ctx, &function)?;
+    // The selector's prompt over `{"task": <the input text>}`.
+    let task = json!({ "task": input_text(&ctx.spec.input) });
+    let messages = super::planner::opening_with(ctx, &function, &task)?;
     let new = NewAttempt {
         step_id: SELECTOR_STEP,
         path: "",
@@ -334,28 +336,4 @@ async fn call(
             )
         }),
     }
-}
-
-/// The system prompt and the selector's prompt over `{"task": <the input text>}`.
-fn opening(ctx: &RunContext, function: &LlmFunction) -> Result<Vec<Message>, RunError> {
-    let input = json!({ "task": input_text(&ctx.spec.input) });
-    let vars = serde_json::Map::new();
-    let scope = Scope::new(&input, &NoResults, &vars);
-    let prompt = function
-        .prompt
-        .render(&scope, ctx.services.config.max_rendered_bytes)
-        .map_err(super::scheduler::render_error)?;
-    let mut messages = Vec::new();
-    if let Some(system) = &function.system {
-        messages.push(Message::System {
-            content: system.clone(),
-        });
-    }
-    messages.push(Message::User {
-        content: match prompt {
-            Value::String(s) => s,
-            other => other.to_string(),
-        },
-    });
-    Ok(messages)
 }
