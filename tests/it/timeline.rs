@@ -257,8 +257,9 @@ async fn a_wait_for_a_human_is_human_time_open_while_it_lasts() {
     );
     assert_adds_up(&t);
 
-    let resp = app.answer(&id, "approve", json!("yes")).await;
+    // The wait began before the test saw it and ends no sooner than the answer is sent.
     let waited = asked.elapsed();
+    let resp = app.answer(&id, "approve", json!("yes")).await;
     assert_eq!(resp.status(), 202);
     let rest = reader.read_to_final().await;
     assert_eq!(final_data(&rest)["status"], "succeeded");
@@ -272,7 +273,6 @@ async fn a_wait_for_a_human_is_human_time_open_while_it_lasts() {
         .collect();
     assert_eq!(human.len(), 1);
     assert!(human[0]["end"].is_string());
-    // The wait began before this test saw it and ended after the answer was sent.
     let human_ms = ms(&t["breakdown"]["human_ms"]);
     assert!(
         human_ms >= waited.as_millis() as u64,
