@@ -288,7 +288,12 @@ async fn half_open_connections_cannot_exhaust_descriptors_and_healthz_answers() 
             .unwrap();
         half_open.push(s);
     }
-    let client = reqwest::Client::new();
+    // No pooled connections: the server closes an idle keep-alive connection after the same
+    // header timeout, and reusing one it just closed would fail the request, not the server.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let resp = tokio::time::timeout(
         PATIENCE,
         client.get(format!("http://{}/healthz", server.addr)).send(),
