@@ -673,3 +673,27 @@ async fn the_offline_model_re_plans_after_a_failure_and_on_the_users_word() {
     let versions = plans(&app, &id).await;
     assert_eq!(versions[1]["strategy"], "partial");
 }
+
+#[tokio::test]
+async fn a_child_timing_out_inside_a_parallel_step_is_a_step_timeout_trigger() {
+    let probe = Probe::default();
+    let llm = ScriptedLlm::start().await;
+    llm.push(replan(
+        "alternative",
+        json!({ "steps": [calc("quick", &[], "2 + 2")] }),
+    ));
+    let app = spawn_probed_app(None, &probe, |c| use_scripted(c, &llm)).await;
+    let slow = json!({ "id": "slow", "kind": "tool", "timeout_ms": 50,
+        "input": { "tool": "test.sleep", "arguments": { "key": "slow", "ms": 30000 } } });
+    let v1 = json!({ "steps": [{ "id": "par", "kind": "parallel",
+        "input": { "steps": [calc("ok", &[], "1 + 1"), slow] } }] });
+    let events = run_plan(&app, "reactive", &v1, json!({})).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["result"], 4);
+    let versions = plans(&app, &run_id(&events)).await;
+    assert_eq!(versions[1]["trigger"]["kind"], "step_timeout");
+    assert_eq!(versions[1]["trigger"]["step_id"], "par");
+    assert_eq!(versions[1]["trigger"]["error"]["code"], "step_timeout");
+    assert_eq!(versions[1]["diff"]["removed"], json!(["par"]));
+}
