@@ -259,6 +259,7 @@ fn complete(doc: &mut Value) {
     let body_ops = [
         ("/v1/runs", "post"),
         ("/v1/runs/{id}/input", "post"),
+        ("/v1/runs/{id}/replan", "post"),
         ("/v1/workflows/{name}", "put"),
     ];
     for (path, method) in body_ops {
