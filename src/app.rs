@@ -81,6 +81,19 @@ impl App {
         if loaded > 0 {
             tracing::info!(workflows = loaded, "loaded shared workflows");
         }
+        let has_model = |alias: &str| llm.has_alias(alias);
+        let no_other = |_: &str| false;
+        let agents = crate::agents::AgentCatalog {
+            catalog,
+            has_model: &has_model,
+            has_agent: &no_other,
+        };
+        let loaded = crate::agents::load_dir(&config.agents.dir, &store, &agents)
+            .await
+            .context("loading the shared agents (agents.dir)")?;
+        if loaded > 0 {
+            tracing::info!(agents = loaded, "loaded shared agents");
+        }
         let (hub, writer) = EventHub::start(store.clone(), config.engine.event_buffer);
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();

@@ -45,6 +45,8 @@ pub struct Config {
     pub llm: LlmConfig,
     pub tools: ToolsConfig,
     pub workflows: WorkflowsConfig,
+    /// The agents directory loaded into the agent registry at start.
+    pub agents: AgentsConfig,
     pub retention: RetentionConfig,
     /// Sessions: how much earlier conversation a run is given, and when it is summarised.
     pub context: ContextConfig,
@@ -404,6 +406,14 @@ impl Default for ToolsConfig {
             fs_read_max_bytes: 1024 * 1024,
         }
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Directory of agent files (`*.json`, `schemas/Agent.schema.json`) loaded into the
+    /// registry at start, validated together; empty = none.
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

@@ -6,6 +6,7 @@
 //! critical path and latency breakdown, computed from its history), [`api`] (the only module
 //! that knows HTTP), and [`app`] (wiring it together).
 
+pub mod agents;
 pub mod api;
 pub mod app;
 pub mod config;

@@ -36,8 +36,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "workflow names are 1-64 characters of lowercase letters, digits, `_`, `.` or `-`, \
-             starting with a letter or digit; `{name}` is not"
+            "names are 1-64 characters of lowercase letters, digits, `_`, `.` or `-`, starting \
+             with a letter or digit; `{name}` is not"
         ))
     }
 }
@@ -55,7 +55,7 @@ pub async fn load_dir(dir: &Path, store: &Store, catalog: Catalog<'_>) -> anyhow
             .context("clearing shared workflows")?;
         return Ok(0);
     }
-    let files = workflow_files(dir).await?;
+    let files = json_files(dir, "workflows.dir").await?;
     let mut loaded: Vec<(String, Value, PathBuf)> = Vec::new();
     let mut report = String::new();
     for path in files {
@@ -95,15 +95,10 @@ pub async fn load_dir(dir: &Path, store: &Store, catalog: Catalog<'_>) -> anyhow
     Ok(workflows.len())
 }
 
-/// The `*.json` files directly in `dir`, sorted so that loading (and its errors) is
-/// deterministic.
-async fn workflow_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let context = || {
-        format!(
-            "reading the workflows directory {} (workflows.dir)",
-            dir.display()
-        )
-    };
+/// The `*.json` files directly in `dir` (the directory of config key `key`), sorted so that
+/// loading (and its errors) is deterministic.
+pub async fn json_files(dir: &Path, key: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let context = || format!("reading the directory {} ({key})", dir.display());
     let mut entries = tokio::fs::read_dir(dir).await.with_context(context)?;
     let mut files = Vec::new();
     while let Some(entry) = entries.next_entry().await.with_context(context)? {

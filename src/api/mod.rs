@@ -1,6 +1,7 @@
 //! The HTTP surface — the only module that knows HTTP. One router per resource; every error is
 //! problem+json ([`error`]); bodies are schema-checked at the edge ([`extract`]).
 
+pub mod agents;
 pub mod error;
 pub mod extract;
 pub mod history;
@@ -82,7 +83,8 @@ impl AppState {
         runs::cancel_run, runs::submit_input, runs::request_replan, history::run_plans, history::run_checkpoints,
         history::run_timeline,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
-        workflows::delete_workflow, system::list_tools, system::list_functions, system::healthz,
+        workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
+        agents::delete_agent, system::list_tools, system::list_functions, system::healthz,
         system::readyz,
         system::metrics,
     ),
@@ -90,13 +92,14 @@ impl AppState {
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
         crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::store::PlanRecord, crate::store::Checkpoint,
-        workflows::WorkflowSummary, workflows::WorkflowDetail, crate::timeline::Timeline,
+        workflows::WorkflowSummary, workflows::WorkflowDetail, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
     )),
     modifiers(&SecurityAddon),
     tags(
         (name = "runs", description = "Create, watch, query and cancel runs"),
         (name = "tools", description = "Tools runs can use"),
         (name = "workflows", description = "The fixed-workflow registry"),
+        (name = "agents", description = "The agent registry"),
         (name = "system", description = "Health, readiness, metrics"),
     )
 )]
@@ -182,6 +185,13 @@ pub fn router(state: AppState) -> Router {
             get(workflows::get_workflow)
                 .put(workflows::put_workflow)
                 .delete(workflows::delete_workflow),
+        )
+        .route("/agents", get(agents::list_agents))
+        .route(
+            "/agents/{name}",
+            get(agents::get_agent)
+                .put(agents::put_agent)
+                .delete(agents::delete_agent),
         )
         .route("/tools", get(system::list_tools))
         .route("/functions", get(system::list_functions));

@@ -23,6 +23,11 @@ const WORKFLOW_NOTE: &str = "A FixedWorkflow (schemas/FixedWorkflow.schema.json 
     repository); `name`, when given, must be the path's name. Validated in full: any problem \
     is a 422 listing every one with a JSON Pointer.";
 
+const AGENT_NOTE: &str = "An Agent (schemas/Agent.schema.json in the repository: handoffs \
+    are agent names or {to, context, last_n}, middleware are built-in names or {name, config}); \
+    `name`, when given, must be the path's name. Validated in full: any problem is a 422 \
+    listing every one with a JSON Pointer.";
+
 /// A workflow name, as the registry and the path parameter accept it.
 fn workflow_name() -> Value {
     json!({
@@ -212,6 +217,26 @@ fn complete(doc: &mut Value) {
     );
     set(
         doc,
+        "/paths/~1v1~1agents~1{name}/put/requestBody/content/application~1json/schema",
+        json!({
+            "type": "object",
+            "description": AGENT_NOTE,
+            "required": ["instructions"],
+            "properties": {
+                "name": workflow_name(),
+                "description": { "type": "string", "maxLength": 4000 },
+                "instructions": { "type": "string", "minLength": 1, "maxLength": 32768 },
+                "model": { "type": "string", "minLength": 1 },
+                "tools": { "type": "array", "items": { "type": "string" }, "maxItems": 128 },
+                "output_schema": { "type": "object" },
+                "handoffs": { "type": "array", "maxItems": 64 },
+                "middleware": { "type": "array", "maxItems": 32 },
+                "metadata": { "type": "object" }
+            }
+        }),
+    );
+    set(
+        doc,
         &format!("{schemas}/InputAnswer/properties/step_id"),
         json!({ "type": "string", "minLength": 1, "description": "The step_id of the input_required event." }),
     );
@@ -230,6 +255,7 @@ fn complete(doc: &mut Value) {
     let name = workflow_name();
     for method in ["get", "put", "delete"] {
         param_schema(doc, "/v1/workflows/{name}", method, "name", name.clone());
+        param_schema(doc, "/v1/agents/{name}", method, "name", name.clone());
     }
     param_schema(
         doc,
@@ -247,6 +273,14 @@ fn complete(doc: &mut Value) {
             json!({ "type": "integer", "minimum": 0, "maximum": u64::MAX }),
         );
     }
+    // A checkpoint id past every stored one is an empty page, never an error.
+    param_schema(
+        doc,
+        "/v1/runs/{id}/checkpoints",
+        "get",
+        "after",
+        json!({ "type": "integer", "minimum": 0, "maximum": u64::MAX }),
+    );
     param_schema(
         doc,
         "/v1/runs",

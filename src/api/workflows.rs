@@ -81,7 +81,26 @@ impl From<WorkflowRecord> for WorkflowDetail {
     }
 }
 
-fn valid_name(name: &str) -> Result<(), ApiError> {
+/// A registry body's `name`: the path's name when absent, and it must match when present.
+pub(super) fn name_from_path(definition: &mut Value, name: &str) -> Result<(), ApiError> {
+    if let Value::Object(map) = definition {
+        match map.get("name") {
+            None => {
+                map.insert("name".into(), Value::String(name.to_owned()));
+            }
+            Some(Value::String(n)) if n == name => {}
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "/name",
+                    format!("`name` must be the name in the path, `{name}`"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn valid_name(name: &str) -> Result<(), ApiError> {
     check_name(name).map_err(|message| ApiError::validation("/name", message))
 }
 
@@ -150,20 +169,7 @@ pub async fn put_workflow(
     JsonBody(mut definition): JsonBody,
 ) -> Result<(StatusCode, Json<WorkflowDetail>), ApiError> {
     valid_name(&name)?;
-    if let Value::Object(map) = &mut definition {
-        match map.get("name") {
-            None => {
-                map.insert("name".into(), Value::String(name.clone()));
-            }
-            Some(Value::String(n)) if *n == name => {}
-            Some(_) => {
-                return Err(ApiError::validation(
-                    "/name",
-                    format!("`name` must be the name in the path, `{name}`"),
-                ));
-            }
-        }
-    }
+    name_from_path(&mut definition, &name)?;
     validate_workflow(&definition, state.engine.catalog()).map_err(|problems| {
         ApiError::validation_many(
             problems

@@ -1,25 +1,18 @@
-//! A run's plan versions and checkpoints, and the fixed-workflow registry.
+//! A run's plan versions, checkpoints, re-plan requests and answers to human input.
 //!
 //! Plans and checkpoints are append-only per run: the engine writes them, the API reads them
-//! back. Workflows are per tenant; the ones loaded from the configured directory at start are
-//! stored under the reserved tenant [`SHARED_TENANT`] and are visible to every tenant, with a
-//! tenant's own workflow of the same name taking precedence. Like the rest of the store, this
-//! module only persists: validating a workflow is the caller's job.
+//! back. Like the rest of the store, this module only persists.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::sqlite::SqliteRow;
 use utoipa::ToSchema;
 
 use super::{Result, Store, fmt_time, parse_json, parse_opt_json, parse_time, to_json};
+use crate::domain::RunId;
 use crate::domain::replan::{PlanChange, PlanDiff, Strategy, Trigger};
-use crate::domain::{RunId, Tenant};
-
-/// The tenant under which shared workflows are stored. Configured tenants are never empty
-/// (`config` refuses an API key without one), so no caller can own or delete these rows.
-const SHARED_TENANT: &str = "";
 
 /// One version of a run's plan and why it was made.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
@@ -51,17 +44,6 @@ pub struct Checkpoint {
     #[schema(value_type = Object)]
     pub state: Value,
     pub created_at: DateTime<Utc>,
-}
-
-/// A stored workflow definition (already validated when it was stored).
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkflowRecord {
-    pub name: String,
-    pub definition: Value,
-    /// Loaded from the workflows directory: visible to every tenant, owned by none.
-    pub shared: bool,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
 }
 
 impl Store {
@@ -250,141 +232,6 @@ impl Store {
                 .await?;
         row.as_ref().map(checkpoint_from_row).transpose()
     }
-
-    // ---- workflows ----------------------------------------------------------------------
-
-    /// Creates or replaces the tenant's workflow `name`; true when it was created. A
-    /// replacement keeps the original `created_at`.
-    pub async fn put_workflow(
-        &self,
-        tenant: &Tenant,
-        name: &str,
-        definition: &Value,
-    ) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
-        let created = upsert_workflow(&mut tx, &tenant.0, name, definition).await?;
-        tx.commit().await?;
-        Ok(created)
-    }
-
-    /// Stores a workflow every tenant can read (from the workflows directory).
-    pub async fn put_shared_workflow(&self, name: &str, definition: &Value) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        upsert_workflow(&mut tx, SHARED_TENANT, name, definition).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Makes the shared workflows exactly `workflows` (name, definition), in one transaction:
-    /// the directory is the source of truth, so a file removed since the last start stops
-    /// being served, and a start that fails part-way changes nothing.
-    pub async fn sync_shared_workflows(&self, workflows: &[(String, Value)]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        for (name, definition) in workflows {
-            upsert_workflow(&mut tx, SHARED_TENANT, name, definition).await?;
-        }
-        let stored: Vec<String> = sqlx::query_scalar("SELECT name FROM workflows WHERE tenant = ?")
-            .bind(SHARED_TENANT)
-            .fetch_all(&mut *tx)
-            .await?;
-        for name in stored {
-            if !workflows.iter().any(|(n, _)| *n == name) {
-                sqlx::query("DELETE FROM workflows WHERE tenant = ? AND name = ?")
-                    .bind(SHARED_TENANT)
-                    .bind(&name)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// The tenant's own workflow `name`, else the shared one of that name.
-    pub async fn get_workflow(
-        &self,
-        tenant: &Tenant,
-        name: &str,
-    ) -> Result<Option<WorkflowRecord>> {
-        // `tenant = ''` is false (0) for the tenant's own row, so it sorts first.
-        let row = sqlx::query(
-            "SELECT * FROM workflows WHERE name = ? AND (tenant = ? OR tenant = ?)
-             ORDER BY tenant = ? LIMIT 1",
-        )
-        .bind(name)
-        .bind(&tenant.0)
-        .bind(SHARED_TENANT)
-        .bind(SHARED_TENANT)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(workflow_from_row).transpose()
-    }
-
-    /// The tenant's workflows and the shared ones it does not shadow, by name.
-    pub async fn list_workflows(&self, tenant: &Tenant) -> Result<Vec<WorkflowRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM workflows WHERE tenant = ?1
-                OR (tenant = ?2 AND name NOT IN (SELECT name FROM workflows WHERE tenant = ?1))
-             ORDER BY name",
-        )
-        .bind(&tenant.0)
-        .bind(SHARED_TENANT)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(workflow_from_row).collect()
-    }
-
-    /// Deletes the tenant's own workflow `name`; false if it has none (shared ones are never
-    /// deleted through here).
-    pub async fn delete_workflow(&self, tenant: &Tenant, name: &str) -> Result<bool> {
-        if tenant.0 == SHARED_TENANT {
-            return Ok(false);
-        }
-        let res = sqlx::query("DELETE FROM workflows WHERE tenant = ? AND name = ?")
-            .bind(&tenant.0)
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        Ok(res.rows_affected() > 0)
-    }
-}
-
-/// Insert-or-update that reports which happened. An upsert's RETURNING cannot tell the two
-/// apart, so try the insert first and update only on conflict; callers run both in one
-/// transaction so a concurrent delete cannot slip between them.
-async fn upsert_workflow(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    name: &str,
-    definition: &Value,
-) -> Result<bool> {
-    let now = fmt_time(Utc::now());
-    let definition = to_json(definition);
-    let inserted = sqlx::query(
-        "INSERT INTO workflows (tenant, name, definition, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, name) DO NOTHING",
-    )
-    .bind(tenant)
-    .bind(name)
-    .bind(&definition)
-    .bind(&now)
-    .bind(&now)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected()
-        == 1;
-    if !inserted {
-        sqlx::query(
-            "UPDATE workflows SET definition = ?, updated_at = ? WHERE tenant = ? AND name = ?",
-        )
-        .bind(&definition)
-        .bind(&now)
-        .bind(tenant)
-        .bind(name)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(inserted)
 }
 
 fn checkpoint_from_row(r: &SqliteRow) -> Result<Checkpoint> {
@@ -393,15 +240,5 @@ fn checkpoint_from_row(r: &SqliteRow) -> Result<Checkpoint> {
         plan_version: r.try_get::<i64, _>("plan_version")? as u32,
         state: parse_json(&r.try_get::<String, _>("state")?)?,
         created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
-    })
-}
-
-fn workflow_from_row(r: &SqliteRow) -> Result<WorkflowRecord> {
-    Ok(WorkflowRecord {
-        name: r.try_get("name")?,
-        definition: parse_json(&r.try_get::<String, _>("definition")?)?,
-        shared: r.try_get::<String, _>("tenant")? == SHARED_TENANT,
-        created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
-        updated_at: parse_time(&r.try_get::<String, _>("updated_at")?)?,
     })
 }

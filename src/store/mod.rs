@@ -23,10 +23,12 @@ use crate::domain::{
 };
 
 mod history;
+mod registry;
 mod retention;
 mod sessions;
 mod timeline;
 pub use history::*;
+pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
 pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod agents;
 mod api_errors;
 mod connections;
 mod context;

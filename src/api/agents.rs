@@ -1,0 +1,221 @@
+//! `/v1/agents`: the agent registry. A tenant lists, reads, creates or replaces (`PUT`,
+//! validated in full: 422 with every problem and its pointer) and deletes its own agents, and
+//! reads the shared ones loaded from the agents directory at start (see [`crate::agents`]).
+
+use std::collections::HashSet;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, FieldError};
+use super::extract::{JsonBody, Path};
+use super::workflows::{name_from_path, valid_name};
+use crate::agents::{AgentCatalog, validate_agent};
+use crate::domain::Tenant;
+use crate::store::{Registry, RegistryRecord};
+
+/// An agent in `GET /v1/agents`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentSummary {
+    pub name: String,
+    pub description: Option<String>,
+    /// Loaded from the agents directory: readable by every tenant, not deletable.
+    pub shared: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// An agent with its definition (`GET`/`PUT /v1/agents/{name}`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentDetail {
+    pub name: String,
+    pub description: Option<String>,
+    pub shared: bool,
+    /// The definition as stored (`schemas/Agent.schema.json`): the `PUT` body, with `name`
+    /// filled in.
+    #[schema(value_type = Object)]
+    pub definition: Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+fn description(definition: &Value) -> Option<String> {
+    definition
+        .get("description")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+impl From<RegistryRecord> for AgentSummary {
+    fn from(a: RegistryRecord) -> Self {
+        AgentSummary {
+            description: description(&a.definition),
+            name: a.name,
+            shared: a.shared,
+            created_at: a.created_at,
+            updated_at: a.updated_at,
+        }
+    }
+}
+
+impl From<RegistryRecord> for AgentDetail {
+    fn from(a: RegistryRecord) -> Self {
+        AgentDetail {
+            description: description(&a.definition),
+            name: a.name,
+            shared: a.shared,
+            definition: a.definition,
+            created_at: a.created_at,
+            updated_at: a.updated_at,
+        }
+    }
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::NotFound(format!("no agent `{name}`"))
+}
+
+/// List the caller's agents and the shared ones, by name.
+#[utoipa::path(
+    get, path = "/v1/agents", tag = "agents",
+    responses((status = 200, body = Vec<AgentSummary>))
+)]
+pub async fn list_agents(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<Json<Vec<AgentSummary>>, ApiError> {
+    let list = state.store.list_entries(Registry::Agents, &tenant).await?;
+    Ok(Json(list.into_iter().map(AgentSummary::from).collect()))
+}
+
+/// Get an agent: the caller's own, else a shared one of that name.
+#[utoipa::path(
+    get, path = "/v1/agents/{name}", tag = "agents",
+    params(("name" = String, Path, description = "Agent name")),
+    responses(
+        (status = 200, body = AgentDetail),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid name", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_agent(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<Json<AgentDetail>, ApiError> {
+    valid_name(&name)?;
+    let found = state
+        .store
+        .get_entry(Registry::Agents, &tenant, &name)
+        .await?;
+    found
+        .map(|a| Json(a.into()))
+        .ok_or_else(|| not_found(&name))
+}
+
+/// Create or replace one of the caller's agents.
+///
+/// The body is the agent (`schemas/Agent.schema.json`); without a `name` the path's name is
+/// used. It is validated in full — shape, model alias, tools, handoff targets (agents the
+/// caller can read, not itself), middleware, output schema — and any problem is a 422 listing
+/// every one with a JSON Pointer into the body. 201 when created, 200 when replaced.
+#[utoipa::path(
+    put, path = "/v1/agents/{name}", tag = "agents",
+    params(("name" = String, Path, description = "Agent name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit")),
+    request_body(content = Object, description = "The agent definition"),
+    responses(
+        (status = 201, description = "Created", body = AgentDetail),
+        (status = 200, description = "Replaced", body = AgentDetail),
+        (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid agent", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn put_agent(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(name): Path<String>,
+    JsonBody(mut definition): JsonBody,
+) -> Result<(StatusCode, Json<AgentDetail>), ApiError> {
+    valid_name(&name)?;
+    name_from_path(&mut definition, &name)?;
+    let store = &state.store;
+    let others: HashSet<String> = store
+        .list_entries(Registry::Agents, &tenant)
+        .await?
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    // In a block of its own: the catalog's closures are not `Send`, and must be gone before
+    // the next await.
+    let problems = {
+        let has_model = |alias: &str| state.engine.models().has_alias(alias);
+        let has_agent = |agent: &str| others.contains(agent);
+        let known = AgentCatalog {
+            catalog: state.engine.catalog(),
+            has_model: &has_model,
+            has_agent: &has_agent,
+        };
+        validate_agent(&name, &definition, &known)
+    };
+    if !problems.is_empty() {
+        return Err(ApiError::validation_many(
+            problems
+                .into_iter()
+                .map(|p| FieldError::new(p.pointer, p.message))
+                .collect(),
+        ));
+    }
+    let created = store
+        .put_entry(Registry::Agents, &tenant, &name, &definition)
+        .await?;
+    let stored = store
+        .get_entry(Registry::Agents, &tenant, &name)
+        .await?
+        .filter(|a| !a.shared)
+        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("agent `{name}` vanished")))?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(stored.into())))
+}
+
+/// Delete one of the caller's agents. Shared ones (from the agents directory) cannot be
+/// deleted: 409.
+#[utoipa::path(
+    delete, path = "/v1/agents/{name}", tag = "agents",
+    params(("name" = String, Path, description = "Agent name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A shared agent", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid name", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_agent(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    valid_name(&name)?;
+    let store = &state.store;
+    if store.delete_entry(Registry::Agents, &tenant, &name).await? {
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    match store.get_entry(Registry::Agents, &tenant, &name).await? {
+        Some(a) if a.shared => Err(ApiError::Conflict(format!(
+            "agent `{name}` was loaded from the agents directory and cannot be deleted through \
+             the API"
+        ))),
+        _ => Err(not_found(&name)),
+    }
+}

@@ -1,0 +1,248 @@
+//! The named registries: workflows and agents. Each is a table of definitions by tenant and
+//! name, already validated by their caller. The ones loaded from a configured directory at
+//! start are stored under the reserved tenant [`SHARED_TENANT`] and are visible to every
+//! tenant, with a tenant's own definition of the same name taking precedence. Like the rest of
+//! the store, this module only persists.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+
+use super::{Result, Store, fmt_time, parse_json, parse_time, to_json};
+use crate::domain::Tenant;
+
+/// The tenant under which shared definitions are stored. Configured tenants are never empty
+/// (`config` refuses an API key without one), so no caller can own or delete these rows.
+const SHARED_TENANT: &str = "";
+
+/// Which registry: its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registry {
+    Workflows,
+    Agents,
+}
+
+impl Registry {
+    fn table(self) -> &'static str {
+        match self {
+            Registry::Workflows => "workflows",
+            Registry::Agents => "agents",
+        }
+    }
+
+    fn sql(self, template: &str) -> sqlx::AssertSqlSafe<String> {
+        sqlx::AssertSqlSafe(template.replace("{table}", self.table()))
+    }
+}
+
+/// A stored definition (already validated when it was stored).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegistryRecord {
+    pub name: String,
+    pub definition: Value,
+    /// Loaded from the configured directory: readable by every tenant, not deletable.
+    pub shared: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A stored workflow.
+pub type WorkflowRecord = RegistryRecord;
+
+impl Store {
+    /// Creates or replaces the tenant's definition `name`; true when it was created. A
+    /// replacement keeps the original `created_at`.
+    pub async fn put_entry(
+        &self,
+        registry: Registry,
+        tenant: &Tenant,
+        name: &str,
+        definition: &Value,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let created = upsert(&mut tx, registry, &tenant.0, name, definition).await?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    /// Makes the shared definitions exactly `entries` (name, definition), in one transaction:
+    /// the directory is the source of truth, so a file removed since the last start stops
+    /// being served, and a start that fails part-way changes nothing.
+    pub async fn sync_shared(&self, registry: Registry, entries: &[(String, Value)]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for (name, definition) in entries {
+            upsert(&mut tx, registry, SHARED_TENANT, name, definition).await?;
+        }
+        let stored: Vec<String> =
+            sqlx::query_scalar(registry.sql("SELECT name FROM {table} WHERE tenant = ?"))
+                .bind(SHARED_TENANT)
+                .fetch_all(&mut *tx)
+                .await?;
+        for name in stored {
+            if !entries.iter().any(|(n, _)| *n == name) {
+                sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = ? AND name = ?"))
+                    .bind(SHARED_TENANT)
+                    .bind(&name)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The tenant's own definition `name`, else the shared one of that name.
+    pub async fn get_entry(
+        &self,
+        registry: Registry,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<RegistryRecord>> {
+        // `tenant = ''` is false (0) for the tenant's own row, so it sorts first.
+        let row = sqlx::query(registry.sql(
+            "SELECT * FROM {table} WHERE name = ? AND (tenant = ? OR tenant = ?)
+             ORDER BY tenant = ? LIMIT 1",
+        ))
+        .bind(name)
+        .bind(&tenant.0)
+        .bind(SHARED_TENANT)
+        .bind(SHARED_TENANT)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(record_from_row).transpose()
+    }
+
+    /// The tenant's definitions and the shared ones it does not shadow, by name.
+    pub async fn list_entries(
+        &self,
+        registry: Registry,
+        tenant: &Tenant,
+    ) -> Result<Vec<RegistryRecord>> {
+        let rows = sqlx::query(registry.sql(
+            "SELECT * FROM {table} WHERE tenant = ?1
+                OR (tenant = ?2 AND name NOT IN (SELECT name FROM {table} WHERE tenant = ?1))
+             ORDER BY name",
+        ))
+        .bind(&tenant.0)
+        .bind(SHARED_TENANT)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    /// Deletes the tenant's own definition `name`; false if it has none (shared ones are never
+    /// deleted through here).
+    pub async fn delete_entry(
+        &self,
+        registry: Registry,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<bool> {
+        if tenant.0 == SHARED_TENANT {
+            return Ok(false);
+        }
+        let res = sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = ? AND name = ?"))
+            .bind(&tenant.0)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    // The workflow registry by its own names, as most callers use it.
+
+    pub async fn put_workflow(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+        definition: &Value,
+    ) -> Result<bool> {
+        self.put_entry(Registry::Workflows, tenant, name, definition)
+            .await
+    }
+
+    /// Stores a workflow every tenant can read.
+    pub async fn put_shared_workflow(&self, name: &str, definition: &Value) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        upsert(
+            &mut tx,
+            Registry::Workflows,
+            SHARED_TENANT,
+            name,
+            definition,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn sync_shared_workflows(&self, workflows: &[(String, Value)]) -> Result<()> {
+        self.sync_shared(Registry::Workflows, workflows).await
+    }
+
+    pub async fn get_workflow(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<WorkflowRecord>> {
+        self.get_entry(Registry::Workflows, tenant, name).await
+    }
+
+    pub async fn list_workflows(&self, tenant: &Tenant) -> Result<Vec<WorkflowRecord>> {
+        self.list_entries(Registry::Workflows, tenant).await
+    }
+
+    pub async fn delete_workflow(&self, tenant: &Tenant, name: &str) -> Result<bool> {
+        self.delete_entry(Registry::Workflows, tenant, name).await
+    }
+}
+
+/// Insert-or-update that reports which happened. An upsert's RETURNING cannot tell the two
+/// apart, so try the insert first and update only on conflict; callers run both in one
+/// transaction so a concurrent delete cannot slip between them.
+async fn upsert(
+    conn: &mut SqliteConnection,
+    registry: Registry,
+    tenant: &str,
+    name: &str,
+    definition: &Value,
+) -> Result<bool> {
+    let now = fmt_time(Utc::now());
+    let definition = to_json(definition);
+    let inserted = sqlx::query(registry.sql(
+        "INSERT INTO {table} (tenant, name, definition, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, name) DO NOTHING",
+    ))
+    .bind(tenant)
+    .bind(name)
+    .bind(&definition)
+    .bind(&now)
+    .bind(&now)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        == 1;
+    if !inserted {
+        sqlx::query(registry.sql(
+            "UPDATE {table} SET definition = ?, updated_at = ? WHERE tenant = ? AND name = ?",
+        ))
+        .bind(&definition)
+        .bind(&now)
+        .bind(tenant)
+        .bind(name)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(inserted)
+}
+
+fn record_from_row(r: &SqliteRow) -> Result<RegistryRecord> {
+    Ok(RegistryRecord {
+        name: r.try_get("name")?,
+        definition: parse_json(&r.try_get::<String, _>("definition")?)?,
+        shared: r.try_get::<String, _>("tenant")? == SHARED_TENANT,
+        created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
+        updated_at: parse_time(&r.try_get::<String, _>("updated_at")?)?,
+    })
+}
