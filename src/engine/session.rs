@@ -318,7 +318,8 @@ async fn ask(ctx: &RunContext, function: &LlmFunction, input: &Value) -> Result<
         Err(e) => Err(e.to_run_error()),
     };
     let end = match &reply {
-        Ok(r) => AttemptEnd::completed(Value::String(r.text.clone())),
+        Ok(r) => AttemptEnd::completed(Value::String(r.text.clone()))
+            .with_input(r.mark_input(Some(json!({ "turns": input["turns"] })))),
         Err(e) => AttemptEnd::failed(e.clone()),
     };
     ctx.close_attempt(&key, end, &mut sink).await;
