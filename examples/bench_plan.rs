@@ -60,6 +60,7 @@ async fn in_process(app: &App, plan: &Value) -> Duration {
         limits: Default::default(),
         metadata: Default::default(),
         session_id: None,
+        instructions: None,
     };
     let t0 = Instant::now();
     let engine = app.engine();

@@ -75,6 +75,7 @@ async fn replan_overhead(app: &App) -> Duration {
         limits: Default::default(),
         metadata: Default::default(),
         session_id: None,
+        instructions: None,
     };
     let engine = app.engine();
     let valid = orca::plan::validate_plan(spec.plan.as_ref().unwrap(), engine.catalog())

@@ -226,6 +226,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         limits: Default::default(),
         metadata: Default::default(),
         session_id: None,
+        instructions: None,
     };
     let mut run = Run {
         id: RunId::new(),

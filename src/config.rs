@@ -2,6 +2,7 @@
 //! < environment < command-line flags. Loaded and validated once at start; an invalid value stops
 //! the start with a message naming the key.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -286,7 +287,11 @@ pub struct LlmConfig {
     pub provider: ProviderChoice,
     /// The alias used when a run names no model.
     pub default_model: String,
+    /// The provider named `openai`: the endpoint `OPENAI_BASE_URL`/`OPENAI_API_KEY` set.
     pub openai: OpenAiConfig,
+    /// More providers by name (`[llm.providers.NAME]`), each its own endpoint and key.
+    /// `openai` (above) and `offline` are always there and cannot be redefined.
+    pub providers: BTreeMap<String, ProviderConfig>,
     /// Model aliases callers may name, each mapped to a provider and its model name.
     pub models: BTreeMap<String, ModelAlias>,
     /// Pause between the offline provider's streamed pieces, so demos look like a real model
@@ -299,34 +304,147 @@ impl Default for LlmConfig {
         let mut models = BTreeMap::new();
         models.insert(
             "default".to_owned(),
-            ModelAlias {
-                provider: "openai".into(),
-                model: "gpt-4o-mini".into(),
-            },
+            ModelAlias::new("openai", "gpt-4o-mini"),
         );
-        models.insert(
-            "offline".to_owned(),
-            ModelAlias {
-                provider: "offline".into(),
-                model: "offline".into(),
-            },
-        );
+        models.insert("offline".to_owned(), ModelAlias::new("offline", "offline"));
         LlmConfig {
             provider: ProviderChoice::Auto,
             default_model: "default".into(),
             openai: OpenAiConfig::default(),
+            providers: BTreeMap::new(),
             models,
             offline_token_delay_ms: 5,
         }
     }
 }
 
+/// One alias of `[llm.models.ALIAS]`: where it goes and how every call through it is made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelAlias {
-    /// `openai` or `offline`.
+    /// `openai`, `offline` or a name of `[llm.providers]`.
     pub provider: String,
+    /// The provider's own model name.
     pub model: String,
+    /// Sampling temperature sent with every call (0 to 2); the server's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Most tokens one answer may have; the server's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Deadline of one whole call (retries and streaming included); none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Another alias tried when this one fails unavailable (429, 5xx, timeout, unreachable)
+    /// after its own retries, before any text streamed. Never on a rejection (4xx) or a
+    /// cancellation. Chains are allowed; cycles are refused at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+}
+
+impl ModelAlias {
+    pub fn new(provider: impl Into<String>, model: impl Into<String>) -> Self {
+        ModelAlias {
+            provider: provider.into(),
+            model: model.into(),
+            temperature: None,
+            max_tokens: None,
+            timeout_ms: None,
+            fallback: None,
+        }
+    }
+}
+
+/// What kind of provider a `[llm.providers.NAME]` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// An OpenAI-compatible endpoint.
+    Openai,
+    /// The built-in offline provider.
+    Offline,
+}
+
+/// A named provider, `[llm.providers.NAME]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    /// The OpenAI-compatible base URL, e.g. `http://127.0.0.1:11434/v1` (kind `openai`).
+    #[serde(default)]
+    pub base_url: String,
+    /// The NAME of the environment variable holding the key: keys never sit in config files.
+    /// Empty: no key is sent (local servers).
+    #[serde(default)]
+    pub api_key_env: String,
+    /// The key itself, read from `api_key_env` when the configuration is loaded; never
+    /// serialised.
+    #[serde(skip)]
+    pub api_key: Secret,
+    #[serde(default = "defaults::connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Longest silence allowed between two chunks of a streamed answer.
+    #[serde(default = "defaults::read_timeout_ms")]
+    pub read_timeout_ms: u64,
+    /// Retries of a request that failed with 429, 5xx or a connect error before any byte.
+    #[serde(default = "defaults::max_retries")]
+    pub max_retries: u32,
+    #[serde(default = "defaults::retry_initial_delay_ms")]
+    pub retry_initial_delay_ms: u64,
+    #[serde(default = "defaults::retry_max_delay_ms")]
+    pub retry_max_delay_ms: u64,
+    #[serde(default)]
+    pub structured_output: StructuredOutput,
+}
+
+mod defaults {
+    pub fn connect_timeout_ms() -> u64 {
+        5_000
+    }
+    pub fn read_timeout_ms() -> u64 {
+        60_000
+    }
+    pub fn max_retries() -> u32 {
+        3
+    }
+    pub fn retry_initial_delay_ms() -> u64 {
+        500
+    }
+    pub fn retry_max_delay_ms() -> u64 {
+        8_000
+    }
+}
+
+impl ProviderConfig {
+    /// An OpenAI-compatible provider at `base_url` with the default timeouts and retries.
+    pub fn openai(base_url: impl Into<String>) -> Self {
+        ProviderConfig {
+            kind: ProviderKind::Openai,
+            base_url: base_url.into(),
+            api_key_env: String::new(),
+            api_key: Secret::default(),
+            connect_timeout_ms: defaults::connect_timeout_ms(),
+            read_timeout_ms: defaults::read_timeout_ms(),
+            max_retries: defaults::max_retries(),
+            retry_initial_delay_ms: defaults::retry_initial_delay_ms(),
+            retry_max_delay_ms: defaults::retry_max_delay_ms(),
+            structured_output: StructuredOutput::JsonSchema,
+        }
+    }
+
+    /// The same settings in the shape the OpenAI-compatible client takes.
+    pub fn as_openai(&self) -> OpenAiConfig {
+        OpenAiConfig {
+            base_url: self.base_url.clone(),
+            api_key: self.api_key.clone(),
+            connect_timeout_ms: self.connect_timeout_ms,
+            read_timeout_ms: self.read_timeout_ms,
+            max_retries: self.max_retries,
+            retry_initial_delay_ms: self.retry_initial_delay_ms,
+            retry_max_delay_ms: self.retry_max_delay_ms,
+            structured_output: self.structured_output,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -535,12 +653,12 @@ pub enum Error {
     /// A value that fits its type but not the rules of [`Config::validate`]. `set_by` names
     /// the variable, flag or file when loading knew it.
     #[error("configuration: {}: {message}", match set_by {
-        Some(origin) if origin.starts_with(key) => origin.clone(),
+        Some(origin) if origin.starts_with(&**key) => origin.clone(),
         Some(origin) => format!("{origin} ({key})"),
         None => format!("`{key}`"),
     })]
     Invalid {
-        key: &'static str,
+        key: Cow<'static, str>,
         message: String,
         set_by: Option<String>,
     },
@@ -691,14 +809,22 @@ impl Config {
         }
 
         let origins = Origins { set, figment: &fig };
-        let config: Config = fig
+        let mut config: Config = fig
             .extract()
             .map_err(|e| Error::Load(e.into_iter().map(|e| origins.describe(&e)).collect()))?;
+        // Provider keys come from the variables the providers name, and only from there.
+        for provider in config.llm.providers.values_mut() {
+            if !provider.api_key_env.is_empty()
+                && let Some(key) = var(&provider.api_key_env)
+            {
+                provider.api_key = Secret::new(key);
+            }
+        }
         config.validate().map_err(|e| match e {
             Error::Invalid { key, message, .. } => Error::Invalid {
+                set_by: Some(origins.of(&key)).filter(|o| *o != key),
                 key,
                 message,
-                set_by: Some(origins.of(key)).filter(|o| o != key),
             },
             other => other,
         })?;
@@ -707,14 +833,14 @@ impl Config {
 
     /// Checks what serde cannot: ranges, addresses, references between keys.
     pub fn validate(&self) -> Result<(), Error> {
-        let invalid = |key, message: &str| Error::Invalid {
-            key,
+        let invalid = |key: &'static str, message: &str| Error::Invalid {
+            key: key.into(),
             message: message.to_owned(),
             set_by: None,
         };
         let Ok(addr) = self.server.bind.parse::<SocketAddr>() else {
             return Err(Error::Invalid {
-                key: "server.bind",
+                key: "server.bind".into(),
                 message: format!("`{}` is not a host:port address", self.server.bind),
                 set_by: None,
             });
@@ -724,7 +850,7 @@ impl Config {
             && !self.server.allow_unauthenticated_public_bind
         {
             return Err(Error::Invalid {
-                key: "server.bind",
+                key: "server.bind".into(),
                 message: format!(
                     "`{}` is not a loopback address and no API keys are configured, so anyone \
                      who can reach it could start runs and read every run; configure \
@@ -747,7 +873,7 @@ impl Config {
         }
         if let Some(bad) = origins.iter().find(|o| !any && !is_origin(o)) {
             return Err(Error::Invalid {
-                key: "server.cors.allowed_origins",
+                key: "server.cors.allowed_origins".into(),
                 message: format!(
                     "`{bad}` is not an origin; write scheme://host[:port], e.g. \
                      https://app.example.com, with no path or trailing slash"
@@ -835,7 +961,7 @@ impl Config {
         }
         if !self.llm.models.contains_key(&self.llm.default_model) {
             return Err(Error::Invalid {
-                key: "llm.default_model",
+                key: "llm.default_model".into(),
                 message: format!(
                     "`{}` is not one of llm.models ({})",
                     self.llm.default_model,
@@ -849,18 +975,8 @@ impl Config {
                 set_by: None,
             });
         }
-        for (alias, m) in &self.llm.models {
-            if !matches!(m.provider.as_str(), "openai" | "offline") {
-                return Err(Error::Invalid {
-                    key: "llm.models",
-                    message: format!(
-                        "alias `{alias}` names provider `{}`; expected `openai` or `offline`",
-                        m.provider
-                    ),
-                    set_by: None,
-                });
-            }
-        }
+        self.validate_providers()?;
+        self.validate_aliases()?;
         if self.llm.provider == ProviderChoice::Openai && !self.llm.openai.is_configured() {
             return Err(invalid(
                 "llm.openai.base_url",
@@ -875,12 +991,124 @@ impl Config {
         }
         crate::engine::selector::Selector::from_config(&self.selector).map_err(|e| {
             Error::Invalid {
-                key: e.key,
+                key: e.key.into(),
                 message: e.message,
                 set_by: None,
             }
         })?;
         Ok(())
+    }
+
+    /// `[llm.providers.NAME]`: names, URLs, timeouts, and keys present where named.
+    fn validate_providers(&self) -> Result<(), Error> {
+        for (name, p) in &self.llm.providers {
+            let key = |field: &str| Cow::Owned(format!("llm.providers.{name}.{field}"));
+            let bad = |field: &str, message: String| Error::Invalid {
+                key: key(field),
+                message,
+                set_by: None,
+            };
+            if matches!(name.as_str(), "openai" | "offline") {
+                return Err(Error::Invalid {
+                    key: Cow::Owned(format!("llm.providers.{name}")),
+                    message: format!(
+                        "`{name}` is built in (configure it under [llm.openai]); pick another name"
+                    ),
+                    set_by: None,
+                });
+            }
+            if p.kind == ProviderKind::Offline {
+                continue;
+            }
+            let url_ok = reqwest::Url::parse(&p.base_url)
+                .is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+            if !url_ok {
+                return Err(bad(
+                    "base_url",
+                    format!("`{}` is not an http:// or https:// URL", p.base_url),
+                ));
+            }
+            if !p.api_key_env.is_empty() && p.api_key.is_empty() {
+                return Err(bad(
+                    "api_key_env",
+                    format!(
+                        "the environment variable `{}` is not set (or empty)",
+                        p.api_key_env
+                    ),
+                ));
+            }
+            if p.connect_timeout_ms == 0 || p.read_timeout_ms == 0 {
+                return Err(bad(
+                    "read_timeout_ms",
+                    "timeouts must be at least 1 ms".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `[llm.models.ALIAS]`: known providers, sane settings, fallbacks that exist and end.
+    fn validate_aliases(&self) -> Result<(), Error> {
+        let models = &self.llm.models;
+        for (alias, m) in models {
+            let bad = |field: &str, message: String| Error::Invalid {
+                key: Cow::Owned(format!("llm.models.{alias}.{field}")),
+                message,
+                set_by: None,
+            };
+            let known = matches!(m.provider.as_str(), "openai" | "offline")
+                || self.llm.providers.contains_key(&m.provider);
+            if !known {
+                let mut names = vec!["openai".to_owned(), "offline".to_owned()];
+                names.extend(self.llm.providers.keys().cloned());
+                return Err(bad(
+                    "provider",
+                    format!(
+                        "unknown provider `{}`; configured: {}",
+                        m.provider,
+                        names.join(", ")
+                    ),
+                ));
+            }
+            if let Some(t) = m.temperature
+                && !(0.0..=2.0).contains(&t)
+            {
+                return Err(bad("temperature", "must be from 0 to 2".into()));
+            }
+            if m.max_tokens == Some(0) {
+                return Err(bad("max_tokens", "must be at least 1".into()));
+            }
+            if m.timeout_ms == Some(0) {
+                return Err(bad("timeout_ms", "must be at least 1".into()));
+            }
+            // Follow the chain: every link must exist, and it must not come back.
+            let mut seen = vec![alias.as_str()];
+            let mut next = m.fallback.as_deref();
+            while let Some(fallback) = next {
+                let Some(target) = models.get(fallback) else {
+                    return Err(bad(
+                        "fallback",
+                        format!("`{fallback}` is not one of llm.models"),
+                    ));
+                };
+                if seen.contains(&fallback) {
+                    seen.push(fallback);
+                    return Err(bad(
+                        "fallback",
+                        format!("the fallbacks form a cycle: {}", seen.join(" → ")),
+                    ));
+                }
+                seen.push(fallback);
+                next = target.fallback.as_deref();
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether endpoints are called at all: `llm.provider = "offline"` sends every alias to
+    /// the offline provider, named providers too.
+    pub fn uses_any_endpoint(&self) -> bool {
+        self.llm.provider != ProviderChoice::Offline
     }
 
     /// Whether runs go to an OpenAI-compatible endpoint (else the offline provider answers).
@@ -1034,6 +1262,44 @@ mod tests {
                 "[[selector.rules]]\nname = \"r\"\nkeywords = [\"x\"]\nflavour = \"x\"\n",
                 "flavour",
             ),
+            (
+                "[llm.models.x]\nprovider = \"anthropic\"\nmodel = \"m\"\n",
+                "llm.models.x.provider",
+            ),
+            (
+                "[llm.models.a]\nprovider = \"offline\"\nmodel = \"m\"\nfallback = \"b\"\n\
+                 [llm.models.b]\nprovider = \"offline\"\nmodel = \"m\"\nfallback = \"a\"\n",
+                "llm.models.a.fallback",
+            ),
+            (
+                "[llm.models.a]\nprovider = \"offline\"\nmodel = \"m\"\nfallback = \"a\"\n",
+                "llm.models.a.fallback",
+            ),
+            (
+                "[llm.models.a]\nprovider = \"offline\"\nmodel = \"m\"\nfallback = \"zz\"\n",
+                "llm.models.a.fallback",
+            ),
+            (
+                "[llm.models.a]\nprovider = \"offline\"\nmodel = \"m\"\ntemperature = 3.0\n",
+                "llm.models.a.temperature",
+            ),
+            (
+                "[llm.providers.p]\nkind = \"openai\"\nbase_url = \"not a url\"\n",
+                "llm.providers.p.base_url",
+            ),
+            (
+                "[llm.providers.p]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n\
+                 api_key_env = \"ORCA_UNIT_TEST_UNSET_KEY\"\n",
+                "llm.providers.p.api_key_env",
+            ),
+            (
+                "[llm.providers.openai]\nkind = \"offline\"\n",
+                "llm.providers.openai",
+            ),
+            (
+                "[llm.providers.p]\nkind = \"openai\"\nbase_url = \"http://h/v1\"\napi_key = \"k\"\n",
+                "api_key",
+            ),
         ];
         for (text, key) in cases {
             let f = toml_file(text);
@@ -1045,6 +1311,29 @@ mod tests {
             .to_string();
             assert!(err.contains(key), "{text:?} gave {err:?}");
         }
+    }
+
+    #[test]
+    fn provider_keys_come_from_the_variables_they_name() {
+        let f = toml_file(
+            "[llm.providers.p]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n\
+             api_key_env = \"ORCA_UNIT_KEY_P\"\n\
+             [llm.models.a]\nprovider = \"p\"\nmodel = \"m\"\nfallback = \"b\"\n\
+             [llm.models.b]\nprovider = \"offline\"\nmodel = \"m\"\n",
+        );
+        let c = load(
+            &[
+                ("ORCA_CONFIG", f.path().to_str().unwrap()),
+                ("ORCA_UNIT_KEY_P", "sk-from-the-env"),
+            ],
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.llm.providers["p"].api_key.expose(), "sk-from-the-env");
+        assert!(!format!("{c:?}").contains("sk-from-the-env"));
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("sk-from-the-env"));
+        assert_eq!(c.llm.models["a"].fallback.as_deref(), Some("b"));
     }
 
     #[test]

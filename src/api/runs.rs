@@ -46,7 +46,12 @@ pub struct CreateRun {
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
     pub session_id: Option<String>,
+    /// The system prompt of a `simple` run instead of the built-in one (at most 32 KiB).
+    pub instructions: Option<String>,
 }
+
+/// The longest `instructions`, in bytes.
+const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
 
 /// `GET /v1/runs` answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -198,6 +203,14 @@ async fn validate_run(
             ),
         ));
     }
+    if let Some(text) = &req.instructions
+        && text.len() > MAX_INSTRUCTIONS_BYTES
+    {
+        errors.push(FieldError::new(
+            "/instructions",
+            format!("must be at most {MAX_INSTRUCTIONS_BYTES} bytes (UTF-8)"),
+        ));
+    }
     if let Some(names) = &req.tools {
         for (i, t) in names.iter().enumerate() {
             if !tools.contains(t) {
@@ -283,6 +296,7 @@ async fn validate_run(
         limits: req.limits,
         metadata: req.metadata,
         session_id: req.session_id,
+        instructions: req.instructions,
     };
     Ok((spec, valid))
 }

@@ -211,6 +211,10 @@ pub struct RunSpec {
     pub metadata: Map<String, Value>,
     #[serde(default)]
     pub session_id: Option<String>,
+    /// The system prompt of a `simple` run, instead of the built-in one. Left out of the
+    /// stored JSON when absent, so earlier requests keep their fingerprints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
 }
 
 impl RunSpec {
@@ -331,6 +335,7 @@ mod tests {
             limits: Limits::default(),
             metadata: Map::new(),
             session_id: None,
+            instructions: None,
         }
     }
 

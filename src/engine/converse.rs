@@ -11,13 +11,13 @@
 //! a restored conversation answers the calls still unanswered and goes on from there.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use crate::domain::event::ErrorData;
 use crate::domain::{ErrorCode, RunError, StepKind, StepStatus};
-use crate::llm::{ChatRequest, LlmProvider, Message, ToolCall as ModelToolCall, ToolSpec};
+use crate::llm::router::ModelRoute;
+use crate::llm::{ChatRequest, Message, ToolCall as ModelToolCall, ToolSpec};
 
 use super::attempts::{AttemptEnd, NewAttempt};
 use super::checkpoint::Conversation;
@@ -28,9 +28,8 @@ use super::tool_call::{ToolArguments, ToolCall, call_tool};
 
 /// What a loop talks to and may use.
 pub struct Setup {
-    pub provider: Arc<dyn LlmProvider>,
-    /// The provider's model name.
-    pub model: String,
+    /// The model alias with its fallbacks.
+    pub route: ModelRoute,
     /// The alias the caller asked for, as step inputs show it (`None`: the default).
     pub alias: Option<String>,
     pub tools: Vec<ToolSpec>,
@@ -106,24 +105,29 @@ async fn model_round(
     let round = convo.round;
     let step_id = format!("llm-{round}");
     let alias = setup.alias.clone().unwrap_or_else(|| "default".into());
+    let input = json!({ "model": alias, "round": round });
     let new = NewAttempt {
         step_id: &step_id,
         path: "",
         name: "llm",
         kind: StepKind::Llm,
         plan_version: setup.plan_version,
-        input: Some(json!({ "model": alias, "round": round })),
+        input: Some(input.clone()),
     };
     let key = ctx.open_attempt(new, sink).await?;
-    let mut request = ChatRequest::new(setup.model.clone(), convo.messages.clone());
+    let mut request = ChatRequest::new(setup.route.alias(), convo.messages.clone());
     if round <= setup.max_rounds {
         request.tools = setup.tools.clone();
     }
-    match call_model(ctx, &*setup.provider, request, &step_id, TextKind::Prose).await {
+    match call_model(ctx, &setup.route, request, &step_id, TextKind::Prose).await {
         Ok(reply) => {
             let summary = json!({ "text": reply.text, "tool_calls": reply.tool_calls.len() });
-            ctx.close_attempt(&key, AttemptEnd::completed(summary), sink)
-                .await;
+            let end = AttemptEnd::completed(summary);
+            let end = match reply.answered_by {
+                Some(_) => end.with_input(reply.mark_input(Some(input))),
+                None => end,
+            };
+            ctx.close_attempt(&key, end, sink).await;
             Ok((reply.text, reply.tool_calls))
         }
         Err(e) => {

@@ -7,8 +7,9 @@ use futures::StreamExt;
 
 use serde_json::Value;
 
-use crate::domain::event::UsageData;
+use crate::domain::event::{ErrorData, UsageData};
 use crate::domain::{ErrorCode, Payload, RunError};
+use crate::llm::router::{ModelRoute, Target};
 use crate::llm::{self, ChatRequest, LlmEvent, Message, ResponseSchema};
 use crate::plan::JsonSchema;
 
@@ -29,17 +30,130 @@ pub enum TextKind {
 pub struct ModelReply {
     pub text: String,
     pub tool_calls: Vec<llm::ToolCall>,
+    /// The fallback alias that answered, when the alias asked for failed.
+    pub answered_by: Option<String>,
 }
 
-/// Calls the model. Text streams live as `token`/`json_partial` events of `step_id` (it never
-/// waits in a sink: watching the model write is the point of streaming); the call's usage is
-/// counted and announced, and a call that crosses `max_tokens` fails.
+impl ModelReply {
+    /// An attempt's `input` with `answered_by` added when a fallback answered.
+    pub fn mark_input(&self, input: Option<Value>) -> Option<Value> {
+        match (&self.answered_by, input) {
+            (Some(by), Some(Value::Object(mut map))) => {
+                map.insert("answered_by".into(), Value::String(by.clone()));
+                Some(Value::Object(map))
+            }
+            (Some(by), None) => Some(serde_json::json!({ "answered_by": by })),
+            (_, input) => input,
+        }
+    }
+}
+
+/// Calls the model of `route`, then its fallbacks in order while a call fails unavailable
+/// (rate limited, 5xx, timeout, unreachable) before any text streamed: a fallback taken is
+/// announced as an `error` event of `step_id` with the failure's code. A rejection (4xx), a
+/// cancellation or a failure after text streamed ends the call.
 pub async fn call_model(
+    ctx: &RunContext,
+    route: &ModelRoute,
+    request: ChatRequest,
+    step_id: &str,
+    text_kind: TextKind,
+) -> Result<ModelReply, RunError> {
+    let targets = route.targets();
+    for (i, target) in targets.iter().enumerate() {
+        let failure = match call_target(ctx, target, request.clone(), step_id, text_kind).await {
+            Ok(mut reply) => {
+                reply.answered_by = (i > 0).then(|| target.alias.clone());
+                return Ok(reply);
+            }
+            Err(failure) => failure,
+        };
+        let next = targets.get(i + 1);
+        let Some(next) = next.filter(|_| failure.may_fall_back(ctx)) else {
+            return Err(failure.error);
+        };
+        let told = ErrorData {
+            error: RunError::new(
+                failure.error.code.clone(),
+                format!(
+                    "model `{}` failed ({}); falling back to `{}`",
+                    target.alias, failure.error.message, next.alias
+                ),
+            ),
+            step_id: Some(step_id.to_owned()),
+        };
+        ctx.emit(Some(step_id), told).await;
+    }
+    unreachable!("a route has at least one target, and the last one returns")
+}
+
+/// Why one target gave no answer, and whether it had begun to answer.
+struct Failure {
+    error: RunError,
+    streamed: bool,
+}
+
+impl Failure {
+    fn may_fall_back(&self, ctx: &RunContext) -> bool {
+        let unavailable = matches!(
+            self.error.code,
+            ErrorCode::LlmRateLimited
+                | ErrorCode::LlmError
+                | ErrorCode::LlmTimeout
+                | ErrorCode::LlmUnavailable
+        );
+        unavailable && !self.streamed && !ctx.cancel.is_cancelled()
+    }
+}
+
+/// One call to one target, under the alias's settings and deadline.
+async fn call_target(
+    ctx: &RunContext,
+    target: &Target,
+    mut request: ChatRequest,
+    step_id: &str,
+    text_kind: TextKind,
+) -> Result<ModelReply, Failure> {
+    request.model = target.model.clone();
+    request.temperature = request.temperature.or(target.temperature);
+    request.max_tokens = request.max_tokens.or(target.max_tokens);
+    let mut streamed = false;
+    let call = stream_reply(
+        ctx,
+        &*target.provider,
+        request,
+        step_id,
+        text_kind,
+        &mut streamed,
+    );
+    let result = match target.timeout {
+        None => call.await,
+        Some(deadline) => match tokio::time::timeout(deadline, call).await {
+            Ok(result) => result,
+            Err(_) => Err(RunError::new(
+                ErrorCode::LlmTimeout,
+                format!(
+                    "model `{}` did not answer within {} ms",
+                    target.alias,
+                    deadline.as_millis()
+                ),
+            )),
+        },
+    };
+    result.map_err(|error| Failure { error, streamed })
+}
+
+/// Streams one answer. Text streams live as `token`/`json_partial` events of `step_id` (it
+/// never waits in a sink: watching the model write is the point of streaming); the call's
+/// usage is counted and announced, and a call that crosses `max_tokens` fails. `streamed` is
+/// set once text has gone out.
+async fn stream_reply(
     ctx: &RunContext,
     provider: &dyn llm::LlmProvider,
     request: ChatRequest,
     step_id: &str,
     text_kind: TextKind,
+    streamed: &mut bool,
 ) -> Result<ModelReply, RunError> {
     let started = Instant::now();
     ctx.count_llm_call();
@@ -51,6 +165,7 @@ pub async fn call_model(
     let mut reply = ModelReply {
         text: String::new(),
         tool_calls: Vec::new(),
+        answered_by: None,
     };
     let mut usage = llm::Usage::default();
     while let Some(item) = stream.next().await {
@@ -62,6 +177,7 @@ pub async fn call_model(
                     TextKind::Json => Payload::json_partial(delta),
                     TextKind::Quiet => continue,
                 };
+                *streamed = true;
                 ctx.emit(Some(step_id), piece).await;
             }
             LlmEvent::ToolCall(call) => reply.tool_calls.push(call),
@@ -92,14 +208,20 @@ pub struct Prompt<'a> {
     pub output_schema: Option<&'a JsonSchema>,
 }
 
+/// What [`ask`] got: the answer, and the fallback alias that gave it, if one did.
+pub struct Answer {
+    pub value: Value,
+    pub answered_by: Option<String>,
+}
+
 /// Asks the model once, as step `step_id`: the text, or with an output schema the JSON value
 /// the model answered (streamed as `json_partial`, checked against the schema).
-pub async fn ask(ctx: &RunContext, step_id: &str, prompt: Prompt<'_>) -> Result<Value, RunError> {
+pub async fn ask(ctx: &RunContext, step_id: &str, prompt: Prompt<'_>) -> Result<Answer, RunError> {
     let alias = prompt.model.or(ctx.spec.model.as_deref());
-    let (provider, model) = ctx
+    let route = ctx
         .services
         .llm
-        .resolve(alias)
+        .route(alias)
         .map_err(|e| e.to_run_error())?;
     let mut messages = Vec::new();
     if let Some(content) = prompt.system {
@@ -108,7 +230,7 @@ pub async fn ask(ctx: &RunContext, step_id: &str, prompt: Prompt<'_>) -> Result<
     messages.push(Message::User {
         content: prompt.user,
     });
-    let mut request = ChatRequest::new(model, messages);
+    let mut request = ChatRequest::new(route.alias(), messages);
     let text_kind = match prompt.output_schema {
         Some(schema) => {
             request.response_schema = Some(ResponseSchema {
@@ -119,11 +241,15 @@ pub async fn ask(ctx: &RunContext, step_id: &str, prompt: Prompt<'_>) -> Result<
         }
         None => TextKind::Prose,
     };
-    let reply = call_model(ctx, &*provider, request, step_id, text_kind).await?;
-    match prompt.output_schema {
-        None => Ok(Value::String(reply.text)),
-        Some(schema) => structured(&reply.text, schema),
-    }
+    let reply = call_model(ctx, &route, request, step_id, text_kind).await?;
+    let value = match prompt.output_schema {
+        None => Value::String(reply.text),
+        Some(schema) => structured(&reply.text, schema)?,
+    };
+    Ok(Answer {
+        value,
+        answered_by: reply.answered_by,
+    })
 }
 
 /// The model's answer as JSON valid against `schema`.

@@ -241,21 +241,22 @@ pub(super) async fn ask(
     let mut sink = EventSink::Live;
     let key = ctx.open_attempt(new, &mut sink).await?;
     let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
-    let (provider, model) = ctx
+    let route = ctx
         .services
         .llm
-        .resolve(alias)
+        .route(alias)
         .map_err(|e| e.to_run_error())?;
-    let mut request = ChatRequest::new(model, messages.to_vec());
+    let mut request = ChatRequest::new(route.alias(), messages.to_vec());
     if let Some(schema) = &function.output_schema {
         request.response_schema = Some(ResponseSchema {
             name: call.schema_name.into(),
             schema: schema.schema.clone(),
         });
     }
-    let reply = call_model(ctx, &*provider, request, call.step, TextKind::Json).await;
+    let reply = call_model(ctx, &route, request, call.step, TextKind::Json).await;
     let end = match &reply {
-        Ok(r) => AttemptEnd::completed(json!({ "characters": r.text.chars().count() })),
+        Ok(r) => AttemptEnd::completed(json!({ "characters": r.text.chars().count() }))
+            .with_input(r.mark_input(Some(json!({ "repair": round })))),
         Err(e) => AttemptEnd::failed(e.clone()),
     };
     ctx.close_attempt(&key, end, &mut sink).await;

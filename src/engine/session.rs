@@ -310,15 +310,16 @@ async fn ask(ctx: &RunContext, function: &LlmFunction, input: &Value) -> Result<
     let mut sink = EventSink::Live;
     let key = ctx.open_attempt(new, &mut sink).await?;
     let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
-    let reply = match ctx.services.llm.resolve(alias) {
-        Ok((provider, model)) => {
-            let request = ChatRequest::new(model, messages);
-            call_model(ctx, &*provider, request, SUMMARY_STEP, TextKind::Quiet).await
+    let reply = match ctx.services.llm.route(alias) {
+        Ok(route) => {
+            let request = ChatRequest::new(route.alias(), messages);
+            call_model(ctx, &route, request, SUMMARY_STEP, TextKind::Quiet).await
         }
         Err(e) => Err(e.to_run_error()),
     };
     let end = match &reply {
-        Ok(r) => AttemptEnd::completed(Value::String(r.text.clone())),
+        Ok(r) => AttemptEnd::completed(Value::String(r.text.clone()))
+            .with_input(r.mark_input(Some(json!({ "turns": input["turns"] })))),
         Err(e) => AttemptEnd::failed(e.clone()),
     };
     ctx.close_attempt(&key, end, &mut sink).await;

@@ -32,7 +32,7 @@ pub struct Simple;
 #[async_trait]
 impl Executor for Simple {
     async fn execute(&self, ctx: &RunContext) -> Outcome {
-        let (provider, model) = match ctx.services.llm.resolve(ctx.spec.model.as_deref()) {
+        let route = match ctx.services.llm.route(ctx.spec.model.as_deref()) {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e.to_run_error()),
         };
@@ -51,8 +51,7 @@ impl Executor for Simple {
             Err(e) => return Outcome::Failed(e),
         };
         let setup = Setup {
-            provider,
-            model,
+            route,
             alias: ctx.spec.model.clone(),
             tools: run_tools(ctx),
             max_rounds: ctx.services.config.max_tool_rounds,
@@ -122,15 +121,16 @@ pub fn input_text(input: &Value) -> String {
     }
 }
 
-/// The system prompt (with the summary of the session's older turns, if any), the session's
+/// The system prompt (the run's `instructions`, else the built-in one; with the summary of the session's older turns, if any), the session's
 /// later exchanges, and the run input.
 async fn opening_messages(ctx: &RunContext) -> Vec<Message> {
     let history = session::history(ctx).await;
+    let prompt = ctx.spec.instructions.as_deref().unwrap_or(SYSTEM_PROMPT);
     let system = match history.summary {
         Some(summary) => {
-            format!("{SYSTEM_PROMPT}\n\nSummary of the conversation so far: {summary}")
+            format!("{prompt}\n\nSummary of the conversation so far: {summary}")
         }
-        None => SYSTEM_PROMPT.to_owned(),
+        None => prompt.to_owned(),
     };
     let mut messages = vec![Message::System { content: system }];
     messages.extend(history.turns);

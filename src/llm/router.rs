@@ -8,19 +8,50 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::{Config, ProviderKind};
 
 use super::providers::offline::{self, OfflineProvider};
 use super::providers::openai::OpenAiProvider;
 use super::{Error, LlmProvider};
 
-/// Where one alias goes.
+/// Where one alias goes and how calls through it are made.
+#[derive(Clone)]
+pub struct Target {
+    /// The alias this target is configured under.
+    pub alias: String,
+    pub provider: Arc<dyn LlmProvider>,
+    /// The name sent to the provider, e.g. `gpt-4o-mini`.
+    pub model: String,
+    pub temperature: Option<f32>,
+    pub max_tokens: Option<u32>,
+    /// Deadline of one whole call through this alias.
+    pub timeout: Option<Duration>,
+}
+
+/// What one alias resolves to: its own target, then its fallbacks in order (never empty).
+#[derive(Clone)]
+pub struct ModelRoute {
+    targets: Vec<Target>,
+}
+
+impl ModelRoute {
+    /// The alias asked for.
+    pub fn alias(&self) -> &str {
+        &self.targets[0].alias
+    }
+
+    /// The alias's own target first, then each fallback.
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
+    }
+}
+
 #[derive(Clone)]
 struct Route {
-    provider: Arc<dyn LlmProvider>,
-    /// The name sent to the provider, e.g. `gpt-4o-mini`.
-    model: String,
+    target: Target,
+    fallback: Option<String>,
 }
 
 /// Model aliases mapped to a provider and its model name. Cheap to clone: clones share one
@@ -32,40 +63,63 @@ pub struct LlmRouter {
     default_alias: String,
 }
 
+/// The providers by name: `openai` (when configured), `offline`, and `[llm.providers]`.
+fn build_providers(config: &Config) -> Result<BTreeMap<String, Arc<dyn LlmProvider>>, String> {
+    let offline: Arc<dyn LlmProvider> = Arc::new(OfflineProvider::with_token_delay(
+        Duration::from_millis(config.llm.offline_token_delay_ms),
+    ));
+    let mut providers = BTreeMap::new();
+    providers.insert("offline".to_owned(), offline.clone());
+    if config.uses_openai() {
+        let openai: Arc<dyn LlmProvider> = Arc::new(OpenAiProvider::new(&config.llm.openai)?);
+        providers.insert("openai".to_owned(), openai);
+    }
+    for (name, p) in &config.llm.providers {
+        // `llm.provider = "offline"` sends everything to the offline provider.
+        let provider = if p.kind == ProviderKind::Offline || !config.uses_any_endpoint() {
+            offline.clone()
+        } else {
+            Arc::new(OpenAiProvider::named(name, &p.as_openai())?) as Arc<dyn LlmProvider>
+        };
+        providers.insert(name.clone(), provider);
+    }
+    Ok(providers)
+}
+
 impl LlmRouter {
     /// Builds the providers and the alias table from the configuration.
     ///
-    /// Without an OpenAI-compatible endpoint configured, every alias answers with the offline
-    /// provider: a default install then completes runs instead of failing on a missing key.
+    /// Without an OpenAI-compatible endpoint configured, aliases of the `openai` provider
+    /// answer with the offline provider: a default install then completes runs instead of
+    /// failing on a missing key.
     pub fn from_config(config: &Config) -> Result<LlmRouter, String> {
-        let offline: Arc<dyn LlmProvider> = Arc::new(OfflineProvider::with_token_delay(
-            std::time::Duration::from_millis(config.llm.offline_token_delay_ms),
-        ));
-        let openai: Option<Arc<dyn LlmProvider>> = if config.uses_openai() {
-            Some(Arc::new(OpenAiProvider::new(&config.llm.openai)?))
-        } else {
-            None
-        };
-        let offline_route = || Route {
-            provider: offline.clone(),
-            model: offline::MODEL.to_owned(),
-        };
-
+        let providers = build_providers(config)?;
+        let offline = providers["offline"].clone();
         let mut routes = BTreeMap::new();
         for (alias, target) in &config.llm.models {
-            let route = match (target.provider.as_str(), &openai) {
-                ("openai", Some(openai)) => Route {
-                    provider: openai.clone(),
-                    model: target.model.clone(),
-                },
-                ("openai", None) => offline_route(),
-                ("offline", _) => offline_route(),
-                (other, _) => {
+            let (provider, model) = match providers.get(&target.provider) {
+                Some(p) if target.provider != "offline" => (p.clone(), target.model.clone()),
+                // Unconfigured `openai`, or `offline` itself.
+                None if target.provider == "openai" => (offline.clone(), offline::MODEL.into()),
+                Some(_) => (offline.clone(), offline::MODEL.into()),
+                None => {
                     return Err(format!(
-                        "llm.models: alias `{alias}` names provider `{other}`; expected `openai` \
-                         or `offline`"
+                        "llm.models.{alias}.provider: unknown provider `{}`",
+                        target.provider
                     ));
                 }
+            };
+            let target_ = Target {
+                alias: alias.clone(),
+                provider,
+                model,
+                temperature: target.temperature,
+                max_tokens: target.max_tokens,
+                timeout: target.timeout_ms.map(Duration::from_millis),
+            };
+            let route = Route {
+                target: target_,
+                fallback: target.fallback.clone(),
             };
             routes.insert(alias.clone(), route);
         }
@@ -90,8 +144,15 @@ impl LlmRouter {
         routes.insert(
             default_alias.to_owned(),
             Route {
-                provider,
-                model: default_alias.to_owned(),
+                target: Target {
+                    alias: default_alias.to_owned(),
+                    provider,
+                    model: default_alias.to_owned(),
+                    temperature: None,
+                    max_tokens: None,
+                    timeout: None,
+                },
+                fallback: None,
             },
         );
         LlmRouter {
@@ -102,11 +163,28 @@ impl LlmRouter {
 
     /// The provider and the provider's model name for an alias (`None` = the default alias).
     pub fn resolve(&self, alias: Option<&str>) -> Result<(Arc<dyn LlmProvider>, String), Error> {
+        let route = self.route(alias)?;
+        let first = &route.targets()[0];
+        Ok((first.provider.clone(), first.model.clone()))
+    }
+
+    /// An alias (`None` = the default) with its fallbacks, in the order they are tried.
+    pub fn route(&self, alias: Option<&str>) -> Result<ModelRoute, Error> {
         let alias = alias.unwrap_or(&self.default_alias);
-        self.routes
+        let mut route = self
+            .routes
             .get(alias)
-            .map(|route| (route.provider.clone(), route.model.clone()))
-            .ok_or_else(|| Error::UnknownModel(alias.to_owned()))
+            .ok_or_else(|| Error::UnknownModel(alias.to_owned()))?;
+        let mut targets = vec![route.target.clone()];
+        // Cycles are refused at start; the bound only keeps a bad table from looping here.
+        while let Some(next) = route.fallback.as_deref().and_then(|f| self.routes.get(f)) {
+            if targets.iter().any(|t| t.alias == next.target.alias) {
+                break;
+            }
+            targets.push(next.target.clone());
+            route = next;
+        }
+        Ok(ModelRoute { targets })
     }
 
     pub fn has_alias(&self, alias: &str) -> bool {
@@ -131,7 +209,7 @@ impl fmt::Debug for LlmRouter {
         for (alias, route) in self.routes.iter() {
             map.entry(
                 alias,
-                &format_args!("{}/{}", route.provider.name(), route.model),
+                &format_args!("{}/{}", route.target.provider.name(), route.target.model),
             );
         }
         map.finish()
@@ -147,13 +225,10 @@ mod tests {
         let mut config = Config::default();
         config.llm.provider = provider;
         config.llm.openai.base_url = base_url.into();
-        config.llm.models.insert(
-            "smart".into(),
-            ModelAlias {
-                provider: "openai".into(),
-                model: "gpt-4o".into(),
-            },
-        );
+        config
+            .llm
+            .models
+            .insert("smart".into(), ModelAlias::new("openai", "gpt-4o"));
         config
     }
 
@@ -231,13 +306,9 @@ mod tests {
         );
 
         let mut bad = Config::default();
-        bad.llm.models.insert(
-            "x".into(),
-            ModelAlias {
-                provider: "anthropic".into(),
-                model: "m".into(),
-            },
-        );
+        bad.llm
+            .models
+            .insert("x".into(), ModelAlias::new("anthropic", "m"));
         assert!(
             LlmRouter::from_config(&bad)
                 .unwrap_err()

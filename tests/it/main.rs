@@ -11,6 +11,7 @@ mod fixed;
 mod history;
 mod llm_provider;
 mod loops;
+mod models;
 mod offline_samples;
 mod planning;
 mod posture;

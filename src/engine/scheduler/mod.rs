@@ -772,6 +772,7 @@ mod tests {
             limits: Default::default(),
             metadata: Default::default(),
             session_id: None,
+            instructions: None,
         };
         let run = Run {
             id: RunId::new(),

@@ -314,19 +314,19 @@ async fn call(
     messages: Vec<Message>,
 ) -> Result<Value, RunError> {
     let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
-    let (provider, model) = ctx
+    let route = ctx
         .services
         .llm
-        .resolve(alias)
+        .route(alias)
         .map_err(|e| e.to_run_error())?;
-    let mut request = ChatRequest::new(model, messages);
+    let mut request = ChatRequest::new(route.alias(), messages);
     if let Some(schema) = &function.output_schema {
         request.response_schema = Some(ResponseSchema {
             name: RESPONSE_NAME.into(),
             schema: schema.schema.clone(),
         });
     }
-    let reply = call_model(ctx, &*provider, request, SELECTOR_STEP, TextKind::Json).await?;
+    let reply = call_model(ctx, &route, request, SELECTOR_STEP, TextKind::Json).await?;
     match &function.output_schema {
         Some(schema) => structured(&reply.text, schema),
         None => serde_json::from_str(reply.text.trim()).map_err(|e| {

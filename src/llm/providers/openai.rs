@@ -35,6 +35,8 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// An OpenAI-compatible chat model reached over HTTP.
 #[derive(Debug)]
 pub struct OpenAiProvider {
+    /// The provider's configured name, for logs (`openai` for `[llm.openai]`).
+    name: String,
     client: reqwest::Client,
     /// `{base}/chat/completions`, computed once.
     endpoint: String,
@@ -49,12 +51,21 @@ impl OpenAiProvider {
     /// Builds the HTTP client. Fails (with a message for the operator) when the base URL is not
     /// a usable http(s) URL.
     pub fn new(cfg: &OpenAiConfig) -> Result<Self, String> {
+        Self::build("openai", "llm.openai", cfg)
+    }
+
+    /// The provider `[llm.providers.NAME]`.
+    pub fn named(name: &str, cfg: &OpenAiConfig) -> Result<Self, String> {
+        Self::build(name, &format!("llm.providers.{name}"), cfg)
+    }
+
+    fn build(name: &str, key: &str, cfg: &OpenAiConfig) -> Result<Self, String> {
         let base = cfg.effective_base_url();
         let url = reqwest::Url::parse(base)
-            .map_err(|e| format!("llm.openai.base_url `{base}` is not a valid URL: {e}"))?;
+            .map_err(|e| format!("{key}.base_url `{base}` is not a valid URL: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!(
-                "llm.openai.base_url `{base}` must be an http:// or https:// URL"
+                "{key}.base_url `{base}` must be an http:// or https:// URL"
             ));
         }
         let client = reqwest::Client::builder()
@@ -63,6 +74,7 @@ impl OpenAiProvider {
             .build()
             .map_err(|e| format!("could not build the HTTP client for the LLM provider: {e}"))?;
         Ok(OpenAiProvider {
+            name: name.to_owned(),
             client,
             endpoint: format!("{base}/chat/completions"),
             api_key: cfg.api_key.clone(),
@@ -166,7 +178,7 @@ impl OpenAiProvider {
 #[async_trait]
 impl LlmProvider for OpenAiProvider {
     fn name(&self) -> &str {
-        "openai"
+        &self.name
     }
 
     async fn stream(

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use crate::domain::{ErrorCode, RunError};
 use crate::plan::{JsonSchema, NoResults, Scope, StepSpec, Template};
 
-use super::super::super::model::{Prompt, ask};
+use super::super::super::model::{Answer, Prompt, ask};
 use super::super::frame::{Frame, Locals, render_error};
 use super::StepIo;
 
@@ -38,7 +38,7 @@ pub(crate) async fn run(
         model: ask_.model,
         output_schema: ask_.output_schema,
     };
-    ask(frame.ctx, spec.id.as_str(), prompt).await
+    answered(ask(frame.ctx, spec.id.as_str(), prompt).await?, io)
 }
 
 /// A step calling the named `function` with `arguments`.
@@ -73,5 +73,13 @@ pub(crate) async fn call(
         model: f.model.as_deref(),
         output_schema: f.output_schema.as_ref(),
     };
-    ask(ctx, spec.id.as_str(), prompt).await
+    answered(ask(ctx, spec.id.as_str(), prompt).await?, io)
+}
+
+/// The answer's value; the step's input shows the fallback alias that gave it, if one did.
+fn answered(answer: Answer, io: &mut StepIo<'_>) -> Result<Value, RunError> {
+    if let (Some(by), Some(Value::Object(input))) = (answer.answered_by, io.input.as_mut()) {
+        input.insert("answered_by".into(), Value::String(by));
+    }
+    Ok(answer.value)
 }

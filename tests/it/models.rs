@@ -1,0 +1,265 @@
+//! Models and providers by alias: two scripted OpenAI-compatible servers as two named
+//! providers; alias settings on the wire, keys from the environment, fallbacks, and a run's own
+//! `instructions`.
+
+use orca::config::{Config, Overrides, ProviderChoice};
+use serde_json::{Value, json};
+
+use crate::support::app::{assert_well_formed, final_data, spawn_app, spawn_app_in, use_scripted};
+use crate::support::scripted_llm::{Reply, ScriptedLlm};
+
+/// The `[llm]` section loaded the way `orca serve` loads it: from a TOML file, with `env` as
+/// the environment (so each test has its own key variable and nothing touches the process's).
+fn load_llm(toml: &str, env: &[(&str, &str)]) -> Result<orca::config::LlmConfig, String> {
+    let file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    std::fs::write(file.path(), toml).unwrap();
+    let mut vars: Vec<(String, String)> = vec![(
+        "ORCA_CONFIG".into(),
+        file.path().to_str().unwrap().to_owned(),
+    )];
+    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Config::load_from(&Overrides::default(), &vars)
+        .map(|c| c.llm)
+        .map_err(|e| e.to_string())
+}
+
+/// Providers `primary` (keyed by `key_var`) and `secondary` (no key); aliases `fast`
+/// (primary, with settings, falling back to `backup`) and `backup` (secondary).
+fn two_providers(primary: &ScriptedLlm, secondary: &ScriptedLlm, key_var: &str) -> String {
+    format!(
+        r#"
+[llm.providers.primary]
+kind = "openai"
+base_url = "{}"
+api_key_env = "{key_var}"
+max_retries = 1
+retry_initial_delay_ms = 5
+retry_max_delay_ms = 10
+read_timeout_ms = 5000
+
+[llm.providers.secondary]
+kind = "openai"
+base_url = "{}"
+max_retries = 0
+
+[llm.models.fast]
+provider = "primary"
+model = "m-fast"
+temperature = 0.25
+max_tokens = 77
+fallback = "backup"
+
+[llm.models.backup]
+provider = "secondary"
+model = "m-backup"
+"#,
+        primary.base_url(),
+        secondary.base_url()
+    )
+}
+
+fn configure(c: &mut Config, llm: orca::config::LlmConfig) {
+    c.llm = llm;
+    c.llm.provider = ProviderChoice::Auto;
+    c.llm.offline_token_delay_ms = 0;
+}
+
+fn events_of(history: &[Value], kind: &str) -> Vec<Value> {
+    history
+        .iter()
+        .filter(|e| e["kind"] == kind)
+        .map(|e| e["data"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn alias_settings_reach_the_wire_and_the_key_goes_to_its_own_server_only() {
+    let (primary, secondary) = (ScriptedLlm::start().await, ScriptedLlm::start().await);
+    let var = "ORCA_IT_MODELS_KEY_WIRE";
+    let llm = load_llm(
+        &two_providers(&primary, &secondary, var),
+        &[(var, "sk-primary-0123456789")],
+    )
+    .unwrap();
+    assert!(!format!("{llm:?}").contains("sk-primary-0123456789"));
+    let app = spawn_app(|c| configure(c, llm)).await;
+    primary.push(Reply::text("fast answer"));
+    let events = app
+        .stream_run(json!({ "input": "hi", "orchestration": "simple", "model": "fast" }))
+        .await;
+    assert_well_formed(&events, 1);
+    assert_eq!(final_data(&events)["output"], "fast answer");
+    let sent = primary.recorded();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].body["model"], "m-fast");
+    assert_eq!(sent[0].body["temperature"], 0.25);
+    assert_eq!(sent[0].body["max_tokens"], 77);
+    assert_eq!(
+        sent[0].authorization.as_deref(),
+        Some("Bearer sk-primary-0123456789")
+    );
+    assert_eq!(secondary.request_count(), 0);
+
+    // The other provider is called without a key, and without settings its alias lacks.
+    secondary.push(Reply::text("backup answer"));
+    let events = app
+        .stream_run(json!({ "input": "hi", "orchestration": "simple", "model": "backup" }))
+        .await;
+    assert_eq!(final_data(&events)["output"], "backup answer");
+    let sent = secondary.recorded();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].body["model"], "m-backup");
+    assert_eq!(sent[0].authorization, None);
+    assert!(
+        sent[0].body.get("temperature").is_none(),
+        "{}",
+        sent[0].body
+    );
+    assert!(sent[0].body.get("max_tokens").is_none(), "{}", sent[0].body);
+    assert_eq!(primary.request_count(), 1);
+}
+
+#[tokio::test]
+async fn a_fallback_alias_answers_when_the_primary_fails_after_its_retries() {
+    let (primary, secondary) = (ScriptedLlm::start().await, ScriptedLlm::start().await);
+    let var = "ORCA_IT_MODELS_KEY_FALLBACK";
+    let llm = load_llm(
+        &two_providers(&primary, &secondary, var),
+        &[(var, "sk-primary-fallback-01")],
+    )
+    .unwrap();
+    let app = spawn_app(|c| configure(c, llm)).await;
+    primary.push(Reply::status(500)).push(Reply::status(500));
+    secondary.push(Reply::text("the backup answered"));
+    let events = app
+        .stream_run(json!({ "input": "hi", "orchestration": "simple", "model": "fast" }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], "the backup answered");
+    // One request and its one retry went to the primary, then one to the backup.
+    assert_eq!(primary.request_count(), 2);
+    assert_eq!(secondary.request_count(), 1);
+    assert_eq!(secondary.recorded()[0].authorization, None);
+
+    let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    let history = app.history(&id).await;
+    let errors = events_of(&history, "error");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["code"], "llm_error");
+    assert_eq!(errors[0]["step_id"], "llm-1");
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`fast`") && message.contains("`backup`"),
+        "{message}"
+    );
+    assert!(!history.iter().any(|e| e.to_string().contains("sk-primary")));
+    let attempts = app.attempts(&id, "llm-1").await;
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0]["status"], "completed");
+    assert_eq!(attempts[0]["input"]["model"], "fast");
+    assert_eq!(attempts[0]["input"]["answered_by"], "backup");
+}
+
+#[tokio::test]
+async fn a_rejection_does_not_fall_back() {
+    let (primary, secondary) = (ScriptedLlm::start().await, ScriptedLlm::start().await);
+    let var = "ORCA_IT_MODELS_KEY_REJECT";
+    let llm = load_llm(
+        &two_providers(&primary, &secondary, var),
+        &[(var, "sk-primary-reject-0001")],
+    )
+    .unwrap();
+    let app = spawn_app(|c| configure(c, llm)).await;
+    primary.push(Reply::status(400).message("bad request"));
+    secondary.push(Reply::text("must not be used"));
+    let events = app
+        .stream_run(json!({ "input": "hi", "orchestration": "simple", "model": "fast" }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "llm_rejected");
+    assert_eq!(primary.request_count(), 1);
+    assert_eq!(secondary.request_count(), 0);
+    let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    let attempts = app.attempts(&id, "llm-1").await;
+    assert!(attempts[0]["input"].get("answered_by").is_none());
+}
+
+#[tokio::test]
+async fn a_missing_key_variable_stops_the_start_naming_the_key() {
+    let (primary, secondary) = (ScriptedLlm::start().await, ScriptedLlm::start().await);
+    let var = "ORCA_IT_MODELS_KEY_NEVER_SET";
+    let err = load_llm(&two_providers(&primary, &secondary, var), &[]).unwrap_err();
+    assert!(err.contains("llm.providers.primary.api_key_env"), "{err}");
+    assert!(err.contains(var), "{err}");
+}
+
+fn system_prompt(request: &Value) -> String {
+    let first = &request["messages"][0];
+    assert_eq!(first["role"], "system", "{request}");
+    first["content"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn instructions_replace_the_system_prompt_and_survive_a_restart() {
+    let llm = ScriptedLlm::start().await;
+    let instructions = "You are a terse pirate. Answer in one line.";
+    llm.push(Reply::text("never finished").stall_after(2));
+    let app = spawn_app(|c| {
+        use_scripted(c, &llm);
+        c.llm.openai.read_timeout_ms = 30_000;
+    })
+    .await;
+    let run = app
+        .create_run(json!({
+            "input": "where is the treasure?",
+            "orchestration": "simple",
+            "instructions": instructions,
+        }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    llm.wait_for_requests(1).await;
+    assert_eq!(system_prompt(&llm.requests()[0]), instructions);
+
+    let dir = app.stop().await;
+    llm.push(Reply::text("Arr, under the palm."));
+    let app = spawn_app_in(dir, |c| use_scripted(c, &llm)).await;
+    let events = app.follow(&id).await;
+    assert_eq!(final_data(&events)["output"], "Arr, under the palm.");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(system_prompt(&requests[1]), instructions);
+
+    // Without instructions, the built-in prompt.
+    llm.push(Reply::text("plain"));
+    app.stream_run(json!({ "input": "hi", "orchestration": "simple" }))
+        .await;
+    let prompt = system_prompt(&llm.requests()[2]);
+    assert!(prompt.starts_with("You are orca"), "{prompt}");
+}
+
+#[tokio::test]
+async fn oversized_instructions_are_refused_with_a_pointer() {
+    let app = spawn_app(|_| {}).await;
+    let too_long = "x".repeat(32 * 1024 + 1);
+    for instructions in [json!(too_long), json!(""), json!(5)] {
+        let (status, body) = app
+            .post_json(
+                "/v1/runs",
+                &json!({ "input": "hi", "instructions": instructions }),
+            )
+            .await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(body["errors"][0]["pointer"], "/instructions", "{body}");
+    }
+    // 32 KiB of multi-byte text is over the byte limit even under 32768 characters.
+    let (status, body) = app
+        .post_json(
+            "/v1/runs",
+            &json!({ "input": "hi", "instructions": "é".repeat(20_000) }),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["errors"][0]["pointer"], "/instructions", "{body}");
+}
