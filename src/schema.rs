@@ -81,8 +81,13 @@ pub fn message_of(err: &ValidationError<'_>) -> String {
 }
 
 /// `message` cut to [`MAX_MESSAGE_CHARS`] characters, with `…` when something was cut.
-pub fn truncate(mut message: String) -> String {
-    if let Some((cut, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
+pub fn truncate(message: String) -> String {
+    truncate_to(message, MAX_MESSAGE_CHARS)
+}
+
+/// `message` cut to `max_chars` characters, with `…` when something was cut.
+pub fn truncate_to(mut message: String, max_chars: usize) -> String {
+    if let Some((cut, _)) = message.char_indices().nth(max_chars) {
         message.truncate(cut);
         message.push('…');
     }

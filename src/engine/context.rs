@@ -448,15 +448,7 @@ impl RunContext {
         if times < self.services.config.loop_repeats {
             return None;
         }
-        let mut args = arguments.to_string();
-        if args.len() > 200 {
-            let cut = (0..=200)
-                .rev()
-                .find(|&i| args.is_char_boundary(i))
-                .unwrap_or(0);
-            args.truncate(cut);
-            args.push('…');
-        }
+        let args = crate::schema::truncate_to(arguments.to_string(), 200);
         Some(self.breached_by(RunError::new(
             ErrorCode::LoopDetected,
             format!("`{tool}` was called {times} times with the same arguments {args} and gave the same result"),

@@ -140,15 +140,7 @@ impl Frame<'_> {
         if met {
             return Ok(());
         }
-        let mut shown = output.to_string();
-        if shown.len() > 200 {
-            let cut = (0..=200)
-                .rev()
-                .find(|&i| shown.is_char_boundary(i))
-                .unwrap_or(0);
-            shown.truncate(cut);
-            shown.push('…');
-        }
+        let shown = crate::schema::truncate_to(output.to_string(), 200);
         Err(RunError::new(
             ErrorCode::UnexpectedResult,
             format!(
