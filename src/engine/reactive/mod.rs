@@ -50,7 +50,7 @@ use super::fixed::{self, FIRST_VERSION};
 use super::planner::{self, Planned};
 use super::scheduler::{Next, Report, Scheduler};
 use super::simple::Simple;
-use replanner::{Replanned, Version, completed_outputs};
+use replanner::{Replanned, Version};
 pub use wakes::Wakes;
 
 pub struct Reactive;
@@ -509,11 +509,9 @@ fn tighten_clock(ctx: &RunContext, plan: &ValidPlan) {
 /// Ends the run with `error`: `partial` with the outputs of the steps that completed, or
 /// `error` when none did.
 fn ended(error: RunError, progress: &PlanProgress) -> Outcome {
-    let done = completed_outputs(progress);
-    if done.is_empty() {
-        Outcome::Failed(error)
-    } else {
-        Outcome::Partial(Value::Object(done.into_iter().collect()), error)
+    match super::completion::completed_outputs(&progress.steps) {
+        Some(done) => Outcome::Partial(done, error),
+        None => Outcome::Failed(error),
     }
 }
 

@@ -4,8 +4,6 @@
 //! An answer that breaks them goes back to the model with its problems, up to
 //! `engine.max_plan_repairs` times, like a first plan.
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -17,6 +15,7 @@ use crate::llm::Message;
 use crate::plan::{self, Problem, ValidPlan};
 
 use super::super::checkpoint::PlanProgress;
+use super::super::completion;
 use super::super::context::RunContext;
 use super::super::fixed;
 use super::super::planner::{self, Call};
@@ -150,21 +149,11 @@ fn replanning_input(
         "version": current.number,
         "plan": current.doc,
         "earlier_versions": versions.iter().map(|v| v.number).collect::<Vec<_>>(),
-        "completed": completed_outputs(progress),
+        "completed": completion::completed_outputs(&progress.steps).unwrap_or_else(|| json!({})),
         "tools": planning["tools"],
         "functions": planning["functions"],
         "limits": planning["limits"],
     })
-}
-
-/// The outputs of the steps that completed, by id.
-pub fn completed_outputs(progress: &PlanProgress) -> BTreeMap<String, Value> {
-    progress
-        .steps
-        .iter()
-        .filter(|(_, r)| r.status == StepStatus::Completed)
-        .map(|(id, r)| (id.clone(), r.output.clone().unwrap_or(Value::Null)))
-        .collect()
 }
 
 /// The rules a new version is held to.
