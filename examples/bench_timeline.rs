@@ -301,6 +301,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
             kind: payload.kind(),
             ts: *ts,
             step_id: step.clone(),
+            path: None,
             data: payload.to_data(),
         })));
     }
@@ -329,6 +330,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         kind: fin.kind(),
         ts: end,
         step_id: None,
+        path: None,
         data: fin.to_data(),
     };
     store.finish_run(&run, &last).await.expect("finish");

@@ -232,6 +232,133 @@ async fn read_agent(path: &Path) -> anyhow::Result<(String, Value)> {
     Ok((name, definition))
 }
 
+/// Copies into the plan document `doc` the registered agents and workflows its steps name
+/// (and those they name in turn: handoff targets, workflow agents, the steps of nested
+/// workflows) that the plan does not define itself, so the run executes — and resumes —
+/// exactly what was validated. Names found nowhere are left for validation to report.
+pub async fn resolve_references(
+    store: &Store,
+    tenant: &crate::domain::Tenant,
+    doc: &mut Value,
+) -> crate::store::Result<()> {
+    let Some(members) = doc.as_object_mut() else {
+        return Ok(());
+    };
+    let mut agents = take_map(members, "agents");
+    let mut workflows = take_map(members, "workflows");
+    let mut wanted = Wanted::default();
+    wanted.steps(members.get("steps"));
+    for definition in agents.values().chain(workflows.values()) {
+        wanted.definition(definition);
+    }
+    // Bounded by the schema's limits on both maps: past them, validation reports the plan.
+    while agents.len() <= 64 && workflows.len() <= 32 {
+        if let Some(name) = wanted.agents.pop() {
+            if agents.contains_key(&name) {
+                continue;
+            }
+            if let Some(found) = store.get_entry(Registry::Agents, tenant, &name).await? {
+                wanted.definition(&found.definition);
+                agents.insert(name, found.definition);
+            }
+        } else if let Some(name) = wanted.workflows.pop() {
+            if workflows.contains_key(&name) {
+                continue;
+            }
+            if let Some(found) = store.get_entry(Registry::Workflows, tenant, &name).await? {
+                wanted.definition(&found.definition);
+                wanted.steps(found.definition.get("steps"));
+                workflows.insert(name, found.definition);
+            }
+        } else {
+            break;
+        }
+    }
+    if !agents.is_empty() {
+        members.insert("agents".into(), Value::Object(agents));
+    }
+    if !workflows.is_empty() {
+        members.insert("workflows".into(), Value::Object(workflows));
+    }
+    Ok(())
+}
+
+fn take_map(
+    members: &mut serde_json::Map<String, Value>,
+    key: &str,
+) -> serde_json::Map<String, Value> {
+    match members.remove(key) {
+        Some(Value::Object(map)) => map,
+        Some(other) => {
+            // Not an object: put it back for validation to report.
+            members.insert(key.into(), other);
+            serde_json::Map::new()
+        }
+        None => serde_json::Map::new(),
+    }
+}
+
+/// Agent and workflow names still to look up.
+#[derive(Default)]
+struct Wanted {
+    agents: Vec<String>,
+    workflows: Vec<String>,
+}
+
+impl Wanted {
+    /// The names steps use, children included.
+    fn steps(&mut self, steps: Option<&Value>) {
+        for step in steps.and_then(Value::as_array).into_iter().flatten() {
+            let input = step.get("input");
+            let text = |k: &str| input.and_then(|i| i.get(k)).and_then(Value::as_str);
+            let list = |k: &str| {
+                input
+                    .and_then(|i| i.get(k))
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            };
+            match step.get("kind").and_then(Value::as_str) {
+                Some("agent") => {
+                    self.agents.extend(text("agent").map(str::to_owned));
+                    self.agents.extend(list("spokes"));
+                }
+                Some("handoff") => self.agents.extend(text("start").map(str::to_owned)),
+                Some("group_chat") => self.agents.extend(list("participants")),
+                Some("workflow") => self.workflows.extend(text("workflow").map(str::to_owned)),
+                _ => self.steps(input.and_then(|i| i.get("steps"))),
+            }
+        }
+    }
+
+    /// The names an agent definition uses (handoff targets, its workflow), or a workflow's
+    /// own agents and workflows.
+    fn definition(&mut self, definition: &Value) {
+        for (_, item) in items(definition, "handoffs") {
+            let target = item
+                .as_str()
+                .or_else(|| item.get("to").and_then(Value::as_str));
+            self.agents.extend(target.map(str::to_owned));
+        }
+        if let Some(w) = definition.get("workflow").and_then(Value::as_str) {
+            self.workflows.push(w.to_owned());
+        }
+        for key in ["agents", "workflows"] {
+            for inner in definition
+                .get(key)
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                self.definition(inner.1);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +371,7 @@ mod tests {
             catalog: Catalog {
                 tools: &tools,
                 functions: None,
+                models: None,
             },
             has_model: &|m| m == "default",
             has_agent: &|a| a == "writer" || a == "critic",

@@ -74,6 +74,7 @@ impl App {
         let catalog = Catalog {
             tools: &tools,
             functions: Some(&functions),
+            models: Some(&llm),
         };
         let loaded = crate::workflows::load_dir(dir, &store, catalog)
             .await

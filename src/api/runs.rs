@@ -230,8 +230,10 @@ async fn validate_run(
             "send either `workflow` or `plan`, not both",
         )),
         (Orchestration::Auto | Orchestration::Fixed | Orchestration::Reactive, None, Some(doc)) => {
-            match crate::plan::validate_plan(doc, state.engine.catalog()) {
-                Ok(valid) => plan = Some((doc.clone(), valid)),
+            let mut doc = doc.clone();
+            crate::agents::resolve_references(&state.store, tenant, &mut doc).await?;
+            match crate::plan::validate_plan(&doc, state.engine.catalog()) {
+                Ok(valid) => plan = Some((doc, valid)),
                 Err(problems) => errors.extend(prefixed("/plan", problems)),
             }
         }
@@ -253,7 +255,8 @@ async fn validate_run(
                 },
                 other => Some(other.clone()),
             };
-            if let Some(definition) = definition {
+            if let Some(mut definition) = definition {
+                crate::agents::resolve_references(&state.store, tenant, &mut definition).await?;
                 match crate::plan::validate_workflow(&definition, state.engine.catalog()) {
                     Ok(wf) => {
                         errors.extend(wf.check_input(&req.input).into_iter().map(|v| {

@@ -170,7 +170,11 @@ pub async fn put_workflow(
 ) -> Result<(StatusCode, Json<WorkflowDetail>), ApiError> {
     valid_name(&name)?;
     name_from_path(&mut definition, &name)?;
-    validate_workflow(&definition, state.engine.catalog()).map_err(|problems| {
+    // Validated with the registered agents and workflows it names; stored as written, so a
+    // run uses what they are when it starts.
+    let mut resolved = definition.clone();
+    crate::agents::resolve_references(&state.store, &tenant, &mut resolved).await?;
+    validate_workflow(&resolved, state.engine.catalog()).map_err(|problems| {
         ApiError::validation_many(
             problems
                 .into_iter()

@@ -65,8 +65,22 @@ pub struct Event {
     pub kind: EventKind,
     pub ts: DateTime<Utc>,
     pub step_id: Option<String>,
+    /// Where `step_id` sits when it is nested in other steps, agents or workflows: their ids
+    /// from the top-level step down, `/`-separated (e.g. `team/billing`). Absent at the top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     #[schema(value_type = Object)]
     pub data: Value,
+}
+
+impl Event {
+    /// `path/step_id`, or the step id alone: the key the store keeps.
+    pub fn step_key(&self) -> Option<String> {
+        match (&self.path, &self.step_id) {
+            (Some(path), Some(id)) => Some(format!("{path}/{id}")),
+            (_, id) => id.clone(),
+        }
+    }
 }
 
 /// The `data` of one event, typed by its kind.
@@ -333,6 +347,7 @@ mod tests {
             kind: EventKind::JsonPartial,
             ts: Utc::now(),
             step_id: Some("s2".into()),
+            path: None,
             data: serde_json::json!({"text": "{"}),
         };
         let v = serde_json::to_value(&ev).unwrap();

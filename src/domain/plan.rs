@@ -301,6 +301,18 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schema(value_type = Object)]
     pub session_variables: Map<String, Value>,
+    /// Agents the plan's steps use: name → definition (`schemas/Agent.schema.json`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub agents: Map<String, Value>,
+    /// Workflows the plan nests: name → definition (`schemas/FixedWorkflow.schema.json`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub workflows: Map<String, Value>,
+    /// Middleware around every agent turn and tool call, outermost first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub middleware: Vec<Value>,
 }
 
 fn first_version() -> u32 {
@@ -400,6 +412,9 @@ mod tests {
             settings: PlanSettings::default(),
             output: None,
             session_variables: Map::new(),
+            agents: Map::new(),
+            workflows: Map::new(),
+            middleware: Vec::new(),
         };
         assert!(plan.dependencies_resolve());
         let done = Default::default();

@@ -50,6 +50,14 @@ pub fn step_key(path: &str, step_id: &str) -> String {
     }
 }
 
+/// The key an attempt record's events carry (see [`RunContext::next_event`]).
+fn record_key(record: &StepAttempt) -> Option<String> {
+    Some(step_key(
+        record.path.as_deref().unwrap_or(""),
+        &record.step_id,
+    ))
+}
+
 /// Whether `path` lies inside the step whose key is `key` (its children, at any depth).
 pub fn within(path: &str, key: &str) -> bool {
     path == key
@@ -192,7 +200,8 @@ impl RunContext {
             .lock()
             .expect("attempts lock")
             .insert(key.clone(), open);
-        sink.emit(self, Some(new.step_id), running).await;
+        sink.emit(self, Some(&step_key(new.path, new.step_id)), running)
+            .await;
         Ok(key)
     }
 
@@ -242,7 +251,7 @@ impl RunContext {
         self.services
             .metrics
             .step_finished(record.kind.as_str(), elapsed.as_secs_f64());
-        sink.emit(self, Some(&record.step_id), event).await;
+        sink.emit(self, record_key(&record).as_deref(), event).await;
         self.open_attempts
             .lock()
             .expect("attempts lock")
@@ -323,7 +332,7 @@ impl RunContext {
                 .unwrap_or_default();
             let event = end_record(&mut record, &end, ran);
             self.store_attempt(&record).await;
-            self.emit(Some(&record.step_id), event).await;
+            self.emit(record_key(&record).as_deref(), event).await;
         }
     }
 

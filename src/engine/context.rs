@@ -66,6 +66,7 @@ impl Services {
         Catalog {
             tools: &self.tools,
             functions: Some(&self.functions),
+            models: Some(&self.llm),
         }
     }
 
@@ -205,13 +206,21 @@ impl RunContext {
     }
 
     /// Builds the next event of this run (taking the next seq) without queueing it.
-    pub fn next_event(&self, step_id: Option<&str>, payload: &Payload) -> Event {
+    ///
+    /// `step` is a step id, or a step key (`path/id`, see `attempts::step_key`) for work nested
+    /// in another step: the event then carries the id and its `path`.
+    pub fn next_event(&self, step: Option<&str>, payload: &Payload) -> Event {
+        let (path, step_id) = match step.and_then(|k| k.rsplit_once('/')) {
+            Some((path, id)) => (Some(path.to_owned()), Some(id.to_owned())),
+            None => (None, step.map(str::to_owned)),
+        };
         Event {
             seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
             run_id: self.run_id,
             kind: payload.kind(),
             ts: crate::domain::now(),
-            step_id: step_id.map(str::to_owned),
+            step_id,
+            path,
             data: payload.to_data(),
         }
     }

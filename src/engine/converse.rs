@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use crate::domain::event::ErrorData;
 use crate::domain::{ErrorCode, RunError, StepKind, StepStatus};
 use crate::llm::router::ModelRoute;
-use crate::llm::{ChatRequest, Message, ToolCall as ModelToolCall, ToolSpec};
+use crate::llm::{ChatRequest, Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 
-use super::attempts::{AttemptEnd, NewAttempt};
+use super::attempts::{AttemptEnd, NewAttempt, step_key};
 use super::checkpoint::Conversation;
 use super::context::RunContext;
 use super::model::{TextKind, call_model};
@@ -37,15 +37,35 @@ pub struct Setup {
     /// model must answer in text.
     pub max_rounds: u32,
     pub plan_version: u32,
+    /// Where the loop's steps sit (`""` for a simple run; an agent step's key for its turn).
+    pub path: String,
+    /// Structured output asked of every model round (an agent's `output_schema`).
+    pub response_schema: Option<ResponseSchema>,
 }
 
-/// Told of every message that must survive a restart.
+/// Told of every message that must survive a restart; may answer tool calls itself.
 pub trait Progress: Send {
     fn saved(
         &mut self,
         ctx: &RunContext,
         convo: &Conversation,
     ) -> impl std::future::Future<Output = ()> + Send;
+
+    /// Answers a tool call the conversation handles itself (a spoke, a handoff, a tool the
+    /// agent may not use); `None` leaves it to the tool registry.
+    fn intercept(
+        &mut self,
+        _ctx: &RunContext,
+        _call: &ModelToolCall,
+        _sink: &mut EventSink,
+    ) -> impl std::future::Future<Output = Option<Result<Value, RunError>>> + Send {
+        async { None }
+    }
+
+    /// Whether the loop ends after the current tool round (control was handed off).
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 /// Runs the loop on `convo` until the model answers in text; the answer is the result.
@@ -61,7 +81,16 @@ pub async fn converse(
         // them, unless the loop resumed in the middle of a tool round).
         for (i, call) in unanswered_calls(&convo.messages) {
             let step_id = format!("tool-{}-{}", convo.round, i + 1);
-            let content = match tool_round(ctx, setup, &step_id, &call, sink).await {
+            let result = match progress.intercept(ctx, &call, sink).await {
+                Some(Ok(output)) => Ok(output),
+                Some(Err(e)) if ctx.breached().is_some() || ctx.cancel.is_cancelled() => {
+                    Err(Stop::Run(e))
+                }
+                Some(Err(e)) => Err(Stop::Tool(e)),
+                None => tool_round(ctx, setup, &step_id, &call, sink).await,
+            };
+            let content = match result {
+                Ok(Value::String(text)) => text,
                 Ok(output) => output.to_string(),
                 Err(Stop::Run(e)) => return Err(e),
                 Err(Stop::Tool(e)) => json!({ "error": e }).to_string(),
@@ -71,6 +100,9 @@ pub async fn converse(
                 content,
             });
             progress.saved(ctx, convo).await;
+        }
+        if progress.stopped() {
+            return Ok(last_text(&convo.messages));
         }
 
         convo.round += 1;
@@ -108,7 +140,7 @@ async fn model_round(
     let input = json!({ "model": alias, "round": round });
     let new = NewAttempt {
         step_id: &step_id,
-        path: "",
+        path: &setup.path,
         name: "llm",
         kind: StepKind::Llm,
         plan_version: setup.plan_version,
@@ -119,7 +151,13 @@ async fn model_round(
     if round <= setup.max_rounds {
         request.tools = setup.tools.clone();
     }
-    match call_model(ctx, &setup.route, request, &step_id, TextKind::Prose).await {
+    request.response_schema = setup.response_schema.clone();
+    let text_kind = match setup.response_schema {
+        Some(_) => TextKind::Json,
+        None => TextKind::Prose,
+    };
+    let event_key = step_key(&setup.path, &step_id);
+    match call_model(ctx, &setup.route, request, &event_key, text_kind).await {
         Ok(reply) => {
             let summary = json!({ "text": reply.text, "tool_calls": reply.tool_calls.len() });
             let end = AttemptEnd::completed(summary);
@@ -162,13 +200,15 @@ async fn tool_round(
     let arguments = ToolArguments::from_text(&call.arguments);
     let new = NewAttempt {
         step_id,
-        path: "",
+        path: &setup.path,
         name: &call.name,
         kind: StepKind::Tool,
         plan_version: setup.plan_version,
         input: Some(json!({ "tool": call.name, "arguments": arguments.shown() })),
     };
     let key = ctx.open_attempt(new, sink).await.map_err(Stop::Run)?;
+    let step_key = step_key(&setup.path, step_id);
+    let step_id = step_key.as_str();
     let request = ToolCall {
         step_id,
         call_id: &call.id,
@@ -198,6 +238,18 @@ async fn tool_round(
             Err(Stop::Tool(error))
         }
     }
+}
+
+/// The text of the last assistant message (what a conversation stopped by a handoff said).
+fn last_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Assistant { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 /// The tool calls of the last assistant message that no later tool message answers, with

@@ -56,6 +56,8 @@ impl Executor for Simple {
             tools: run_tools(ctx),
             max_rounds: ctx.services.config.max_tool_rounds,
             plan_version: NO_PLAN,
+            path: String::new(),
+            response_schema: None,
         };
         let mut checkpoints = Checkpoints { saved };
         let answer = converse::converse(

@@ -7,11 +7,13 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::Problem;
 use super::spec::StepSpec;
+use super::team::Team;
 use super::template::Template;
 use super::validate::{plan_document, validate_plan};
 use crate::domain::{Orchestration, Plan, Step, StepId};
@@ -32,6 +34,8 @@ pub struct ValidPlan {
     output: Option<Template>,
     /// `session_variables`: what the plan stores for its session when it completes.
     session_writes: Vec<(String, Template)>,
+    /// The agents, nested workflows and middleware its steps use.
+    team: Arc<Team>,
 }
 
 impl ValidPlan {
@@ -65,11 +69,21 @@ impl ValidPlan {
             dependents,
             output,
             session_writes: Vec::new(),
+            team: Arc::default(),
         }
     }
 
     pub(super) fn set_session_writes(&mut self, writes: Vec<(String, Template)>) {
         self.session_writes = writes;
+    }
+
+    pub(super) fn set_team(&mut self, team: Team) {
+        self.team = Arc::new(team);
+    }
+
+    /// The agents, nested workflows and middleware its steps use.
+    pub fn team(&self) -> &Arc<Team> {
+        &self.team
     }
 
     /// The session variables the plan writes when it completes, by name.

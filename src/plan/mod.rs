@@ -27,6 +27,7 @@ pub mod condition;
 pub mod graph;
 pub mod schema;
 pub mod spec;
+pub mod team;
 pub mod template;
 pub mod validate;
 
@@ -37,6 +38,7 @@ pub use builder::{PlanBuilder, StepDraft};
 pub use condition::{CelRef, Condition};
 pub use graph::ValidPlan;
 pub use spec::{Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec};
+pub use team::{AgentSpec, Team};
 pub use template::{
     NoResults, Piece, RefError, Reference, RenderError, Root, Scope, Segment, StepField,
     StepResults, StepState, StepView, Template, references, resolve,

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::condition::Condition;
+use super::team::{AgentStep, GroupChatStep, HandoffStep, WorkflowStep};
 use super::template::Template;
 use crate::domain::{RetryPolicy, StepId, StepKind};
 pub use crate::schema::SchemaViolation;
@@ -112,6 +113,10 @@ pub enum KindSpec {
         prompt: Template,
         schema: Option<JsonSchema>,
     },
+    Agent(AgentStep),
+    Handoff(HandoffStep),
+    GroupChat(GroupChatStep),
+    Workflow(WorkflowStep),
 }
 
 impl KindSpec {
@@ -125,6 +130,10 @@ impl KindSpec {
             KindSpec::Loop { .. } => StepKind::Loop,
             KindSpec::Wait(_) => StepKind::Wait,
             KindSpec::UserInput { .. } => StepKind::UserInput,
+            KindSpec::Agent(_) => StepKind::Agent,
+            KindSpec::Handoff(_) => StepKind::Handoff,
+            KindSpec::GroupChat(_) => StepKind::GroupChat,
+            KindSpec::Workflow(_) => StepKind::Workflow,
         }
     }
 }

@@ -21,10 +21,15 @@ use super::schema::{self, AGENT_PLAN, FIXED_WORKFLOW};
 use super::spec::{
     Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec,
 };
+use super::team::{Team, TeamNames, check_team};
 use super::template::{Reference, Root, Template, escape_pointer};
 use crate::domain::{Orchestration, Plan, PlanSettings, RetryPolicy, Step, StepId, StepKind};
 use crate::functions::FunctionRegistry;
+use crate::llm::router::LlmRouter;
 use crate::tools::{ToolError, ToolRegistry};
+
+#[path = "validate_team.rs"]
+mod team_steps;
 
 /// Deepest nesting of composite steps (a parallel in a loop in a sequential is 3 levels).
 pub const MAX_NESTING: usize = 8;
@@ -62,8 +67,9 @@ pub fn validate_plan<'c>(
     value: &Value,
     catalog: impl Into<Catalog<'c>>,
 ) -> Result<ValidPlan, Vec<Problem>> {
+    let catalog = catalog.into();
     let schema_problems = schema::problems(&AGENT_PLAN, value);
-    let checked = Checker::run(value, catalog.into());
+    let checked = Checker::run(value, catalog, None);
     let id = value
         .get("id")
         .and_then(Value::as_str)
@@ -101,8 +107,18 @@ pub fn validate_workflow<'c>(
     value: &Value,
     catalog: impl Into<Catalog<'c>>,
 ) -> Result<Workflow, Vec<Problem>> {
+    validate_workflow_within(value, catalog.into(), None)
+}
+
+/// [`validate_workflow`], for a workflow nested in a plan whose agents and workflows
+/// (`outer`) its steps may name.
+fn validate_workflow_within(
+    value: &Value,
+    catalog: Catalog<'_>,
+    outer: Option<&TeamNames>,
+) -> Result<Workflow, Vec<Problem>> {
     let problems = schema::problems(&FIXED_WORKFLOW, value);
-    let mut checked = Checker::run(value, catalog.into());
+    let mut checked = Checker::run(value, catalog, outer);
     let text = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_owned);
     let input_schema = value.get("input_schema").cloned();
     let input_validator = match input_schema.as_ref().filter(|s| s.is_object()) {
@@ -177,9 +193,13 @@ fn finish(
         settings: checked.settings,
         output: checked.output_raw,
         session_variables: checked.session_raw,
+        agents: checked.agents_raw,
+        workflows: checked.workflows_raw,
+        middleware: checked.middleware_raw,
     };
     let mut valid = ValidPlan::new(plan, specs, checked.dependencies, checked.output);
     valid.set_session_writes(checked.session_writes);
+    valid.set_team(checked.team);
     Ok(valid)
 }
 
@@ -199,6 +219,12 @@ struct Checked {
     /// `session_variables` as written, and parsed.
     session_raw: Map<String, Value>,
     session_writes: Vec<(String, Template)>,
+    /// The plan's agents, nested workflows and middleware, compiled; the raw members are
+    /// kept in the domain plan.
+    team: Team,
+    agents_raw: Map<String, Value>,
+    workflows_raw: Map<String, Value>,
+    middleware_raw: Vec<Value>,
 }
 
 /// Where a step id was first declared.
@@ -234,6 +260,8 @@ struct Ctx {
 pub struct Catalog<'a> {
     pub tools: &'a ToolRegistry,
     pub functions: Option<&'a FunctionRegistry>,
+    /// The model aliases agents may name; any alias when `None`.
+    pub models: Option<&'a LlmRouter>,
 }
 
 impl<'a> From<&'a ToolRegistry> for Catalog<'a> {
@@ -241,11 +269,13 @@ impl<'a> From<&'a ToolRegistry> for Catalog<'a> {
         Catalog {
             tools,
             functions: None,
+            models: None,
         }
     }
 }
 
 struct Checker<'a> {
+    catalog: Catalog<'a>,
     tools: &'a ToolRegistry,
     functions: Option<&'a FunctionRegistry>,
     problems: Vec<Problem>,
@@ -258,11 +288,15 @@ struct Checker<'a> {
     /// Raw `depends_on` strings per top-level step, for branch-target checks.
     raw_deps: Vec<Vec<String>>,
     total_steps: usize,
+    /// The agents and workflows steps may name.
+    names: TeamNames,
+    team: Team,
 }
 
 impl<'a> Checker<'a> {
-    fn run(doc: &'a Value, catalog: Catalog<'a>) -> Checked {
+    fn run(doc: &'a Value, catalog: Catalog<'a>, outer: Option<&TeamNames>) -> Checked {
         let mut c = Checker {
+            catalog,
             tools: catalog.tools,
             functions: catalog.functions,
             problems: Vec::new(),
@@ -272,11 +306,18 @@ impl<'a> Checker<'a> {
             top: HashMap::new(),
             raw_deps: Vec::new(),
             total_steps: 0,
+            names: TeamNames::default(),
+            team: Team::default(),
         };
         let Some(doc) = doc.as_object() else {
             c.shape.push(Problem::new("", "a plan is a JSON object"));
             return c.into_checked(None, None, Vec::new(), Map::new(), None);
         };
+        let (team, names, problems) = check_team(doc, catalog, outer);
+        c.problems.extend(problems);
+        c.team = team;
+        c.names = names;
+        c.nested_workflows(doc);
         let variables = match doc.get("variables") {
             None => Some(Map::new()),
             Some(Value::Object(m)) => Some(m.clone()),
@@ -338,6 +379,14 @@ impl<'a> Checker<'a> {
             checked.session_raw = raw.clone();
         }
         checked.session_writes = session_writes;
+        let member_of = |k: &str| doc.get(k).and_then(Value::as_object).cloned();
+        checked.agents_raw = member_of("agents").unwrap_or_default();
+        checked.workflows_raw = member_of("workflows").unwrap_or_default();
+        checked.middleware_raw = doc
+            .get("middleware")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         checked
     }
 
@@ -487,6 +536,10 @@ impl<'a> Checker<'a> {
             output_raw: None,
             session_raw: Map::new(),
             session_writes: Vec::new(),
+            team: self.team,
+            agents_raw: Map::new(),
+            workflows_raw: Map::new(),
+            middleware_raw: Vec::new(),
         }
     }
 
@@ -735,10 +788,10 @@ impl<'a> Checker<'a> {
                     schema: schema?,
                 })
             }
-            StepKind::Agent | StepKind::Handoff | StepKind::GroupChat | StepKind::Workflow => {
-                // Not plan kinds: the schema's `enum` reports them.
-                None
-            }
+            StepKind::Agent => self.agent_step(input, pointer, ctx),
+            StepKind::Handoff => self.handoff_step(input, pointer, ctx),
+            StepKind::GroupChat => self.group_chat_step(input, pointer, ctx),
+            StepKind::Workflow => self.workflow_step(input, pointer, ctx),
         }
     }
 
@@ -1344,6 +1397,17 @@ pub(crate) fn plan_document(plan: &Plan) -> Value {
             "session_variables".into(),
             Value::Object(plan.session_variables.clone()),
         );
+    }
+    if let Value::Object(members) = &mut doc {
+        if !plan.agents.is_empty() {
+            members.insert("agents".into(), Value::Object(plan.agents.clone()));
+        }
+        if !plan.workflows.is_empty() {
+            members.insert("workflows".into(), Value::Object(plan.workflows.clone()));
+        }
+        if !plan.middleware.is_empty() {
+            members.insert("middleware".into(), Value::Array(plan.middleware.clone()));
+        }
     }
     doc
 }

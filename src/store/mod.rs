@@ -586,7 +586,7 @@ where
             .bind(ev.run_id.to_string())
             .bind(ev.seq as i64)
             .bind(ev.kind.as_str())
-            .bind(ev.step_id.clone())
+            .bind(ev.step_key())
             .bind(fmt_time(ev.ts))
             .bind(to_json(&ev.data));
     }
@@ -782,12 +782,19 @@ fn stored_run_from_row(r: &SqliteRow) -> Result<StoredRun> {
 
 fn event_from_row(run: RunId, r: &SqliteRow) -> Result<Event> {
     let kind: String = r.try_get("kind")?;
+    // The column keeps the step key: `path/id` for nested work.
+    let key: Option<String> = r.try_get("step_id")?;
+    let (path, step_id) = match key.as_deref().and_then(|k| k.rsplit_once('/')) {
+        Some((path, id)) => (Some(path.to_owned()), Some(id.to_owned())),
+        None => (None, key),
+    };
     Ok(Event {
         seq: r.try_get::<i64, _>("seq")? as u64,
         run_id: run,
         kind: EventKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("kind `{kind}`")))?,
         ts: parse_time(&r.try_get::<String, _>("ts")?)?,
-        step_id: r.try_get("step_id")?,
+        step_id,
+        path,
         data: parse_json(&r.try_get::<String, _>("data")?)?,
     })
 }

@@ -137,6 +137,7 @@ mod tests {
                 kind: payload.kind(),
                 ts: crate::domain::now(),
                 step_id: Some("llm-1".into()),
+                path: None,
                 data: payload.to_data(),
             }))
         };

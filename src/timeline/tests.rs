@@ -68,6 +68,7 @@ impl Fixture {
             kind: payload.kind(),
             ts: at(ms),
             step_id: step_id.map(str::to_owned),
+            path: None,
             data: payload.to_data(),
         });
         self
@@ -704,6 +705,7 @@ fn events_out_of_order_and_unreadable_data_are_tolerated() {
         kind: EventKind::Usage,
         ts: at(60),
         step_id: Some("llm-1".into()),
+        path: None,
         data: Value::String("not an object".into()),
     });
     let t = run.timeline();

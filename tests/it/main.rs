@@ -22,5 +22,6 @@ mod retention;
 mod scripted_runs;
 mod selector;
 mod stream_end;
+mod teams;
 mod timeline;
 mod workflows;

@@ -9,7 +9,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::domain::{ErrorCode, RetryPolicy, RunError};
 use crate::plan::{
-    Condition, RenderError, Scope, StepResults, StepSpec, StepState, StepView, Template,
+    Condition, RenderError, Scope, StepResults, StepSpec, StepState, StepView, Team, Template,
 };
 
 use super::super::context::RunContext;
@@ -19,6 +19,10 @@ use super::progress::Children;
 pub(crate) struct Frame<'a> {
     pub ctx: &'a RunContext,
     pub plan_version: u32,
+    /// What `input` reads: the run input, or a nested workflow's input.
+    pub input: Arc<Value>,
+    /// The agents, nested workflows and middleware the plan's steps use.
+    pub team: Arc<Team>,
     /// Results of the top-level steps this step depends on (directly or not), as they were
     /// when it started.
     pub snapshot: HashMap<String, StepState>,
@@ -94,8 +98,7 @@ impl Frame<'_> {
             local: locals.results,
             base: &self.snapshot,
         };
-        let mut scope =
-            Scope::new(&self.ctx.spec.input, &layered, &self.vars).with_session(&self.session);
+        let mut scope = Scope::new(&self.input, &layered, &self.vars).with_session(&self.session);
         scope.item = locals.item;
         scope.index = locals.index;
         scope.step = locals.step;
@@ -119,6 +122,15 @@ impl Frame<'_> {
             Value::String(s) => s,
             other => other.to_string(),
         })
+    }
+
+    /// The output of step `id` as a step at `locals` reads it, if it has one.
+    pub fn output_of(&self, locals: Locals<'_>, id: &str) -> Option<Value> {
+        let layered = Layered {
+            local: locals.results,
+            base: &self.snapshot,
+        };
+        layered.get(id).and_then(|v| v.output.cloned())
     }
 
     /// A condition's value at `locals`.

@@ -26,6 +26,7 @@ mod frame;
 mod kinds;
 mod progress;
 mod session;
+mod team;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -97,6 +98,8 @@ pub struct Scheduler<'a> {
     plan: Arc<ValidPlan>,
     version: u32,
     vars: Arc<Map<String, Value>>,
+    /// What steps read as `input`: the run input.
+    input: Arc<Value>,
     slots: Arc<Semaphore>,
     children: Arc<Children>,
     phases: Vec<Phase>,
@@ -132,6 +135,7 @@ impl<'a> Scheduler<'a> {
             plan,
             version,
             vars: Arc::new(vars),
+            input: Arc::new(ctx.spec.input.clone()),
             slots,
             children: Arc::new(Children::new(version, progress.children)),
             in_flight: VecDeque::new(),
@@ -391,6 +395,8 @@ impl<'a> Scheduler<'a> {
         let frame = Frame {
             ctx: self.ctx,
             plan_version: self.version,
+            input: self.input.clone(),
+            team: plan.team().clone(),
             snapshot: self.ancestors_results(i),
             vars: self.vars.clone(),
             session: self.ctx.session_vars(),

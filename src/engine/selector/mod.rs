@@ -178,7 +178,9 @@ async fn rule_workflow(
     let Some(record) = services.store().get_workflow(tenant, name).await? else {
         return Ok(Err(format!("no workflow `{name}` is registered")));
     };
-    let workflow = match crate::plan::validate_workflow(&record.definition, services.catalog()) {
+    let mut definition = record.definition;
+    crate::agents::resolve_references(services.store(), tenant, &mut definition).await?;
+    let workflow = match crate::plan::validate_workflow(&definition, services.catalog()) {
         Ok(w) => w,
         Err(problems) => {
             let problems = super::fixed::list(&problems);
@@ -193,7 +195,7 @@ async fn rule_workflow(
         )));
     }
     Ok(Ok((
-        crate::plan::workflow_plan_doc(record.definition),
+        crate::plan::workflow_plan_doc(definition),
         workflow.plan,
     )))
 }

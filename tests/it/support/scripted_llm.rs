@@ -229,6 +229,9 @@ struct Shared {
 
 struct Script {
     queue: VecDeque<Reply>,
+    /// Replies for requests whose system prompt contains a marker (an agent's instructions),
+    /// taken before the shared queue: agents running at once get their own scripts.
+    routes: Vec<(String, VecDeque<Reply>)>,
     default_reply: Reply,
     requests: Vec<RecordedRequest>,
     /// Streamed replies the client hung up on before their end.
@@ -248,6 +251,7 @@ impl ScriptedLlm {
         let shared = Arc::new(Shared {
             script: Mutex::new(Script {
                 queue: VecDeque::new(),
+                routes: Vec::new(),
                 default_reply: Reply::text("This is the scripted default reply."),
                 requests: Vec::new(),
                 aborted_streams: 0,
@@ -285,6 +289,20 @@ impl ScriptedLlm {
     /// Queues a reply for the next request that has none yet.
     pub fn push(&self, reply: Reply) -> &Self {
         self.shared.lock().queue.push_back(reply);
+        self
+    }
+
+    /// Queues a reply for the next request whose system message contains `marker`; such
+    /// requests take from their own queue first, then from the shared one.
+    pub fn push_for(&self, marker: &str, reply: Reply) -> &Self {
+        let mut script = self.shared.lock();
+        match script.routes.iter_mut().find(|(m, _)| m == marker) {
+            Some((_, queue)) => queue.push_back(reply),
+            None => script
+                .routes
+                .push((marker.to_owned(), VecDeque::from([reply]))),
+        }
+        drop(script);
         self
     }
 
@@ -407,11 +425,17 @@ async fn chat_completions(
 
     let (reply, frames) = {
         let mut script = shared.lock();
+        let system = system_text(&body);
         script.requests.push(RecordedRequest {
             body,
             authorization,
         });
-        let reply = match script.queue.pop_front() {
+        let routed = script
+            .routes
+            .iter_mut()
+            .find(|(marker, queue)| !queue.is_empty() && system.contains(marker.as_str()))
+            .and_then(|(_, queue)| queue.pop_front());
+        let reply = match routed.or_else(|| script.queue.pop_front()) {
             Some(reply) => reply,
             None => script.default_reply.clone(),
         };
@@ -650,4 +674,16 @@ impl Drop for StreamGuard {
         }
         self.shared.streams_changed.notify_waiters();
     }
+}
+
+/// The text of a request's system messages.
+fn system_text(body: &Value) -> String {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "system")
+        .filter_map(|m| m["content"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

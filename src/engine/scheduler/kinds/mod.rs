@@ -4,11 +4,12 @@
 //! whose code says whether a retry may help. Its events go to the attempt's sink; what it
 //! resolved its inputs to goes to [`StepIo::input`], stored with the attempt.
 
+mod agent;
 mod branch;
 mod llm;
 mod loops;
 mod parallel;
-mod sequential;
+pub(crate) mod sequential;
 mod tool;
 mod wait;
 
@@ -86,6 +87,15 @@ pub(crate) async fn run(
             };
             loops::run(frame, body, &inside, locals, io.sink).await
         }
+        KindSpec::Agent(step) => agent::run(frame, spec, step, locals, io).await,
+        KindSpec::Workflow(step) => agent::workflow(frame, spec, step, locals, io).await,
+        KindSpec::Handoff(_) | KindSpec::GroupChat(_) => Err(RunError::new(
+            crate::domain::ErrorCode::InvalidStep,
+            format!(
+                "`{}` steps are not available yet",
+                spec.step_kind().as_str()
+            ),
+        )),
         KindSpec::Parallel { steps, aggregation } => {
             let inside = step_key(locals.path, spec.id.as_str());
             parallel::run(frame, steps, *aggregation, &inside, locals, io.sink).await

@@ -14,7 +14,7 @@ use super::super::attempt::run_step;
 use super::super::frame::{Frame, Locals};
 use super::arm_not_taken;
 
-/// Runs `children`, who sit at `path`.
+/// Runs `children`, who sit at `path`; the last one's output.
 pub(crate) async fn run(
     frame: &Frame<'_>,
     children: &[StepSpec],
@@ -22,6 +22,20 @@ pub(crate) async fn run(
     locals: Locals<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
+    run_all(frame, children, path, locals, sink)
+        .await
+        .map(|(last, _)| last)
+}
+
+/// Runs `children`, who sit at `path`: the last one's output, and every child's result (with
+/// what `locals` could already read).
+pub(crate) async fn run_all(
+    frame: &Frame<'_>,
+    children: &[StepSpec],
+    path: &str,
+    locals: Locals<'_>,
+    sink: &mut EventSink,
+) -> Result<(Value, HashMap<String, StepState>), RunError> {
     let mut siblings: HashMap<String, StepState> = locals.results.cloned().unwrap_or_default();
     let mut skipped: HashSet<&str> = HashSet::new();
     let mut last = Value::Null;
@@ -59,5 +73,5 @@ pub(crate) async fn run(
         siblings.insert(child.id.to_string(), StepState::completed(out.clone()));
         last = out;
     }
-    Ok(last)
+    Ok((last, siblings))
 }

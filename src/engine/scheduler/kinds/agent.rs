@@ -1,0 +1,84 @@
+//! `agent`: one turn of an agent (or of a hub with its spokes), and `workflow`: a nested
+//! workflow. The work itself lives in `scheduler::team`.
+
+use serde_json::{Value, json};
+
+use crate::domain::{ErrorCode, RunError};
+use crate::llm::Message;
+use crate::plan::StepSpec;
+use crate::plan::team::{AgentStep, WorkflowStep};
+
+use super::super::super::attempts::step_key;
+use super::super::super::simple::input_text;
+use super::super::frame::{Frame, Locals};
+use super::super::team::spokes::Spokes;
+use super::super::team::turn::{Plain, take_turn, text_of};
+use super::super::team::workflow::run_named;
+use super::StepIo;
+
+pub(crate) async fn run(
+    frame: &Frame<'_>,
+    spec: &StepSpec,
+    step: &AgentStep,
+    locals: Locals<'_>,
+    io: &mut StepIo<'_>,
+) -> Result<Value, RunError> {
+    let Some(agent) = frame.team.agent(&step.agent) else {
+        return Err(RunError::new(
+            ErrorCode::InvalidStep,
+            format!("the plan has no agent `{}`", step.agent),
+        ));
+    };
+    let prompt = match &step.prompt {
+        Some(t) => frame.resolve_text(locals, t)?,
+        None => input_text(&frame.input),
+    };
+    // A sequential team's history: what the earlier agents answered, oldest first.
+    let mut messages = Vec::new();
+    for id in &step.history {
+        if let Some(output) = frame.output_of(locals, id.as_str()) {
+            messages.push(Message::Assistant {
+                content: text_of(&output),
+                tool_calls: Vec::new(),
+            });
+        }
+    }
+    messages.push(Message::User {
+        content: prompt.clone(),
+    });
+    io.input = Some(json!({
+        "agent": agent.name,
+        "prompt": prompt,
+        "history": step.history,
+        "spokes": step.spokes,
+    }));
+    let key = step_key(locals.path, spec.id.as_str());
+    let end = if step.spokes.is_empty() {
+        take_turn(frame, agent, &key, messages, &mut Plain, io.sink).await?
+    } else {
+        let mut hub = Spokes {
+            frame,
+            spokes: &step.spokes,
+            key: key.clone(),
+            asked: 0,
+        };
+        take_turn(frame, agent, &key, messages, &mut hub, io.sink).await?
+    };
+    Ok(end.value)
+}
+
+pub(crate) async fn workflow(
+    frame: &Frame<'_>,
+    spec: &StepSpec,
+    step: &WorkflowStep,
+    locals: Locals<'_>,
+    io: &mut StepIo<'_>,
+) -> Result<Value, RunError> {
+    let input = match &step.input {
+        Some(t) => frame.resolve(locals, t)?,
+        None => (*frame.input).clone(),
+    };
+    io.input = Some(json!({ "workflow": step.workflow, "input": input }));
+    let key = step_key(locals.path, spec.id.as_str());
+    run_named(frame, &step.workflow, input, &key, io.sink).await
+}

@@ -1,0 +1,279 @@
+//! One agent's turn: its instructions as the system prompt, its model, its tools, the
+//! model-and-tools loop ([`converse`]) until it answers; an answer held to the agent's output
+//! schema (sent back once to be repaired); a workflow agent runs its workflow instead.
+//!
+//! The turn's model rounds and tool calls are steps `llm-N` and `tool-N-M` at the turn's
+//! path, so their attempts and events say whose turn they belong to. The conversation is
+//! checkpointed (as a finished "child" `<path>/convo`) after every reply that asks for tools
+//! and every tool result, so a turn resumed after a restart goes on from there and never
+//! calls a finished tool again.
+
+use serde_json::{Value, json};
+
+use crate::domain::{ErrorCode, RunError};
+use crate::llm::{Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
+use crate::plan::AgentSpec;
+
+use super::super::super::checkpoint::Conversation;
+use super::super::super::context::RunContext;
+use super::super::super::converse::{self, Progress, Setup};
+use super::super::super::model::structured;
+use super::super::super::sink::EventSink;
+use super::super::super::tool_call::may_use;
+use super::super::frame::Frame;
+
+/// What the caller of a turn handles itself: tools it adds (handoffs, spokes) and whether the
+/// turn stops early.
+pub(crate) trait Hooks: Send {
+    /// Tools offered besides the agent's own.
+    fn tools(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+
+    /// Answers a call of one of [`Hooks::tools`]; `None` for any other tool.
+    fn intercept(
+        &mut self,
+        _ctx: &RunContext,
+        _call: &ModelToolCall,
+        _sink: &mut EventSink,
+    ) -> impl std::future::Future<Output = Option<Result<Value, RunError>>> + Send {
+        async { None }
+    }
+
+    /// Whether the turn ends after the current tool round.
+    fn stopped(&self) -> bool {
+        false
+    }
+}
+
+/// A turn with nothing added.
+pub(crate) struct Plain;
+
+impl Hooks for Plain {}
+
+/// How a turn ended.
+#[derive(Debug, Clone)]
+// `text` and `messages` are for handoffs and group chats (issue 11, in progress).
+#[allow(dead_code)]
+pub(crate) struct TurnEnd {
+    /// The answer's text (what the agent said last).
+    pub text: String,
+    /// The answer: the text, or the JSON value its output schema asked for.
+    pub value: Value,
+    /// The whole conversation, the system prompt first.
+    pub messages: Vec<Message>,
+}
+
+/// Takes `agent`'s turn on `messages` (the conversation after its system prompt), its steps at
+/// `path`.
+pub(crate) async fn take_turn(
+    frame: &Frame<'_>,
+    agent: &AgentSpec,
+    path: &str,
+    messages: Vec<Message>,
+    hooks: &mut impl Hooks,
+    sink: &mut EventSink,
+) -> Result<TurnEnd, RunError> {
+    let ctx = frame.ctx;
+    if let Some(workflow) = &agent.workflow {
+        let request = last_user_text(&messages);
+        let value =
+            super::workflow::run_named(frame, workflow, Value::String(request), path, sink).await?;
+        let text = text_of(&value);
+        let mut messages = messages;
+        messages.push(Message::Assistant {
+            content: text.clone(),
+            tool_calls: Vec::new(),
+        });
+        return Ok(TurnEnd {
+            text,
+            value,
+            messages,
+        });
+    }
+    let alias = agent.model.clone().or_else(|| ctx.spec.model.clone());
+    let route = ctx
+        .services
+        .llm
+        .route(alias.as_deref())
+        .map_err(|e| e.to_run_error())?;
+    let mut tools = agent_tools(ctx, agent);
+    tools.extend(hooks.tools());
+    let setup = Setup {
+        route,
+        alias,
+        tools,
+        max_rounds: ctx.services.config.max_tool_rounds,
+        plan_version: frame.plan_version,
+        path: path.to_owned(),
+        response_schema: agent.output_schema.as_ref().map(|s| ResponseSchema {
+            name: "agent_output".into(),
+            schema: s.schema.clone(),
+        }),
+    };
+    let convo_key = format!("{path}/convo");
+    let mut convo = match frame.children.finished_before(&convo_key) {
+        Some(Ok(saved)) => restored(&saved),
+        _ => None,
+    }
+    .unwrap_or_else(|| {
+        let mut opening = vec![Message::System {
+            content: agent.instructions.clone(),
+        }];
+        opening.extend(messages);
+        Conversation {
+            round: 0,
+            messages: opening,
+        }
+    });
+    let mut progress = TurnProgress {
+        frame,
+        agent,
+        convo_key,
+        hooks,
+    };
+    let text = converse::converse(ctx, &setup, &mut convo, &mut progress, sink).await?;
+    if progress.hooks.stopped() {
+        return Ok(TurnEnd {
+            value: Value::String(text.clone()),
+            text,
+            messages: convo.messages,
+        });
+    }
+    let Some(schema) = &agent.output_schema else {
+        convo.messages.push(Message::Assistant {
+            content: text.clone(),
+            tool_calls: Vec::new(),
+        });
+        return Ok(TurnEnd {
+            value: Value::String(text.clone()),
+            text,
+            messages: convo.messages,
+        });
+    };
+    let (text, value) = match structured(&text, schema) {
+        Ok(value) => (text, value),
+        Err(problem) => {
+            // Sent back once with what is wrong; a second bad answer fails the turn.
+            convo.messages.push(Message::Assistant {
+                content: text,
+                tool_calls: Vec::new(),
+            });
+            convo.messages.push(Message::User {
+                content: format!(
+                    "{} Answer again with only JSON valid against this schema: {}",
+                    problem.message, schema.schema
+                ),
+            });
+            let text = converse::converse(ctx, &setup, &mut convo, &mut progress, sink).await?;
+            let value = structured(&text, schema).map_err(|e| {
+                RunError::new(
+                    ErrorCode::InvalidLlmOutput,
+                    format!(
+                        "agent `{}` answered invalid JSON twice: {}",
+                        agent.name, e.message
+                    ),
+                )
+            })?;
+            (text, value)
+        }
+    };
+    convo.messages.push(Message::Assistant {
+        content: text.clone(),
+        tool_calls: Vec::new(),
+    });
+    Ok(TurnEnd {
+        text,
+        value,
+        messages: convo.messages,
+    })
+}
+
+/// The tools `agent` may call, as the model sees them: its own, within the run's allow-list.
+fn agent_tools(ctx: &RunContext, agent: &AgentSpec) -> Vec<ToolSpec> {
+    ctx.services
+        .tools
+        .list()
+        .into_iter()
+        .filter(|t| agent.tools.contains(&t.name) && may_use(ctx, &t.name))
+        .map(|t| ToolSpec {
+            name: t.name,
+            description: t.description,
+            parameters: t.input_schema,
+        })
+        .collect()
+}
+
+/// Checkpoints the turn's conversation, routes the caller's tools to it and refuses tools the
+/// agent was not given.
+struct TurnProgress<'f, 'h, H> {
+    frame: &'f Frame<'f>,
+    agent: &'f AgentSpec,
+    convo_key: String,
+    hooks: &'h mut H,
+}
+
+impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
+    async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
+        let saved = json!({ "round": convo.round, "messages": convo.messages });
+        self.frame
+            .children
+            .finished(ctx, &self.convo_key, &Ok(saved))
+            .await;
+    }
+
+    async fn intercept(
+        &mut self,
+        ctx: &RunContext,
+        call: &ModelToolCall,
+        sink: &mut EventSink,
+    ) -> Option<Result<Value, RunError>> {
+        if let Some(answer) = self.hooks.intercept(ctx, call, sink).await {
+            return Some(answer);
+        }
+        if self.agent.tools.contains(&call.name) {
+            return None;
+        }
+        Some(Err(RunError::new(
+            ErrorCode::ToolNotFound,
+            format!(
+                "agent `{}` may not use tool `{}`; its tools: {}",
+                self.agent.name,
+                call.name,
+                self.agent.tools.join(", ")
+            ),
+        )))
+    }
+
+    fn stopped(&self) -> bool {
+        self.hooks.stopped()
+    }
+}
+
+/// A conversation a checkpoint kept.
+fn restored(saved: &Value) -> Option<Conversation> {
+    Some(Conversation {
+        round: u32::try_from(saved.get("round")?.as_u64()?).ok()?,
+        messages: serde_json::from_value(saved.get("messages")?.clone()).ok()?,
+    })
+}
+
+/// The last user message's text (what a workflow agent is asked).
+pub(crate) fn last_user_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::User { content } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A value as message text: strings as they are, anything else as JSON.
+pub(crate) fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
