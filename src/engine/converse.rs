@@ -11,6 +11,9 @@
 //! a restored conversation answers the calls still unanswered and goes on from there.
 
 use std::collections::HashSet;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use serde_json::{Value, json};
 
@@ -41,6 +44,23 @@ pub struct Setup {
     pub path: String,
     /// Structured output asked of every model round (an agent's `output_schema`).
     pub response_schema: Option<ResponseSchema>,
+    /// A plan's slots for leaf work: each model call and tool call holds one while it runs
+    /// (`None` for a simple run, which has no plan).
+    pub slots: Option<Arc<Semaphore>>,
+}
+
+impl Setup {
+    /// One of the plan's slots, if the loop runs in a plan, held until the permit drops.
+    async fn slot(&self) -> Result<Option<SemaphorePermit<'_>>, RunError> {
+        match &self.slots {
+            None => Ok(None),
+            Some(slots) => slots
+                .acquire()
+                .await
+                .map(Some)
+                .map_err(|_| RunError::new(ErrorCode::Cancelled, "the run is ending")),
+        }
+    }
 }
 
 /// Told of every message that must survive a restart; may answer tool calls itself.
@@ -134,6 +154,7 @@ async fn model_round(
     convo: &Conversation,
     sink: &mut EventSink,
 ) -> Result<(String, Vec<ModelToolCall>), RunError> {
+    let _slot = setup.slot().await?;
     let round = convo.round;
     let step_id = format!("llm-{round}");
     let alias = setup.alias.clone().unwrap_or_else(|| "default".into());
@@ -197,6 +218,7 @@ async fn tool_round(
     call: &ModelToolCall,
     sink: &mut EventSink,
 ) -> Result<Value, Stop> {
+    let _slot = setup.slot().await.map_err(Stop::Run)?;
     let arguments = ToolArguments::from_text(&call.arguments);
     let new = NewAttempt {
         step_id,

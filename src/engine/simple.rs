@@ -58,6 +58,7 @@ impl Executor for Simple {
             plan_version: NO_PLAN,
             path: String::new(),
             response_schema: None,
+            slots: None,
         };
         let mut checkpoints = Checkpoints { saved };
         let answer = converse::converse(

@@ -103,3 +103,310 @@ async fn error_hubspoke_no_hub() {
         "{body}"
     );
 }
+
+fn run_id(events: &[SseMessage]) -> String {
+    events[0].json()["run_id"].as_str().unwrap().to_owned()
+}
+
+/// The ids of top-level `step` events with `status`, in stream order.
+fn steps_with(events: &[SseMessage], status: &str) -> Vec<String> {
+    events
+        .iter()
+        .map(SseMessage::json)
+        .filter(|e| e["kind"] == "step" && e["data"]["status"] == status && e.get("path").is_none())
+        .map(|e| e["step_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn refused(app: &TestApp, plan: Value) -> Vec<(String, String)> {
+    let (status, body) = app
+        .post_json(
+            "/v1/runs",
+            &json!({ "input": "x", "orchestration": "fixed", "plan": plan }),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["pointer"].as_str().unwrap().to_owned(),
+                e["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sequential_accumulate_history() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::text("first idea"));
+    llm.push_for("agent b", Reply::text("second idea"));
+    llm.push_for("agent c", Reply::text("both combined"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
+        { "id": "s1", "kind": "agent", "input": { "agent": "a" } },
+        { "id": "s2", "kind": "agent", "depends_on": ["s1"], "input": { "agent": "b", "history": ["s1"] } },
+        { "id": "s3", "kind": "agent", "depends_on": ["s2"], "input": { "agent": "c", "history": ["s1", "s2"] } },
+    ]});
+    let fin = final_data(&run_fixed(&app, plan, json!("brainstorm")).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let c = &asked(&llm, "agent c")[0];
+    let roles: Vec<&str> = c.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "assistant", "assistant", "user"]);
+    assert_eq!(c[1]["content"], "first idea");
+    assert_eq!(c[2]["content"], "second idea");
+    assert_eq!(
+        c[3]["content"], "brainstorm",
+        "the run input is the default prompt"
+    );
+    assert_eq!(asked(&llm, "agent b")[0].len(), 3, "b saw a's answer only");
+}
+
+#[tokio::test]
+async fn sequential_ordering() {
+    let llm = ScriptedLlm::start().await;
+    for n in ["a", "b", "c"] {
+        llm.push_for(&format!("agent {n}"), Reply::text(n));
+    }
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    // One `sequential` step holding the team: declaration order is execution order.
+    let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
+        { "id": "team", "kind": "sequential", "input": { "steps": [
+            { "id": "first", "kind": "agent", "input": { "agent": "c" } },
+            { "id": "second", "kind": "agent", "input": { "agent": "a", "prompt": "after {{ steps.first.output }}" } },
+            { "id": "third", "kind": "agent", "input": { "agent": "b", "prompt": "after {{ steps.second.output }}" } },
+        ]}}
+    ]});
+    let events = run_fixed(&app, plan, json!("go")).await;
+    assert_well_formed(&events, 1);
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], "b");
+    let order: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(|r| r["messages"][0]["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        order,
+        ["You are agent c.", "You are agent a.", "You are agent b."]
+    );
+    let children: Vec<String> = events
+        .iter()
+        .map(SseMessage::json)
+        .filter(|e| {
+            e["kind"] == "step" && e["data"]["status"] == "completed" && e["path"] == "team"
+        })
+        .map(|e| e["step_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(children, ["first", "second", "third"]);
+}
+
+#[tokio::test]
+async fn parallel_basic_parallel() {
+    let llm = ScriptedLlm::start().await;
+    for n in ["a", "b", "c"] {
+        llm.push_for(&format!("agent {n}"), Reply::text(format!("{n} says hi")));
+    }
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
+        { "id": "fan", "kind": "parallel", "input": { "steps": [
+            { "id": "pa", "kind": "agent", "input": { "agent": "a" } },
+            { "id": "pb", "kind": "agent", "input": { "agent": "b" } },
+            { "id": "pc", "kind": "agent", "input": { "agent": "c" } },
+        ]}}
+    ]});
+    let fin = final_data(&run_fixed(&app, plan, json!("hello")).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(
+        fin["output"],
+        json!(["a says hi", "b says hi", "c says hi"])
+    );
+    assert_eq!(llm.request_count(), 3);
+}
+
+#[tokio::test]
+async fn parallel_merge_aggregation() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::text("from a"));
+    llm.push_for("agent b", Reply::status(400).message("b is refused"));
+    llm.push_for("agent c", Reply::text("from c"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
+        { "id": "fan", "kind": "parallel", "input": { "aggregation": "merge", "steps": [
+            { "id": "pa", "kind": "agent", "input": { "agent": "a" } },
+            { "id": "pb", "kind": "agent", "input": { "agent": "b" } },
+            { "id": "pc", "kind": "agent", "input": { "agent": "c" } },
+        ]}}
+    ]});
+    let fin = final_data(&run_fixed(&app, plan, json!("hello")).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], json!({ "pa": "from a", "pc": "from c" }));
+}
+
+#[tokio::test]
+async fn parallel_max_concurrency() {
+    let llm = ScriptedLlm::start().await;
+    llm.set_default_reply(Reply::text("done").delay_before_first_chunk(150));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let children: Vec<Value> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| json!({ "id": format!("p{n}"), "kind": "agent", "input": { "agent": n } }))
+        .collect();
+    let plan = json!({ "agents": agents(&["a", "b", "c", "d"]),
+        "settings": { "max_parallel_steps": 2 },
+        "steps": [{ "id": "fan", "kind": "parallel", "input": { "steps": children } }] });
+    let events = run_fixed(&app, plan, json!("go")).await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+    // The model rounds (leaf work) of the four agents: never more than two at once, and two
+    // did overlap.
+    let (_, attempts) = app
+        .get_json(&format!("/v1/runs/{}/steps", run_id(&events)))
+        .await;
+    let spans: Vec<(String, String)> = attempts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["step_id"] == "llm-1")
+        .map(|a| {
+            (
+                a["started_at"].as_str().unwrap().to_owned(),
+                a["completed_at"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(spans.len(), 4);
+    let most = spans
+        .iter()
+        .map(|(start, _)| {
+            spans
+                .iter()
+                .filter(|(s, e)| s <= start && start < e)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(most, 2, "{spans:?}");
+}
+
+#[tokio::test]
+async fn graph_linear_abc() {
+    let llm = ScriptedLlm::start().await;
+    for n in ["a", "b", "c"] {
+        llm.push_for(&format!("agent {n}"), Reply::text(format!("<{n}>")));
+    }
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    // Declared out of order: the edges decide.
+    let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
+        agent_step("c", "c", "{{ steps.b.output }}", &["b"]),
+        agent_step("a", "a", "{{ input }}", &[]),
+        agent_step("b", "b", "{{ steps.a.output }}", &["a"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("x")).await;
+    assert_eq!(steps_with(&events, "completed"), ["a", "b", "c"]);
+    assert_eq!(asked(&llm, "agent c")[0][1]["content"], "<b>");
+    let plan_ev = events.iter().find(|e| e.kind() == "plan").unwrap().json();
+    assert_eq!(plan_ev["data"]["critical_path"], json!(["a", "b", "c"]));
+}
+
+#[tokio::test]
+async fn graph_diamond_fan() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::text("topic"));
+    llm.push_for("agent b", Reply::text("pros"));
+    llm.push_for("agent c", Reply::text("cons"));
+    llm.push_for("agent d", Reply::text("verdict"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c", "d"]), "steps": [
+        agent_step("a", "a", "{{ input }}", &[]),
+        agent_step("b", "b", "pros of {{ steps.a.output }}", &["a"]),
+        agent_step("c", "c", "cons of {{ steps.a.output }}", &["a"]),
+        agent_step("d", "d", "weigh {{ steps.b.output }} against {{ steps.c.output }}", &["b", "c"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("x")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["output"], "verdict", "{fin}");
+    assert_eq!(
+        asked(&llm, "agent d")[0][1]["content"],
+        "weigh pros against cons"
+    );
+    let done = steps_with(&events, "completed");
+    assert_eq!(done.first().unwrap(), "a");
+    assert_eq!(done.last().unwrap(), "d");
+}
+
+#[tokio::test]
+async fn graph_conditional_edge() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for(
+        "agent a",
+        Reply::json(json!({ "route": "refund", "amount": 30 })),
+    );
+    llm.push_for("agent refunds", Reply::text("refunded 30"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let mut team = agents(&["refunds", "sales"]);
+    team["a"] = json!({ "instructions": "You are agent a.", "output_schema": {
+        "type": "object", "required": ["route"], "properties": { "route": { "enum": ["refund", "sale"] }, "amount": { "type": "number" } } } });
+    let plan = json!({ "agents": team, "steps": [
+        agent_step("triage", "a", "{{ input }}", &[]),
+        { "id": "route", "kind": "branch", "depends_on": ["triage"],
+          "input": { "condition": "steps.triage.output.route == 'refund'", "then": ["refund"], "else": ["sell"] } },
+        agent_step("refund", "refunds", "refund {{ steps.triage.output.amount }}", &["route"]),
+        agent_step("sell", "sales", "sell", &["route"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("my order broke")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(steps_with(&events, "skipped"), ["sell"]);
+    assert_eq!(asked(&llm, "agent refunds")[0][1]["content"], "refund 30");
+    assert!(asked(&llm, "agent sales").is_empty());
+}
+
+#[tokio::test]
+async fn graph_cycle_detection() {
+    let app = spawn_app(|_| {}).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
+        agent_step("a", "a", "x", &["c"]),
+        agent_step("b", "b", "x", &["a"]),
+        agent_step("c", "c", "x", &["b"]),
+    ]});
+    let errors = refused(&app, plan).await;
+    assert!(
+        errors
+            .iter()
+            .any(|(p, m)| p.starts_with("/plan/steps/") && m.contains("cycle")),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn graph_builder_validation() {
+    let app = spawn_app(|_| {}).await;
+    let mut team = agents(&["a"]);
+    team["bad"] = json!({ "instructions": "x", "tools": ["no.such.tool"], "handoffs": ["ghost"], "model": "nope" });
+    let plan = json!({ "agents": team, "steps": [
+        agent_step("one", "missing", "x", &[]),
+        agent_step("two", "a", "x", &["nowhere"]),
+        { "id": "chat", "kind": "group_chat", "input": { "participants": ["a", "phantom"] } },
+        { "id": "nest", "kind": "workflow", "input": { "workflow": "unknown" } },
+    ]});
+    let errors = refused(&app, plan).await;
+    let pointers: Vec<&str> = errors.iter().map(|(p, _)| p.as_str()).collect();
+    for expected in [
+        "/plan/agents/bad/tools/0",
+        "/plan/agents/bad/handoffs/0",
+        "/plan/agents/bad/model",
+        "/plan/steps/0/input/agent",
+        "/plan/steps/1/depends_on/0",
+        "/plan/steps/2/input/participants/1",
+        "/plan/steps/3/input/workflow",
+    ] {
+        assert!(
+            pointers.contains(&expected),
+            "{expected} missing in {errors:?}"
+        );
+    }
+}

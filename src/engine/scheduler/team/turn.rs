@@ -110,6 +110,7 @@ pub(crate) async fn take_turn(
             name: "agent_output".into(),
             schema: s.schema.clone(),
         }),
+        slots: Some(frame.slots.clone()),
     };
     let convo_key = format!("{path}/convo");
     let mut convo = match frame.children.finished_before(&convo_key) {
