@@ -410,3 +410,186 @@ async fn graph_builder_validation() {
         );
     }
 }
+
+#[tokio::test]
+async fn checkpoint_store_crud() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::text("one"));
+    llm.push_for("agent b", Reply::text("two"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b"]), "steps": [
+        agent_step("s1", "a", "{{ input }}", &[]),
+        agent_step("s2", "b", "{{ steps.s1.output }}", &["s1"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("x")).await;
+    let id = run_id(&events);
+    // Read: one checkpoint per finished agent turn, oldest first, each holding its answer.
+    let (status, checkpoints) = app.get_json(&format!("/v1/runs/{id}/checkpoints")).await;
+    assert_eq!(status, 200);
+    let list = checkpoints.as_array().unwrap();
+    assert_eq!(list.len(), 2, "{checkpoints}");
+    assert_eq!(list[0]["state"]["steps"]["s1"]["output"], "one");
+    assert_eq!(list[1]["state"]["steps"]["s2"]["output"], "two");
+    // Paged reads agree with the whole list.
+    let (_, page) = app
+        .get_json(&format!("/v1/runs/{id}/checkpoints?limit=1"))
+        .await;
+    assert_eq!(page.as_array().unwrap().len(), 1);
+    assert_eq!(page[0], list[0]);
+    // Delete: a finished run goes with its checkpoints.
+    let resp = app
+        .client
+        .delete(app.url(&format!("/v1/runs/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let (status, _) = app.get_json(&format!("/v1/runs/{id}/checkpoints")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn checkpoint_seq_checkpoint_cleanup() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for(
+        "agent a",
+        Reply::tool_call("math.calculate", json!({ "expression": "6 * 7" })),
+    );
+    llm.push_for("agent a", Reply::text("42"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let mut team = agents(&["a"]);
+    team["a"]["tools"] = json!(["math.calculate"]);
+    let plan = json!({ "agents": team, "steps": [agent_step("s1", "a", "{{ input }}", &[])] });
+    let events = run_fixed(&app, plan, json!("six times seven")).await;
+    assert_eq!(final_data(&events)["output"], "42");
+    let id = run_id(&events);
+    let (_, checkpoints) = app.get_json(&format!("/v1/runs/{id}/checkpoints")).await;
+    let list = checkpoints.as_array().unwrap();
+    // The turn's conversation was checkpointed while it ran (after the reply asking for the
+    // tool and after the tool's result) ...
+    let during: Vec<&Value> = list
+        .iter()
+        .filter(|c| c["state"]["children"].get("s1/convo").is_some())
+        .collect();
+    assert_eq!(during.len(), 2, "{checkpoints}");
+    // ... and cleared when the step committed: the answer stands for it.
+    let last = &list.last().unwrap()["state"];
+    assert_eq!(last["steps"]["s1"]["output"], "42");
+    assert_eq!(last["cleared"], json!(["s1"]), "{last}");
+}
+
+#[tokio::test]
+async fn checkpoint_checkpoint_on_failure() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::text("kept"));
+    llm.push_for("agent b", Reply::status(400).message("refused"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
+        agent_step("s1", "a", "{{ input }}", &[]),
+        agent_step("s2", "b", "{{ steps.s1.output }}", &["s1"]),
+        agent_step("s3", "c", "{{ steps.s2.output }}", &["s2"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("x")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "llm_rejected");
+    let (_, checkpoints) = app
+        .get_json(&format!("/v1/runs/{}/checkpoints", run_id(&events)))
+        .await;
+    // Checkpoints are deltas: one per finished step, the failure included.
+    let list = checkpoints.as_array().unwrap();
+    assert_eq!(list.len(), 2, "{checkpoints}");
+    assert_eq!(list[0]["state"]["steps"]["s1"]["output"], "kept");
+    let failed = &list[1]["state"]["steps"]["s2"];
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["error"]["code"], "llm_rejected");
+    assert_eq!(llm.request_count(), 2, "s3 never ran");
+}
+
+#[tokio::test]
+async fn typed_pipeline_string_int_chain() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent words", Reply::text("forty-two"));
+    llm.push_for("agent numbers", Reply::json(json!(42)));
+    llm.push_for("agent doubler", Reply::json(json!(84)));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let int = json!({ "type": "integer" });
+    let team = json!({
+        "words": { "instructions": "You are agent words." },
+        "numbers": { "instructions": "You are agent numbers.", "output_schema": int },
+        "doubler": { "instructions": "You are agent doubler.", "output_schema": int },
+    });
+    let plan = json!({ "agents": team, "steps": [
+        agent_step("say", "words", "{{ input }}", &[]),
+        agent_step("parse", "numbers", "{{ steps.say.output }}", &["say"]),
+        agent_step("double", "doubler", "{{ steps.parse.output }}", &["parse"]),
+    ], "output": { "text": "{{ steps.say.output }}", "number": "{{ steps.parse.output }}", "twice": "{{ steps.double.output }}" } });
+    let events = run_fixed(&app, plan, json!("the answer")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["output"], json!({ "text": "forty-two", "number": 42, "twice": 84 }), "{fin}");
+    // The typed agents asked for structured output, and streamed it as JSON.
+    let numbers = llm
+        .requests()
+        .into_iter()
+        .find(|r| r["messages"][0]["content"] == "You are agent numbers.")
+        .unwrap();
+    assert_eq!(numbers["response_format"]["type"], "json_schema");
+    assert!(events.iter().any(|e| e.kind() == "json_partial" && e.json()["path"] == "parse"));
+}
+
+#[tokio::test]
+async fn typed_pipeline_three_stage() {
+    let llm = ScriptedLlm::start().await;
+    // Stage 2 answers wrongly once and is repaired.
+    llm.push_for("agent extract", Reply::json(json!({ "city": "Lyon", "days": 3 })));
+    llm.push_for("agent plan", Reply::json(json!({ "stops": "museum" })));
+    llm.push_for("agent plan", Reply::json(json!({ "stops": ["museum", "market"] })));
+    llm.push_for("agent budget", Reply::json(json!({ "total": 300, "per_day": 100 })));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let team = json!({
+        "extract": { "instructions": "You are agent extract.", "output_schema": { "type": "object",
+            "required": ["city", "days"], "properties": { "city": { "type": "string" }, "days": { "type": "integer" } } } },
+        "plan": { "instructions": "You are agent plan.", "output_schema": { "type": "object",
+            "required": ["stops"], "properties": { "stops": { "type": "array", "items": { "type": "string" } } } } },
+        "budget": { "instructions": "You are agent budget.", "output_schema": { "type": "object",
+            "required": ["total"], "properties": { "total": { "type": "number" } } } },
+    });
+    let plan = json!({ "agents": team, "steps": [
+        agent_step("e", "extract", "{{ input }}", &[]),
+        agent_step("p", "plan", "{{ steps.e.output.days }} days in {{ steps.e.output.city }}", &["e"]),
+        agent_step("b", "budget", "{{ steps.p.output.stops }}", &["p"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("3 days in Lyon")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["total"], 300);
+    let plan_asks = asked(&llm, "agent plan");
+    assert_eq!(plan_asks.len(), 2, "one repair");
+    assert_eq!(plan_asks[0][1]["content"], "3 days in Lyon");
+    let repair = plan_asks[1].last().unwrap()["content"].as_str().unwrap();
+    assert!(repair.contains("/stops"), "{repair}");
+    assert_eq!(
+        asked(&llm, "agent budget")[0][1]["content"],
+        r#"["museum","market"]"#
+    );
+}
+
+#[tokio::test]
+async fn typed_pipeline_agent_executor() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent strict", Reply::text("not json"));
+    llm.push_for("agent strict", Reply::json(json!({ "wrong": true })));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let team = json!({ "strict": { "instructions": "You are agent strict.",
+        "output_schema": { "type": "object", "required": ["ok"] } } });
+    let plan = json!({ "agents": team, "steps": [agent_step("s", "strict", "{{ input }}", &[])] });
+    let events = run_fixed(&app, plan, json!("x")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "invalid_llm_output");
+    assert!(
+        fin["error"]["message"].as_str().unwrap().contains("twice"),
+        "{fin}"
+    );
+    assert_eq!(llm.request_count(), 2, "repaired once, then the step failed");
+}
