@@ -593,3 +593,221 @@ async fn typed_pipeline_agent_executor() {
     );
     assert_eq!(llm.request_count(), 2, "repaired once, then the step failed");
 }
+
+/// `(kind, path, step_id, status)` of every event, in stream order, with token runs folded
+/// into one entry.
+fn shape(events: &[SseMessage]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in events.iter().map(SseMessage::json) {
+        let kind = e["kind"].as_str().unwrap();
+        let mut line = format!(
+            "{kind} {}{}",
+            e["path"].as_str().map(|p| format!("{p}/")).unwrap_or_default(),
+            e["step_id"].as_str().unwrap_or("-")
+        );
+        if kind == "step" {
+            line.push(' ');
+            line.push_str(e["data"]["status"].as_str().unwrap());
+        }
+        if out.last() != Some(&line) || kind != "token" {
+            out.push(line);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn streaming_seq_streaming_events() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::text("one two three"));
+    llm.push_for("agent b", Reply::text("four five"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b"]), "steps": [
+        agent_step("s1", "a", "{{ input }}", &[]),
+        agent_step("s2", "b", "{{ steps.s1.output }}", &["s1"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("go")).await;
+    assert_well_formed(&events, 1);
+    let seen = shape(&events);
+    // Model text and usage go out live; the step's own record (its inner attempts, then its
+    // end) is released when it commits (ARCHITECTURE.md, "the plan scheduler commits ...").
+    let expected = [
+        "step s1 running",
+        "token s1/llm-1",
+        "usage s1/llm-1",
+        "step s1/llm-1 running",
+        "step s1/llm-1 completed",
+        "step s1 completed",
+    ];
+    let s1: Vec<&String> = seen
+        .iter()
+        .filter(|l| l.contains(" s1"))
+        .collect();
+    assert_eq!(s1, expected.iter().collect::<Vec<_>>(), "{seen:#?}");
+    let s2_start = seen.iter().position(|l| l == "step s2 running").unwrap();
+    let s1_end = seen.iter().position(|l| l == "step s1 completed").unwrap();
+    assert!(s1_end < s2_start, "{seen:#?}");
+    // The history replays the same events, paths included.
+    let history = app.history(&run_id(&events)).await;
+    let live: Vec<Value> = events.iter().map(SseMessage::json).collect();
+    assert_eq!(history, live);
+}
+
+#[tokio::test]
+async fn streaming_parallel_streaming_events() {
+    let llm = ScriptedLlm::start().await;
+    for n in ["a", "b"] {
+        llm.push_for(&format!("agent {n}"), Reply::text(format!("{n} {n} {n}")));
+    }
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b"]), "steps": [
+        { "id": "fan", "kind": "parallel", "input": { "steps": [
+            { "id": "pa", "kind": "agent", "input": { "agent": "a" } },
+            { "id": "pb", "kind": "agent", "input": { "agent": "b" } },
+        ]}}
+    ]});
+    let events = run_fixed(&app, plan, json!("go")).await;
+    assert_well_formed(&events, 1);
+    // Every token names the agent step it came from; each agent's text arrives whole.
+    for (step, text) in [("pa", "a a a"), ("pb", "b b b")] {
+        let streamed: String = events
+            .iter()
+            .map(SseMessage::json)
+            .filter(|e| e["kind"] == "token" && e["path"] == format!("fan/{step}"))
+            .map(|e| e["data"]["text"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(streamed, text);
+    }
+    let seen = shape(&events);
+    let end = seen.iter().position(|l| l == "step fan completed").unwrap();
+    for child in ["fan/pa completed", "fan/pb completed"] {
+        let at = seen.iter().position(|l| l == &format!("step {child}")).unwrap();
+        assert!(at < end, "{seen:#?}");
+    }
+}
+
+#[tokio::test]
+async fn streaming_graph_streaming_events() {
+    let llm = ScriptedLlm::start().await;
+    for n in ["a", "b", "c", "d"] {
+        llm.push_for(&format!("agent {n}"), Reply::text(n));
+    }
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c", "d"]), "steps": [
+        agent_step("a", "a", "x", &[]),
+        agent_step("b", "b", "x", &["a"]),
+        agent_step("c", "c", "x", &["a"]),
+        agent_step("d", "d", "x", &["b", "c"]),
+    ]});
+    // Read live, reconnecting half-way with Last-Event-ID: nothing lost, nothing twice.
+    let run = app
+        .create_run(json!({ "input": "go", "orchestration": "fixed", "plan": plan }))
+        .await;
+    let id = run["id"].as_str().unwrap();
+    let mut first = app.events(id).await;
+    let mut events = Vec::new();
+    while events.len() < 6 {
+        events.push(first.next_event().await.unwrap());
+    }
+    drop(first);
+    let last = events.last().unwrap().json()["seq"].as_u64().unwrap();
+    let resp = app
+        .client
+        .get(app.url(&format!("/v1/runs/{id}/events")))
+        .header("Last-Event-ID", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    events.extend(SseReader::new(resp).read_to_final().await);
+    assert_well_formed(&events, 1);
+    let seen = shape(&events);
+    let pos = |l: &str| seen.iter().position(|s| s == l).unwrap_or_else(|| panic!("{l} in {seen:#?}"));
+    assert!(pos("step a completed") < pos("step b running"));
+    assert!(pos("step a completed") < pos("step c running"));
+    assert!(pos("step b completed") < pos("step d running"));
+    assert!(pos("step c completed") < pos("step d running"));
+    assert!(pos("token d/llm-1") < pos("step d completed"));
+    assert_eq!(final_data(&events)["output"], "d");
+}
+
+#[tokio::test]
+async fn error_no_agents() {
+    let app = spawn_app(|_| {}).await;
+    // Steps naming agents when the plan has none and none are registered.
+    let plan = json!({ "steps": [
+        { "id": "solo", "kind": "agent", "input": { "agent": "writer" } },
+        { "id": "chat", "kind": "group_chat", "input": { "participants": [] } },
+    ]});
+    let errors = refused(&app, plan).await;
+    assert!(
+        errors.iter().any(|(p, m)| p == "/plan/steps/0/input/agent"
+            && m.contains("no agent named `writer`")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|(p, _)| p == "/plan/steps/1/input/participants"),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn error_stop_on_failure() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::status(400).message("no"));
+    llm.push_for("agent b", Reply::text("slow b").delay_before_first_chunk(100));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
+        agent_step("fails", "a", "x", &[]),
+        agent_step("independent", "b", "x", &[]),
+        agent_step("after", "c", "x", &["fails"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("go")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "llm_rejected");
+    assert!(asked(&llm, "agent c").is_empty(), "nothing after the failure ran");
+}
+
+#[tokio::test]
+async fn error_continue_on_failure() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::status(400).message("no"));
+    llm.push_for("agent b", Reply::text("b is fine"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b", "c"]),
+        "settings": { "stop_on_first_failure": false }, "steps": [
+        agent_step("fails", "a", "x", &[]),
+        agent_step("independent", "b", "x", &[]),
+        agent_step("after", "c", "x", &["fails"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("go")).await;
+    let fin = final_data(&events);
+    // The run goes on past the failure and ends with what it could do.
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["completion"], "partial", "{fin}");
+    assert_eq!(fin["error"]["code"], "llm_rejected");
+    assert_eq!(fin["output"], "b is fine");
+    assert_eq!(asked(&llm, "agent b").len(), 1, "the independent agent ran");
+    assert!(asked(&llm, "agent c").is_empty(), "its dependent did not");
+    assert_eq!(steps_with(&events, "skipped"), ["after"]);
+}
+
+#[tokio::test]
+async fn error_parallel_all_fail() {
+    let llm = ScriptedLlm::start().await;
+    llm.set_default_reply(Reply::status(400).message("everyone refuses"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["a", "b"]), "steps": [
+        { "id": "fan", "kind": "parallel", "input": { "aggregation": "merge", "steps": [
+            { "id": "pa", "kind": "agent", "input": { "agent": "a" } },
+            { "id": "pb", "kind": "agent", "input": { "agent": "b" } },
+        ]}}
+    ]});
+    let events = run_fixed(&app, plan, json!("go")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "llm_rejected");
+    assert_eq!(llm.request_count(), 2);
+    let failed = steps_with(&events, "failed");
+    assert_eq!(failed, ["fan"]);
+}
