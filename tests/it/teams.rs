@@ -526,7 +526,11 @@ async fn typed_pipeline_string_int_chain() {
     ], "output": { "text": "{{ steps.say.output }}", "number": "{{ steps.parse.output }}", "twice": "{{ steps.double.output }}" } });
     let events = run_fixed(&app, plan, json!("the answer")).await;
     let fin = final_data(&events);
-    assert_eq!(fin["output"], json!({ "text": "forty-two", "number": 42, "twice": 84 }), "{fin}");
+    assert_eq!(
+        fin["output"],
+        json!({ "text": "forty-two", "number": 42, "twice": 84 }),
+        "{fin}"
+    );
     // The typed agents asked for structured output, and streamed it as JSON.
     let numbers = llm
         .requests()
@@ -534,17 +538,30 @@ async fn typed_pipeline_string_int_chain() {
         .find(|r| r["messages"][0]["content"] == "You are agent numbers.")
         .unwrap();
     assert_eq!(numbers["response_format"]["type"], "json_schema");
-    assert!(events.iter().any(|e| e.kind() == "json_partial" && e.json()["path"] == "parse"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind() == "json_partial" && e.json()["path"] == "parse")
+    );
 }
 
 #[tokio::test]
 async fn typed_pipeline_three_stage() {
     let llm = ScriptedLlm::start().await;
     // Stage 2 answers wrongly once and is repaired.
-    llm.push_for("agent extract", Reply::json(json!({ "city": "Lyon", "days": 3 })));
+    llm.push_for(
+        "agent extract",
+        Reply::json(json!({ "city": "Lyon", "days": 3 })),
+    );
     llm.push_for("agent plan", Reply::json(json!({ "stops": "museum" })));
-    llm.push_for("agent plan", Reply::json(json!({ "stops": ["museum", "market"] })));
-    llm.push_for("agent budget", Reply::json(json!({ "total": 300, "per_day": 100 })));
+    llm.push_for(
+        "agent plan",
+        Reply::json(json!({ "stops": ["museum", "market"] })),
+    );
+    llm.push_for(
+        "agent budget",
+        Reply::json(json!({ "total": 300, "per_day": 100 })),
+    );
     let app = spawn_app(|c| use_scripted(c, &llm)).await;
     let team = json!({
         "extract": { "instructions": "You are agent extract.", "output_schema": { "type": "object",
@@ -591,7 +608,11 @@ async fn typed_pipeline_agent_executor() {
         fin["error"]["message"].as_str().unwrap().contains("twice"),
         "{fin}"
     );
-    assert_eq!(llm.request_count(), 2, "repaired once, then the step failed");
+    assert_eq!(
+        llm.request_count(),
+        2,
+        "repaired once, then the step failed"
+    );
 }
 
 /// `(kind, path, step_id, status)` of every event, in stream order, with token runs folded
@@ -602,7 +623,10 @@ fn shape(events: &[SseMessage]) -> Vec<String> {
         let kind = e["kind"].as_str().unwrap();
         let mut line = format!(
             "{kind} {}{}",
-            e["path"].as_str().map(|p| format!("{p}/")).unwrap_or_default(),
+            e["path"]
+                .as_str()
+                .map(|p| format!("{p}/"))
+                .unwrap_or_default(),
             e["step_id"].as_str().unwrap_or("-")
         );
         if kind == "step" {
@@ -639,10 +663,7 @@ async fn streaming_seq_streaming_events() {
         "step s1/llm-1 completed",
         "step s1 completed",
     ];
-    let s1: Vec<&String> = seen
-        .iter()
-        .filter(|l| l.contains(" s1"))
-        .collect();
+    let s1: Vec<&String> = seen.iter().filter(|l| l.contains(" s1")).collect();
     assert_eq!(s1, expected.iter().collect::<Vec<_>>(), "{seen:#?}");
     let s2_start = seen.iter().position(|l| l == "step s2 running").unwrap();
     let s1_end = seen.iter().position(|l| l == "step s1 completed").unwrap();
@@ -681,7 +702,10 @@ async fn streaming_parallel_streaming_events() {
     let seen = shape(&events);
     let end = seen.iter().position(|l| l == "step fan completed").unwrap();
     for child in ["fan/pa completed", "fan/pb completed"] {
-        let at = seen.iter().position(|l| l == &format!("step {child}")).unwrap();
+        let at = seen
+            .iter()
+            .position(|l| l == &format!("step {child}"))
+            .unwrap();
         assert!(at < end, "{seen:#?}");
     }
 }
@@ -721,7 +745,11 @@ async fn streaming_graph_streaming_events() {
     events.extend(SseReader::new(resp).read_to_final().await);
     assert_well_formed(&events, 1);
     let seen = shape(&events);
-    let pos = |l: &str| seen.iter().position(|s| s == l).unwrap_or_else(|| panic!("{l} in {seen:#?}"));
+    let pos = |l: &str| {
+        seen.iter()
+            .position(|s| s == l)
+            .unwrap_or_else(|| panic!("{l} in {seen:#?}"))
+    };
     assert!(pos("step a completed") < pos("step b running"));
     assert!(pos("step a completed") < pos("step c running"));
     assert!(pos("step b completed") < pos("step d running"));
@@ -745,7 +773,9 @@ async fn error_no_agents() {
         "{errors:?}"
     );
     assert!(
-        errors.iter().any(|(p, _)| p == "/plan/steps/1/input/participants"),
+        errors
+            .iter()
+            .any(|(p, _)| p == "/plan/steps/1/input/participants"),
         "{errors:?}"
     );
 }
@@ -754,7 +784,10 @@ async fn error_no_agents() {
 async fn error_stop_on_failure() {
     let llm = ScriptedLlm::start().await;
     llm.push_for("agent a", Reply::status(400).message("no"));
-    llm.push_for("agent b", Reply::text("slow b").delay_before_first_chunk(100));
+    llm.push_for(
+        "agent b",
+        Reply::text("slow b").delay_before_first_chunk(100),
+    );
     let app = spawn_app(|c| use_scripted(c, &llm)).await;
     let plan = json!({ "agents": agents(&["a", "b", "c"]), "steps": [
         agent_step("fails", "a", "x", &[]),
@@ -765,7 +798,10 @@ async fn error_stop_on_failure() {
     let fin = final_data(&events);
     assert_eq!(fin["status"], "failed", "{fin}");
     assert_eq!(fin["error"]["code"], "llm_rejected");
-    assert!(asked(&llm, "agent c").is_empty(), "nothing after the failure ran");
+    assert!(
+        asked(&llm, "agent c").is_empty(),
+        "nothing after the failure ran"
+    );
 }
 
 #[tokio::test]
@@ -810,4 +846,249 @@ async fn error_parallel_all_fail() {
     assert_eq!(llm.request_count(), 2);
     let failed = steps_with(&events, "failed");
     assert_eq!(failed, ["fan"]);
+}
+
+/// A workflow of two agents in sequence, as a plan's `workflows` entry.
+fn review_workflow() -> Value {
+    json!({ "name": "review", "steps": [
+        { "id": "draft", "kind": "agent", "input": { "agent": "writer", "prompt": "Draft: {{ input.topic }}" } },
+        { "id": "check", "kind": "agent", "depends_on": ["draft"], "input": { "agent": "critic", "prompt": "Check: {{ steps.draft.output }}" } },
+    ], "output": { "draft": "{{ steps.draft.output }}", "verdict": "{{ steps.check.output }}" } })
+}
+
+#[tokio::test]
+async fn composability_nested_orchestrator() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent writer", Reply::text("a draft"));
+    llm.push_for("agent critic", Reply::text("approved"));
+    llm.push_for("agent editor", Reply::text("published"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    // The inner team runs as a step of the outer one, and again as an agent (`kind: workflow`).
+    let mut team = agents(&["writer", "critic", "editor"]);
+    team["reviewer"] =
+        json!({ "kind": "workflow", "workflow": "review", "description": "Writes and checks." });
+    let plan = json!({ "agents": team, "workflows": { "review": review_workflow() }, "steps": [
+        { "id": "inner", "kind": "workflow", "input": { "workflow": "review", "input": { "topic": "{{ input }}" } } },
+        agent_step("final", "editor", "Publish {{ steps.inner.output.draft }} ({{ steps.inner.output.verdict }})", &["inner"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("otters")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], "published");
+    assert_eq!(
+        asked(&llm, "agent writer")[0][1]["content"],
+        "Draft: otters"
+    );
+    assert_eq!(
+        asked(&llm, "agent editor")[0][1]["content"],
+        "Publish a draft (approved)"
+    );
+    let id = run_id(&events);
+    // The inner steps are recorded below the outer step.
+    let (_, attempts) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+    let draft = attempts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["step_id"] == "draft")
+        .unwrap();
+    assert_eq!(draft["path"], "inner");
+    assert_eq!(draft["status"], "completed");
+}
+
+#[tokio::test]
+async fn composability_streaming_forward() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent writer", Reply::text("inner words"));
+    llm.push_for("agent critic", Reply::text("fine"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    // Two levels: an outer workflow step runs `outer`, whose step runs `review`.
+    let outer = json!({ "name": "outer", "steps": [
+        { "id": "deep", "kind": "workflow", "input": { "workflow": "review", "input": "{{ input }}" } }
+    ]});
+    let plan = json!({ "agents": agents(&["writer", "critic"]),
+        "workflows": { "review": review_workflow(), "outer": outer }, "steps": [
+        { "id": "top", "kind": "workflow", "input": { "workflow": "outer", "input": { "topic": "rivers" } } },
+    ]});
+    let events = run_fixed(&app, plan, json!("x")).await;
+    assert_well_formed(&events, 1);
+    assert_eq!(final_data(&events)["output"]["verdict"], "fine");
+    // Inner tokens reach the outer stream attributed to every level.
+    let tokens: String = events
+        .iter()
+        .map(SseMessage::json)
+        .filter(|e| e["kind"] == "token" && e["path"] == "top/deep/draft")
+        .map(|e| e["data"]["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tokens, "inner words");
+    let seen = shape(&events);
+    assert!(
+        seen.contains(&"step top/deep/check completed".to_owned()),
+        "{seen:#?}"
+    );
+    // The attribution survives replay and a reconnect from the middle.
+    let id = run_id(&events);
+    let history = app.history(&id).await;
+    let live: Vec<Value> = events.iter().map(SseMessage::json).collect();
+    assert_eq!(history, live);
+    let middle = live.len() / 2;
+    let resp = app
+        .client
+        .get(app.url(&format!("/v1/runs/{id}/events?after={middle}")))
+        .send()
+        .await
+        .unwrap();
+    let rest: Vec<Value> = SseReader::new(resp)
+        .read_to_final()
+        .await
+        .iter()
+        .map(SseMessage::json)
+        .collect();
+    assert_eq!(rest, live[middle..].to_vec());
+}
+
+#[tokio::test]
+async fn composability_failure_propagation() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent writer", Reply::text("a draft"));
+    llm.push_for(
+        "agent critic",
+        Reply::status(400).message("the critic is refused"),
+    );
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "agents": agents(&["writer", "critic", "editor"]),
+        "workflows": { "review": review_workflow() }, "steps": [
+        { "id": "inner", "kind": "workflow", "input": { "workflow": "review", "input": { "topic": "t" } } },
+        agent_step("final", "editor", "x", &["inner"]),
+    ]});
+    let events = run_fixed(&app, plan, json!("x")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(
+        fin["error"]["code"], "llm_rejected",
+        "the inner code: {fin}"
+    );
+    let message = fin["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("review") && message.contains("the critic is refused"),
+        "{message}"
+    );
+    let outer = events
+        .iter()
+        .map(SseMessage::json)
+        .find(|e| e["kind"] == "step" && e["step_id"] == "inner" && e["data"]["status"] == "failed")
+        .unwrap();
+    assert_eq!(outer["data"]["error"]["code"], "llm_rejected");
+    assert!(asked(&llm, "agent editor").is_empty());
+}
+
+#[tokio::test]
+async fn registered_agents_and_workflows_are_copied_into_the_run() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent writer", Reply::text("v1 words"));
+    llm.push_for("agent critic", Reply::text("ok"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    for (name, body) in [
+        ("writer", json!({ "instructions": "You are agent writer." })),
+        ("critic", json!({ "instructions": "You are agent critic." })),
+    ] {
+        let resp = app
+            .client
+            .put(app.url(&format!("/v1/agents/{name}")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+    }
+    let resp = app
+        .client
+        .put(app.url("/v1/workflows/review"))
+        .json(&review_workflow())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap());
+    let run = app
+        .create_run(
+            json!({ "input": { "topic": "t" }, "orchestration": "fixed", "workflow": "review" }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let fin = final_data(&app.follow(&id).await);
+    assert_eq!(
+        fin["output"],
+        json!({ "draft": "v1 words", "verdict": "ok" }),
+        "{fin}"
+    );
+    // The run's plan holds the agents as they were when it started.
+    let (_, plans) = app.get_json(&format!("/v1/runs/{id}/plans")).await;
+    assert_eq!(
+        plans[0]["plan"]["agents"]["writer"]["instructions"],
+        "You are agent writer."
+    );
+}
+
+#[tokio::test]
+async fn an_agent_killed_mid_turn_resumes_without_calling_its_tool_again() {
+    use crate::support::server::{Server, skip_to, to_final};
+    let llm = ScriptedLlm::start().await;
+    llm.push_for(
+        "agent a",
+        Reply::tool_call("math.calculate", json!({ "expression": "6 * 7" })),
+    );
+    // The second round streams a little, then hangs until the server dies.
+    llm.push_for("agent a", Reply::text("forty two and more").stall_after(2));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
+    let base = llm.base_url();
+    let env = [
+        ("ORCA_LLM__PROVIDER", "openai"),
+        ("OPENAI_BASE_URL", base.as_str()),
+        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
+    ];
+    let mut team = agents(&["a", "b"]);
+    team["a"]["tools"] = json!(["math.calculate"]);
+    let plan = json!({ "agents": team, "steps": [
+        agent_step("s1", "a", "{{ input }}", &[]),
+        agent_step("s2", "b", "{{ steps.s1.output }}", &["s1"]),
+    ]});
+    let server = Server::start_with(dir.path(), &env).await;
+    let id = server.start_plan(plan).await;
+    // A token of round 2 is stored after the checkpoint of the tool's result.
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let mut reader = SseReader::new(resp);
+    skip_to(&mut reader, "token", 1).await;
+    drop(reader);
+    server.kill();
+
+    llm.push_for("agent a", Reply::text("42"));
+    llm.push_for("agent b", Reply::text("noted"));
+    let server = Server::start_with(dir.path(), &env).await;
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let events = to_final(SseReader::new(resp)).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], "noted");
+    let steps = server.steps(&id).await;
+    let tool_runs = steps
+        .iter()
+        .filter(|a| a["kind"] == "tool" && a["path"] == "s1")
+        .count();
+    assert_eq!(tool_runs, 1, "the tool's result came from the checkpoint");
+    // The resumed round saw the tool's result.
+    let resumed = asked(&llm, "agent a").last().unwrap().clone();
+    assert_eq!(resumed[2]["role"], "assistant");
+    assert_eq!(resumed[3]["role"], "tool");
+    assert!(resumed[3]["content"].as_str().unwrap().contains("42"));
 }
