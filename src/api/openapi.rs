@@ -18,13 +18,19 @@ const SCHEMAS: [(&str, &str); 1] = [(
 
 /// What a plan or workflow body is, for the document.
 const PLAN_NOTE: &str = "An AgentPlan (schemas/AgentPlan.schema.json in the repository), \
-    validated in full: any problem is a 422 listing every one with a JSON Pointer.";
+    validated in full: any problem is a 422 listing every one with a JSON Pointer. Steps of \
+    kind `agent` (a turn, or a hub with `spokes`), `handoff`, `group_chat` and `workflow` run \
+    teams; the plan's `agents` (name -> Agent), `workflows` (name -> FixedWorkflow) and \
+    run-wide `middleware` define them, and registered agents and workflows the steps name are \
+    copied in when the run is created.";
 const WORKFLOW_NOTE: &str = "A FixedWorkflow (schemas/FixedWorkflow.schema.json in the \
     repository); `name`, when given, must be the path's name. Validated in full: any problem \
     is a 422 listing every one with a JSON Pointer.";
 
 const AGENT_NOTE: &str = "An Agent (schemas/Agent.schema.json in the repository: handoffs \
-    are agent names or {to, context, last_n}, middleware are built-in names or {name, config}); \
+    are agent names or {to, context: inherit|summarize|isolate|last_n, last_n}, middleware are \
+    built-in names (retry, audit_log, guardrail, rate_limit, response_cache, tool_approval) or \
+    {name, config}; `kind: workflow` makes a registered workflow act as the agent); \
     `name`, when given, must be the path's name. Validated in full: any problem is a 422 \
     listing every one with a JSON Pointer.";
 

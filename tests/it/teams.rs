@@ -1092,3 +1092,59 @@ async fn an_agent_killed_mid_turn_resumes_without_calling_its_tool_again() {
     assert_eq!(resumed[3]["role"], "tool");
     assert!(resumed[3]["content"].as_str().unwrap().contains("42"));
 }
+
+#[tokio::test]
+async fn a_workflow_acts_as_an_agent_and_as_a_hubs_spoke() {
+    let llm = ScriptedLlm::start().await;
+    // The hub asks its spoke (a workflow agent) once, then answers.
+    llm.push_for(
+        "agent hub",
+        Reply::tool_call("ask_researchers", json!({ "request": "find otters" })),
+    );
+    llm.push_for("agent finder", Reply::text("otters live in rivers"));
+    llm.push_for("agent hub", Reply::text("otters: rivers"));
+    // The same workflow agent alone in a step.
+    llm.push_for("agent finder", Reply::text("seals live in the sea"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let research = json!({ "name": "research", "steps": [
+        { "id": "find", "kind": "agent", "input": { "agent": "finder", "prompt": "Research: {{ input }}" } }
+    ]});
+    let mut team = agents(&["hub", "finder"]);
+    team["researchers"] =
+        json!({ "kind": "workflow", "workflow": "research", "description": "A research team." });
+    let plan = json!({ "agents": team, "workflows": { "research": research }, "steps": [
+        { "id": "desk", "kind": "agent", "input": { "agent": "hub", "spokes": ["researchers"] } },
+        agent_step("solo", "researchers", "seals", &["desk"]),
+    ], "output": { "desk": "{{ steps.desk.output }}", "solo": "{{ steps.solo.output }}" } });
+    let events = run_fixed(&app, plan, json!("what about otters?")).await;
+    let fin = final_data(&events);
+    assert_eq!(
+        fin["output"],
+        json!({ "desk": "otters: rivers", "solo": "seals live in the sea" }),
+        "{fin}"
+    );
+    // The hub was offered its spoke as a tool described by the spoke, and got its answer back.
+    let hub = llm
+        .requests()
+        .into_iter()
+        .filter(|r| r["messages"][0]["content"] == "You are agent hub.")
+        .collect::<Vec<_>>();
+    assert_eq!(hub[0]["tools"][0]["function"]["name"], "ask_researchers");
+    let tool_answer = hub[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(tool_answer["role"], "tool");
+    assert_eq!(tool_answer["content"], "otters live in rivers");
+    let finder = asked(&llm, "agent finder");
+    assert_eq!(finder[0][1]["content"], "Research: find otters");
+    assert_eq!(finder[1][1]["content"], "Research: seals");
+    // The spoke's work is attributed below the hub's step.
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind() == "token" && e.json()["path"] == "desk/researchers.1/find")
+    );
+}
