@@ -263,3 +263,34 @@ async fn oversized_instructions_are_refused_with_a_pointer() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["errors"][0]["pointer"], "/instructions", "{body}");
 }
+
+#[tokio::test]
+async fn the_auto_selector_records_the_fallback_that_answered_it() {
+    let (primary, secondary) = (ScriptedLlm::start().await, ScriptedLlm::start().await);
+    let var = "ORCA_IT_MODELS_KEY_SELECTOR";
+    let llm = load_llm(
+        &two_providers(&primary, &secondary, var),
+        &[(var, "sk-primary-selector-01")],
+    )
+    .unwrap();
+    let app = spawn_app(|c| {
+        configure(c, llm);
+        c.selector.use_llm = true;
+    })
+    .await;
+    primary.push(Reply::status(500)).push(Reply::status(500));
+    secondary.push(Reply::json(json!({ "orchestrationType": "simple" })));
+    secondary.push(Reply::text("simple it is"));
+    let events = app
+        .stream_run(json!({ "input": "hi", "orchestration": "auto", "model": "fast" }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    let selector = app.attempts(&id, "selector").await;
+    assert_eq!(selector.len(), 1);
+    assert_eq!(
+        selector[0]["input"]["answered_by"], "backup",
+        "{selector:?}"
+    );
+}

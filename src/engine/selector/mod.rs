@@ -303,18 +303,20 @@ async fn ask_model(ctx: &RunContext) -> Result<Value, RunError> {
     let key = ctx.open_attempt(new, &mut sink).await?;
     let answer = call(ctx, &function, messages).await;
     let end = match &answer {
-        Ok(value) => AttemptEnd::completed(value.clone()),
+        // A fallback alias that answered shows in the attempt's input.
+        Ok((value, by)) => AttemptEnd::completed(value.clone())
+            .with_input(by.as_ref().map(|by| json!({ "answered_by": by }))),
         Err(e) => AttemptEnd::failed(e.clone()),
     };
     ctx.close_attempt(&key, end, &mut sink).await;
-    answer
+    answer.map(|(value, _)| value)
 }
 
 async fn call(
     ctx: &RunContext,
     function: &LlmFunction,
     messages: Vec<Message>,
-) -> Result<Value, RunError> {
+) -> Result<(Value, Option<String>), RunError> {
     let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
     let route = ctx
         .services
@@ -329,7 +331,7 @@ async fn call(
         });
     }
     let reply = call_model(ctx, &route, request, SELECTOR_STEP, TextKind::Json).await?;
-    match &function.output_schema {
+    let value = match &function.output_schema {
         Some(schema) => structured(&reply.text, schema),
         None => serde_json::from_str(reply.text.trim()).map_err(|e| {
             RunError::new(
@@ -337,5 +339,6 @@ async fn call(
                 format!("the model's answer is not JSON: {e}"),
             )
         }),
-    }
+    }?;
+    Ok((value, reply.answered_by))
 }
