@@ -227,6 +227,20 @@ struct Checked {
     middleware_raw: Vec<Value>,
 }
 
+impl Checked {
+    /// The plan's `agents`, `workflows` and `middleware` as written, for the domain plan.
+    fn keep_team_members(&mut self, doc: &Map<String, Value>) {
+        let member_of = |k: &str| doc.get(k).and_then(Value::as_object).cloned();
+        self.agents_raw = member_of("agents").unwrap_or_default();
+        self.workflows_raw = member_of("workflows").unwrap_or_default();
+        self.middleware_raw = doc
+            .get("middleware")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+    }
+}
+
 /// Where a step id was first declared.
 struct Declared {
     pointer: String,
@@ -379,14 +393,7 @@ impl<'a> Checker<'a> {
             checked.session_raw = raw.clone();
         }
         checked.session_writes = session_writes;
-        let member_of = |k: &str| doc.get(k).and_then(Value::as_object).cloned();
-        checked.agents_raw = member_of("agents").unwrap_or_default();
-        checked.workflows_raw = member_of("workflows").unwrap_or_default();
-        checked.middleware_raw = doc
-            .get("middleware")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        checked.keep_team_members(doc);
         checked
     }
 
