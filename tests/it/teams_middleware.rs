@@ -244,6 +244,30 @@ async fn middleware_streaming_guardrail_redacts_across_chunks() {
 }
 
 #[tokio::test]
+async fn middleware_guardrail_blocks_an_answer() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for(
+        "agent a",
+        Reply::text("that is strictly forbidden knowledge"),
+    );
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let guard = json!([{ "name": "guardrail",
+        "config": { "patterns": ["forbidden"], "action": "block" } }]);
+    let plan = json!({ "agents": { "a": agent("a", &[], guard) },
+        "steps": [agent_step("s1", "a", "tell me", &[])] });
+    let events = app.stream_run(run_body(plan)).await;
+    assert_eq!(final_data(&events)["status"], "failed");
+    assert!(
+        tokens(&events).iter().all(|t| !t.contains("forbidden")),
+        "the blocked text never went out"
+    );
+    let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    let attempts = app.attempts(&id, "s1").await;
+    assert_eq!(attempts.len(), 1, "guardrail_blocked is not retried");
+    assert_eq!(attempts[0]["error"]["code"], "guardrail_blocked");
+}
+
+#[tokio::test]
 async fn middleware_retry_retries_the_model_call() {
     let llm = ScriptedLlm::start().await;
     for _ in 0..3 {

@@ -11,7 +11,8 @@
 //!
 //! What the built-ins do:
 //! - `retry`: a model call of the turn that fails retryably is tried again, up to
-//!   `max_attempts`, after `initial_delay_ms` doubling; each retry is an `error` event.
+//!   `max_attempts`, after `initial_delay_ms` doubling; each retry is an `error` event (text a
+//!   failed call had streamed stays in the log; the retry's text follows it).
 //! - `audit_log`: after the turn, a record `{agent, input_messages, answer_chars, tool_calls,
 //!   from_model}` is logged (target `orca::audit`, info) and added to the turn's `audit`
 //!   (an `agent` step stores it in its attempt input).
@@ -22,7 +23,9 @@
 //! - `rate_limit`: a turn waits until the agent started fewer than `per_minute` turns in the
 //!   last minute of the run.
 //! - `response_cache`: the agent asked the same messages again in the run answers what it
-//!   answered then (a short circuit).
+//!   answered then (a short circuit); a turn stopped by its caller (a handoff) is not kept.
+//!   The cache lives in the run's memory ([`crate::engine::middleware::RunState`]), empty
+//!   again after a restart.
 //! - `tool_approval`: see [`approval`].
 
 pub(crate) mod approval;
@@ -212,7 +215,9 @@ fn after(
                 end.value = Value::String(end.text.clone());
             }
         }
-        Layer::Cache => {
+        // A turn a caller stopped (a handoff) did more than answer: replaying its text would
+        // drop that, so only answers are kept.
+        Layer::Cache if ended_in_answer(end) => {
             let key = cache_key(input);
             ctx.middleware
                 .remember(&agent.name, &key, &end.text, &end.value);
@@ -264,6 +269,11 @@ fn short_circuit(agent: &AgentSpec, messages: Vec<Message>, text: String, value:
         messages: all,
         audit: Vec::new(),
     }
+}
+
+/// Whether the turn ended with the agent's answer (not stopped after a tool round).
+fn ended_in_answer(end: &TurnEnd) -> bool {
+    matches!(end.messages.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty())
 }
 
 fn cache_key(messages: &[Message]) -> String {
