@@ -96,6 +96,16 @@ pub fn validate_agent(name: &str, definition: &Value, known: &AgentCatalog<'_>) 
             item,
             &format!("/middleware/{i}"),
         ));
+        if middleware == "tool_approval" {
+            for (j, tool) in strings(item.get("config").unwrap_or(&Value::Null), "tools") {
+                if !known.catalog.tools.contains(tool) {
+                    problems.push(Problem::new(
+                        format!("/middleware/{i}/config/tools/{j}"),
+                        format!("unknown tool `{tool}`"),
+                    ));
+                }
+            }
+        }
         if !MIDDLEWARE.contains(&middleware) {
             problems.push(Problem::new(
                 at,
@@ -404,7 +414,8 @@ mod tests {
         assert_eq!(check(good), []);
         let bad = json!({ "instructions": "Research.", "model": "gpt-9", "tools": ["nope"],
             "handoffs": ["researcher", "ghost", "writer", "writer", { "to": "critic", "context": "last_n" }],
-            "middleware": ["teleport", { "name": "guardrail", "config": { "patterns": ["("] } }],
+            "middleware": ["teleport", { "name": "guardrail", "config": { "patterns": ["("] } },
+                { "name": "tool_approval", "config": { "tools": ["clock.now", "nope"] } }],
             "output_schema": { "type": "wrong" } });
         let pointers: Vec<String> = check(bad).into_iter().map(|(p, _)| p).collect();
         assert_eq!(
@@ -418,6 +429,7 @@ mod tests {
                 "/handoffs/4/last_n",
                 "/middleware/0",
                 "/middleware/1/config/patterns/0",
+                "/middleware/2/config/tools/1",
                 "/output_schema"
             ]
         );
