@@ -83,6 +83,29 @@ pub fn validate_agent(name: &str, definition: &Value, known: &AgentCatalog<'_>) 
                 format!("/middleware/{i}/name"),
             ),
         };
+        let spec = crate::plan::team::MiddlewareSpec {
+            name: middleware.to_owned(),
+            config: item
+                .get("config")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+        };
+        problems.extend(crate::plan::middleware::config_problems(
+            &spec,
+            item,
+            &format!("/middleware/{i}"),
+        ));
+        if middleware == "tool_approval" {
+            for (j, tool) in strings(item.get("config").unwrap_or(&Value::Null), "tools") {
+                if !known.catalog.tools.contains(tool) {
+                    problems.push(Problem::new(
+                        format!("/middleware/{i}/config/tools/{j}"),
+                        format!("unknown tool `{tool}`"),
+                    ));
+                }
+            }
+        }
         if !MIDDLEWARE.contains(&middleware) {
             problems.push(Problem::new(
                 at,
@@ -386,12 +409,14 @@ mod tests {
     fn a_good_agent_passes_and_every_problem_is_pointed_at() {
         let good = json!({ "instructions": "Research.", "model": "default", "tools": ["clock.now"],
             "handoffs": ["writer", { "to": "critic", "context": "last_n", "last_n": 3 }],
-            "middleware": ["audit_log", { "name": "guardrail", "config": {} }],
+            "middleware": ["audit_log", { "name": "guardrail", "config": { "patterns": ["sk-\\w+"] } }],
             "output_schema": { "type": "object" } });
         assert_eq!(check(good), []);
         let bad = json!({ "instructions": "Research.", "model": "gpt-9", "tools": ["nope"],
             "handoffs": ["researcher", "ghost", "writer", "writer", { "to": "critic", "context": "last_n" }],
-            "middleware": ["teleport"], "output_schema": { "type": "wrong" } });
+            "middleware": ["teleport", { "name": "guardrail", "config": { "patterns": ["("] } },
+                { "name": "tool_approval", "config": { "tools": ["clock.now", "nope"] } }],
+            "output_schema": { "type": "wrong" } });
         let pointers: Vec<String> = check(bad).into_iter().map(|(p, _)| p).collect();
         assert_eq!(
             pointers,
@@ -403,6 +428,8 @@ mod tests {
                 "/handoffs/3",
                 "/handoffs/4/last_n",
                 "/middleware/0",
+                "/middleware/1/config/patterns/0",
+                "/middleware/2/config/tools/1",
                 "/output_schema"
             ]
         );

@@ -118,6 +118,11 @@ error_codes! {
     InvalidExpression = "invalid_expression", false;
     MathError = "math_error", false;
     InvalidTimezone = "invalid_timezone", false;
+    // Middleware.
+    /// An agent's answer matched a `guardrail` whose action is `block`.
+    GuardrailBlocked = "guardrail_blocked", false;
+    /// A human denied a tool call that `tool_approval` held (the model is told, and goes on).
+    ToolDenied = "tool_denied", false;
 }
 
 impl ErrorCode {

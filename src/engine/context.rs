@@ -128,6 +128,8 @@ pub struct RunContext {
     /// How often each (tool, canonical arguments, result) came back, for loop detection.
     /// A std mutex: short updates only.
     tool_repeats: Mutex<HashMap<u64, u32>>,
+    /// What agents' middleware remembers during the run (response cache, rate windows).
+    pub middleware: super::middleware::RunState,
 }
 
 /// An attempt under way: its record as stored at the start, and when it started.
@@ -201,6 +203,7 @@ impl RunContext {
             open_attempts: Mutex::new(HashMap::new()),
             attempt_numbers: Mutex::new(HashMap::new()),
             tool_repeats: Mutex::new(HashMap::new()),
+            middleware: Default::default(),
             session: std::sync::OnceLock::new(),
         }
     }

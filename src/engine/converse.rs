@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -25,7 +26,7 @@ use crate::llm::{ChatRequest, Message, ResponseSchema, ToolCall as ModelToolCall
 use super::attempts::{AttemptEnd, NewAttempt, step_key};
 use super::checkpoint::Conversation;
 use super::context::RunContext;
-use super::model::{TextKind, call_model};
+use super::model::{Filters, ModelReply, TextKind, call_model_filtered};
 use super::sink::EventSink;
 use super::tool_call::{ToolArguments, ToolCall, call_tool};
 
@@ -86,6 +87,40 @@ pub trait Progress: Send {
     fn stopped(&self) -> bool {
         false
     }
+
+    /// How model calls are wrapped (an agent's middleware): filters on their streamed text,
+    /// retries.
+    fn model_wrap(&self) -> ModelWrap {
+        ModelWrap::default()
+    }
+
+    /// Whether tool call `step_id` (of the loop's path) may run; an agent's middleware may ask
+    /// a human first. `Ok(None)` runs it, `Ok(Some(e))` answers it with `e` instead (the model
+    /// is told), `Err` ends the loop.
+    fn admit(
+        &mut self,
+        _ctx: &RunContext,
+        _step_id: &str,
+        _call: &ModelToolCall,
+    ) -> impl std::future::Future<Output = Result<Option<RunError>, RunError>> + Send {
+        async { Ok(None) }
+    }
+}
+
+/// What an agent's middleware does to its model calls.
+#[derive(Clone, Default)]
+pub struct ModelWrap {
+    /// Streamed text passes these before any event carries it.
+    pub filters: Option<Arc<dyn Filters>>,
+    /// Retryable failures are tried again.
+    pub retry: Option<Retry>,
+}
+
+/// Tries a model call up to `max_attempts` times, waiting `initial_delay` and doubling it.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    pub max_attempts: u32,
+    pub initial_delay: Duration,
 }
 
 /// Runs the loop on `convo` until the model answers in text; the answer is the result.
@@ -107,7 +142,11 @@ pub async fn converse(
                     Err(Stop::Run(e))
                 }
                 Some(Err(e)) => Err(Stop::Tool(e)),
-                None => tool_round(ctx, setup, &step_id, &call, sink).await,
+                None => match progress.admit(ctx, &step_id, &call).await {
+                    Ok(None) => tool_round(ctx, setup, &step_id, &call, sink).await,
+                    Ok(Some(refused)) => Err(Stop::Tool(refused)),
+                    Err(e) => Err(Stop::Run(e)),
+                },
             };
             let content = match result {
                 Ok(Value::String(text)) => text,
@@ -135,7 +174,8 @@ pub async fn converse(
                 ),
             ));
         }
-        let (text, tool_calls) = model_round(ctx, setup, convo, sink).await?;
+        let wrap = progress.model_wrap();
+        let (text, tool_calls) = model_round(ctx, setup, convo, &wrap, sink).await?;
         if tool_calls.is_empty() {
             return Ok(text);
         }
@@ -152,6 +192,7 @@ async fn model_round(
     ctx: &RunContext,
     setup: &Setup,
     convo: &Conversation,
+    wrap: &ModelWrap,
     sink: &mut EventSink,
 ) -> Result<(String, Vec<ModelToolCall>), RunError> {
     let _slot = setup.slot().await?;
@@ -178,7 +219,7 @@ async fn model_round(
         None => TextKind::Prose,
     };
     let event_key = step_key(&setup.path, &step_id);
-    match call_model(ctx, &setup.route, request, &event_key, text_kind).await {
+    match call_wrapped(ctx, setup, request, &event_key, text_kind, wrap).await {
         Ok(reply) => {
             let summary = json!({ "text": reply.text, "tool_calls": reply.tool_calls.len() });
             let end = AttemptEnd::completed(summary);
@@ -199,6 +240,57 @@ async fn model_round(
                 .await;
             Err(e)
         }
+    }
+}
+
+/// One model call under the middleware's filters and retries; each retry is announced as an
+/// `error` event of the step.
+async fn call_wrapped(
+    ctx: &RunContext,
+    setup: &Setup,
+    request: ChatRequest,
+    step_key: &str,
+    text_kind: TextKind,
+    wrap: &ModelWrap,
+) -> Result<ModelReply, RunError> {
+    let mut attempt = 1;
+    loop {
+        let filters = wrap.filters.as_deref();
+        let call = call_model_filtered(
+            ctx,
+            &setup.route,
+            request.clone(),
+            step_key,
+            text_kind,
+            filters,
+        );
+        let error = match call.await {
+            Ok(reply) => return Ok(reply),
+            Err(e) => e,
+        };
+        let Some(retry) = wrap.retry.filter(|r| attempt < r.max_attempts) else {
+            return Err(error);
+        };
+        if !error.code.retryable() || ctx.cancel.is_cancelled() || ctx.breached().is_some() {
+            return Err(error);
+        }
+        let delay = retry.initial_delay * 2u32.saturating_pow(attempt - 1);
+        let told = ErrorData {
+            error: RunError::new(
+                error.code.clone(),
+                format!(
+                    "{} (middleware `retry`: attempt {} of {} in {} ms)",
+                    error.message,
+                    attempt + 1,
+                    retry.max_attempts,
+                    delay.as_millis()
+                ),
+            ),
+            step_id: Some(step_key.to_owned()),
+        };
+        ctx.emit(Some(step_key), told).await;
+        tokio::time::sleep(delay).await;
+        attempt += 1;
     }
 }
 

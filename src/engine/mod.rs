@@ -24,6 +24,7 @@ pub mod converse;
 pub mod executor;
 pub mod fixed;
 pub mod input;
+pub mod middleware;
 pub mod model;
 pub mod planner;
 pub mod reactive;

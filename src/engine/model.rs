@@ -48,6 +48,20 @@ impl ModelReply {
     }
 }
 
+/// Streamed text on its way out of a model call (an agent's middleware, e.g. a guardrail):
+/// each piece gives what may go out now; the end gives what was held back. An error stops the
+/// call (no fallback is tried).
+pub trait TextFilter: Send {
+    fn push(&mut self, delta: &str) -> Result<String, RunError>;
+    fn finish(&mut self) -> Result<String, RunError>;
+}
+
+/// Makes a fresh [`TextFilter`] for every model target tried, so text a failed target left
+/// held back never reaches the answer of the next.
+pub trait Filters: Send + Sync {
+    fn start(&self) -> Box<dyn TextFilter>;
+}
+
 /// Calls the model of `route`, then its fallbacks in order while a call fails unavailable
 /// (rate limited, 5xx, timeout, unreachable) before any text streamed: a fallback taken is
 /// announced as an `error` event of `step_id` with the failure's code. A rejection (4xx), a
@@ -59,9 +73,24 @@ pub async fn call_model(
     step_id: &str,
     text_kind: TextKind,
 ) -> Result<ModelReply, RunError> {
+    call_model_filtered(ctx, route, request, step_id, text_kind, None).await
+}
+
+/// [`call_model`] with the streamed text passing `filters` before any event carries it; the
+/// reply's text is the filtered text.
+pub async fn call_model_filtered(
+    ctx: &RunContext,
+    route: &ModelRoute,
+    request: ChatRequest,
+    step_id: &str,
+    text_kind: TextKind,
+    filters: Option<&dyn Filters>,
+) -> Result<ModelReply, RunError> {
     let targets = route.targets();
     for (i, target) in targets.iter().enumerate() {
-        let failure = match call_target(ctx, target, request.clone(), step_id, text_kind).await {
+        let filter = filters.map(|f| f.start());
+        let call = call_target(ctx, target, request.clone(), step_id, text_kind, filter);
+        let failure = match call.await {
             Ok(mut reply) => {
                 reply.answered_by = (i > 0).then(|| target.alias.clone());
                 return Ok(reply);
@@ -113,19 +142,18 @@ async fn call_target(
     mut request: ChatRequest,
     step_id: &str,
     text_kind: TextKind,
+    filter: Option<Box<dyn TextFilter>>,
 ) -> Result<ModelReply, Failure> {
     request.model = target.model.clone();
     request.temperature = request.temperature.or(target.temperature);
     request.max_tokens = request.max_tokens.or(target.max_tokens);
     let mut streamed = false;
-    let call = stream_reply(
-        ctx,
-        &*target.provider,
-        request,
+    let out = Out {
         step_id,
         text_kind,
-        &mut streamed,
-    );
+        filter,
+    };
+    let call = stream_reply(ctx, &*target.provider, request, out, &mut streamed);
     let result = match target.timeout {
         None => call.await,
         Some(deadline) => match tokio::time::timeout(deadline, call).await {
@@ -143,6 +171,43 @@ async fn call_target(
     result.map_err(|error| Failure { error, streamed })
 }
 
+/// Where one call's text goes: the events of `step_id`, through the filter if there is one.
+struct Out<'a> {
+    step_id: &'a str,
+    text_kind: TextKind,
+    filter: Option<Box<dyn TextFilter>>,
+}
+
+impl Out<'_> {
+    /// Sends `text` (filtered; `end`: the last of it) and adds it to the reply.
+    async fn send(
+        &mut self,
+        ctx: &RunContext,
+        text: String,
+        end: bool,
+        reply: &mut ModelReply,
+        streamed: &mut bool,
+    ) -> Result<(), RunError> {
+        let text = match &mut self.filter {
+            None => text,
+            Some(f) if end => f.finish()?,
+            Some(f) => f.push(&text)?,
+        };
+        if text.is_empty() {
+            return Ok(());
+        }
+        reply.text.push_str(&text);
+        let piece = match self.text_kind {
+            TextKind::Prose => Payload::token(text),
+            TextKind::Json => Payload::json_partial(text),
+            TextKind::Quiet => return Ok(()),
+        };
+        *streamed = true;
+        ctx.emit(Some(self.step_id), piece).await;
+        Ok(())
+    }
+}
+
 /// Streams one answer. Text streams live as `token`/`json_partial` events of `step_id` (it
 /// never waits in a sink: watching the model write is the point of streaming); the call's
 /// usage is counted and announced, and a call that crosses `max_tokens` fails. `streamed` is
@@ -151,10 +216,10 @@ async fn stream_reply(
     ctx: &RunContext,
     provider: &dyn llm::LlmProvider,
     request: ChatRequest,
-    step_id: &str,
-    text_kind: TextKind,
+    mut out: Out<'_>,
     streamed: &mut bool,
 ) -> Result<ModelReply, RunError> {
+    let step_id = out.step_id;
     let started = Instant::now();
     ctx.count_llm_call();
     let llm_error = |e: llm::Error| e.to_run_error();
@@ -171,18 +236,15 @@ async fn stream_reply(
     while let Some(item) = stream.next().await {
         match item.map_err(llm_error)? {
             LlmEvent::TextDelta(delta) => {
-                reply.text.push_str(&delta);
-                let piece = match text_kind {
-                    TextKind::Prose => Payload::token(delta),
-                    TextKind::Json => Payload::json_partial(delta),
-                    TextKind::Quiet => continue,
-                };
-                *streamed = true;
-                ctx.emit(Some(step_id), piece).await;
+                out.send(ctx, delta, false, &mut reply, streamed).await?;
             }
             LlmEvent::ToolCall(call) => reply.tool_calls.push(call),
             LlmEvent::Usage(u) => usage = u,
         }
+    }
+    if out.filter.is_some() {
+        out.send(ctx, String::new(), true, &mut reply, streamed)
+            .await?;
     }
     ctx.services.metrics.llm_call(
         started.elapsed().as_secs_f64(),

@@ -25,6 +25,7 @@
 pub mod builder;
 pub mod condition;
 pub mod graph;
+pub mod middleware;
 pub mod schema;
 pub mod spec;
 pub mod team;

@@ -327,7 +327,13 @@ pub fn middleware_list(
             ));
             continue;
         }
-        out.push(MiddlewareSpec { name, config });
+        let spec = MiddlewareSpec { name, config };
+        problems.extend(super::middleware::config_problems(
+            &spec,
+            item,
+            &format!("{pointer}/{i}"),
+        ));
+        out.push(spec);
     }
     out
 }

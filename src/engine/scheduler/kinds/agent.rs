@@ -64,6 +64,11 @@ pub(crate) async fn run(
         };
         take_turn(frame, agent, &key, messages, &mut hub, io.sink).await?
     };
+    if !end.audit.is_empty()
+        && let Some(Value::Object(input)) = &mut io.input
+    {
+        input.insert("audit".into(), Value::Array(end.audit));
+    }
     Ok(end.value)
 }
 

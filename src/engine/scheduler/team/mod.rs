@@ -3,6 +3,7 @@
 //! the plan, its work (model rounds, tool calls, inner steps) recorded as attempts at paths
 //! below that step, its events carrying those paths.
 
+pub(crate) mod middleware;
 pub(crate) mod spokes;
 pub(crate) mod turn;
 pub(crate) mod workflow;

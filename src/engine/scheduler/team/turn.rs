@@ -16,11 +16,12 @@ use crate::plan::AgentSpec;
 
 use super::super::super::checkpoint::Conversation;
 use super::super::super::context::RunContext;
-use super::super::super::converse::{self, Progress, Setup};
+use super::super::super::converse::{self, ModelWrap, Progress, Setup};
 use super::super::super::model::structured;
 use super::super::super::sink::EventSink;
 use super::super::super::tool_call::may_use;
 use super::super::frame::Frame;
+use super::middleware::{Chain, approval, around_turn};
 
 /// What the caller of a turn handles itself: tools it adds (handoffs, spokes) and whether the
 /// turn stops early.
@@ -62,16 +63,36 @@ pub(crate) struct TurnEnd {
     pub value: Value,
     /// The whole conversation, the system prompt first.
     pub messages: Vec<Message>,
+    /// What the `audit_log` middleware recorded of the turn (one record per such layer).
+    pub audit: Vec<Value>,
 }
 
 /// Takes `agent`'s turn on `messages` (the conversation after its system prompt), its steps at
-/// `path`.
+/// `path`, inside its middleware (the plan's, then its own).
 pub(crate) async fn take_turn(
     frame: &Frame<'_>,
     agent: &AgentSpec,
     path: &str,
     messages: Vec<Message>,
     hooks: &mut impl Hooks,
+    sink: &mut EventSink,
+) -> Result<TurnEnd, RunError> {
+    let chain = Chain::for_agent(&frame.team, agent);
+    let within = &chain;
+    around_turn(&chain, frame.ctx, agent, messages, move |messages| {
+        run_turn(frame, agent, path, messages, hooks, within, sink)
+    })
+    .await
+}
+
+/// The turn itself, inside the middleware (`chain` wraps its model and tool calls).
+async fn run_turn(
+    frame: &Frame<'_>,
+    agent: &AgentSpec,
+    path: &str,
+    messages: Vec<Message>,
+    hooks: &mut impl Hooks,
+    chain: &Chain,
     sink: &mut EventSink,
 ) -> Result<TurnEnd, RunError> {
     let ctx = frame.ctx;
@@ -89,6 +110,7 @@ pub(crate) async fn take_turn(
             text,
             value,
             messages,
+            audit: Vec::new(),
         });
     }
     let alias = agent.model.clone().or_else(|| ctx.spec.model.clone());
@@ -130,8 +152,11 @@ pub(crate) async fn take_turn(
     let mut progress = TurnProgress {
         frame,
         agent,
+        path,
         convo_key,
         hooks,
+        chain,
+        wrap: chain.model_wrap(),
     };
     let text = converse::converse(ctx, &setup, &mut convo, &mut progress, sink).await?;
     if progress.hooks.stopped() {
@@ -139,6 +164,7 @@ pub(crate) async fn take_turn(
             value: Value::String(text.clone()),
             text,
             messages: convo.messages,
+            audit: Vec::new(),
         });
     }
     let Some(schema) = &agent.output_schema else {
@@ -150,6 +176,7 @@ pub(crate) async fn take_turn(
             value: Value::String(text.clone()),
             text,
             messages: convo.messages,
+            audit: Vec::new(),
         });
     };
     let (text, value) = match structured(&text, schema) {
@@ -187,6 +214,7 @@ pub(crate) async fn take_turn(
         text,
         value,
         messages: convo.messages,
+        audit: Vec::new(),
     })
 }
 
@@ -210,8 +238,13 @@ fn agent_tools(ctx: &RunContext, agent: &AgentSpec) -> Vec<ToolSpec> {
 struct TurnProgress<'f, 'h, H> {
     frame: &'f Frame<'f>,
     agent: &'f AgentSpec,
+    path: &'f str,
     convo_key: String,
     hooks: &'h mut H,
+    /// The agent's middleware, around its tool calls.
+    chain: &'f Chain,
+    /// The same, around its model calls.
+    wrap: ModelWrap,
 }
 
 impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
@@ -248,6 +281,22 @@ impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
 
     fn stopped(&self) -> bool {
         self.hooks.stopped()
+    }
+
+    fn model_wrap(&self) -> ModelWrap {
+        self.wrap.clone()
+    }
+
+    async fn admit(
+        &mut self,
+        ctx: &RunContext,
+        step_id: &str,
+        call: &ModelToolCall,
+    ) -> Result<Option<RunError>, RunError> {
+        if !self.chain.needs_approval(&call.name) {
+            return Ok(None);
+        }
+        approval::ask(ctx, self.agent, self.path, step_id, call).await
     }
 }
 
