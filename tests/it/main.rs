@@ -23,5 +23,6 @@ mod scripted_runs;
 mod selector;
 mod stream_end;
 mod teams;
+mod teams_handoff;
 mod timeline;
 mod workflows;

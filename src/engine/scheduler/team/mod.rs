@@ -1,14 +1,63 @@
 //! Teams of agents inside a plan: an agent's turn ([`turn`]), a hub with its spokes
-//! ([`spokes`]) and workflows nested in a step ([`workflow`]). Each runs inside one step of
-//! the plan, its work (model rounds, tool calls, inner steps) recorded as attempts at paths
-//! below that step, its events carrying those paths.
+//! ([`spokes`]), control passed between agents ([`handoff`]), a group chat ([`chat`]) and
+//! workflows nested in a step ([`workflow`]). Each runs inside one step of the plan, its work
+//! (model rounds, tool calls, inner steps) recorded as attempts at paths below that step, its
+//! events carrying those paths.
 
+pub(crate) mod chat;
+pub(crate) mod handoff;
 pub(crate) mod spokes;
 pub(crate) mod turn;
 pub(crate) mod workflow;
+
+use serde_json::Value;
+
+use crate::domain::{RunError, StepKind, StepStatus};
+
+use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt};
+use super::super::sink::EventSink;
+use super::frame::Frame;
 
 /// A tool name a model may call for `prefix` + agent `name` (tool names allow letters,
 /// digits, `_` and `-`; agent names may also hold `.`).
 pub(crate) fn tool_name(prefix: &str, name: &str) -> String {
     format!("{prefix}{}", name.replace('.', "_"))
+}
+
+/// Opens the attempt of one turn (or selection, or summary) `id` at `path`: what it received
+/// is its input, so `GET /v1/runs/{id}/steps` shows what each agent saw.
+pub(crate) async fn open_part(
+    frame: &Frame<'_>,
+    path: &str,
+    id: &str,
+    kind: StepKind,
+    input: Value,
+    sink: &mut EventSink,
+) -> Result<AttemptKey, RunError> {
+    let new = NewAttempt {
+        step_id: id,
+        path,
+        name: id.split('.').next().unwrap_or(id),
+        kind,
+        plan_version: frame.plan_version,
+        input: Some(input),
+    };
+    frame.ctx.open_attempt(new, sink).await
+}
+
+/// Closes an attempt [`open_part`] opened with how its work ended.
+pub(crate) async fn close_part(
+    frame: &Frame<'_>,
+    key: &AttemptKey,
+    result: &Result<Value, RunError>,
+    sink: &mut EventSink,
+) {
+    let end = match result {
+        Ok(output) => AttemptEnd::completed(output.clone()),
+        Err(e) if frame.ctx.cancel.is_cancelled() => {
+            AttemptEnd::closed(StepStatus::Cancelled, Some(e.clone()))
+        }
+        Err(e) => AttemptEnd::failed(e.clone()),
+    };
+    frame.ctx.close_attempt(key, end, sink).await;
 }

@@ -2,8 +2,9 @@
 //! no network, no key and no model. It is a demonstration and test provider, not an assistant:
 //! it recognises a few requests by keyword (the current time, arithmetic, reading a file) and
 //! answers them through real tool calls, turns tool results into a final sentence, plans the
-//! samples, chooses an orchestration for the auto selector (`select.rs`), writes a minimal
-//! conforming JSON value when asked for other structured output, and otherwise echoes.
+//! samples, chooses an orchestration for the auto selector (`select.rs`), hands off and chats
+//! in teams of agents (`team.rs`), writes a minimal conforming JSON value when asked for other
+//! structured output, and otherwise echoes.
 //!
 //! It streams like a real provider (one text delta per word, usage last) and honours
 //! cancellation. It must stay deterministic: the same request always gives the same answer, so
@@ -25,6 +26,7 @@ use crate::llm::{
 mod plans;
 mod replans;
 mod select;
+mod team;
 
 /// The model name routes use for this provider.
 pub const MODEL: &str = "offline";
@@ -183,6 +185,10 @@ fn answer(request: &ChatRequest) -> Answer {
         if schema.name == "orchestration_type" {
             return Answer::Json(select::orchestration_for(first_user(request)).to_string());
         }
+        // The name the group chat's `llm` speaker selector gives its structured output.
+        if schema.name == "speaker_choice" {
+            return Answer::Json(team::speaker(&schema.schema, first_user(request)).to_string());
+        }
         return Answer::Json(example_value(&schema.schema).to_string());
     }
     let last_user = request
@@ -224,6 +230,13 @@ fn answer(request: &ChatRequest) -> Answer {
         Message::System { content } => Some(content.as_str()),
         _ => None,
     });
+    if let Some(text) = team::chat_line(system, &request.messages, first_user(request)) {
+        return Answer::Text(text);
+    }
+    let id = format!("call_{first_id}");
+    if let Some(call) = team::transfer(&request.messages, user_text, &request.tools, id) {
+        return Answer::ToolCalls(vec![call]);
+    }
     if let Some(text) = plans::text_for(system, user_text) {
         return Answer::Text(text);
     }
