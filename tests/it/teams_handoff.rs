@@ -460,7 +460,7 @@ async fn handoff_context_policies() {
         );
     }
     assert_eq!(
-        app.attempts(&id, "summary-3").await[0]["status"],
+        app.attempts(&id, "summary-2").await[0]["status"],
         "completed"
     );
 }
