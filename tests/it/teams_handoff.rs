@@ -309,6 +309,18 @@ async fn handoff_streaming_handoff() {
             e.kind() == "step" && d["step_id"] == "team" && d["status"] == "completed"
         })
         .unwrap();
+    // In order: triage's turn ends, control passes, tech's turn starts.
+    let step_at = |id: &str, status: &str| {
+        events
+            .iter()
+            .position(|e| {
+                let d = e.json()["data"].clone();
+                e.kind() == "step" && d["step_id"] == id && d["status"] == status
+            })
+            .unwrap_or_else(|| panic!("no {status} event for {id}"))
+    };
+    assert!(step_at("triage.1", "completed") < at("handoff"));
+    assert!(at("handoff") < step_at("tech.2", "running"));
     assert!(at("handoff") < team_done);
     let handoff = events[at("handoff")].json();
     assert_eq!(handoff["step_id"], "team");
@@ -760,4 +772,32 @@ async fn groupchat_resumed_after_a_restart_does_not_repeat_turns() {
         .map(|e| e["data"]["round"].as_u64().unwrap())
         .collect();
     assert_eq!(rounds, [1, 2, 3]);
+}
+
+#[tokio::test]
+async fn handoff_offline_model_hands_off_once() {
+    let app = spawn_app(|_| {}).await;
+    let team = agents(&[
+        ("triage", json!(["billing", "tech"])),
+        ("billing", json!(["triage"])),
+        ("tech", json!([])),
+    ]);
+    let plan = handoff_plan(team, json!({ "start": "triage" }));
+    let events = app.stream_run(run_body(plan, "a billing question")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    // The offline model hands off by the agent's name, once: billing answers.
+    assert_eq!(
+        handoffs(&events),
+        vec![("triage".to_owned(), "billing".to_owned())]
+    );
+    let reason = &data_of(&events, "handoff")[0]["reason"];
+    assert_eq!(reason, "The request is for billing.");
+    assert!(
+        fin["output"]
+            .as_str()
+            .unwrap()
+            .contains("a billing question"),
+        "{fin}"
+    );
 }

@@ -8,7 +8,7 @@ use crate::domain::{ErrorCode, RunError};
 use crate::llm::Message;
 use crate::plan::StepSpec;
 use crate::plan::Template;
-use crate::plan::team::{AgentStep, GroupChatStep, HandoffStep, WorkflowStep};
+use crate::plan::team::{AgentStep, GroupChatStep, HandoffStep, NoHandoff, WorkflowStep};
 
 use super::super::super::attempts::step_key;
 use super::super::super::simple::input_text;
@@ -110,6 +110,10 @@ pub(crate) async fn handoff(
         "start": step.start,
         "prompt": prompt,
         "max_transitions": step.max_transitions,
+        "on_no_handoff": match step.on_no_handoff {
+            NoHandoff::End => "end",
+            NoHandoff::AskHuman => "ask_human",
+        },
     }));
     let key = step_key(locals.path, spec.id.as_str());
     handoffs::run(frame, &key, step, prompt, io.sink).await

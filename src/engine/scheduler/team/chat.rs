@@ -24,7 +24,7 @@ use super::super::super::model::{TextKind, call_model};
 use super::super::super::sink::EventSink;
 use super::super::frame::Frame;
 use super::turn::{Plain, take_turn};
-use super::{close_part, open_part};
+use super::{Part, close_part, open_part};
 
 /// The name the `llm` selector's structured output goes by (the offline model knows it).
 pub const SPEAKER_SCHEMA: &str = "speaker_choice";
@@ -51,6 +51,15 @@ struct Done {
     tokens: u64,
 }
 
+/// What every part of one chat reads.
+struct Chat<'c, 'f> {
+    frame: &'c Frame<'f>,
+    /// The step's key: its parts sit below it.
+    key: &'c str,
+    step: &'c GroupChatStep,
+    prompt: &'c str,
+}
+
 /// Runs a group chat at `key` on `prompt` until its termination holds.
 pub(crate) async fn run(
     frame: &Frame<'_>,
@@ -59,13 +68,19 @@ pub(crate) async fn run(
     prompt: String,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
+    let chat = Chat {
+        frame,
+        key,
+        step,
+        prompt: &prompt,
+    };
     let mut said: Vec<Said> = Vec::new();
     let mut tokens = 0u64;
     let mut round = 0;
     loop {
         round += 1;
         let chosen = once(frame, &step_key(key, &format!("select-{round}")), async {
-            select(frame, key, step, round, &prompt, &said, sink).await
+            chat.select(round, &said, sink).await
         })
         .await?;
         let data = SpeakerData {
@@ -75,7 +90,7 @@ pub(crate) async fn run(
         sink.emit(frame.ctx, Some(key), data).await;
         let turn_key = step_key(key, &format!("{}.{round}", chosen.agent));
         let spoken = once(frame, &turn_key, async {
-            speak(frame, key, &chosen.agent, round, &prompt, &said, sink).await
+            chat.speak(&chosen.agent, round, &said, sink).await
         })
         .await?;
         tokens += chosen.tokens + spoken.tokens;
@@ -126,43 +141,203 @@ fn tokens_used(ctx: &RunContext) -> u64 {
     usage.prompt_tokens + usage.completion_tokens
 }
 
-/// Round `round`'s speaker.
-async fn select(
-    frame: &Frame<'_>,
-    key: &str,
-    step: &GroupChatStep,
-    round: u32,
-    prompt: &str,
-    said: &[Said],
-    sink: &mut EventSink,
-) -> Result<Done, RunError> {
-    let before = tokens_used(frame.ctx);
-    let agent = match step.selector.kind {
-        SelectorKind::Llm => ask_selector(frame, key, step, round, prompt, said, sink).await?,
-        kind => by_rule(frame, step, kind, round),
-    };
-    Ok(Done {
-        agent,
-        text: None,
-        tokens: tokens_used(frame.ctx).saturating_sub(before),
-    })
-}
+impl Chat<'_, '_> {
+    /// Round `round`'s speaker.
+    async fn select(
+        &self,
+        round: u32,
+        said: &[Said],
+        sink: &mut EventSink,
+    ) -> Result<Done, RunError> {
+        let before = tokens_used(self.frame.ctx);
+        let agent = match self.step.selector.kind {
+            SelectorKind::Llm => self.ask_selector(round, said, sink).await?,
+            kind => self.by_rule(kind, round),
+        };
+        Ok(Done {
+            agent,
+            text: None,
+            tokens: tokens_used(self.frame.ctx).saturating_sub(before),
+        })
+    }
 
-/// The speaker a rule picks: round robin, or the seeded random choice (a pure function of the
-/// seed and the round, so a resumed chat picks the same).
-fn by_rule(frame: &Frame<'_>, step: &GroupChatStep, kind: SelectorKind, round: u32) -> String {
-    let n = step.participants.len() as u64;
-    let i = match kind {
-        SelectorKind::Random => {
-            let seed = step
-                .selector
-                .seed
-                .unwrap_or_else(|| fnv1a(frame.ctx.run_id.to_string().as_bytes()));
-            splitmix64(seed.wrapping_add(u64::from(round))) % n
+    /// The speaker a rule picks: round robin, or the seeded random choice (a pure function of
+    /// the seed and the round, so a resumed chat picks the same).
+    fn by_rule(&self, kind: SelectorKind, round: u32) -> String {
+        let participants = &self.step.participants;
+        let n = participants.len() as u64;
+        let i = match kind {
+            SelectorKind::Random => {
+                let seed = self
+                    .step
+                    .selector
+                    .seed
+                    .unwrap_or_else(|| fnv1a(self.frame.ctx.run_id.to_string().as_bytes()));
+                splitmix64(seed.wrapping_add(u64::from(round))) % n
+            }
+            SelectorKind::RoundRobin | SelectorKind::Llm => u64::from(round - 1) % n,
+        };
+        participants[i as usize].clone()
+    }
+
+    /// Asks the `llm` selector, as attempt `select-<round>`; a wrong answer is sent back up to
+    /// `retries` times, then the fallback rule decides (an `error` event says so).
+    async fn ask_selector(
+        &self,
+        round: u32,
+        said: &[Said],
+        sink: &mut EventSink,
+    ) -> Result<String, RunError> {
+        let id = format!("select-{round}");
+        let input = json!({ "round": round, "participants": self.step.participants });
+        let part = Part {
+            id: &id,
+            name: "speaker_selector",
+            kind: StepKind::Llm,
+        };
+        let attempt = open_part(self.frame, self.key, part, input, sink).await?;
+        let event_key = step_key(self.key, &id);
+        let answered = self.selector_rounds(&event_key, said).await;
+        let chosen = match &answered {
+            Ok(Ok(name)) => Ok(json!({ "speaker": name })),
+            Ok(Err(problem)) => Ok(json!({ "speaker": null, "problem": problem })),
+            Err(e) => Err(e.clone()),
+        };
+        close_part(self.frame, &attempt, &chosen, sink).await;
+        let problem = match answered? {
+            Ok(name) => return Ok(name),
+            Err(problem) => problem,
+        };
+        let fallback = self.by_rule(self.step.selector.fallback, round);
+        let error = RunError::new(
+            ErrorCode::InvalidLlmOutput,
+            format!(
+                "the speaker selector named no participant in {} tries ({problem}); the fallback chose `{fallback}`",
+                self.step.selector.retries + 1
+            ),
+        );
+        let data = ErrorData {
+            error,
+            step_id: Some(event_key.clone()),
+        };
+        sink.emit(self.frame.ctx, Some(&event_key), data).await;
+        Ok(fallback)
+    }
+
+    /// The selector's model calls: a participant's name, or what was wrong with the last
+    /// answer.
+    async fn selector_rounds(
+        &self,
+        event_key: &str,
+        said: &[Said],
+    ) -> Result<Result<String, String>, RunError> {
+        let ctx = self.frame.ctx;
+        let step = self.step;
+        let alias = step.selector.model.as_deref().or(ctx.spec.model.as_deref());
+        let route = ctx
+            .services
+            .llm
+            .route(alias)
+            .map_err(|e| e.to_run_error())?;
+        let mut messages = vec![
+            Message::System {
+                content: SELECTOR_SYSTEM.into(),
+            },
+            Message::User {
+                content: self.selection_prompt(said),
+            },
+        ];
+        let schema = json!({
+            "type": "object", "additionalProperties": false, "required": ["speaker"],
+            "properties": { "speaker": { "type": "string", "enum": step.participants } }
+        });
+        let mut problem = String::new();
+        for _ in 0..=step.selector.retries {
+            let mut request = ChatRequest::new(route.alias(), messages.clone());
+            request.response_schema = Some(ResponseSchema {
+                name: SPEAKER_SCHEMA.into(),
+                schema: schema.clone(),
+            });
+            let reply = call_model(ctx, &route, request, event_key, TextKind::Quiet).await?;
+            match named(&reply.text, &step.participants) {
+                Ok(name) => return Ok(Ok(name)),
+                Err(p) => problem = p,
+            }
+            messages.push(Message::Assistant {
+                content: reply.text,
+                tool_calls: Vec::new(),
+            });
+            messages.push(Message::User {
+                content: format!(
+                    "{problem}. Answer again with only {{\"speaker\": \"<name>\"}}, the name one of: {}.",
+                    step.participants.join(", ")
+                ),
+            });
         }
-        SelectorKind::RoundRobin | SelectorKind::Llm => u64::from(round - 1) % n,
-    };
-    step.participants[i as usize].clone()
+        Ok(Err(problem))
+    }
+
+    /// What the `llm` selector reads: the participants, the conversation and the last speaker.
+    fn selection_prompt(&self, said: &[Said]) -> String {
+        let mut out = String::from("Participants:\n");
+        for p in &self.step.participants {
+            let about = self
+                .frame
+                .team
+                .agent(p)
+                .and_then(|a| a.description.clone())
+                .unwrap_or_default();
+            out.push_str(&format!("- {p}: {about}\n"));
+        }
+        out.push_str(&format!("\nThe conversation:\n[user]: {}\n", self.prompt));
+        for s in said {
+            out.push_str(&format!("[{}]: {}\n", s.agent, s.text));
+        }
+        if let Some(last) = said.last() {
+            out.push_str(&format!("\nLast speaker: `{}`\n", last.agent));
+        }
+        out.push_str("\nWho speaks next?");
+        out
+    }
+
+    /// `speaker`'s turn in round `round`, as attempt `<speaker>.<round>`.
+    async fn speak(
+        &self,
+        speaker: &str,
+        round: u32,
+        said: &[Said],
+        sink: &mut EventSink,
+    ) -> Result<Done, RunError> {
+        let frame = self.frame;
+        let Some(agent) = frame.team.agent(speaker) else {
+            return Err(RunError::new(
+                ErrorCode::InvalidStep,
+                format!("the plan has no agent `{speaker}`"),
+            ));
+        };
+        let mut agent = (**agent).clone();
+        agent.instructions =
+            chat_instructions(&agent.instructions, speaker, &self.step.participants);
+        let messages = seen_by(speaker, self.prompt, said);
+        let id = format!("{speaker}.{round}");
+        let input = json!({ "agent": speaker, "round": round, "messages": messages });
+        let part = Part {
+            id: &id,
+            name: speaker,
+            kind: StepKind::Agent,
+        };
+        let attempt = open_part(frame, self.key, part, input, sink).await?;
+        let before = tokens_used(frame.ctx);
+        let path = step_key(self.key, &id);
+        let end = take_turn(frame, &agent, &path, messages, &mut Plain, sink).await;
+        let shown = end.as_ref().map(|e| e.value.clone()).map_err(Clone::clone);
+        close_part(frame, &attempt, &shown, sink).await;
+        Ok(Done {
+            agent: speaker.to_owned(),
+            text: Some(end?.text),
+            tokens: tokens_used(frame.ctx).saturating_sub(before),
+        })
+    }
 }
 
 /// splitmix64's output function: a well-mixed 64-bit value of `x`.
@@ -180,103 +355,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Asks the `llm` selector, as attempt `select-<round>`; a wrong answer is sent back up to
-/// `retries` times, then the fallback rule decides (an `error` event says so).
-async fn ask_selector(
-    frame: &Frame<'_>,
-    key: &str,
-    step: &GroupChatStep,
-    round: u32,
-    prompt: &str,
-    said: &[Said],
-    sink: &mut EventSink,
-) -> Result<String, RunError> {
-    let ctx = frame.ctx;
-    let id = format!("select-{round}");
-    let input = json!({ "round": round, "participants": step.participants });
-    let attempt = open_part(frame, key, &id, StepKind::Llm, input, sink).await?;
-    let answered = selector_rounds(frame, step, &step_key(key, &id), prompt, said).await;
-    let chosen = match &answered {
-        Ok(Ok(name)) => Ok(json!({ "speaker": name })),
-        Ok(Err(problem)) => Ok(json!({ "speaker": null, "problem": problem })),
-        Err(e) => Err(e.clone()),
-    };
-    close_part(frame, &attempt, &chosen, sink).await;
-    match answered? {
-        Ok(name) => Ok(name),
-        Err(problem) => {
-            let fallback = by_rule(frame, step, step.selector.fallback, round);
-            let error = RunError::new(
-                ErrorCode::InvalidLlmOutput,
-                format!(
-                    "the speaker selector named no participant in {} tries ({problem}); the fallback chose `{fallback}`",
-                    step.selector.retries + 1
-                ),
-            );
-            let key = step_key(key, &id);
-            let data = ErrorData {
-                error,
-                step_id: Some(key.clone()),
-            };
-            sink.emit(ctx, Some(&key), data).await;
-            Ok(fallback)
-        }
-    }
-}
-
-/// The selector's model calls: a participant's name, or what was wrong with the last answer.
-async fn selector_rounds(
-    frame: &Frame<'_>,
-    step: &GroupChatStep,
-    event_key: &str,
-    prompt: &str,
-    said: &[Said],
-) -> Result<Result<String, String>, RunError> {
-    let ctx = frame.ctx;
-    let alias = step.selector.model.as_deref().or(ctx.spec.model.as_deref());
-    let route = ctx
-        .services
-        .llm
-        .route(alias)
-        .map_err(|e| e.to_run_error())?;
-    let mut messages = vec![
-        Message::System {
-            content: SELECTOR_SYSTEM.into(),
-        },
-        Message::User {
-            content: selection_prompt(frame, step, prompt, said),
-        },
-    ];
-    let schema = json!({
-        "type": "object", "additionalProperties": false, "required": ["speaker"],
-        "properties": { "speaker": { "type": "string", "enum": step.participants } }
-    });
-    let mut problem = String::new();
-    for _ in 0..=step.selector.retries {
-        let mut request = ChatRequest::new(route.alias(), messages.clone());
-        request.response_schema = Some(ResponseSchema {
-            name: SPEAKER_SCHEMA.into(),
-            schema: schema.clone(),
-        });
-        let reply = call_model(ctx, &route, request, event_key, TextKind::Quiet).await?;
-        match named(&reply.text, &step.participants) {
-            Ok(name) => return Ok(Ok(name)),
-            Err(p) => problem = p,
-        }
-        messages.push(Message::Assistant {
-            content: reply.text,
-            tool_calls: Vec::new(),
-        });
-        messages.push(Message::User {
-            content: format!(
-                "{problem}. Answer again with only {{\"speaker\": \"<name>\"}}, the name one of: {}.",
-                step.participants.join(", ")
-            ),
-        });
-    }
-    Ok(Err(problem))
-}
-
 /// The participant a selector's answer names, or what is wrong with it.
 fn named(text: &str, participants: &[String]) -> Result<String, String> {
     let value: Value =
@@ -291,81 +369,18 @@ fn named(text: &str, participants: &[String]) -> Result<String, String> {
     }
 }
 
-/// What the `llm` selector reads: the participants, the conversation and the last speaker.
-fn selection_prompt(
-    frame: &Frame<'_>,
-    step: &GroupChatStep,
-    prompt: &str,
-    said: &[Said],
-) -> String {
-    let mut out = String::from("Participants:\n");
-    for p in &step.participants {
-        let about = frame
-            .team
-            .agent(p)
-            .and_then(|a| a.description.clone())
-            .unwrap_or_default();
-        out.push_str(&format!("- {p}: {about}\n"));
-    }
-    out.push_str(&format!("\nThe conversation:\n[user]: {prompt}\n"));
-    for s in said {
-        out.push_str(&format!("[{}]: {}\n", s.agent, s.text));
-    }
-    if let Some(last) = said.last() {
-        out.push_str(&format!("\nLast speaker: `{}`\n", last.agent));
-    }
-    out.push_str("\nWho speaks next?");
-    out
-}
-
-/// `speaker`'s turn in round `round`, as attempt `<speaker>.<round>`.
-async fn speak(
-    frame: &Frame<'_>,
-    key: &str,
-    speaker: &str,
-    round: u32,
-    prompt: &str,
-    said: &[Said],
-    sink: &mut EventSink,
-) -> Result<Done, RunError> {
-    let Some(agent) = frame.team.agent(speaker) else {
-        return Err(RunError::new(
-            ErrorCode::InvalidStep,
-            format!("the plan has no agent `{speaker}`"),
-        ));
-    };
-    let mut agent = (**agent).clone();
-    let others: Vec<String> = said
+/// An agent's instructions with a note saying it is in a group chat, with whom, and how to
+/// read it.
+fn chat_instructions(instructions: &str, speaker: &str, participants: &[String]) -> String {
+    let others: Vec<&str> = participants
         .iter()
-        .map(|s| s.agent.clone())
-        .filter(|a| a != speaker)
+        .map(String::as_str)
+        .filter(|p| *p != speaker)
         .collect();
-    agent.instructions = chat_instructions(&agent.instructions, speaker, &others);
-    let messages = seen_by(speaker, prompt, said);
-    let id = format!("{speaker}.{round}");
-    let input = json!({ "agent": speaker, "round": round, "messages": messages });
-    let attempt = open_part(frame, key, &id, StepKind::Agent, input, sink).await?;
-    let before = tokens_used(frame.ctx);
-    let path = step_key(key, &id);
-    let end = take_turn(frame, &agent, &path, messages, &mut Plain, sink).await;
-    let shown = end.as_ref().map(|e| e.value.clone()).map_err(Clone::clone);
-    close_part(frame, &attempt, &shown, sink).await;
-    Ok(Done {
-        agent: speaker.to_owned(),
-        text: Some(end?.text),
-        tokens: tokens_used(frame.ctx).saturating_sub(before),
-    })
-}
-
-/// An agent's instructions with a note saying it is in a group chat, and how to read it.
-fn chat_instructions(instructions: &str, speaker: &str, others: &[String]) -> String {
-    let mut others = others.to_vec();
-    others.sort();
-    others.dedup();
     let with = if others.is_empty() {
         String::new()
     } else {
-        format!(" (so far with {})", others.join(", "))
+        format!(" with {}", others.join(", "))
     };
     let note = format!(
         "You are `{speaker}`, one of the participants of a group chat{with}. The others' \

@@ -26,7 +26,7 @@ use super::super::super::model::{TextKind, call_model};
 use super::super::super::sink::EventSink;
 use super::super::frame::{Frame, render_error};
 use super::turn::{Hooks, take_turn, text_of};
-use super::{close_part, open_part, tool_name};
+use super::{Part, close_part, open_part, tool_name};
 
 /// Where control is and what was said.
 struct State {
@@ -159,7 +159,12 @@ async fn take(
         "context": state.context,
         "messages": state.received,
     });
-    let attempt = open_part(frame, key, &id, StepKind::Agent, input, sink).await?;
+    let part = Part {
+        id: &id,
+        name: &agent.name,
+        kind: StepKind::Agent,
+    };
+    let attempt = open_part(frame, key, part, input, sink).await?;
     let path = step_key(key, &id);
     let record = turn(frame, key, step, agent, &path, state, sink).await;
     let shown = record.as_ref().map(|r| {
@@ -337,7 +342,12 @@ async fn summarize(
     messages.push(Message::User {
         content: text_of(&prompt),
     });
-    let attempt = open_part(frame, key, id, StepKind::Llm, input, sink).await?;
+    let part = Part {
+        id,
+        name: "summarizer",
+        kind: StepKind::Llm,
+    };
+    let attempt = open_part(frame, key, part, input, sink).await?;
     let text = summary_call(ctx, function.model.as_deref(), messages, &step_key(key, id)).await;
     close_part(frame, &attempt, &text.clone().map(Value::String), sink).await;
     text

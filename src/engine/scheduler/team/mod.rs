@@ -24,21 +24,29 @@ pub(crate) fn tool_name(prefix: &str, name: &str) -> String {
     format!("{prefix}{}", name.replace('.', "_"))
 }
 
-/// Opens the attempt of one turn (or selection, or summary) `id` at `path`: what it received
-/// is its input, so `GET /v1/runs/{id}/steps` shows what each agent saw.
+/// One part of a team step's work: a turn, a speaker selection or a summary.
+pub(crate) struct Part<'a> {
+    /// Its id at the step's key (`<agent>.<n>`, `select-<r>`, `summary-<n>`).
+    pub id: &'a str,
+    /// The agent, or what the part does.
+    pub name: &'a str,
+    pub kind: StepKind,
+}
+
+/// Opens the attempt of `part` at `path`: what it received is its input, so
+/// `GET /v1/runs/{id}/steps` shows what each agent saw.
 pub(crate) async fn open_part(
     frame: &Frame<'_>,
     path: &str,
-    id: &str,
-    kind: StepKind,
+    part: Part<'_>,
     input: Value,
     sink: &mut EventSink,
 ) -> Result<AttemptKey, RunError> {
     let new = NewAttempt {
-        step_id: id,
+        step_id: part.id,
         path,
-        name: id.split('.').next().unwrap_or(id),
-        kind,
+        name: part.name,
+        kind: part.kind,
         plan_version: frame.plan_version,
         input: Some(input),
     };

@@ -199,6 +199,8 @@ fn answer(request: &ChatRequest) -> Answer {
         Some(Message::User { content }) => content.as_str(),
         _ => "",
     };
+    // The target of a handoff answers the request, not the note that handed it over.
+    let user_text = team::request_behind(&request.messages, user_text);
     // Tool results after the user's last message mean this round is the answer to them; the
     // provider never calls a tool twice for one question, so a run cannot loop on it.
     let since_user = &request.messages[last_user.map_or(0, |i| i + 1)..];

@@ -43,6 +43,21 @@ pub fn transfer(
     })
 }
 
+/// The request a handoff's target should answer when `user_text` is the engine's handoff
+/// note: the first user message that is not a note; `user_text` itself otherwise.
+pub fn request_behind<'a>(messages: &'a [Message], user_text: &'a str) -> &'a str {
+    if !user_text.contains(HANDED) {
+        return user_text;
+    }
+    messages
+        .iter()
+        .find_map(|m| match m {
+            Message::User { content } if !content.contains(HANDED) => Some(content.as_str()),
+            _ => None,
+        })
+        .unwrap_or(user_text)
+}
+
 /// A group chat participant's line, when the system prompt says it is in one.
 pub fn chat_line(system: Option<&str>, messages: &[Message], topic: &str) -> Option<String> {
     let system = system?;
@@ -90,6 +105,10 @@ mod tests {
         }
     }
 
+    fn user(s: &str) -> Message {
+        Message::User { content: s.into() }
+    }
+
     #[test]
     fn hands_off_once_to_a_named_agent() {
         let tools = [tool("transfer_to_billing"), tool("transfer_to_tech")];
@@ -101,6 +120,12 @@ mod tests {
             content: format!("`triage` {HANDED} (`billing`)."),
         }];
         assert!(ask(&noted, "billing again").is_none());
+        let asked = [user("my bill"), noted[0].clone()];
+        assert_eq!(
+            request_behind(&asked, "`triage` handed the conversation to you"),
+            "my bill"
+        );
+        assert_eq!(request_behind(&asked, "plain"), "plain");
     }
 
     #[test]
