@@ -801,3 +801,75 @@ async fn handoff_offline_model_hands_off_once() {
         "{fin}"
     );
 }
+
+#[tokio::test]
+async fn groupchat_llm_selection_is_not_asked_again_after_a_restart() {
+    let llm = ScriptedLlm::start().await;
+    let moderator = "You moderate a group chat";
+    llm.push_for(moderator, Reply::json(json!({ "speaker": "b" })));
+    llm.push_for(moderator, Reply::json(json!({ "speaker": "a" })));
+    llm.push_for("agent b", Reply::text("never finished").stall_after(2));
+    let app = spawn_app(|c| {
+        use_scripted(c, &llm);
+        c.llm.openai.read_timeout_ms = 30_000;
+    })
+    .await;
+    let selector = json!({ "kind": "llm" });
+    let plan = chat_plan(
+        &["a", "b"],
+        json!({ "selector": selector, "max_rounds": 2 }),
+    );
+    let run = app.create_run(run_body(plan, "pick well")).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    llm.wait_for_requests(2).await;
+    let dir = app.stop().await;
+    llm.push_for("agent b", Reply::text("b first"));
+    llm.push_for("agent a", Reply::text("a second"));
+    let app = spawn_app_in(dir, |c| use_scripted(c, &llm)).await;
+    let fin = final_data(&app.follow(&id).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["last"], "a second");
+    assert_eq!(fin["output"]["transcript"][0]["agent"], "b");
+    assert_eq!(asked(&llm, moderator).len(), 2, "round 1's choice was kept");
+    assert_eq!(asked(&llm, "agent b").len(), 2);
+}
+
+#[tokio::test]
+async fn handoff_waiting_for_a_human_resumes_without_asking_the_agent_again() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent helper", Reply::text("Which account?"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let team = agents(&[("helper", json!([]))]);
+    let plan = handoff_plan(
+        team,
+        json!({ "start": "helper", "on_no_handoff": "ask_human" }),
+    );
+    let run = app.create_run(run_body(plan, "unlock it")).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut reader = app.events(&id).await;
+    let asked_first = next_input(&mut reader).await;
+    drop(reader);
+    let dir = app.stop().await;
+    let app = spawn_app_in(dir, |c| use_scripted(c, &llm)).await;
+    let mut reader = app.events(&id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    let again = next_input(&mut reader).await;
+    assert_eq!(
+        again, asked_first,
+        "the same question, asked again after the restart"
+    );
+    let step = again["step_id"].as_str().unwrap();
+    assert_eq!(
+        app.answer(&id, step, json!({ "done": true }))
+            .await
+            .status(),
+        202
+    );
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["output"], "Which account?", "{fin}");
+    assert_eq!(
+        asked(&llm, "agent helper").len(),
+        1,
+        "the agent's turn was not taken again"
+    );
+}
