@@ -91,6 +91,8 @@ error_codes! {
     LoopDetected = "loop_detected", false;
     /// A reactive run needed a new plan past its `max_replans`.
     ReplanLimitExceeded = "replan_limit_exceeded", false;
+    /// A `handoff` step's agents handed off more than its `max_transitions`.
+    HandoffLimitExceeded = "handoff_limit_exceeded", false;
     // Models.
     /// HTTP 429 from the provider.
     LlmRateLimited = "llm_rate_limited", true;

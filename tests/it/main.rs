@@ -23,6 +23,7 @@ mod scripted_runs;
 mod selector;
 mod stream_end;
 mod teams;
+mod teams_handoff;
 mod teams_middleware;
 mod timeline;
 mod workflows;

@@ -1,12 +1,14 @@
-//! `agent`: one turn of an agent (or of a hub with its spokes), and `workflow`: a nested
-//! workflow. The work itself lives in `scheduler::team`.
+//! `agent`: one turn of an agent (or of a hub with its spokes), `handoff`: control passed
+//! between agents, `group_chat`: agents taking turns, and `workflow`: a nested workflow. These
+//! resolve the step's input; the work itself lives in `scheduler::team`.
 
 use serde_json::{Value, json};
 
 use crate::domain::{ErrorCode, RunError};
 use crate::llm::Message;
 use crate::plan::StepSpec;
-use crate::plan::team::{AgentStep, WorkflowStep};
+use crate::plan::Template;
+use crate::plan::team::{AgentStep, GroupChatStep, HandoffStep, NoHandoff, WorkflowStep};
 
 use super::super::super::attempts::step_key;
 use super::super::super::simple::input_text;
@@ -14,6 +16,7 @@ use super::super::frame::{Frame, Locals};
 use super::super::team::spokes::Spokes;
 use super::super::team::turn::{Plain, take_turn, text_of};
 use super::super::team::workflow::run_named;
+use super::super::team::{chat, handoff as handoffs};
 use super::StepIo;
 
 pub(crate) async fn run(
@@ -86,4 +89,54 @@ pub(crate) async fn workflow(
     io.input = Some(json!({ "workflow": step.workflow, "input": input }));
     let key = step_key(locals.path, spec.id.as_str());
     run_named(frame, &step.workflow, input, &key, io.sink).await
+}
+
+/// The text a team step starts from: its `prompt`, else the run input's text.
+fn opening(
+    frame: &Frame<'_>,
+    locals: Locals<'_>,
+    prompt: Option<&Template>,
+) -> Result<String, RunError> {
+    match prompt {
+        Some(t) => frame.resolve_text(locals, t),
+        None => Ok(input_text(&frame.input)),
+    }
+}
+
+pub(crate) async fn handoff(
+    frame: &Frame<'_>,
+    spec: &StepSpec,
+    step: &HandoffStep,
+    locals: Locals<'_>,
+    io: &mut StepIo<'_>,
+) -> Result<Value, RunError> {
+    let prompt = opening(frame, locals, step.prompt.as_ref())?;
+    io.input = Some(json!({
+        "start": step.start,
+        "prompt": prompt,
+        "max_transitions": step.max_transitions,
+        "on_no_handoff": match step.on_no_handoff {
+            NoHandoff::End => "end",
+            NoHandoff::AskHuman => "ask_human",
+        },
+    }));
+    let key = step_key(locals.path, spec.id.as_str());
+    handoffs::run(frame, &key, step, prompt, io.sink).await
+}
+
+pub(crate) async fn group_chat(
+    frame: &Frame<'_>,
+    spec: &StepSpec,
+    step: &GroupChatStep,
+    locals: Locals<'_>,
+    io: &mut StepIo<'_>,
+) -> Result<Value, RunError> {
+    let prompt = opening(frame, locals, step.prompt.as_ref())?;
+    io.input = Some(json!({
+        "participants": step.participants,
+        "prompt": prompt,
+        "max_rounds": step.max_rounds,
+    }));
+    let key = step_key(locals.path, spec.id.as_str());
+    chat::run(frame, &key, step, prompt, io.sink).await
 }

@@ -89,13 +89,8 @@ pub(crate) async fn run(
         }
         KindSpec::Agent(step) => agent::run(frame, spec, step, locals, io).await,
         KindSpec::Workflow(step) => agent::workflow(frame, spec, step, locals, io).await,
-        KindSpec::Handoff(_) | KindSpec::GroupChat(_) => Err(RunError::new(
-            crate::domain::ErrorCode::InvalidStep,
-            format!(
-                "`{}` steps are not available yet",
-                spec.step_kind().as_str()
-            ),
-        )),
+        KindSpec::Handoff(step) => agent::handoff(frame, spec, step, locals, io).await,
+        KindSpec::GroupChat(step) => agent::group_chat(frame, spec, step, locals, io).await,
         KindSpec::Parallel { steps, aggregation } => {
             let inside = step_key(locals.path, spec.id.as_str());
             parallel::run(frame, steps, *aggregation, &inside, locals, io.sink).await

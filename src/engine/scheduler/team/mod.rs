@@ -1,15 +1,72 @@
-//! Teams of agents inside a plan: an agent's turn ([`turn`]), a hub with its spokes
-//! ([`spokes`]) and workflows nested in a step ([`workflow`]). Each runs inside one step of
-//! the plan, its work (model rounds, tool calls, inner steps) recorded as attempts at paths
-//! below that step, its events carrying those paths.
+//! Teams of agents inside a plan: an agent's turn ([`turn`]) with the middleware around it
+//! ([`middleware`]), a hub with its spokes ([`spokes`]), control passed between agents
+//! ([`handoff`]), a group chat ([`chat`]) and workflows nested in a step ([`workflow`]). Each
+//! runs inside one step of the plan, its work (model rounds, tool calls, inner steps) recorded
+//! as attempts at paths below that step, its events carrying those paths.
 
+pub(crate) mod chat;
+pub(crate) mod handoff;
 pub(crate) mod middleware;
 pub(crate) mod spokes;
 pub(crate) mod turn;
 pub(crate) mod workflow;
 
+use serde_json::Value;
+
+use crate::domain::{RunError, StepKind, StepStatus};
+
+use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt};
+use super::super::sink::EventSink;
+use super::frame::Frame;
+
 /// A tool name a model may call for `prefix` + agent `name` (tool names allow letters,
 /// digits, `_` and `-`; agent names may also hold `.`).
 pub(crate) fn tool_name(prefix: &str, name: &str) -> String {
     format!("{prefix}{}", name.replace('.', "_"))
+}
+
+/// One part of a team step's work: a turn, a speaker selection or a summary.
+pub(crate) struct Part<'a> {
+    /// Its id at the step's key (`<agent>.<n>`, `select-<r>`, `summary-<n>`).
+    pub id: &'a str,
+    /// The agent, or what the part does.
+    pub name: &'a str,
+    pub kind: StepKind,
+}
+
+/// Opens the attempt of `part` at `path`: what it received is its input, so
+/// `GET /v1/runs/{id}/steps` shows what each agent saw.
+pub(crate) async fn open_part(
+    frame: &Frame<'_>,
+    path: &str,
+    part: Part<'_>,
+    input: Value,
+    sink: &mut EventSink,
+) -> Result<AttemptKey, RunError> {
+    let new = NewAttempt {
+        step_id: part.id,
+        path,
+        name: part.name,
+        kind: part.kind,
+        plan_version: frame.plan_version,
+        input: Some(input),
+    };
+    frame.ctx.open_attempt(new, sink).await
+}
+
+/// Closes an attempt [`open_part`] opened with how its work ended.
+pub(crate) async fn close_part(
+    frame: &Frame<'_>,
+    key: &AttemptKey,
+    result: &Result<Value, RunError>,
+    sink: &mut EventSink,
+) {
+    let end = match result {
+        Ok(output) => AttemptEnd::completed(output.clone()),
+        Err(e) if frame.ctx.cancel.is_cancelled() => {
+            AttemptEnd::closed(StepStatus::Cancelled, Some(e.clone()))
+        }
+        Err(e) => AttemptEnd::failed(e.clone()),
+    };
+    frame.ctx.close_attempt(key, end, sink).await;
 }

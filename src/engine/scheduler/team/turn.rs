@@ -54,8 +54,6 @@ impl Hooks for Plain {}
 
 /// How a turn ended.
 #[derive(Debug, Clone)]
-// `text` and `messages` are for handoffs and group chats (issue 11, in progress).
-#[allow(dead_code)]
 pub(crate) struct TurnEnd {
     /// The answer's text (what the agent said last).
     pub text: String,

@@ -2,8 +2,9 @@
 //! no network, no key and no model. It is a demonstration and test provider, not an assistant:
 //! it recognises a few requests by keyword (the current time, arithmetic, reading a file) and
 //! answers them through real tool calls, turns tool results into a final sentence, plans the
-//! samples, chooses an orchestration for the auto selector (`select.rs`), writes a minimal
-//! conforming JSON value when asked for other structured output, and otherwise echoes.
+//! samples, chooses an orchestration for the auto selector (`select.rs`), hands off and chats
+//! in teams of agents (`team.rs`), writes a minimal conforming JSON value when asked for other
+//! structured output, and otherwise echoes.
 //!
 //! It streams like a real provider (one text delta per word, usage last) and honours
 //! cancellation. It must stay deterministic: the same request always gives the same answer, so
@@ -25,6 +26,7 @@ use crate::llm::{
 mod plans;
 mod replans;
 mod select;
+mod team;
 
 /// The model name routes use for this provider.
 pub const MODEL: &str = "offline";
@@ -183,6 +185,10 @@ fn answer(request: &ChatRequest) -> Answer {
         if schema.name == "orchestration_type" {
             return Answer::Json(select::orchestration_for(first_user(request)).to_string());
         }
+        // The name the group chat's `llm` speaker selector gives its structured output.
+        if schema.name == "speaker_choice" {
+            return Answer::Json(team::speaker(&schema.schema, first_user(request)).to_string());
+        }
         return Answer::Json(example_value(&schema.schema).to_string());
     }
     let last_user = request
@@ -193,6 +199,8 @@ fn answer(request: &ChatRequest) -> Answer {
         Some(Message::User { content }) => content.as_str(),
         _ => "",
     };
+    // The target of a handoff answers the request, not the note that handed it over.
+    let user_text = team::request_behind(&request.messages, user_text);
     // Tool results after the user's last message mean this round is the answer to them; the
     // provider never calls a tool twice for one question, so a run cannot loop on it.
     let since_user = &request.messages[last_user.map_or(0, |i| i + 1)..];
@@ -224,6 +232,13 @@ fn answer(request: &ChatRequest) -> Answer {
         Message::System { content } => Some(content.as_str()),
         _ => None,
     });
+    if let Some(text) = team::chat_line(system, &request.messages, first_user(request)) {
+        return Answer::Text(text);
+    }
+    let id = format!("call_{first_id}");
+    if let Some(call) = team::transfer(&request.messages, user_text, &request.tools, id) {
+        return Answer::ToolCalls(vec![call]);
+    }
     if let Some(text) = plans::text_for(system, user_text) {
         return Answer::Text(text);
     }

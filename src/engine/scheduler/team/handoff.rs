@@ -1,0 +1,533 @@
+//! `handoff`: control passes between agents by tool calls. The active agent (first the step's
+//! `start`) is offered one `transfer_to_<target>` tool per edge of its `handoffs`; calling one
+//! ends its turn, a `handoff` event says who passed to whom and why, and the target takes the
+//! next turn with what the edge's context policy gives it (everything, a summary, only the
+//! request, or the last messages), plus a note naming the handoff and its reason. Control
+//! passes only by such a call, never by what an answer says.
+//!
+//! An answer without a handoff ends the step with that answer (`on_no_handoff: end`) or asks a
+//! person (`ask_human`), whose message goes back to the same agent. Each turn is an attempt
+//! `<agent>.<n>` at the step's key, its input what the agent received, its model rounds below
+//! it; each finished turn (with the handoff it made and what the target receives) is recorded
+//! as a finished child, so a resumed step replays finished turns instead of taking them again.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::domain::event::HandoffData;
+use crate::domain::{ErrorCode, RunError, StepKind};
+use crate::llm::{ChatRequest, Message, ToolCall as ModelToolCall, ToolSpec};
+use crate::plan::team::{ContextPolicy, HandoffEdge, HandoffStep, NoHandoff};
+use crate::plan::{AgentSpec, JsonSchema, NoResults, Scope, Team};
+
+use super::super::super::attempts::step_key;
+use super::super::super::context::RunContext;
+use super::super::super::model::{TextKind, call_model};
+use super::super::super::sink::EventSink;
+use super::super::frame::{Frame, render_error};
+use super::turn::{Hooks, take_turn, text_of};
+use super::{Part, close_part, open_part, tool_name};
+
+/// Where control is and what was said.
+struct State {
+    active: String,
+    /// Turns taken so far (numbers their paths).
+    turn: u32,
+    transitions: u32,
+    /// The request the step started from.
+    request: String,
+    /// Everything said so far, system prompts excluded: the request, each agent's messages,
+    /// handoff notes and human messages.
+    transcript: Vec<Message>,
+    /// What the active agent receives on its next turn.
+    received: Vec<Message>,
+    /// How it came by that (`request`, a context policy, or `human`).
+    context: String,
+}
+
+/// One finished turn, as checkpointed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TurnRecord {
+    agent: String,
+    text: String,
+    value: Value,
+    /// The agent's conversation after the turn, its system prompt excluded.
+    conversation: Vec<Message>,
+    /// The transcript after the turn (and the handoff note, when it handed off).
+    transcript: Vec<Message>,
+    handoff: Option<Handed>,
+}
+
+/// A handoff a turn made, with what its target receives.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Handed {
+    to: String,
+    reason: Option<String>,
+    context: String,
+    received: Vec<Message>,
+}
+
+/// Runs a handoff step at `key` on `request` until an agent answers for good.
+pub(crate) async fn run(
+    frame: &Frame<'_>,
+    key: &str,
+    step: &HandoffStep,
+    request: String,
+    sink: &mut EventSink,
+) -> Result<Value, RunError> {
+    let opening = vec![Message::User {
+        content: request.clone(),
+    }];
+    let mut state = State {
+        active: step.start.clone(),
+        turn: 0,
+        transitions: 0,
+        request,
+        transcript: opening.clone(),
+        received: opening,
+        context: "request".into(),
+    };
+    loop {
+        state.turn += 1;
+        let record_key = step_key(key, &format!("{}.{}", state.active, state.turn));
+        let record = match recorded(frame, &record_key) {
+            Some(record) => record,
+            None => {
+                let record = take(frame, key, step, &state, sink).await?;
+                let value = serde_json::to_value(&record).expect("turn records serialise");
+                frame
+                    .children
+                    .finished(frame.ctx, &record_key, &Ok(value))
+                    .await;
+                record
+            }
+        };
+        state.transcript = record.transcript.clone();
+        if let Some(handed) = record.handoff {
+            // Emitted for replayed turns too: the step's held events did not survive a stop.
+            let data = HandoffData {
+                from: state.active.clone(),
+                to: handed.to.clone(),
+                reason: handed.reason.clone(),
+            };
+            sink.emit(frame.ctx, Some(key), data).await;
+            state.transitions += 1;
+            state.active = handed.to;
+            state.received = handed.received;
+            state.context = handed.context;
+            continue;
+        }
+        if step.on_no_handoff == NoHandoff::End {
+            return Ok(record.value);
+        }
+        let Some(message) = ask_human(frame, key, state.turn, &record.text).await? else {
+            return Ok(record.value);
+        };
+        let said = Message::User { content: message };
+        state.transcript.push(said.clone());
+        state.received = record.conversation;
+        state.received.push(said);
+        state.context = "human".into();
+    }
+}
+
+/// The record of a turn finished before a restart.
+fn recorded(frame: &Frame<'_>, record_key: &str) -> Option<TurnRecord> {
+    match frame.children.finished_before(record_key) {
+        Some(Ok(value)) => serde_json::from_value(value).ok(),
+        _ => None,
+    }
+}
+
+/// Takes the active agent's turn as attempt `<agent>.<n>`, and the handoff it makes.
+async fn take(
+    frame: &Frame<'_>,
+    key: &str,
+    step: &HandoffStep,
+    state: &State,
+    sink: &mut EventSink,
+) -> Result<TurnRecord, RunError> {
+    let Some(agent) = frame.team.agent(&state.active) else {
+        return Err(RunError::new(
+            ErrorCode::InvalidStep,
+            format!("the plan has no agent `{}`", state.active),
+        ));
+    };
+    let id = format!("{}.{}", agent.name, state.turn);
+    let input = json!({
+        "agent": agent.name,
+        "context": state.context,
+        "messages": state.received,
+    });
+    let part = Part {
+        id: &id,
+        name: &agent.name,
+        kind: StepKind::Agent,
+    };
+    let attempt = open_part(frame, key, part, input, sink).await?;
+    let path = step_key(key, &id);
+    let record = turn(frame, key, step, agent, &path, state, sink).await;
+    let shown = record.as_ref().map(|r| {
+        json!({ "text": r.text, "handoff": r.handoff.as_ref().map(|h| json!({ "to": h.to, "reason": h.reason })) })
+    });
+    close_part(frame, &attempt, &shown.map_err(Clone::clone), sink).await;
+    record
+}
+
+/// The turn itself at `path`: the agent answers or hands off (within `max_transitions`).
+async fn turn(
+    frame: &Frame<'_>,
+    key: &str,
+    step: &HandoffStep,
+    agent: &AgentSpec,
+    path: &str,
+    state: &State,
+    sink: &mut EventSink,
+) -> Result<TurnRecord, RunError> {
+    let mut hooks = Transfers {
+        team: &frame.team,
+        edges: &agent.handoffs,
+        chosen: None,
+    };
+    if let Some(Ok(saved)) = frame.children.finished_before(&format!("{path}/convo")) {
+        // Stopped between the transfer's result and the turn's record: the choice stands.
+        let messages: Vec<Message> =
+            serde_json::from_value(saved.get("messages").cloned().unwrap_or_default())
+                .unwrap_or_default();
+        hooks.chosen = already_chosen(&messages, &agent.handoffs);
+    }
+    let end = take_turn(frame, agent, path, state.received.clone(), &mut hooks, sink).await?;
+    let mut conversation = end.messages;
+    if matches!(conversation.first(), Some(Message::System { .. })) {
+        conversation.remove(0);
+    }
+    let mut transcript = state.transcript.clone();
+    transcript.extend(conversation.iter().skip(state.received.len()).cloned());
+    let handoff = match hooks.chosen {
+        None => None,
+        Some(_) if state.transitions >= step.max_transitions => {
+            return Err(RunError::new(
+                ErrorCode::HandoffLimitExceeded,
+                format!(
+                    "`{}` handed off after {} handoffs, the step's max_transitions",
+                    agent.name, step.max_transitions
+                ),
+            ));
+        }
+        Some((i, reason)) => {
+            let edge = &agent.handoffs[i];
+            let received = context_for(frame, key, state, edge, &transcript, sink).await?;
+            let note = handoff_note(&agent.name, &edge.to, reason.as_deref());
+            let mut received = received;
+            received.push(note.clone());
+            transcript.push(note);
+            Some(Handed {
+                to: edge.to.clone(),
+                reason,
+                context: edge.context.as_str().to_owned(),
+                received,
+            })
+        }
+    };
+    Ok(TurnRecord {
+        agent: agent.name.clone(),
+        text: end.text,
+        value: end.value,
+        conversation,
+        transcript,
+        handoff,
+    })
+}
+
+/// What the target of `edge` receives of `transcript` (before the handoff note).
+async fn context_for(
+    frame: &Frame<'_>,
+    key: &str,
+    state: &State,
+    edge: &HandoffEdge,
+    transcript: &[Message],
+    sink: &mut EventSink,
+) -> Result<Vec<Message>, RunError> {
+    Ok(match edge.context {
+        ContextPolicy::Inherit => transcript.to_vec(),
+        ContextPolicy::LastN(n) => last_n(transcript, n as usize),
+        ContextPolicy::Isolate => vec![Message::User {
+            content: state.request.clone(),
+        }],
+        ContextPolicy::Summarize => {
+            let id = format!("summary-{}", state.turn);
+            let summary = summarize(frame, key, &id, transcript, sink).await?;
+            vec![Message::User {
+                content: format!("A summary of the conversation so far: {summary}"),
+            }]
+        }
+    })
+}
+
+/// The last `n` messages, without tool results whose call was cut off (a model may not see a
+/// result without its call).
+fn last_n(transcript: &[Message], n: usize) -> Vec<Message> {
+    let tail = &transcript[transcript.len().saturating_sub(n)..];
+    let first = tail
+        .iter()
+        .position(|m| !matches!(m, Message::Tool { .. }))
+        .unwrap_or(tail.len());
+    tail[first..].to_vec()
+}
+
+/// The user message that tells the target it has control, and why.
+fn handoff_note(from: &str, to: &str, reason: Option<&str>) -> Message {
+    let why = reason.map(|r| format!(" Reason: {r}")).unwrap_or_default();
+    Message::User {
+        content: format!("`{from}` handed the conversation to you (`{to}`).{why}"),
+    }
+}
+
+/// Asks a person about the answer of turn `turn`: their message, or `None` when they are done.
+async fn ask_human(
+    frame: &Frame<'_>,
+    key: &str,
+    turn: u32,
+    answer: &str,
+) -> Result<Option<String>, RunError> {
+    let schema = JsonSchema::compile(&json!({
+        "oneOf": [
+            { "type": "object", "required": ["message"], "additionalProperties": false,
+              "properties": { "message": { "type": "string", "minLength": 1 } } },
+            { "type": "object", "required": ["done"], "additionalProperties": false,
+              "properties": { "done": { "const": true } } }
+        ]
+    }))
+    .expect("the answer schema compiles");
+    let id = format!("ask-{turn}");
+    let value = frame
+        .ctx
+        .wait_for_input(&id, key, answer, Some(&schema))
+        .await?;
+    Ok(value
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::to_owned))
+}
+
+/// A summary of `transcript` by the `summarizer` function, as attempt `id` at `key` (its text
+/// is not streamed: it is not the run's answer).
+async fn summarize(
+    frame: &Frame<'_>,
+    key: &str,
+    id: &str,
+    transcript: &[Message],
+    sink: &mut EventSink,
+) -> Result<String, RunError> {
+    let ctx = frame.ctx;
+    let Some(function) = ctx.services.functions.get(crate::functions::SUMMARIZER) else {
+        return Err(RunError::new(
+            ErrorCode::InternalError,
+            "the summarizer function is not configured",
+        ));
+    };
+    let input = json!({ "transcript": transcript_text(transcript) });
+    let vars = serde_json::Map::new();
+    let scope = Scope::new(&input, &NoResults, &vars);
+    let prompt = function
+        .prompt
+        .render(&scope, ctx.services.config.max_rendered_bytes)
+        .map_err(render_error)?;
+    let mut messages = Vec::new();
+    if let Some(system) = &function.system {
+        messages.push(Message::System {
+            content: system.clone(),
+        });
+    }
+    messages.push(Message::User {
+        content: text_of(&prompt),
+    });
+    let part = Part {
+        id,
+        name: "summarizer",
+        kind: StepKind::Llm,
+    };
+    let attempt = open_part(frame, key, part, input, sink).await?;
+    let text = summary_call(ctx, function.model.as_deref(), messages, &step_key(key, id)).await;
+    close_part(frame, &attempt, &text.clone().map(Value::String), sink).await;
+    text
+}
+
+async fn summary_call(
+    ctx: &RunContext,
+    model: Option<&str>,
+    messages: Vec<Message>,
+    event_key: &str,
+) -> Result<String, RunError> {
+    let alias = model.or(ctx.spec.model.as_deref());
+    let route = ctx
+        .services
+        .llm
+        .route(alias)
+        .map_err(|e| e.to_run_error())?;
+    let request = ChatRequest::new(route.alias(), messages);
+    let reply = call_model(ctx, &route, request, event_key, TextKind::Quiet).await?;
+    Ok(reply.text.trim().to_owned())
+}
+
+/// The transcript as the summariser reads it.
+fn transcript_text(transcript: &[Message]) -> String {
+    let mut out = String::new();
+    for m in transcript {
+        let line = match m {
+            Message::System { .. } => continue,
+            Message::User { content } => format!("User: {content}"),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let calls: Vec<String> = tool_calls
+                    .iter()
+                    .map(|c| format!(" [calls {}({})]", c.name, c.arguments))
+                    .collect();
+                format!("Assistant: {content}{}", calls.concat())
+            }
+            Message::Tool { content, .. } => format!("Tool result: {content}"),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The active agent's hooks: its handoff edges as `transfer_to_<target>` tools.
+struct Transfers<'f> {
+    team: &'f Team,
+    edges: &'f [HandoffEdge],
+    /// The edge taken (its index) and the reason given.
+    chosen: Option<(usize, Option<String>)>,
+}
+
+impl Hooks for Transfers<'_> {
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.edges
+            .iter()
+            .map(|edge| {
+                let about = edge
+                    .description
+                    .clone()
+                    .or_else(|| self.team.agent(&edge.to)?.description.clone())
+                    .unwrap_or_else(|| format!("the agent `{}`", edge.to));
+                ToolSpec {
+                    name: tool_name("transfer_to_", &edge.to),
+                    description: format!(
+                        "Hand the conversation over to `{}` ({about}); it answers from then on.",
+                        edge.to
+                    ),
+                    parameters: json!({
+                        "type": "object",
+                        "properties": { "reason": { "type": "string", "description": "Why you hand over." } },
+                        "required": ["reason"]
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    async fn intercept(
+        &mut self,
+        _ctx: &RunContext,
+        call: &ModelToolCall,
+        _sink: &mut EventSink,
+    ) -> Option<Result<Value, RunError>> {
+        let i = edge_of(self.edges, &call.name)?;
+        if let Some((j, _)) = self.chosen {
+            return Some(Err(RunError::new(
+                ErrorCode::InvalidToolArguments,
+                format!(
+                    "control was already handed to `{}` in this turn",
+                    self.edges[j].to
+                ),
+            )));
+        }
+        self.chosen = Some((i, reason_of(call)));
+        Some(Ok(Value::String(format!(
+            "Transferred to `{}`.",
+            self.edges[i].to
+        ))))
+    }
+
+    fn stopped(&self) -> bool {
+        self.chosen.is_some()
+    }
+}
+
+/// The edge whose transfer tool is `tool`.
+fn edge_of(edges: &[HandoffEdge], tool: &str) -> Option<usize> {
+    edges
+        .iter()
+        .position(|e| tool_name("transfer_to_", &e.to) == tool)
+}
+
+/// The `reason` argument of a transfer call, if it has one.
+fn reason_of(call: &ModelToolCall) -> Option<String> {
+    serde_json::from_str::<Value>(&call.arguments)
+        .ok()?
+        .get("reason")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// A transfer the last reply of a saved conversation made and got its result for.
+fn already_chosen(messages: &[Message], edges: &[HandoffEdge]) -> Option<(usize, Option<String>)> {
+    let pos = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))?;
+    let Message::Assistant { tool_calls, .. } = &messages[pos] else {
+        return None;
+    };
+    let answered = |id: &str| {
+        messages[pos + 1..]
+            .iter()
+            .any(|m| matches!(m, Message::Tool { call_id, .. } if call_id == id))
+    };
+    tool_calls.iter().find_map(|c| {
+        let i = edge_of(edges, &c.name)?;
+        answered(&c.id).then(|| (i, reason_of(c)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(s: &str) -> Message {
+        Message::User { content: s.into() }
+    }
+
+    #[test]
+    fn last_n_drops_results_cut_from_their_calls() {
+        let call = ModelToolCall {
+            id: "c1".into(),
+            name: "transfer_to_b".into(),
+            arguments: "{}".into(),
+        };
+        let t = vec![
+            user("hi"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![call],
+            },
+            Message::Tool {
+                call_id: "c1".into(),
+                content: "ok".into(),
+            },
+            user("more"),
+        ];
+        assert_eq!(last_n(&t, 2), vec![user("more")]);
+        assert_eq!(last_n(&t, 3).len(), 3);
+        assert_eq!(last_n(&t, 10).len(), 4);
+        let edges = vec![HandoffEdge {
+            to: "b".into(),
+            context: ContextPolicy::Inherit,
+            description: None,
+        }];
+        assert_eq!(already_chosen(&t[..3], &edges), Some((0, None)));
+        assert_eq!(already_chosen(&t[..2], &edges), None);
+    }
+}
