@@ -4,8 +4,9 @@
 //! The plan scheduler runs steps concurrently but announces their results in start order, so
 //! a step's events (its tool calls, its children, its retries, its end) are held in a buffered
 //! sink and released when the step commits. Work that runs alone (a simple run's model and
-//! tool calls) writes to a live sink. Model text (`token`, `json_partial`) and human-input
-//! requests never wait in a sink: they go out through [`RunContext::emit`] as they happen.
+//! tool calls) writes to a live sink. Model text (`token`, `json_partial`), human-input
+//! requests and a team's `handoff` and `speaker` events never wait in a sink: they go out
+//! through [`RunContext::emit`] as they happen.
 
 use crate::domain::Payload;
 

@@ -309,18 +309,23 @@ async fn handoff_streaming_handoff() {
             e.kind() == "step" && d["step_id"] == "team" && d["status"] == "completed"
         })
         .unwrap();
-    // In order: triage's turn ends, control passes, tech's turn starts.
-    let step_at = |id: &str, status: &str| {
-        events
+    // Live, in order: triage speaks, control passes, tech speaks; the step's own record (its
+    // turns as attempts) follows when it commits.
+    let token_of = |path: &str, last: bool| {
+        let mut found = events
             .iter()
-            .position(|e| {
-                let d = e.json()["data"].clone();
-                e.kind() == "step" && d["step_id"] == id && d["status"] == status
-            })
-            .unwrap_or_else(|| panic!("no {status} event for {id}"))
+            .enumerate()
+            .filter(|(_, e)| e.kind() == "token" && e.json()["path"] == path)
+            .map(|(i, _)| i);
+        if last {
+            found.next_back()
+        } else {
+            found.next()
+        }
+        .unwrap_or_else(|| panic!("no token of {path}"))
     };
-    assert!(step_at("triage.1", "completed") < at("handoff"));
-    assert!(at("handoff") < step_at("tech.2", "running"));
+    assert!(token_of("team/triage.1", true) < at("handoff"));
+    assert!(at("handoff") < token_of("team/tech.2", false));
     assert!(at("handoff") < team_done);
     let handoff = events[at("handoff")].json();
     assert_eq!(handoff["step_id"], "team");

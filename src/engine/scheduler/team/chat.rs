@@ -79,15 +79,18 @@ pub(crate) async fn run(
     let mut round = 0;
     loop {
         round += 1;
+        // The `speaker` event goes out live, as the choice is recorded: once, even across a
+        // restart (a replayed choice was announced before it).
         let chosen = once(frame, &step_key(key, &format!("select-{round}")), async {
-            chat.select(round, &said, sink).await
+            let chosen = chat.select(round, &said, sink).await?;
+            let data = SpeakerData {
+                agent: chosen.agent.clone(),
+                round,
+            };
+            frame.ctx.emit(Some(key), data).await;
+            Ok(chosen)
         })
         .await?;
-        let data = SpeakerData {
-            agent: chosen.agent.clone(),
-            round,
-        };
-        sink.emit(frame.ctx, Some(key), data).await;
         let turn_key = step_key(key, &format!("{}.{round}", chosen.agent));
         let spoken = once(frame, &turn_key, async {
             chat.speak(&chosen.agent, round, &said, sink).await

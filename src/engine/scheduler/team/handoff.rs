@@ -94,6 +94,16 @@ pub(crate) async fn run(
             Some(record) => record,
             None => {
                 let record = take(frame, key, step, &state, sink).await?;
+                // The `handoff` event goes out live, before the turn is recorded: a replayed
+                // turn was announced before it (at least once for a turn cut by a crash).
+                if let Some(handed) = &record.handoff {
+                    let data = HandoffData {
+                        from: state.active.clone(),
+                        to: handed.to.clone(),
+                        reason: handed.reason.clone(),
+                    };
+                    frame.ctx.emit(Some(key), data).await;
+                }
                 let value = serde_json::to_value(&record).expect("turn records serialise");
                 frame
                     .children
@@ -104,13 +114,6 @@ pub(crate) async fn run(
         };
         state.transcript = record.transcript.clone();
         if let Some(handed) = record.handoff {
-            // Emitted for replayed turns too: the step's held events did not survive a stop.
-            let data = HandoffData {
-                from: state.active.clone(),
-                to: handed.to.clone(),
-                reason: handed.reason.clone(),
-            };
-            sink.emit(frame.ctx, Some(key), data).await;
             state.transitions += 1;
             state.active = handed.to;
             state.received = handed.received;
