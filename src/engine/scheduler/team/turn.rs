@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::domain::{ErrorCode, RunError};
 use crate::llm::{Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
-use crate::plan::AgentSpec;
+use crate::plan::{AgentSpec, JsonSchema};
 
 use super::super::super::checkpoint::Conversation;
 use super::super::super::context::RunContext;
@@ -93,24 +93,88 @@ async fn run_turn(
     chain: &Chain,
     sink: &mut EventSink,
 ) -> Result<TurnEnd, RunError> {
-    let ctx = frame.ctx;
     if let Some(workflow) = &agent.workflow {
-        let request = last_user_text(&messages);
-        let value =
-            super::workflow::run_named(frame, workflow, Value::String(request), path, sink).await?;
-        let text = text_of(&value);
-        let mut messages = messages;
-        messages.push(Message::Assistant {
-            content: text.clone(),
-            tool_calls: Vec::new(),
-        });
-        return Ok(TurnEnd {
+        return workflow_turn(frame, workflow, path, messages, sink).await;
+    }
+    let setup = turn_setup(frame, agent, path, hooks.tools())?;
+    let convo_key = format!("{path}/convo");
+    let mut convo = opening(frame, agent, &convo_key, messages);
+    let mut progress = TurnProgress {
+        frame,
+        agent,
+        path,
+        convo_key,
+        hooks,
+        chain,
+        wrap: chain.model_wrap(),
+    };
+    let text = converse::converse(frame.ctx, &setup, &mut convo, &mut progress, sink).await?;
+    if progress.hooks.stopped() {
+        // Handed off: what the agent said on its way out is the turn's text.
+        return Ok(TurnEnd::new(
+            Value::String(text.clone()),
+            text,
+            convo.messages,
+        ));
+    }
+    let (text, value) = match &agent.output_schema {
+        None => (text.clone(), Value::String(text)),
+        Some(schema) => {
+            let mut turn = Turn {
+                agent: &agent.name,
+                setup: &setup,
+                convo: &mut convo,
+                progress: &mut progress,
+            };
+            turn.held_to(frame.ctx, schema, text, sink).await?
+        }
+    };
+    convo.messages.push(Message::Assistant {
+        content: text.clone(),
+        tool_calls: Vec::new(),
+    });
+    Ok(TurnEnd::new(value, text, convo.messages))
+}
+
+impl TurnEnd {
+    fn new(value: Value, text: String, messages: Vec<Message>) -> TurnEnd {
+        TurnEnd {
             text,
             value,
             messages,
             audit: Vec::new(),
-        });
+        }
     }
+}
+
+/// A workflow agent's turn: its workflow on the last message the agent received.
+async fn workflow_turn(
+    frame: &Frame<'_>,
+    workflow: &str,
+    path: &str,
+    mut messages: Vec<Message>,
+    sink: &mut EventSink,
+) -> Result<TurnEnd, RunError> {
+    let request = last_user_text(&messages);
+    let value =
+        super::workflow::run_named(frame, workflow, Value::String(request), path, sink).await?;
+    let text = text_of(&value);
+    messages.push(Message::Assistant {
+        content: text.clone(),
+        tool_calls: Vec::new(),
+    });
+    Ok(TurnEnd::new(value, text, messages))
+}
+
+/// What the agent's conversation talks to: its model (else the run's), its tools and the
+/// caller's, its output schema, at `path`, holding the plan's slots.
+fn turn_setup(
+    frame: &Frame<'_>,
+    agent: &AgentSpec,
+    path: &str,
+    extra_tools: Vec<ToolSpec>,
+) -> Result<Setup, RunError> {
+    let ctx = frame.ctx;
     let alias = agent.model.clone().or_else(|| ctx.spec.model.clone());
     let route = ctx
         .services
@@ -118,8 +182,8 @@ async fn run_turn(
         .route(alias.as_deref())
         .map_err(|e| e.to_run_error())?;
     let mut tools = agent_tools(ctx, agent);
-    tools.extend(hooks.tools());
-    let setup = Setup {
+    tools.extend(extra_tools);
+    Ok(Setup {
         route,
         alias,
         tools,
@@ -131,89 +195,76 @@ async fn run_turn(
             schema: s.schema.clone(),
         }),
         slots: Some(frame.slots.clone()),
-    };
-    let convo_key = format!("{path}/convo");
-    let mut convo = match frame.children.finished_before(&convo_key) {
-        Some(Ok(saved)) => restored(&saved),
-        _ => None,
+    })
+}
+
+/// The conversation a checkpoint kept at `convo_key`, else a new one: the agent's
+/// instructions, then `messages`.
+fn opening(
+    frame: &Frame<'_>,
+    agent: &AgentSpec,
+    convo_key: &str,
+    messages: Vec<Message>,
+) -> Conversation {
+    if let Some(Ok(saved)) = frame.children.finished_before(convo_key)
+        && let Some(convo) = restored(&saved)
+    {
+        return convo;
     }
-    .unwrap_or_else(|| {
-        let mut opening = vec![Message::System {
-            content: agent.instructions.clone(),
-        }];
-        opening.extend(messages);
-        Conversation {
-            round: 0,
-            messages: opening,
-        }
-    });
-    let mut progress = TurnProgress {
-        frame,
-        agent,
-        path,
-        convo_key,
-        hooks,
-        chain,
-        wrap: chain.model_wrap(),
-    };
-    let text = converse::converse(ctx, &setup, &mut convo, &mut progress, sink).await?;
-    if progress.hooks.stopped() {
-        return Ok(TurnEnd {
-            value: Value::String(text.clone()),
-            text,
-            messages: convo.messages,
-            audit: Vec::new(),
-        });
+    let mut opening = vec![Message::System {
+        content: agent.instructions.clone(),
+    }];
+    opening.extend(messages);
+    Conversation {
+        round: 0,
+        messages: opening,
     }
-    let Some(schema) = &agent.output_schema else {
-        convo.messages.push(Message::Assistant {
-            content: text.clone(),
+}
+
+/// A conversation under way, for what follows its first answer.
+struct Turn<'t, P> {
+    agent: &'t str,
+    setup: &'t Setup,
+    convo: &'t mut Conversation,
+    progress: &'t mut P,
+}
+
+impl<P: Progress> Turn<'_, P> {
+    /// The answer `text` as JSON valid against `schema`: sent back once with what is wrong, a
+    /// second bad answer failing the turn with `invalid_llm_output`.
+    async fn held_to(
+        &mut self,
+        ctx: &RunContext,
+        schema: &JsonSchema,
+        text: String,
+        sink: &mut EventSink,
+    ) -> Result<(String, Value), RunError> {
+        let problem = match structured(&text, schema) {
+            Ok(value) => return Ok((text, value)),
+            Err(problem) => problem,
+        };
+        self.convo.messages.push(Message::Assistant {
+            content: text,
             tool_calls: Vec::new(),
         });
-        return Ok(TurnEnd {
-            value: Value::String(text.clone()),
-            text,
-            messages: convo.messages,
-            audit: Vec::new(),
+        self.convo.messages.push(Message::User {
+            content: format!(
+                "{} Answer again with only JSON valid against this schema: {}",
+                problem.message, schema.schema
+            ),
         });
-    };
-    let (text, value) = match structured(&text, schema) {
-        Ok(value) => (text, value),
-        Err(problem) => {
-            // Sent back once with what is wrong; a second bad answer fails the turn.
-            convo.messages.push(Message::Assistant {
-                content: text,
-                tool_calls: Vec::new(),
-            });
-            convo.messages.push(Message::User {
-                content: format!(
-                    "{} Answer again with only JSON valid against this schema: {}",
-                    problem.message, schema.schema
+        let text = converse::converse(ctx, self.setup, self.convo, self.progress, sink).await?;
+        let value = structured(&text, schema).map_err(|e| {
+            RunError::new(
+                ErrorCode::InvalidLlmOutput,
+                format!(
+                    "agent `{}` answered invalid JSON twice: {}",
+                    self.agent, e.message
                 ),
-            });
-            let text = converse::converse(ctx, &setup, &mut convo, &mut progress, sink).await?;
-            let value = structured(&text, schema).map_err(|e| {
-                RunError::new(
-                    ErrorCode::InvalidLlmOutput,
-                    format!(
-                        "agent `{}` answered invalid JSON twice: {}",
-                        agent.name, e.message
-                    ),
-                )
-            })?;
-            (text, value)
-        }
-    };
-    convo.messages.push(Message::Assistant {
-        content: text.clone(),
-        tool_calls: Vec::new(),
-    });
-    Ok(TurnEnd {
-        text,
-        value,
-        messages: convo.messages,
-        audit: Vec::new(),
-    })
+            )
+        })?;
+        Ok((text, value))
+    }
 }
 
 /// The tools `agent` may call, as the model sees them: its own, within the run's allow-list.
