@@ -1148,3 +1148,157 @@ async fn a_workflow_acts_as_an_agent_and_as_a_hubs_spoke() {
             .any(|e| e.kind() == "token" && e.json()["path"] == "desk/researchers.1/find")
     );
 }
+
+/// The real binary against the scripted model, its database in `dir`.
+async fn scripted_server(
+    dir: &std::path::Path,
+    llm: &ScriptedLlm,
+) -> crate::support::server::Server {
+    std::fs::create_dir_all(dir.join("workspace")).unwrap();
+    let base = llm.base_url();
+    let env = [
+        ("ORCA_LLM__PROVIDER", "openai"),
+        ("OPENAI_BASE_URL", base.as_str()),
+        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
+    ];
+    crate::support::server::Server::start_with(dir, &env).await
+}
+
+#[tokio::test]
+async fn a_chat_and_a_handoff_killed_mid_turn_resume_without_repeating_finished_turns() {
+    use crate::support::server::to_final;
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::text("a speaks"));
+    llm.push_for(
+        "agent triage",
+        Reply::tool_call("transfer_to_b", json!({ "reason": "b knows" })),
+    );
+    // b's turns stream a little, then hang until the server dies.
+    llm.push_for("agent b", Reply::text("b is cut off here").stall_after(2));
+    llm.push_for("agent b", Reply::text("b is cut off too").stall_after(2));
+    let dir = tempfile::tempdir().unwrap();
+    let mut team = agents(&["a", "b", "triage"]);
+    team["triage"]["handoffs"] = json!(["b"]);
+    let plan = json!({ "agents": team, "settings": { "max_parallel_steps": 2 }, "steps": [
+        { "id": "chat", "kind": "group_chat", "input": { "participants": ["a", "b"], "max_rounds": 2 } },
+        { "id": "desk", "kind": "handoff", "input": { "start": "triage" } },
+    ]});
+    let server = scripted_server(dir.path(), &llm).await;
+    let id = server.start_plan(plan).await;
+    // Both b turns have streamed: everything before them is stored.
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let mut reader = SseReader::new(resp);
+    let mut b_turns = std::collections::BTreeSet::new();
+    let seen = async {
+        while b_turns.len() < 2 {
+            let e = reader
+                .next_event()
+                .await
+                .expect("the stream goes on")
+                .json();
+            if let Some(p) = e["path"].as_str().filter(|p| p.ends_with("/b.2")) {
+                b_turns.insert(p.to_owned());
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(20), seen)
+        .await
+        .expect("both of b's turns streamed");
+    drop(reader);
+    server.kill();
+
+    llm.push_for("agent b", Reply::text("b finally"));
+    llm.push_for("agent b", Reply::text("b finally"));
+    let server = scripted_server(dir.path(), &llm).await;
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let events = to_final(SseReader::new(resp)).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(
+        asked(&llm, "agent a").len(),
+        1,
+        "a's finished chat turn was kept"
+    );
+    assert_eq!(
+        asked(&llm, "agent triage").len(),
+        1,
+        "triage's handoff was kept"
+    );
+    assert_eq!(
+        asked(&llm, "agent b").len(),
+        4,
+        "b's cut turns were taken again"
+    );
+    // The announcements were not repeated.
+    let history: Vec<Value> = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let count = |kind: &str| history.iter().filter(|e| e["kind"] == kind).count();
+    assert_eq!(count("handoff"), 1);
+    assert_eq!(count("speaker"), 2);
+}
+
+#[tokio::test]
+async fn workflows_that_nest_themselves_are_refused() {
+    let app = spawn_app(|_| {}).await;
+    let ping = json!({ "name": "ping", "steps": [
+        { "id": "p", "kind": "workflow", "input": { "workflow": "pong" } } ] });
+    let pong = json!({ "name": "pong", "steps": [
+        { "id": "q", "kind": "agent", "input": { "agent": "echo" } } ] });
+    let mut team = agents(&["a"]);
+    team["echo"] = json!({ "kind": "workflow", "workflow": "ping" });
+    let plan = json!({ "agents": team, "workflows": { "ping": ping, "pong": pong }, "steps": [
+        { "id": "go", "kind": "workflow", "input": { "workflow": "ping" } } ] });
+    let errors = refused(&app, plan).await;
+    assert!(
+        errors
+            .iter()
+            .any(|(p, m)| p == "/plan/workflows/ping" && m.contains("ping → pong → ping")),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_workflow_agent_takes_part_in_a_group_chat() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent a", Reply::text("a opens"));
+    llm.push_for("agent finder", Reply::text("the team found it"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let research = json!({ "name": "research", "steps": [
+        { "id": "find", "kind": "agent", "input": { "agent": "finder" } } ] });
+    let mut team = agents(&["a", "finder"]);
+    team["team"] = json!({ "kind": "workflow", "workflow": "research" });
+    let plan = json!({ "agents": team, "workflows": { "research": research }, "steps": [
+        { "id": "chat", "kind": "group_chat", "input": { "participants": ["a", "team"], "max_rounds": 2 } } ] });
+    let events = run_fixed(&app, plan, json!("topic")).await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["transcript"][1]["agent"], "team");
+    assert_eq!(fin["output"]["last"], "the team found it");
+    // The workflow's agent saw the chat's last line as its request.
+    let finder = asked(&llm, "agent finder");
+    assert!(
+        finder[0][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("a opens"),
+        "{finder:?}"
+    );
+}
