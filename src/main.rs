@@ -1,4 +1,7 @@
-//! The `orca` binary: telemetry, configuration, then one of `serve`, `migrate`, `openapi`.
+//! The `orca` binary: telemetry, configuration, then one of `serve`, `migrate`, `openapi`, or
+//! a client command (`run`, `runs`, `workflows`, in [`cli`]) against a running server.
+
+mod cli;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +39,8 @@ enum Command {
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
+    #[command(flatten)]
+    Client(cli::Command),
 }
 
 #[derive(Debug, clap::Args)]
@@ -88,7 +93,10 @@ fn init_tracing(format: &str) {
 /// status 1. Not anyhow's report from `main`, which adds a backtrace of orca's own source when
 /// `RUST_BACKTRACE` is set: a user needs the setting to fix, not where orca noticed it.
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let Cli {
+        command,
+        log_format,
+    } = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -96,7 +104,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let command = match command {
+        // Client commands own their exit codes (0, 1 for a run that did not succeed, 2).
+        Command::Client(c) => return runtime.block_on(cli::main(c)),
+        other => other,
+    };
+    match runtime.block_on(run(command, &log_format)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -105,8 +118,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
+    match command {
         Command::Openapi { output } => {
             let yaml = orca::api::openapi::yaml();
             match output {
@@ -117,14 +130,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate(args) => {
-            init_tracing(&cli.log_format);
+            init_tracing(log_format);
             let config = args.load()?;
             orca::store::Store::migrate(&config.database.url).await?;
             tracing::info!(database = %config.database.url, "migrations applied");
             Ok(())
         }
         Command::Serve(args) => {
-            init_tracing(&cli.log_format);
+            init_tracing(log_format);
             let config = args.load()?;
             if !config.uses_openai() {
                 tracing::warn!(
@@ -137,6 +150,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("stopped");
             Ok(())
         }
+        Command::Client(_) => unreachable!("client commands are run by main"),
     }
 }
 

@@ -5,6 +5,7 @@ mod support;
 
 mod agents;
 mod api_errors;
+mod cli;
 mod connections;
 mod context;
 mod fixed;

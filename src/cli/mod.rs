@@ -1,0 +1,468 @@
+//! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, talking to a
+//! running server over its public HTTP API only (never the store or the engine).
+//!
+//! Exit codes: 0 the run succeeded (or the command did its job), 1 the run ended otherwise
+//! (failed, timed out, cancelled), 2 a usage error, a connection error or an error answer from
+//! the server (printed from its problem+json).
+
+mod client;
+mod progress;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use client::{Client, Error, Event, EventStream};
+use progress::{Mode, View};
+
+/// Where the server is and how to talk to it; every client command takes these.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The server's base URL.
+    #[arg(long, env = "ORCA_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// API key, sent as `Authorization: Bearer KEY`.
+    #[arg(long, env = "ORCA_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// For scripts: JSON lines (events) or the JSON body, no progress view and no colours.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a run and stream it to the terminal; answers input requests from standard input.
+    Run(RunArgs),
+    /// List, show, watch or cancel runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Register or list fixed workflows.
+    Workflows {
+        #[command(subcommand)]
+        command: WorkflowsCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The run's input: text, or a JSON object when it parses as one.
+    input: String,
+    #[arg(long, value_parser = ["auto", "simple", "fixed", "planner", "reactive"])]
+    orchestration: Option<String>,
+    /// A registered workflow to run (implies `--orchestration fixed` unless given).
+    #[arg(long)]
+    workflow: Option<String>,
+    /// A plan file (JSON) to run.
+    #[arg(long)]
+    plan: Option<PathBuf>,
+    /// A configured model alias.
+    #[arg(long)]
+    model: Option<String>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Runs, newest first.
+    List {
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// One run.
+    Show {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Follow a run's events to its end, resuming after a dropped connection.
+    Watch {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Ask a run to stop.
+    Cancel {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowsCommand {
+    /// Register (or replace) a workflow from a JSON file.
+    Put {
+        file: PathBuf,
+        /// The name to register it under (default: the file's `name`, else the file stem).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Registered workflows.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+const FAILED: u8 = 1;
+const USAGE: u8 = 2;
+
+/// Runs one client command to its exit code; errors are printed to standard error.
+pub async fn main(command: Command) -> ExitCode {
+    match dispatch(command).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(USAGE)
+        }
+    }
+}
+
+fn connect(args: &ClientArgs) -> Result<Client, Error> {
+    Client::new(&args.url, args.api_key.clone())
+}
+
+async fn dispatch(command: Command) -> Result<ExitCode, Error> {
+    match command {
+        Command::Run(args) => run(args).await,
+        Command::Runs { command } => match command {
+            RunsCommand::List {
+                status,
+                limit,
+                client,
+            } => {
+                let mut query = form_urlencoded::Serializer::new(String::new());
+                if let Some(s) = &status {
+                    query.append_pair("status", s);
+                }
+                if let Some(n) = limit {
+                    query.append_pair("limit", &n.to_string());
+                }
+                let query = query.finish();
+                let path = if query.is_empty() {
+                    "/v1/runs".to_owned()
+                } else {
+                    format!("/v1/runs?{query}")
+                };
+                let body = connect(&client)?.get(&path).await?;
+                if client.json {
+                    println!("{body}");
+                } else {
+                    print_runs(&body);
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            RunsCommand::Show { id, client } => {
+                let body = connect(&client)?.get(&run_path(&id, "")).await?;
+                if client.json {
+                    println!("{body}");
+                } else {
+                    print_run(&body);
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            RunsCommand::Watch { id, client } => {
+                let c = connect(&client)?;
+                let stream = c.events(&id, 0).await?;
+                let mut view = View::new(Mode::detect(client.json));
+                follow(&c, stream, Some(id), &mut view).await
+            }
+            RunsCommand::Cancel { id, client } => {
+                let body = connect(&client)?
+                    .post(&run_path(&id, "/cancel"), &json!({}))
+                    .await?;
+                if client.json {
+                    println!("{body}");
+                } else {
+                    println!("cancel requested for run {id}");
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+        },
+        Command::Workflows { command } => match command {
+            WorkflowsCommand::Put { file, name, client } => {
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| Error::Usage(format!("reading {}: {e}", file.display())))?;
+                let mut definition: Value = serde_json::from_str(&text).map_err(|e| {
+                    Error::Usage(format!("{} is not valid JSON: {e}", file.display()))
+                })?;
+                let name = match name {
+                    Some(n) => {
+                        // The server wants the body's name to agree with the path's.
+                        if let Some(obj) = definition.as_object_mut() {
+                            obj.insert("name".into(), Value::String(n.clone()));
+                        }
+                        n
+                    }
+                    None => definition["name"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()))
+                        .ok_or_else(|| Error::Usage("give the workflow a --name".into()))?,
+                };
+                let path = format!("/v1/workflows/{}", encode(&name));
+                let body = connect(&client)?.put(&path, &definition).await?;
+                if client.json {
+                    println!("{body}");
+                } else {
+                    println!("workflow {name} registered");
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            WorkflowsCommand::List { client } => {
+                let body = connect(&client)?.get("/v1/workflows").await?;
+                if client.json {
+                    println!("{body}");
+                } else {
+                    for w in body.as_array().into_iter().flatten() {
+                        println!(
+                            "{:<24} {:<8} {}",
+                            w["name"].as_str().unwrap_or(""),
+                            w["version"].as_str().unwrap_or("-"),
+                            w["description"].as_str().unwrap_or("")
+                        );
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+        },
+    }
+}
+
+fn encode(segment: &str) -> String {
+    form_urlencoded::byte_serialize(segment.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+fn run_path(id: &str, tail: &str) -> String {
+    format!("/v1/runs/{}{tail}", encode(id))
+}
+
+async fn run(args: RunArgs) -> Result<ExitCode, Error> {
+    let input = match serde_json::from_str::<Value>(&args.input) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => Value::String(args.input.clone()),
+    };
+    let mut body = json!({ "input": input });
+    let orchestration = args
+        .orchestration
+        .clone()
+        .or_else(|| (args.workflow.is_some() || args.plan.is_some()).then(|| "fixed".to_owned()));
+    if let Some(o) = orchestration {
+        body["orchestration"] = json!(o);
+    }
+    if let Some(w) = &args.workflow {
+        body["workflow"] = json!(w);
+    }
+    if let Some(file) = &args.plan {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| Error::Usage(format!("reading {}: {e}", file.display())))?;
+        let plan: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::Usage(format!("{} is not valid JSON: {e}", file.display())))?;
+        body["plan"] = plan;
+    }
+    if let Some(m) = &args.model {
+        body["model"] = json!(m);
+    }
+    let client = connect(&args.client)?;
+    let stream = client.start_run(&body).await?;
+    let mut view = View::new(Mode::detect(args.client.json));
+    follow(&client, stream, None, &mut view).await
+}
+
+/// How many times in a row a dropped stream is reopened before giving up.
+const RECONNECTS: u32 = 5;
+
+/// Shows a run's events to `final`, answering input requests, and reopens a dropped stream
+/// after the last event seen (`Last-Event-ID`), so nothing is shown twice or missed.
+async fn follow(
+    client: &Client,
+    mut stream: EventStream,
+    mut run_id: Option<String>,
+    view: &mut View,
+) -> Result<ExitCode, Error> {
+    let mut last_seq = 0;
+    let mut failures = 0;
+    let mut ticker = view.tick_every().map(tokio::time::interval);
+    loop {
+        let next = match ticker.as_mut() {
+            Some(t) => tokio::select! {
+                ev = stream.next() => ev,
+                _ = t.tick() => { view.tick(); continue; }
+            },
+            None => stream.next().await,
+        };
+        let why = match next {
+            Some(Ok(ev)) => {
+                failures = 0;
+                if ev.seq <= last_seq {
+                    continue;
+                }
+                last_seq = ev.seq;
+                if run_id.is_none() {
+                    run_id = ev.run_id().map(str::to_owned);
+                }
+                view.event(&ev);
+                match ev.kind.as_str() {
+                    "final" => {
+                        view.finish(ev.data());
+                        return Ok(if ev.data()["status"] == "succeeded" {
+                            ExitCode::SUCCESS
+                        } else {
+                            ExitCode::from(FAILED)
+                        });
+                    }
+                    "input_required" => {
+                        if let Some(id) = &run_id {
+                            ask(client, id, &ev, view).await?;
+                        }
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            Some(Err(e)) => e,
+            None => "the stream ended before the run did".to_owned(),
+        };
+        let Some(id) = run_id.clone() else {
+            return Err(Error::Usage(format!("the run's stream broke: {why}")));
+        };
+        failures += 1;
+        if failures > RECONNECTS {
+            return Err(Error::Usage(format!(
+                "lost run {id}'s stream {RECONNECTS} times, last: {why}"
+            )));
+        }
+        // A short, growing pause: a restarting server gets a moment to come back.
+        tokio::time::sleep(Duration::from_millis(200 * u64::from(failures))).await;
+        match client.events(&id, last_seq).await {
+            Ok(s) => stream = s,
+            Err(Error::Connect { .. }) => {} // try again on the next turn
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Prompts for an `input_required` event until the server accepts an answer (422 shows the
+/// problem and asks again; 409 means someone else answered). Standard input closing leaves
+/// the run waiting for an answer from elsewhere.
+async fn ask(client: &Client, run_id: &str, ev: &Event, view: &mut View) -> Result<(), Error> {
+    let d = ev.data();
+    let step_id = d["step_id"].as_str().unwrap_or_default().to_owned();
+    view.clear();
+    // With --json, standard output carries only events: the prompt goes to standard error.
+    let say = |text: String| {
+        if view.mode() == Mode::Json {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    };
+    say(format!(
+        "input required for step {step_id}: {}",
+        d["prompt"].as_str().unwrap_or("")
+    ));
+    if let Some(schema) = d.get("schema").filter(|s| !s.is_null()) {
+        say(format!("schema: {schema}"));
+    }
+    loop {
+        if view.mode() == Mode::Json {
+            eprint!("> ");
+        } else {
+            print!("> ");
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            match std::io::stdin().read_line(&mut line) {
+                Ok(0) | Err(_) => None,
+                Ok(_) => Some(line),
+            }
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(line) = line else {
+            say("standard input closed: the run waits for an answer from elsewhere".into());
+            return Ok(());
+        };
+        let text = line.trim_end_matches(['\r', '\n']);
+        let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()));
+        let body = json!({ "step_id": step_id, "value": value });
+        match client.post(&run_path(run_id, "/input"), &body).await {
+            Ok(_) => return Ok(()),
+            Err(e @ Error::Status { status, .. }) if status.as_u16() == 422 => {
+                say(format!("{e}\ntry again"));
+            }
+            Err(e @ Error::Status { status, .. }) if status.as_u16() == 409 => {
+                say(format!("{e}"));
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn print_runs(body: &Value) {
+    for r in body["runs"].as_array().into_iter().flatten() {
+        let input = match &r["input"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let input: String = input.chars().take(40).collect();
+        println!(
+            "{}  {:<13} {:<9} {}  {}",
+            r["id"].as_str().unwrap_or(""),
+            r["status"].as_str().unwrap_or(""),
+            r["orchestration"].as_str().unwrap_or(""),
+            r["created_at"].as_str().unwrap_or(""),
+            input.replace('\n', " ")
+        );
+    }
+    if let Some(c) = body["next_cursor"].as_str() {
+        println!("(more: cursor {c})");
+    }
+}
+
+fn print_run(r: &Value) {
+    let field = |name: &str| match &r[name] {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    for name in [
+        "id",
+        "status",
+        "completion",
+        "orchestration",
+        "created_at",
+        "started_at",
+        "finished_at",
+    ] {
+        println!("{name:<14}{}", field(name));
+    }
+    let u = &r["usage"];
+    println!(
+        "{:<14}{} prompt + {} completion tokens, {} LLM calls, {} tool calls",
+        "usage", u["prompt_tokens"], u["completion_tokens"], u["llm_calls"], u["tool_calls"]
+    );
+    println!("{:<14}{}", "input", field("input"));
+    println!("{:<14}{}", "output", field("output"));
+    if !r["error"].is_null() {
+        println!("{:<14}{}", "error", field("error"));
+    }
+}

@@ -1,0 +1,327 @@
+//! The `orca` client commands, as a user runs them: the real binary against the real server
+//! (offline provider), its standard output, standard error and exit code.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::support::app::{PATIENCE, TestApp, spawn_app};
+
+const ARITHMETIC: &str = "10 + 20 계산해줘";
+
+/// `orca ARGS` against `app`, standard input from `stdin`; waits at most PATIENCE.
+async fn orca(app: &TestApp, args: &[&str], stdin: &str) -> Output {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+        .args(args)
+        .env("ORCA_URL", &app.base)
+        .env_remove("ORCA_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("orca starts");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    tokio::time::timeout(PATIENCE, child.wait_with_output())
+        .await
+        .expect("orca finishes in time")
+        .expect("orca output")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited, not killed")
+}
+
+fn write_json(dir: &Path, name: &str, value: &Value) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, value.to_string()).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn two_sums() -> Value {
+    json!({ "steps": [
+        { "id": "first", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
+        { "id": "second", "kind": "tool", "depends_on": ["first"], "input": { "tool": "math.calculate",
+          "arguments": { "expression": "{{ steps.first.output.result }} + 1" } } },
+    ]})
+}
+
+fn approval() -> Value {
+    json!({ "steps": [
+        { "id": "approve", "kind": "user_input", "input": {
+            "prompt": "Publish the report?",
+            "schema": { "type": "object", "required": ["approved"], "properties": { "approved": { "type": "boolean" } } } } },
+        { "id": "after", "kind": "tool", "depends_on": ["approve"], "input": { "tool": "math.calculate",
+          "arguments": { "expression": "40 + 2" } } },
+    ]})
+}
+
+#[tokio::test]
+async fn run_prints_the_answer_without_escapes_off_a_terminal_and_exits_0() {
+    let app = spawn_app(|_| {}).await;
+    let out = orca(&app, &["run", ARITHMETIC], "").await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(code(&out), 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("The result is 30."), "{stdout}");
+    assert!(stdout.contains("succeeded"), "{stdout}");
+    assert!(
+        !stdout.contains('\x1b'),
+        "no ANSI escapes in a pipe: {stdout:?}"
+    );
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+    assert!(!stdout.contains('⠋'), "no spinner in a pipe: {stdout}");
+}
+
+#[tokio::test]
+async fn a_failing_run_exits_1_and_says_why() {
+    let app = spawn_app(|_| {}).await;
+    let plan = json!({ "steps": [
+        { "id": "read", "kind": "tool", "input": { "tool": "fs.read", "arguments": { "path": "no-such-file.txt" } } },
+    ]});
+    let file = write_json(app.dir.path(), "fail.json", &plan);
+    let out = orca(&app, &["run", "x", "--plan", &file], "").await;
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), 1, "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("failed"), "{stdout}");
+}
+
+#[tokio::test]
+async fn json_prints_one_event_per_line_ending_with_final() {
+    let app = spawn_app(|_| {}).await;
+    let out = orca(&app, &["run", ARITHMETIC, "--json"], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    let last = events.last().expect("events");
+    assert_eq!(last["kind"], "final");
+    assert_eq!(last["data"]["output"], "The result is 30.");
+    assert!(events.iter().any(|e| e["kind"] == "token"));
+}
+
+#[tokio::test]
+async fn bad_requests_print_the_problem_and_exit_2() {
+    let app = spawn_app(|_| {}).await;
+    let out = orca(&app, &["run", "x", "--workflow", "no-such-workflow"], "").await;
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 2, "{}\n{stderr}", text(&out.stdout));
+    assert!(stderr.starts_with("error: 4"), "{stderr}");
+
+    let bad = write_json(
+        app.dir.path(),
+        "bad.json",
+        &json!({ "steps": [ { "id": "a", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": 5 } } } ] }),
+    );
+    let out = orca(&app, &["workflows", "put", &bad, "--name", "bad"], "").await;
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 2, "{stderr}");
+    assert!(stderr.contains("422"), "{stderr}");
+    assert!(stderr.contains("validation_failed"), "{stderr}");
+    assert!(
+        stderr.contains("\n  /steps/0"),
+        "each error's pointer: {stderr}"
+    );
+
+    let out = orca(
+        &app,
+        &["runs", "show", "nope", "--url", "http://127.0.0.1:9"],
+        "",
+    )
+    .await;
+    assert_eq!(code(&out), 2, "a connection error exits 2");
+    assert!(
+        text(&out.stderr).contains("cannot reach"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn runs_list_show_watch_and_cancel_round_trip() {
+    let app = spawn_app(|_| {}).await;
+    let done = app.create_run(json!({ "input": ARITHMETIC })).await;
+    let id = done["id"].as_str().unwrap().to_owned();
+
+    // watch replays a run from its first event to final.
+    let out = orca(&app, &["runs", "watch", &id], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("The result is 30."));
+
+    let out = orca(&app, &["runs", "show", &id, "--json"], "").await;
+    assert_eq!(code(&out), 0);
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["id"], id);
+    assert_eq!(run["status"], "succeeded");
+    let out = orca(&app, &["runs", "show", &id], "").await;
+    assert!(text(&out.stdout).contains("The result is 30."));
+
+    // A run waiting for input stays live until cancelled.
+    let waiting = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": approval() }))
+        .await;
+    let wid = waiting["id"].as_str().unwrap().to_owned();
+    let out = orca(&app, &["runs", "cancel", &wid], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = orca(&app, &["runs", "watch", &wid], "").await;
+    assert_eq!(code(&out), 1, "a cancelled run exits 1");
+    assert!(text(&out.stdout).contains("cancelled"));
+    let out = orca(&app, &["runs", "cancel", &wid], "").await;
+    assert_eq!(code(&out), 2, "cancelling twice is a 409");
+    assert!(text(&out.stderr).contains("409"));
+
+    let out = orca(
+        &app,
+        &["runs", "list", "--status", "cancelled", "--json"],
+        "",
+    )
+    .await;
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = list["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [wid.as_str()]);
+    let out = orca(&app, &["runs", "list", "--limit", "5"], "").await;
+    let table = text(&out.stdout);
+    assert!(table.contains(&id) && table.contains(&wid), "{table}");
+}
+
+#[tokio::test]
+async fn workflows_put_and_list_round_trip_and_run_by_name() {
+    let app = spawn_app(|_| {}).await;
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/workflows/publish-report.json"
+    );
+    let out = orca(&app, &["workflows", "put", file], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("publish-report"));
+    let sums = write_json(app.dir.path(), "sums.json", &two_sums());
+    let out = orca(
+        &app,
+        &["workflows", "put", &sums, "--name", "sums", "--json"],
+        "",
+    )
+    .await;
+    let put: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(put["name"], "sums");
+
+    let out = orca(&app, &["workflows", "list", "--json"], "").await;
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["publish-report", "sums"]);
+    let out = orca(&app, &["workflows", "list"], "").await;
+    assert!(text(&out.stdout).contains("Gather figures in parallel"));
+
+    let out = orca(&app, &["run", "x", "--workflow", "sums", "--json"], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let last: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(last["data"]["output"]["result"], 43);
+}
+
+#[tokio::test]
+async fn human_input_is_asked_inline_and_asked_again_after_a_422() {
+    let app = spawn_app(|_| {}).await;
+    let plan = write_json(app.dir.path(), "approval.json", &approval());
+    let out = orca(
+        &app,
+        &["run", "x", "--plan", &plan],
+        "{\"approved\": \"maybe\"}\n{\"approved\": true}\n",
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), 0, "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("Publish the report?"), "{stdout}");
+    assert!(
+        stdout.contains("\"approved\""),
+        "the schema is shown: {stdout}"
+    );
+    assert!(
+        stdout.contains("422"),
+        "the refused answer is explained: {stdout}"
+    );
+    assert!(stdout.contains("try again"), "{stdout}");
+    let history = app
+        .history(&run_id_of(&app).await)
+        .await
+        .into_iter()
+        .filter(|e| e["kind"] == "step" && e["step_id"] == "approve")
+        .filter(|e| e["data"]["status"] == "completed")
+        .collect::<Vec<_>>();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["data"]["output"], json!({ "approved": true }));
+}
+
+async fn run_id_of(app: &TestApp) -> String {
+    let (_, list) = app.get_json("/v1/runs?limit=1").await;
+    list["runs"][0]["id"].as_str().unwrap().to_owned()
+}
+
+/// `orca ARGS` under a pseudo-terminal (util-linux `script`); the combined output and code.
+async fn orca_in_pty(app: &TestApp, args: &str) -> (i32, String) {
+    let command = format!("{} {args}", env!("CARGO_BIN_EXE_orca"));
+    let out = tokio::process::Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("ORCA_URL", &app.base)
+        .env_remove("ORCA_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, out)
+        .await
+        .expect("script finishes in time")
+        .expect("util-linux `script` is installed");
+    (code(&out), text(&out.stdout))
+}
+
+#[tokio::test]
+async fn on_a_terminal_the_run_shows_a_live_progress_view() {
+    let app = spawn_app(|_| {}).await;
+    let plan = write_json(app.dir.path(), "sums.json", &two_sums());
+    let (status, screen) = orca_in_pty(&app, &format!("run x --plan {plan}")).await;
+    assert_eq!(status, 0, "{screen}");
+    assert!(screen.contains("steps done"), "a status line: {screen:?}");
+    assert!(
+        screen.contains("[1/2]") && screen.contains("[2/2]"),
+        "{screen:?}"
+    );
+    assert!(
+        screen.chars().any(|c| ('⠋'..='⠿').contains(&c)),
+        "a spinner: {screen:?}"
+    );
+    assert!(
+        screen.contains("\x1b[2K"),
+        "the status line is redrawn: {screen:?}"
+    );
+    assert!(screen.contains("\"result\": 43"), "the answer: {screen:?}");
+
+    let (status, screen) = orca_in_pty(&app, &format!("run '{ARITHMETIC}'")).await;
+    assert_eq!(status, 0, "{screen}");
+    assert!(screen.contains("The result is 30."), "{screen:?}");
+    assert!(
+        screen.contains("\x1b["),
+        "colours on a terminal: {screen:?}"
+    );
+}
