@@ -401,6 +401,10 @@ async fn ask(client: &Client, run_id: &str, ev: &Event, view: &mut View) -> Resu
             return Ok(());
         };
         let text = line.trim_end_matches(['\r', '\n']);
+        // A terminal echoed what was typed; piped input is shown so the transcript reads right.
+        if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            say(text.to_owned());
+        }
         let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()));
         let body = json!({ "step_id": step_id, "value": value });
         match client.post(&run_path(run_id, "/input"), &body).await {

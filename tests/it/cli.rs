@@ -325,3 +325,61 @@ async fn on_a_terminal_the_run_shows_a_live_progress_view() {
         "colours on a terminal: {screen:?}"
     );
 }
+
+/// Serves one SSE response on `socket`: the request's head is returned, then `events` are
+/// written and the connection is closed (a dropped stream when the last is not `final`).
+async fn serve_events(socket: &mut tokio::net::TcpStream, events: &[(u64, &str)]) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = socket.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the client sent a whole request");
+        head.extend_from_slice(&buf[..n]);
+    }
+    let mut body = String::from(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+    );
+    for (seq, kind) in events {
+        let data = json!({ "seq": seq, "run_id": "r1", "kind": kind, "ts": "2026-01-01T00:00:00Z",
+            "step_id": null, "data": if *kind == "final" { json!({ "status": "succeeded", "output": "done" }) } else { json!({ "status": "running" }) } });
+        body.push_str(&format!("id: {seq}\nevent: {kind}\ndata: {data}\n\n"));
+    }
+    socket.write_all(body.as_bytes()).await.unwrap();
+    socket.shutdown().await.unwrap();
+    String::from_utf8_lossy(&head).to_lowercase()
+}
+
+#[tokio::test]
+async fn watch_resumes_a_dropped_stream_after_the_last_event_seen() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (mut first, _) = listener.accept().await.unwrap();
+        let head1 = serve_events(&mut first, &[(1, "status"), (2, "status")]).await;
+        let (mut second, _) = listener.accept().await.unwrap();
+        let head2 = serve_events(&mut second, &[(3, "final")]).await;
+        (head1, head2)
+    });
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+        .args(["runs", "watch", "r1", "--json", "--url", &url])
+        .env_remove("ORCA_API_KEY")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, out).await.unwrap().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let seqs: Vec<u64> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, [1, 2, 3], "every event once");
+    let (head1, head2) = server.await.unwrap();
+    assert!(head1.starts_with("get /v1/runs/r1/events"), "{head1}");
+    assert!(!head1.contains("last-event-id"), "{head1}");
+    assert!(head2.contains("last-event-id: 2\r\n"), "{head2}");
+}
