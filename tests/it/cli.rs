@@ -383,3 +383,32 @@ async fn watch_resumes_a_dropped_stream_after_the_last_event_seen() {
     assert!(!head1.contains("last-event-id"), "{head1}");
     assert!(head2.contains("last-event-id: 2\r\n"), "{head2}");
 }
+
+#[tokio::test]
+async fn the_api_key_comes_from_orca_api_key_or_the_flag() {
+    use orca::config::{ApiKey, Secret};
+    const KEY: &str = "orca-cli-test-key-0123456789";
+    let app = spawn_app(|c| {
+        c.auth.api_keys = vec![ApiKey {
+            key: Secret::new(KEY),
+            tenant: "cli".into(),
+        }];
+    })
+    .await;
+    let out = orca(&app, &["runs", "list"], "").await;
+    assert_eq!(code(&out), 2);
+    assert!(text(&out.stderr).contains("401"), "{}", text(&out.stderr));
+
+    let out = orca(&app, &["run", ARITHMETIC, "--api-key", KEY], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+        .args(["runs", "list", "--json"])
+        .env("ORCA_URL", &app.base)
+        .env("ORCA_API_KEY", KEY)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, out).await.unwrap().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["runs"].as_array().unwrap().len(), 1);
+    assert!(!text(&out.stderr).contains(KEY), "the key is never printed");
+}
