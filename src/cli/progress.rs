@@ -121,7 +121,10 @@ impl View {
         let mut s = if total > 0 {
             format!("{done}/{total} steps done")
         } else {
-            format!("{} steps done", self.done.len())
+            match self.done.len() {
+                1 => "1 step done".to_owned(),
+                n => format!("{n} steps done"),
+            }
         };
         if let Some(current) = &self.current {
             s.push_str(&format!(" · {current}"));
