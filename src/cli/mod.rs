@@ -3,7 +3,7 @@
 //!
 //! Exit codes: 0 the run succeeded (or the command did its job), 1 the run ended otherwise
 //! (failed, timed out, cancelled), 2 a usage error, a connection error or an error answer from
-//! the server (printed from its problem+json).
+//! the server (printed from its problem+json), 130 interrupted (Ctrl-C; the run goes on).
 
 mod client;
 mod progress;
@@ -297,13 +297,20 @@ async fn follow(
     let mut last_seq = 0;
     let mut failures = 0;
     let mut ticker = view.tick_every().map(tokio::time::interval);
+    let mut interrupt = Interrupt::new();
     loop {
-        let next = match ticker.as_mut() {
-            Some(t) => tokio::select! {
-                ev = stream.next() => ev,
-                _ = t.tick() => { view.tick(); continue; }
-            },
-            None => stream.next().await,
+        let tick = async {
+            match ticker.as_mut() {
+                Some(t) => {
+                    t.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let next = tokio::select! {
+            ev = stream.next() => ev,
+            _ = tick => { view.tick(); continue; }
+            _ = interrupt.recv() => detach(view, run_id.as_deref()),
         };
         let why = match next {
             Some(Ok(ev)) => {
@@ -327,7 +334,7 @@ async fn follow(
                     }
                     "input_required" => {
                         if let Some(id) = &run_id {
-                            ask(client, id, &ev, view).await?;
+                            ask(client, id, &ev, view, &mut interrupt).await?;
                         }
                     }
                     _ => {}
@@ -356,10 +363,62 @@ async fn follow(
     }
 }
 
+/// Ctrl-C, listened for from the moment a run's view starts: a press at any point after that
+/// is kept until it is looked at (a fresh `ctrl_c()` future would miss one pressed between
+/// two polls, and the default action no longer applies once tokio has a handler).
+struct Interrupt {
+    #[cfg(unix)]
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Interrupt {
+    fn new() -> Self {
+        Interrupt {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok(),
+        }
+    }
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        match self.signal.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Ctrl-C: the client lets go, the run goes on (a server-side run is not the terminal's to
+/// stop; `orca runs cancel` is). Exits at once with 130, the shell's code for SIGINT: a
+/// blocked read of standard input would otherwise hold the runtime's shutdown.
+fn detach(view: &mut View, run_id: Option<&str>) -> ! {
+    view.clear();
+    match run_id {
+        Some(id) => eprintln!(
+            "\ninterrupted: run {id} goes on; `orca runs watch {id}` follows it, \
+             `orca runs cancel {id}` stops it"
+        ),
+        None => eprintln!("\ninterrupted"),
+    }
+    std::process::exit(130)
+}
+
 /// Prompts for an `input_required` event until the server accepts an answer (422 shows the
 /// problem and asks again; 409 means someone else answered). Standard input closing leaves
 /// the run waiting for an answer from elsewhere.
-async fn ask(client: &Client, run_id: &str, ev: &Event, view: &mut View) -> Result<(), Error> {
+async fn ask(
+    client: &Client,
+    run_id: &str,
+    ev: &Event,
+    view: &mut View,
+    interrupt: &mut Interrupt,
+) -> Result<(), Error> {
     let d = ev.data();
     let step_id = d["step_id"].as_str().unwrap_or_default().to_owned();
     view.clear();
@@ -386,16 +445,17 @@ async fn ask(client: &Client, run_id: &str, ev: &Event, view: &mut View) -> Resu
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        let line = tokio::task::spawn_blocking(|| {
+        let read = tokio::task::spawn_blocking(|| {
             let mut line = String::new();
             match std::io::stdin().read_line(&mut line) {
                 Ok(0) | Err(_) => None,
                 Ok(_) => Some(line),
             }
-        })
-        .await
-        .ok()
-        .flatten();
+        });
+        let line = tokio::select! {
+            line = read => line.ok().flatten(),
+            _ = interrupt.recv() => detach(view, Some(run_id)),
+        };
         let Some(line) = line else {
             say("standard input closed: the run waits for an answer from elsewhere".into());
             return Ok(());

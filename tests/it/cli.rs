@@ -412,3 +412,48 @@ async fn the_api_key_comes_from_orca_api_key_or_the_flag() {
     assert_eq!(list["runs"].as_array().unwrap().len(), 1);
     assert!(!text(&out.stderr).contains(KEY), "the key is never printed");
 }
+
+#[tokio::test]
+async fn ctrl_c_while_asked_for_input_leaves_the_run_waiting_and_exits_130() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let app = spawn_app(|_| {}).await;
+    let plan = write_json(app.dir.path(), "approval.json", &approval());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+        .args(["run", "x", "--plan", &plan])
+        .env("ORCA_URL", &app.base)
+        .env_remove("ORCA_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Standard input stays open: the client is blocked reading the answer.
+    let _stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let asked = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("input required for step approve") {
+                return;
+            }
+        }
+        panic!("no input request");
+    };
+    tokio::time::timeout(PATIENCE, asked).await.unwrap();
+    let pid = child.id().unwrap() as i32;
+    // SAFETY: a plain kill(2) of the child we spawned and still own.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 130, "{stderr}");
+    let id = run_id_of(&app).await;
+    assert!(
+        stderr.contains(&format!("orca runs watch {id}")),
+        "{stderr}"
+    );
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run["status"], "waiting_input", "the run goes on");
+}
