@@ -17,6 +17,9 @@ use tracing_subscriber::EnvFilter;
 /// Configuration is layered: built-in defaults < TOML file (--config or ORCA_CONFIG, else
 /// ./config/default.toml when present) < environment (DATABASE_URL, ORCA_BIND, OPENAI_BASE_URL,
 /// OPENAI_API_KEY, ORCA_SECTION__KEY) < these flags. RUST_LOG sets the log filter.
+///
+/// `run`, `runs` and `workflows` are clients of a running server: ORCA_URL (default
+/// http://127.0.0.1:8080) and ORCA_API_KEY, or --url and --api-key.
 #[derive(Debug, Parser)]
 #[command(name = "orca", version, about, long_about)]
 struct Cli {

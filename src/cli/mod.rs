@@ -52,12 +52,13 @@ pub enum Command {
 pub struct RunArgs {
     /// The run's input: text, or a JSON object when it parses as one.
     input: String,
+    /// How the run is orchestrated (the server's default is `auto`).
     #[arg(long, value_parser = ["auto", "simple", "fixed", "planner", "reactive"])]
     orchestration: Option<String>,
     /// A registered workflow to run (implies `--orchestration fixed` unless given).
     #[arg(long)]
     workflow: Option<String>,
-    /// A plan file (JSON) to run.
+    /// A plan file (JSON, the AgentPlan schema) to run (implies `--orchestration fixed`).
     #[arg(long)]
     plan: Option<PathBuf>,
     /// A configured model alias.
