@@ -72,48 +72,19 @@ pub fn validate_agent(name: &str, definition: &Value, known: &AgentCatalog<'_>) 
         }
     }
     handoff_problems(name, definition, known, &mut problems);
+    // Names and configurations, as a plan's middleware are checked.
+    crate::plan::team::middleware_list(definition.get("middleware"), "/middleware", &mut problems);
     for (i, item) in items(definition, "middleware") {
-        let (middleware, at) = match item {
-            Value::String(s) => (s.as_str(), format!("/middleware/{i}")),
-            other => (
-                other
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-                format!("/middleware/{i}/name"),
-            ),
-        };
-        let spec = crate::plan::team::MiddlewareSpec {
-            name: middleware.to_owned(),
-            config: item
-                .get("config")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
-        };
-        problems.extend(crate::plan::middleware::config_problems(
-            &spec,
-            item,
-            &format!("/middleware/{i}"),
-        ));
-        if middleware == "tool_approval" {
-            for (j, tool) in strings(item.get("config").unwrap_or(&Value::Null), "tools") {
-                if !known.catalog.tools.contains(tool) {
-                    problems.push(Problem::new(
-                        format!("/middleware/{i}/config/tools/{j}"),
-                        format!("unknown tool `{tool}`"),
-                    ));
-                }
-            }
+        if item.get("name").and_then(Value::as_str) != Some("tool_approval") {
+            continue;
         }
-        if !MIDDLEWARE.contains(&middleware) {
-            problems.push(Problem::new(
-                at,
-                format!(
-                    "unknown middleware `{middleware}`; orca has {}",
-                    MIDDLEWARE.join(", ")
-                ),
-            ));
+        for (j, tool) in strings(item.get("config").unwrap_or(&Value::Null), "tools") {
+            if !known.catalog.tools.contains(tool) {
+                problems.push(Problem::new(
+                    format!("/middleware/{i}/config/tools/{j}"),
+                    format!("unknown tool `{tool}`"),
+                ));
+            }
         }
     }
     if let Some(schema) = definition.get("output_schema")
