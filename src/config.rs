@@ -82,6 +82,9 @@ pub struct ServerConfig {
     /// without keys every caller may start runs and read every run, which is only safe where
     /// nobody else can connect.
     pub allow_unauthenticated_public_bind: bool,
+    /// Serve the run console at `/` (its files are public; its API calls need a key when keys
+    /// are configured).
+    pub console: bool,
     pub cors: CorsConfig,
 }
 
@@ -96,6 +99,7 @@ impl Default for ServerConfig {
             body_read_timeout_secs: 30,
             max_connections: 1024,
             allow_unauthenticated_public_bind: false,
+            console: true,
             cors: CorsConfig::default(),
         }
     }

@@ -147,8 +147,13 @@ async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
                     "no OPENAI_BASE_URL or OPENAI_API_KEY: runs use the offline demonstration provider"
                 );
             }
+            let console = config.server.console;
             let app = App::build(config).await?;
             tracing::info!(address = %app.local_addr(), "orca is listening");
+            if console {
+                // On standard output, for the person who just started it: where to click.
+                println!("orca console: http://{}/", app.local_addr());
+            }
             app.run_until_stopped(stop_signal()).await?;
             tracing::info!("stopped");
             Ok(())

@@ -2,6 +2,7 @@
 //! problem+json ([`error`]); bodies are schema-checked at the edge ([`extract`]).
 
 pub mod agents;
+pub mod console;
 pub mod error;
 pub mod extract;
 pub mod history;
@@ -204,6 +205,11 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
         .route("/openapi.json", get(system::openapi_json))
+        .merge(if state.config.server.console {
+            console::routes()
+        } else {
+            Router::new()
+        })
         .merge(protected)
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         // axum adds the `Allow` header (the route's methods) to this answer.

@@ -7,6 +7,7 @@ mod agents;
 mod api_errors;
 mod cli;
 mod connections;
+mod console;
 mod context;
 mod fixed;
 mod history;

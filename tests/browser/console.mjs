@@ -1,0 +1,207 @@
+// Drives the orca console in the system's headless Chromium against a running orca.
+// Started by tests/it/console.rs, which starts the server and checks what this script did
+// through the API afterwards.
+//
+//   node tests/browser/console.mjs <scenario> <base-url> <screenshot-dir> [key]
+//
+// Scenarios: `runs` (a streamed run appears live, a human-input run is answered from the
+// form, a finished run replays, the plan, timeline, steps, list and registries render) and
+// `key` (the console asks for the API key and works once given the right one).
+// Prints one JSON line per finding; exits 1 on the first failed expectation.
+
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [scenario, base, shots, key] = process.argv.slice(2);
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const PATIENCE = 20_000;
+
+mkdirSync(shots, { recursive: true });
+const report = (fields) => console.log(JSON.stringify(fields));
+function expect(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+  report({ screenshot: name });
+}
+
+/** Every visible form control has an accessible name (a label or aria-label). */
+async function labelled(page, where) {
+  const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select, textarea')]
+    .filter((el) => el.offsetParent !== null && el.type !== 'hidden')
+    .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute('aria-label'))
+    .map((el) => el.outerHTML.slice(0, 80)));
+  expect(unlabelled.length === 0, `${where}: controls without a label: ${unlabelled.join(' | ')}`);
+}
+
+const status = (page) => page.locator('#run-status').innerText();
+
+async function waitStatus(page, wanted) {
+  await page.waitForFunction((w) => document.querySelector('#run-status')?.innerText.trim() === w, wanted, { timeout: PATIENCE });
+}
+
+function runIdOf(page) {
+  const m = /#\/runs\/([0-9a-f-]{36})/.exec(page.url());
+  expect(m, `not on a run page: ${page.url()}`);
+  return m[1];
+}
+
+/** A run whose model streams slowly: its text must appear while the run is still running. */
+async function liveRun(page) {
+  await page.goto(`${base}/#/new`);
+  await labelled(page, 'new run');
+  await shot(page, 'new-run');
+  await page.getByLabel('Input', { exact: true }).fill('What is 6 times 7? Use a tool.');
+  await page.getByLabel('Orchestration').selectOption('simple');
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await page.waitForURL(/#\/runs\/[0-9a-f-]{36}/, { timeout: PATIENCE });
+  const runId = runIdOf(page);
+  await page.evaluate(() => { window.sameDocument = true; });
+  await page.locator('.entry.tool', { hasText: 'math.calculate' }).waitFor({ timeout: PATIENCE });
+  // Text on screen while the run is still running: the stream is live, not a replay at the end.
+  const partial = await page.waitForFunction(() => {
+    const text = [...document.querySelectorAll('.entry .text')].map((e) => e.textContent).join('');
+    const running = document.querySelector('#run-status')?.innerText.trim() === 'running';
+    return running && text.length > 0 ? text : null;
+  }, null, { timeout: PATIENCE, polling: 20 });
+  const partialText = await partial.jsonValue();
+  await shot(page, 'run-live');
+  await waitStatus(page, 'succeeded');
+  const output = await page.locator('#run-output').innerText();
+  expect(partialText.length < output.length, `the text seen while running (${partialText.length} chars) is not a part of the output (${output.length})`);
+  expect(output.startsWith(partialText.trim().split(' ')[0]), 'the live text does not begin the output');
+  expect(await page.evaluate(() => window.sameDocument === true), 'the page reloaded');
+  report({ ok: 'live', run_id: runId, partial: partialText, output });
+  return runId;
+}
+
+/** A workflow that asks a human: answered through the schema-rendered form. */
+async function humanRun(page) {
+  await page.goto(`${base}/#/new?workflow=approve-spend`);
+  expect(await page.getByLabel('Orchestration').inputValue() === 'fixed', 'a workflow link does not pick fixed');
+  await page.getByLabel('Input', { exact: true }).fill('{"amount": 120}');
+  await page.getByLabel(/The input is JSON/).check();
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await page.waitForURL(/#\/runs\/[0-9a-f-]{36}/, { timeout: PATIENCE });
+  const runId = runIdOf(page);
+  const form = page.locator('form.ask');
+  await form.waitFor({ timeout: PATIENCE });
+  expect((await form.innerText()).includes('Approve spending 120'), 'the prompt is not shown');
+  await labelled(page, 'input form');
+  await shot(page, 'run-input');
+  // The server's 422 (a note shorter than the schema allows) is shown, and nothing is lost.
+  await form.getByLabel(/approved/).check();
+  await form.getByLabel(/note/).fill('ok');
+  await form.getByRole('button', { name: 'Send answer' }).click();
+  await form.locator('.error-box').waitFor({ timeout: PATIENCE });
+  expect(await status(page) === 'waiting input', 'a refused answer changed the status');
+  await form.getByLabel(/note/).fill('approved for Q3');
+  await form.getByRole('button', { name: 'Send answer' }).click();
+  await waitStatus(page, 'succeeded');
+  expect((await page.locator('#run-output').innerText()).includes('approved for Q3'), 'the answer is not in the output');
+  report({ ok: 'human', run_id: runId });
+  return runId;
+}
+
+/** A finished run opened fresh shows its history, replays it, and its other tabs render. */
+async function finishedRun(page, liveId, humanId) {
+  await page.goto(`${base}/#/runs/${liveId}`);
+  await waitStatus(page, 'succeeded');
+  const output = await page.locator('#run-output').innerText();
+  expect((await page.locator('.transcript').innerText()).includes(output.slice(0, 20)), 'the history is not shown');
+  await page.getByLabel('Replay speed').selectOption('20');
+  await page.getByRole('button', { name: 'Replay' }).click();
+  await page.waitForFunction(() => document.querySelector('.stream-state')?.innerText.includes('replaying'), null, { timeout: PATIENCE });
+  await waitStatus(page, 'succeeded');
+  expect(await page.locator('#run-output').innerText() === output, 'the replay ends with another output');
+  report({ ok: 'replay' });
+
+  await page.goto(`${base}/#/runs/${humanId}/plan`);
+  await page.locator('.graph .node').first().waitFor({ timeout: PATIENCE });
+  expect(await page.locator('.graph .node').count() === 3, 'the plan graph does not show the 3 steps');
+  await shot(page, 'plan');
+  // Keyboard: arrows move between tabs.
+  await page.getByRole('tab', { name: 'Plan' }).focus();
+  await page.keyboard.press('ArrowRight');
+  expect(await page.getByRole('tab', { name: 'Timeline' }).getAttribute('aria-selected') === 'true', 'ArrowRight did not select the next tab');
+  await page.locator('.gantt .bar').first().waitFor({ timeout: PATIENCE });
+  expect(await page.locator('.gantt .bar:not(.wait)').count() >= 3, 'the timeline lacks attempts');
+  expect(await page.locator('.gantt .bar.critical').count() >= 1, 'no critical path is marked');
+  await shot(page, 'timeline');
+  await page.getByRole('tab', { name: 'Steps' }).click();
+  const row = page.locator('tr[data-key="approve#1"]');
+  await row.waitFor({ timeout: PATIENCE });
+  await row.locator('summary').click();
+  expect((await row.innerText()).includes('approved for Q3'), 'the attempt output is not shown');
+  await shot(page, 'steps');
+  report({ ok: 'tabs' });
+}
+
+async function listsAndRegistries(page) {
+  await page.goto(`${base}/#/runs`);
+  await page.locator('tbody tr').first().waitFor({ timeout: PATIENCE });
+  expect(await page.locator('tbody tr').count() === 2, 'the list does not show the two runs');
+  await labelled(page, 'runs');
+  await shot(page, 'runs');
+  await page.getByLabel('Orchestration').selectOption('fixed');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await page.waitForFunction(() => document.querySelectorAll('tbody tr').length === 1, null, { timeout: PATIENCE });
+  expect(page.url().includes('orchestration=fixed'), 'the filter is not in the address');
+  await page.getByLabel(/Metadata/).fill('team=nobody');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await page.getByText('No run matches these filters.').waitFor({ timeout: PATIENCE });
+  await page.goto(`${base}/#/workflows`);
+  await page.getByText('approve-spend').waitFor({ timeout: PATIENCE });
+  await shot(page, 'workflows');
+  await page.goto(`${base}/#/tools`);
+  await page.getByText('math.calculate').waitFor({ timeout: PATIENCE });
+  await page.goto(`${base}/#/agents`);
+  await page.getByText('No agents registered').waitFor({ timeout: PATIENCE });
+  report({ ok: 'lists' });
+}
+
+async function keyScenario(page) {
+  await page.goto(`${base}/`);
+  const dialog = page.getByRole('dialog', { name: 'API key' });
+  await dialog.waitFor({ timeout: PATIENCE });
+  await shot(page, 'api-key');
+  await dialog.getByLabel('Key', { exact: true }).fill('not-the-key');
+  await dialog.getByRole('button', { name: 'Save' }).click();
+  await dialog.waitFor({ timeout: PATIENCE });
+  await page.locator('.error-box').first().waitFor({ timeout: PATIENCE });
+  await dialog.getByLabel('Key', { exact: true }).fill(key);
+  await dialog.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('No runs yet.').waitFor({ timeout: PATIENCE });
+  expect(!(await dialog.isVisible()), 'the dialog stayed open with the right key');
+  report({ ok: 'key' });
+}
+
+const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
+const problems = [];
+page.on('pageerror', (e) => problems.push(e.message));
+let code = 0;
+try {
+  if (scenario === 'runs') {
+    const liveId = await liveRun(page);
+    const humanId = await humanRun(page);
+    await finishedRun(page, liveId, humanId);
+    await listsAndRegistries(page);
+  } else if (scenario === 'key') {
+    await keyScenario(page);
+  } else {
+    throw new Error(`unknown scenario ${scenario}`);
+  }
+  expect(problems.length === 0, `script errors in the page: ${problems.join('; ')}`);
+} catch (e) {
+  code = 1;
+  report({ failed: String(e.message || e).split('\n')[0], url: page.url() });
+  await page.screenshot({ path: join(shots, 'failure.png'), fullPage: true }).catch(() => {});
+}
+await browser.close();
+process.exit(code);

@@ -1,0 +1,222 @@
+//! The run console, driven in a real headless Chromium (Debian's `chromium`, through npm's
+//! `playwright-core`) against the real server: `tests/browser/console.mjs` clicks through it,
+//! and these tests check afterwards, over the API, that what the browser did really happened.
+//! Screenshots of every page land in `target/console-screenshots/`.
+//!
+//! Needs `node`, `npm ci --prefix tests/browser` and `/usr/bin/chromium` (or `$CHROMIUM`);
+//! `.ci/run` installs them. Without them these tests fail and say what is missing.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use orca::config::{ApiKey, Secret};
+use serde_json::{Value, json};
+
+use crate::support::app::{TestApp, spawn_app, use_scripted};
+use crate::support::scripted_llm::{Reply, ScriptedLlm};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn screenshots() -> PathBuf {
+    Path::new(ROOT).join("target/console-screenshots")
+}
+
+/// Runs one scenario of the browser script; returns its JSON report lines.
+async fn browser(scenario: &str, base: &str, key: Option<&str>) -> Vec<Value> {
+    let script = Path::new(ROOT).join("tests/browser/console.mjs");
+    let modules = Path::new(ROOT).join("tests/browser/node_modules/playwright-core");
+    assert!(
+        modules.exists(),
+        "playwright-core is missing: run `npm ci --prefix tests/browser` (see README, Testing)"
+    );
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists(),
+        "no Chromium at {chromium}: `apt-get install chromium`, or set CHROMIUM"
+    );
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(&script)
+        .args([scenario, base])
+        .arg(screenshots().join(scenario))
+        .args(key)
+        .kill_on_drop(true);
+    let run = tokio::time::timeout(Duration::from_secs(120), command.output());
+    let output = run
+        .await
+        .expect("the browser scenario took over 2 minutes")
+        .expect("node runs (is Node.js installed?)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "browser scenario `{scenario}` failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect()
+}
+
+fn finding<'a>(report: &'a [Value], name: &str) -> &'a Value {
+    report
+        .iter()
+        .find(|l| l["ok"] == name)
+        .unwrap_or_else(|| panic!("no `{name}` in the report: {report:?}"))
+}
+
+fn approve_spend() -> Value {
+    let schema = json!({
+        "type": "object", "required": ["approved", "note"],
+        "properties": {"approved": {"type": "boolean"}, "note": {"type": "string", "minLength": 3}}
+    });
+    json!({
+        "name": "approve-spend",
+        "description": "Quote an amount with tax, ask a human, record when.",
+        "input_schema": {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "number"}}},
+        "steps": [
+            {"id": "quote", "kind": "tool",
+             "input": {"tool": "math.calculate", "arguments": {"expression": "{{ input.amount }} * 1.2"}}},
+            {"id": "approve", "kind": "user_input", "depends_on": ["quote"],
+             "input": {"prompt": "Approve spending {{ input.amount }} ({{ steps.quote.output.result }} with tax)?", "schema": schema}},
+            {"id": "record", "kind": "tool", "depends_on": ["approve"],
+             "input": {"tool": "clock.now", "arguments": {}}}
+        ],
+        "output": {"decision": "{{ steps.approve.output }}", "at": "{{ steps.record.output.iso }}"}
+    })
+}
+
+async fn put_workflow(app: &TestApp, body: &Value) {
+    let response = app
+        .client
+        .put(app.url("/v1/workflows/approve-spend"))
+        .json(body)
+        .send()
+        .await
+        .expect("PUT workflow");
+    assert!(
+        response.status().is_success(),
+        "{}",
+        response.text().await.unwrap_or_default()
+    );
+}
+
+fn assert_png(path: &Path) {
+    let bytes = std::fs::read(path).unwrap_or_else(|_| panic!("no screenshot {}", path.display()));
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+        "{} is not a page",
+        path.display()
+    );
+}
+
+#[tokio::test]
+async fn the_console_follows_answers_and_replays_runs_in_a_real_browser() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(Reply::tool_call(
+        "math.calculate",
+        json!({"expression": "6 * 7"}),
+    ));
+    let answer =
+        "The answer is 42: six times seven, computed with the calculator tool as you asked.";
+    // Slow enough that the browser sees text while the run is still running.
+    llm.push(Reply::text(answer).chunk_delay(80));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    put_workflow(&app, &approve_spend()).await;
+
+    let report = browser("runs", &app.base, None).await;
+
+    let live = finding(&report, "live");
+    let (_, run) = app
+        .get_json(&format!("/v1/runs/{}", live["run_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["output"], answer, "the page's output is the run's");
+    assert_eq!(live["output"], answer);
+    let partial = live["partial"].as_str().unwrap();
+    assert!(
+        !partial.is_empty() && answer.starts_with(partial.trim_end()),
+        "{partial:?}"
+    );
+
+    let human = finding(&report, "human");
+    let (_, run) = app
+        .get_json(&format!("/v1/runs/{}", human["run_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(
+        run["output"]["decision"],
+        json!({"approved": true, "note": "approved for Q3"})
+    );
+    finding(&report, "replay");
+    finding(&report, "tabs");
+    finding(&report, "lists");
+    for page in [
+        "new-run",
+        "run-live",
+        "run-input",
+        "plan",
+        "timeline",
+        "steps",
+        "runs",
+        "workflows",
+    ] {
+        assert_png(&screenshots().join("runs").join(format!("{page}.png")));
+    }
+}
+
+#[tokio::test]
+async fn the_console_asks_for_the_api_key_and_uses_it() {
+    const KEY: &str = "console-test-key-0123456789";
+    let app = spawn_app(|c| {
+        c.auth.api_keys = vec![ApiKey {
+            key: Secret::new(KEY),
+            tenant: "a".into(),
+        }];
+    })
+    .await;
+    let report = browser("key", &app.base, Some(KEY)).await;
+    finding(&report, "key");
+    assert_png(&screenshots().join("key").join("api-key.png"));
+}
+
+#[tokio::test]
+async fn console_files_are_served_with_a_strict_policy_and_can_be_turned_off() {
+    let app = spawn_app(|_| {}).await;
+    let page = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(page.text().await.unwrap().contains("/console/app.js"));
+    let script = app
+        .client
+        .get(app.url("/console/run.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        script.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
+    let missing = app
+        .client
+        .get(app.url("/console/secret.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(
+        missing.headers()["content-type"],
+        "application/problem+json"
+    );
+
+    let off = spawn_app(|c| c.server.console = false).await;
+    let (status, problem) = off.get_json("/").await;
+    assert_eq!((status, problem["code"].as_str()), (404, Some("not_found")));
+}
