@@ -2,18 +2,19 @@
 // Started by tests/it/console.rs, which starts the server and checks what this script did
 // through the API afterwards.
 //
-//   node tests/browser/console.mjs <scenario> <base-url> <screenshot-dir> [key]
+//   node tests/browser/console.mjs <scenario> <base-url> <screenshot-dir> [key or run id]
 //
 // Scenarios: `runs` (a streamed run appears live, a human-input run is answered from the
-// form, a finished run replays, the plan, timeline, steps, list and registries render) and
-// `key` (the console asks for the API key and works once given the right one).
+// form, a finished run replays, the plan, timeline, steps, list and registries render),
+// `plans` (a re-planned run's versions, trigger and diff) and `key` (the console asks for the
+// API key and works once given the right one).
 // Prints one JSON line per finding; exits 1 on the first failed expectation.
 
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-const [scenario, base, shots, key] = process.argv.slice(2);
+const [scenario, base, shots, arg] = process.argv.slice(2);
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
@@ -165,6 +166,24 @@ async function listsAndRegistries(page) {
   report({ ok: 'lists' });
 }
 
+/** A run planned twice: both versions, the trigger of the second and what it changed. */
+async function plansScenario(page) {
+  await page.goto(`${base}/#/runs/${arg}/plan`);
+  const versions = page.getByRole('group', { name: 'Plan versions' });
+  await versions.getByRole('button', { name: 'v2' }).waitFor({ timeout: PATIENCE });
+  expect(await versions.getByRole('button').count() === 2, 'not two plan versions');
+  const text = await page.locator('#run-panel').innerText();
+  for (const wanted of ['step_failed', 'file_not_found', 'alternative', 'added: recover']) {
+    expect(text.includes(wanted), `the v2 page lacks "${wanted}"`);
+  }
+  expect(await page.locator('.diff .add').count() > 0 && await page.locator('.diff .del').count() > 0, 'no line diff');
+  await shot(page, 'plan-versions');
+  await versions.getByRole('button', { name: 'v1' }).click();
+  await page.waitForFunction(() => document.querySelectorAll('.graph .node').length === 5, null, { timeout: PATIENCE });
+  expect(!(await page.locator('#run-panel').innerText()).includes('Changes from'), 'v1 has no earlier version to compare');
+  report({ ok: 'plans' });
+}
+
 async function keyScenario(page) {
   await page.goto(`${base}/`);
   const dialog = page.getByRole('dialog', { name: 'API key' });
@@ -174,7 +193,7 @@ async function keyScenario(page) {
   await dialog.getByRole('button', { name: 'Save' }).click();
   await dialog.waitFor({ timeout: PATIENCE });
   await page.locator('.error-box').first().waitFor({ timeout: PATIENCE });
-  await dialog.getByLabel('Key', { exact: true }).fill(key);
+  await dialog.getByLabel('Key', { exact: true }).fill(arg);
   await dialog.getByRole('button', { name: 'Save' }).click();
   await page.getByText('No runs yet.').waitFor({ timeout: PATIENCE });
   expect(!(await dialog.isVisible()), 'the dialog stayed open with the right key');
@@ -192,6 +211,8 @@ try {
     const humanId = await humanRun(page);
     await finishedRun(page, liveId, humanId);
     await listsAndRegistries(page);
+  } else if (scenario === 'plans') {
+    await plansScenario(page);
   } else if (scenario === 'key') {
     await keyScenario(page);
   } else {

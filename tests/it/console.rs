@@ -21,8 +21,9 @@ fn screenshots() -> PathBuf {
     Path::new(ROOT).join("target/console-screenshots")
 }
 
-/// Runs one scenario of the browser script; returns its JSON report lines.
-async fn browser(scenario: &str, base: &str, key: Option<&str>) -> Vec<Value> {
+/// Runs one scenario of the browser script (with its extra argument, if any); returns its
+/// JSON report lines.
+async fn browser(scenario: &str, base: &str, arg: Option<&str>) -> Vec<Value> {
     let script = Path::new(ROOT).join("tests/browser/console.mjs");
     let modules = Path::new(ROOT).join("tests/browser/node_modules/playwright-core");
     assert!(
@@ -39,7 +40,7 @@ async fn browser(scenario: &str, base: &str, key: Option<&str>) -> Vec<Value> {
         .arg(&script)
         .args([scenario, base])
         .arg(screenshots().join(scenario))
-        .args(key)
+        .args(arg)
         .kill_on_drop(true);
     let run = tokio::time::timeout(Duration::from_secs(120), command.output());
     let output = run
@@ -163,6 +164,25 @@ async fn the_console_follows_answers_and_replays_runs_in_a_real_browser() {
     ] {
         assert_png(&screenshots().join("runs").join(format!("{page}.png")));
     }
+}
+
+#[tokio::test]
+async fn the_console_shows_each_plan_version_with_its_trigger_and_diff() {
+    let app = spawn_app(|_| {}).await;
+    // The offline model plans five steps, the first fails, and it re-plans.
+    let events = app
+        .stream_run(
+            json!({"input": "read missing.txt, analyse it, then write a summary",
+                           "orchestration": "reactive"}),
+        )
+        .await;
+    let run_id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    let (_, versions) = app.get_json(&format!("/v1/runs/{run_id}/plans")).await;
+    assert_eq!(versions.as_array().map(Vec::len), Some(2), "{versions}");
+
+    let report = browser("plans", &app.base, Some(&run_id)).await;
+    finding(&report, "plans");
+    assert_png(&screenshots().join("plans").join("plan-versions.png"));
 }
 
 #[tokio::test]

@@ -139,6 +139,25 @@ function stepSummary(before, after) {
   return items.length ? h('ul', {}, items) : h('p', { class: 'muted' }, 'The steps are the same; settings or output changed.');
 }
 
+function trigger(v) {
+  const t = v.trigger;
+  const rows = [
+    ['made because', typeof v.reason === 'string' ? v.reason : JSON.stringify(v.reason)],
+    t?.step_id ? ['at step', t.step_id] : null,
+    t?.error ? ['error', `${t.error.code}: ${t.error.message}`] : null,
+    v.strategy ? ['strategy', v.strategy] : null,
+    v.restored_version ? ['restored version', `v${v.restored_version}`] : null,
+    v.explanation ? ['explanation', v.explanation] : null,
+  ].filter(Boolean);
+  return h('dl', { class: 'facts' }, rows.map(([k, val]) => h('div', {}, h('dt', { class: 'muted' }, k), h('dd', { style: { margin: 0 } }, h('b', {}, val)))));
+}
+
+function serverDiff(diff) {
+  const part = (label, list) => (list?.length ? h('li', {}, `${label}: `, h('code', {}, list.join(', '))) : null);
+  const items = [part('added', diff.added), part('removed', diff.removed), part('changed', diff.changed)].filter(Boolean);
+  return items.length ? h('ul', {}, items) : h('p', { class: 'muted' }, 'The steps are the same; settings or output changed.');
+}
+
 /** The Plan tab: version buttons, the trigger, the graph, a step table and the diff. */
 export function planPanel(versions, status, selected, onSelect) {
   if (!versions.length) return h('div', { class: 'empty' }, h('p', {}, 'No plan yet. A plan appears once the run has one.'));
@@ -146,17 +165,15 @@ export function planPanel(versions, status, selected, onSelect) {
   const previous = versions.filter((v) => v.version < current.version).pop();
   const picker = h('div', { class: 'versions', role: 'group', 'aria-label': 'Plan versions' },
     versions.map((v) => h('button', { type: 'button', class: 'ghost', 'aria-pressed': String(v.version === current.version), onclick: () => onSelect(v.version) }, `v${v.version}`)));
-  const reason = typeof current.reason === 'string' ? current.reason : JSON.stringify(current.reason);
   const latestStatus = current.version === versions[versions.length - 1].version ? status : new Map();
   return h('div', {},
     picker,
-    h('p', {}, h('strong', {}, `Version ${current.version}`), ' — made because: ', h('code', {}, reason || 'initial')),
+    h('h3', {}, `Version ${current.version}`),
+    trigger(current),
     h('div', { class: 'graph-wrap' }, planGraph(current.plan, latestStatus)),
     h('details', {}, h('summary', {}, 'Steps as a table'), stepTable(current.plan)),
-    previous ? h('section', {}, h('h3', {}, `Changes from v${previous.version}`), stepSummary(previous.plan, current.plan), jsonDiff(previous.plan, current.plan)) : null,
+    previous ? h('section', {}, h('h3', {}, `Changes from v${previous.version}`),
+      current.diff ? serverDiff(current.diff) : stepSummary(previous.plan, current.plan),
+      jsonDiff(previous.plan, current.plan)) : null,
     h('details', {}, h('summary', {}, 'Plan JSON'), json(current.plan)));
-}
-
-export function renderPlan(el, versions, status, selected, onSelect) {
-  clear(el, planPanel(versions, status, selected, onSelect));
 }

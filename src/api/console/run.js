@@ -6,7 +6,7 @@
 import { api, followEvents, ApiError } from './api.js';
 import { h, clear, badge, shortId, when, ms, elapsed, json, preview, loading, empty, errorBox, announce, throttle, TERMINAL } from './ui.js';
 import { schemaForm } from './form.js';
-import { renderPlan } from './graph.js';
+import { planPanel } from './graph.js';
 import { timelinePanel } from './timeline.js';
 
 /** Coalesces calls into one per animation frame. */
@@ -380,7 +380,7 @@ class RunPage {
   }
 
   drawPanel() {
-    if (this.tab !== 'timeline' && this.tab !== 'steps') delete this.panel.dataset.view;
+    if (!['timeline', 'steps', 'plan'].includes(this.tab)) delete this.panel.dataset.view;
     const views = {
       activity: () => this.activity(),
       plan: () => this.planTab(),
@@ -407,27 +407,26 @@ class RunPage {
   }
 
   planTab() {
-    const el = h('div');
-    clear(this.panel, el);
-    renderPlan(el, [...this.st.plans].sort((a, b) => a.version - b.version), this.st.topStatus, this.st.selectedVersion, (v) => {
+    const sorted = (list) => [...list].sort((a, b) => a.version - b.version);
+    return this.fetched('plans', (versions) => planPanel(sorted(versions.length ? versions : this.st.plans), this.st.topStatus, this.st.selectedVersion, (v) => {
       this.st.selectedVersion = v;
-      this.planTab();
-    });
+      this.renderPanel();
+    }), 'plan');
   }
 
   /** Loads `/v1/runs/{id}/{what}` and renders it; keeps the last good view while reloading. */
-  async fetched(what, render) {
+  async fetched(what, render, tab = what) {
     if (this.panel.dataset.view !== what) {
       clear(this.panel, loading(what));
       this.panel.dataset.view = what;
     }
     try {
       const data = await api(`/v1/runs/${this.id}/${what}`, { signal: this.signal });
-      if (this.tab !== what) return;
+      if (this.tab !== tab) return;
       clear(this.panel, render(data));
       if (this.openKey) this.expand(this.openKey);
     } catch (err) {
-      if (!this.signal.aborted && this.tab === what) clear(this.panel, errorBox(err, () => this.renderPanel()));
+      if (!this.signal.aborted && this.tab === tab) clear(this.panel, errorBox(err, () => this.renderPanel()));
     }
   }
 
