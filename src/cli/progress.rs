@@ -54,6 +54,8 @@ pub struct View {
     in_tokens: bool,
     /// Every token of the run, to know whether the final output was already shown.
     streamed: String,
+    /// Colours on: a terminal, and `NO_COLOR` unset or empty (https://no-color.org).
+    color: bool,
 }
 
 impl View {
@@ -68,6 +70,8 @@ impl View {
             status_drawn: false,
             in_tokens: false,
             streamed: String::new(),
+            color: mode == Mode::Terminal
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         }
     }
 
@@ -81,7 +85,7 @@ impl View {
     }
 
     fn paint(&self, code: &str, text: &str) -> String {
-        if self.mode == Mode::Terminal {
+        if self.color {
             format!("\x1b[{code}m{text}\x1b[0m")
         } else {
             text.to_owned()

@@ -279,9 +279,15 @@ async fn run_id_of(app: &TestApp) -> String {
 
 /// `orca ARGS` under a pseudo-terminal (util-linux `script`); the combined output and code.
 async fn orca_in_pty(app: &TestApp, args: &str) -> (i32, String) {
+    orca_in_pty_with(app, args, &[]).await
+}
+
+async fn orca_in_pty_with(app: &TestApp, args: &str, env: &[(&str, &str)]) -> (i32, String) {
     let command = format!("{} {args}", env!("CARGO_BIN_EXE_orca"));
     let out = tokio::process::Command::new("script")
         .args(["-qfec", &command, "/dev/null"])
+        .env_remove("NO_COLOR")
+        .envs(env.iter().copied())
         .env("ORCA_URL", &app.base)
         .env_remove("ORCA_API_KEY")
         .stdin(Stdio::null())
@@ -321,8 +327,21 @@ async fn on_a_terminal_the_run_shows_a_live_progress_view() {
     assert_eq!(status, 0, "{screen}");
     assert!(screen.contains("The result is 30."), "{screen:?}");
     assert!(
-        screen.contains("\x1b["),
+        screen.contains("\x1b[0m"),
         "colours on a terminal: {screen:?}"
+    );
+
+    let no_color = [("NO_COLOR", "1")];
+    let (status, screen) = orca_in_pty_with(&app, &format!("run '{ARITHMETIC}'"), &no_color).await;
+    assert_eq!(status, 0, "{screen}");
+    assert!(screen.contains("The result is 30."), "{screen:?}");
+    assert!(
+        !screen.contains("\x1b[0m"),
+        "NO_COLOR: no colours: {screen:?}"
+    );
+    assert!(
+        screen.contains("\x1b[2K"),
+        "still a live status line: {screen:?}"
     );
 }
 
