@@ -404,6 +404,46 @@ async fn watch_resumes_a_dropped_stream_after_the_last_event_seen() {
 }
 
 #[tokio::test]
+async fn run_resumes_its_own_dropped_stream_from_the_run_it_created() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (mut first, _) = listener.accept().await.unwrap();
+        let head1 = serve_events(&mut first, &[(1, "status"), (2, "status")]).await;
+        let (mut second, _) = listener.accept().await.unwrap();
+        let head2 = serve_events(&mut second, &[(3, "final")]).await;
+        (head1, head2)
+    });
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+        .args(["run", "hello", "--json", "--url", &url])
+        .env_remove("ORCA_API_KEY")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, out).await.unwrap().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let seqs: Vec<u64> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, [1, 2, 3], "every event once");
+    let (head1, head2) = server.await.unwrap();
+    assert!(
+        head1.starts_with("post /v1/runs "),
+        "the run is created once: {head1}"
+    );
+    assert!(
+        head2.starts_with("get /v1/runs/r1/events"),
+        "then followed: {head2}"
+    );
+    assert!(head2.contains("last-event-id: 2\r\n"), "{head2}");
+}
+
+#[tokio::test]
 async fn the_api_key_comes_from_orca_api_key_or_the_flag() {
     use orca::config::{ApiKey, Secret};
     const KEY: &str = "orca-cli-test-key-0123456789";
