@@ -138,108 +138,112 @@ fn connect(args: &ClientArgs) -> Result<Client, Error> {
 async fn dispatch(command: Command) -> Result<ExitCode, Error> {
     match command {
         Command::Run(args) => run(args).await,
-        Command::Runs { command } => match command {
-            RunsCommand::List {
-                status,
-                limit,
-                client,
-            } => {
-                let mut query = form_urlencoded::Serializer::new(String::new());
-                if let Some(s) = &status {
-                    query.append_pair("status", s);
-                }
-                if let Some(n) = limit {
-                    query.append_pair("limit", &n.to_string());
-                }
-                let query = query.finish();
-                let path = if query.is_empty() {
-                    "/v1/runs".to_owned()
-                } else {
-                    format!("/v1/runs?{query}")
-                };
-                let body = connect(&client)?.get(&path).await?;
-                if client.json {
-                    println!("{body}");
-                } else {
-                    print_runs(&body);
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-            RunsCommand::Show { id, client } => {
-                let body = connect(&client)?.get(&run_path(&id, "")).await?;
-                if client.json {
-                    println!("{body}");
-                } else {
-                    print_run(&body);
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-            RunsCommand::Watch { id, client } => {
-                let c = connect(&client)?;
-                let stream = c.events(&id, 0).await?;
-                let mut view = View::new(Mode::detect(client.json));
-                follow(&c, stream, Some(id), &mut view).await
-            }
-            RunsCommand::Cancel { id, client } => {
-                let body = connect(&client)?
-                    .post(&run_path(&id, "/cancel"), &json!({}))
-                    .await?;
-                if client.json {
-                    println!("{body}");
-                } else {
-                    println!("cancel requested for run {id}");
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-        },
-        Command::Workflows { command } => match command {
-            WorkflowsCommand::Put { file, name, client } => {
-                let text = std::fs::read_to_string(&file)
-                    .map_err(|e| Error::Usage(format!("reading {}: {e}", file.display())))?;
-                let mut definition: Value = serde_json::from_str(&text).map_err(|e| {
-                    Error::Usage(format!("{} is not valid JSON: {e}", file.display()))
-                })?;
-                let name = match name {
-                    Some(n) => {
-                        // The server wants the body's name to agree with the path's.
-                        if let Some(obj) = definition.as_object_mut() {
-                            obj.insert("name".into(), Value::String(n.clone()));
-                        }
-                        n
-                    }
-                    None => definition["name"]
-                        .as_str()
-                        .map(str::to_owned)
-                        .or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()))
-                        .ok_or_else(|| Error::Usage("give the workflow a --name".into()))?,
-                };
-                let path = format!("/v1/workflows/{}", encode(&name));
-                let body = connect(&client)?.put(&path, &definition).await?;
-                if client.json {
-                    println!("{body}");
-                } else {
-                    println!("workflow {name} registered");
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-            WorkflowsCommand::List { client } => {
-                let body = connect(&client)?.get("/v1/workflows").await?;
-                if client.json {
-                    println!("{body}");
-                } else {
-                    for w in body.as_array().into_iter().flatten() {
-                        println!(
-                            "{:<24} {:<8} {}",
-                            w["name"].as_str().unwrap_or(""),
-                            w["version"].as_str().unwrap_or("-"),
-                            w["description"].as_str().unwrap_or("")
-                        );
-                    }
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-        },
+        Command::Runs { command } => runs(command).await,
+        Command::Workflows { command } => workflows(command).await,
     }
+}
+
+/// Prints the raw body for `--json`, else the human rendering.
+fn show(json: bool, body: &Value, human: impl FnOnce(&Value)) -> Result<ExitCode, Error> {
+    if json {
+        println!("{body}");
+    } else {
+        human(body);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
+    match command {
+        RunsCommand::List {
+            status,
+            limit,
+            client,
+        } => {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            if let Some(s) = &status {
+                query.append_pair("status", s);
+            }
+            if let Some(n) = limit {
+                query.append_pair("limit", &n.to_string());
+            }
+            let query = query.finish();
+            let path = if query.is_empty() {
+                "/v1/runs".to_owned()
+            } else {
+                format!("/v1/runs?{query}")
+            };
+            let body = connect(&client)?.get(&path).await?;
+            show(client.json, &body, print_runs)
+        }
+        RunsCommand::Show { id, client } => {
+            let body = connect(&client)?.get(&run_path(&id, "")).await?;
+            show(client.json, &body, print_run)
+        }
+        RunsCommand::Watch { id, client } => {
+            let c = connect(&client)?;
+            let stream = c.events(&id, 0).await?;
+            let mut view = View::new(Mode::detect(client.json));
+            follow(&c, stream, Some(id), &mut view).await
+        }
+        RunsCommand::Cancel { id, client } => {
+            let body = connect(&client)?
+                .post(&run_path(&id, "/cancel"), &json!({}))
+                .await?;
+            show(client.json, &body, |_| {
+                println!("cancel requested for run {id}")
+            })
+        }
+    }
+}
+
+async fn workflows(command: WorkflowsCommand) -> Result<ExitCode, Error> {
+    match command {
+        WorkflowsCommand::Put { file, name, client } => {
+            let (name, definition) = workflow_file(&file, name)?;
+            let path = format!("/v1/workflows/{}", encode(&name));
+            let body = connect(&client)?.put(&path, &definition).await?;
+            show(client.json, &body, |_| {
+                println!("workflow {name} registered")
+            })
+        }
+        WorkflowsCommand::List { client } => {
+            let body = connect(&client)?.get("/v1/workflows").await?;
+            show(client.json, &body, |body| {
+                for w in body.as_array().into_iter().flatten() {
+                    println!(
+                        "{:<24} {:<8} {}",
+                        w["name"].as_str().unwrap_or(""),
+                        w["version"].as_str().unwrap_or("-"),
+                        w["description"].as_str().unwrap_or("")
+                    );
+                }
+            })
+        }
+    }
+}
+
+/// Reads a workflow file; the name is `--name` (written into the body, which the server wants
+/// to agree with the path), else the file's `name`, else its stem.
+fn workflow_file(file: &std::path::Path, name: Option<String>) -> Result<(String, Value), Error> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::Usage(format!("reading {}: {e}", file.display())))?;
+    let mut definition: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::Usage(format!("{} is not valid JSON: {e}", file.display())))?;
+    let name = match name {
+        Some(n) => {
+            if let Some(obj) = definition.as_object_mut() {
+                obj.insert("name".into(), Value::String(n.clone()));
+            }
+            n
+        }
+        None => definition["name"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .ok_or_else(|| Error::Usage("give the workflow a --name".into()))?,
+    };
+    Ok((name, definition))
 }
 
 fn encode(segment: &str) -> String {
