@@ -5,7 +5,7 @@
 //   node tests/browser/console.mjs <scenario> <base-url> <screenshot-dir> [key or run id]
 //
 // Scenarios: `runs` (a streamed run appears live, a human-input run is answered from the
-// form, a finished run replays, the plan, timeline, steps, list and registries render),
+// form, a waiting run is cancelled, a finished run replays, the plan, timeline, steps, list and registries render),
 // `plans` (a re-planned run's versions, trigger and diff) and `key` (the console asks for the
 // API key and works once given the right one).
 // Prints one JSON line per finding; exits 1 on the first failed expectation.
@@ -109,15 +109,32 @@ async function humanRun(page) {
   return runId;
 }
 
+/** A run waiting for input is cancelled from its page, after a confirmation. */
+async function cancelRun(page) {
+  await page.goto(`${base}/#/new?workflow=approve-spend`);
+  await page.getByLabel('Input', { exact: true }).fill('{"amount": 5}');
+  await page.getByLabel(/The input is JSON/).check();
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await page.locator('form.ask').waitFor({ timeout: PATIENCE });
+  const runId = runIdOf(page);
+  await page.getByRole('button', { name: 'Cancel run' }).click();
+  await page.getByRole('button', { name: 'Yes, cancel it' }).click();
+  await waitStatus(page, 'cancelled');
+  expect(await page.locator('form.ask').count() === 0, 'the input form outlived the run');
+  report({ ok: 'cancel', run_id: runId });
+}
+
 /** A finished run opened fresh shows its history, replays it, and its other tabs render. */
 async function finishedRun(page, liveId, humanId) {
   await page.goto(`${base}/#/runs/${liveId}`);
   await waitStatus(page, 'succeeded');
   const output = await page.locator('#run-output').innerText();
   expect((await page.locator('.transcript').innerText()).includes(output.slice(0, 20)), 'the history is not shown');
-  await page.getByLabel('Replay speed').selectOption('20');
+  // At 1× the replay keeps the run's own pace (the model's text took over a second).
+  await page.getByLabel('Replay speed').selectOption('1');
   await page.getByRole('button', { name: 'Replay' }).click();
-  await page.waitForFunction(() => document.querySelector('.stream-state')?.innerText.includes('replaying'), null, { timeout: PATIENCE });
+  await page.waitForFunction(() => document.querySelector('.stream-state')?.innerText.includes('replaying')
+    && document.querySelector('#run-status')?.innerText.trim() === 'running', null, { timeout: PATIENCE, polling: 20 });
   await waitStatus(page, 'succeeded');
   expect(await page.locator('#run-output').innerText() === output, 'the replay ends with another output');
   report({ ok: 'replay' });
@@ -146,12 +163,12 @@ async function finishedRun(page, liveId, humanId) {
 async function listsAndRegistries(page) {
   await page.goto(`${base}/#/runs`);
   await page.locator('tbody tr').first().waitFor({ timeout: PATIENCE });
-  expect(await page.locator('tbody tr').count() === 2, 'the list does not show the two runs');
+  expect(await page.locator('tbody tr').count() === 3, 'the list does not show the three runs');
   await labelled(page, 'runs');
   await shot(page, 'runs');
   await page.getByLabel('Orchestration').selectOption('fixed');
   await page.getByRole('button', { name: 'Apply' }).click();
-  await page.waitForFunction(() => document.querySelectorAll('tbody tr').length === 1, null, { timeout: PATIENCE });
+  await page.waitForFunction(() => document.querySelectorAll('tbody tr').length === 2, null, { timeout: PATIENCE });
   expect(page.url().includes('orchestration=fixed'), 'the filter is not in the address');
   await page.getByLabel(/Metadata/).fill('team=nobody');
   await page.getByRole('button', { name: 'Apply' }).click();
@@ -209,6 +226,7 @@ try {
   if (scenario === 'runs') {
     const liveId = await liveRun(page);
     const humanId = await humanRun(page);
+    await cancelRun(page);
     await finishedRun(page, liveId, humanId);
     await listsAndRegistries(page);
   } else if (scenario === 'plans') {

@@ -149,6 +149,14 @@ async fn the_console_follows_answers_and_replays_runs_in_a_real_browser() {
         run["output"]["decision"],
         json!({"approved": true, "note": "approved for Q3"})
     );
+    let cancelled = finding(&report, "cancel");
+    let (_, run) = app
+        .get_json(&format!(
+            "/v1/runs/{}",
+            cancelled["run_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(run["status"], "cancelled");
     finding(&report, "replay");
     finding(&report, "tabs");
     finding(&report, "lists");
