@@ -28,7 +28,7 @@ async fn browser(scenario: &str, base: &str, arg: Option<&str>) -> Vec<Value> {
     let modules = Path::new(ROOT).join("tests/browser/node_modules/playwright-core");
     assert!(
         modules.exists(),
-        "playwright-core is missing: run `npm ci --prefix tests/browser` (see README, Testing)"
+        "playwright-core is missing: run `npm ci --prefix tests/browser` (see README, Development)"
     );
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
