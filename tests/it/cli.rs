@@ -369,8 +369,9 @@ async fn serve_events(socket: &mut tokio::net::TcpStream, events: &[(u64, &str)]
     String::from_utf8_lossy(&head).to_lowercase()
 }
 
-#[tokio::test]
-async fn watch_resumes_a_dropped_stream_after_the_last_event_seen() {
+/// Runs `orca ARGS --json --url U` against a server that drops the first stream after two
+/// events and serves `final` on the next request; the seqs printed and both request heads.
+async fn through_a_dropped_stream(args: &[&str]) -> (Vec<u64>, String, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move {
@@ -381,14 +382,15 @@ async fn watch_resumes_a_dropped_stream_after_the_last_event_seen() {
         (head1, head2)
     });
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-        .args(["runs", "watch", "r1", "--json", "--url", &url])
+        .args(args)
+        .args(["--json", "--url", &url])
         .env_remove("ORCA_API_KEY")
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(PATIENCE, out).await.unwrap().unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let seqs: Vec<u64> = text(&out.stdout)
+    let seqs = text(&out.stdout)
         .lines()
         .map(|l| {
             serde_json::from_str::<Value>(l).unwrap()["seq"]
@@ -396,8 +398,14 @@ async fn watch_resumes_a_dropped_stream_after_the_last_event_seen() {
                 .unwrap()
         })
         .collect();
-    assert_eq!(seqs, [1, 2, 3], "every event once");
     let (head1, head2) = server.await.unwrap();
+    (seqs, head1, head2)
+}
+
+#[tokio::test]
+async fn watch_resumes_a_dropped_stream_after_the_last_event_seen() {
+    let (seqs, head1, head2) = through_a_dropped_stream(&["runs", "watch", "r1"]).await;
+    assert_eq!(seqs, [1, 2, 3], "every event once");
     assert!(head1.starts_with("get /v1/runs/r1/events"), "{head1}");
     assert!(!head1.contains("last-event-id"), "{head1}");
     assert!(head2.contains("last-event-id: 2\r\n"), "{head2}");
@@ -405,33 +413,8 @@ async fn watch_resumes_a_dropped_stream_after_the_last_event_seen() {
 
 #[tokio::test]
 async fn run_resumes_its_own_dropped_stream_from_the_run_it_created() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move {
-        let (mut first, _) = listener.accept().await.unwrap();
-        let head1 = serve_events(&mut first, &[(1, "status"), (2, "status")]).await;
-        let (mut second, _) = listener.accept().await.unwrap();
-        let head2 = serve_events(&mut second, &[(3, "final")]).await;
-        (head1, head2)
-    });
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-        .args(["run", "hello", "--json", "--url", &url])
-        .env_remove("ORCA_API_KEY")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(PATIENCE, out).await.unwrap().unwrap();
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let seqs: Vec<u64> = text(&out.stdout)
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["seq"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
+    let (seqs, head1, head2) = through_a_dropped_stream(&["run", "hello"]).await;
     assert_eq!(seqs, [1, 2, 3], "every event once");
-    let (head1, head2) = server.await.unwrap();
     assert!(
         head1.starts_with("post /v1/runs "),
         "the run is created once: {head1}"
