@@ -2,6 +2,7 @@
 //! problem+json ([`error`]); bodies are schema-checked at the edge ([`extract`]).
 
 pub mod agents;
+pub mod agui;
 pub mod console;
 pub mod error;
 pub mod extract;
@@ -87,13 +88,13 @@ impl AppState {
         workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
         agents::delete_agent, system::list_tools, system::list_functions, system::healthz,
         system::readyz,
-        system::metrics,
+        system::metrics, agui::run_agent,
     ),
     components(schemas(
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
         crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::store::PlanRecord, crate::store::Checkpoint,
-        workflows::WorkflowSummary, workflows::WorkflowDetail, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
+        workflows::WorkflowSummary, workflows::WorkflowDetail, agui::RunAgentInput, agui::ResumeEntry, agui::ResumeStatus, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -195,7 +196,8 @@ pub fn router(state: AppState) -> Router {
                 .delete(agents::delete_agent),
         )
         .route("/tools", get(system::list_tools))
-        .route("/functions", get(system::list_functions));
+        .route("/functions", get(system::list_functions))
+        .route("/agui", post(agui::run_agent));
     let protected = Router::new()
         .nest("/v1", v1)
         .route("/metrics", get(system::metrics))

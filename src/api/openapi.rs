@@ -301,6 +301,7 @@ fn complete(doc: &mut Value) {
         ("/v1/runs/{id}/input", "post"),
         ("/v1/runs/{id}/replan", "post"),
         ("/v1/workflows/{name}", "put"),
+        ("/v1/agui", "post"),
     ];
     for (path, method) in body_ops {
         add_response(doc, path, method, "400", problem_response("Malformed JSON"));

@@ -115,35 +115,8 @@ pub async fn create_run(
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
     let key = idempotency_key(&headers)?;
-    let (spec, plan) = validate_run(&state, &tenant, req).await?;
-    let fingerprint = key.as_ref().map(|_| spec.fingerprint());
-    let created = state
-        .engine
-        .create_run(&tenant, spec, plan, key.as_deref())
-        .await
-        .map_err(|e| match e {
-            engine::Error::Overloaded => ApiError::Unavailable(e.to_string()),
-            engine::Error::Store(e) => {
-                // Logged with its cause; the caller learns only that it may try again.
-                tracing::error!(error = ?e, "storing a new run failed");
-                ApiError::Unavailable("the store cannot take the run now; try again".into())
-            }
-            other => ApiError::internal(other),
-        })?;
-    let (run, fresh) = match created {
-        Created::New(r) => (r, true),
-        Created::Existing(r) => {
-            // The key names one request: the same key with another body is a client bug
-            // (a reused key), and answering with the first run would hide it.
-            let stored = state.store.idempotency_fingerprint(&tenant, r.id).await?;
-            if stored.is_some() && stored != fingerprint {
-                return Err(ApiError::IdempotencyKeyReused);
-            }
-            (r, false)
-        }
-    };
+    let (run, fresh) = start_run(&state, &tenant, body, key).await?;
     if wants_sse(&headers) {
         return Ok(sse(&state, run.id, 0));
     }
@@ -155,6 +128,44 @@ pub async fn create_run(
         StatusCode::OK
     };
     Ok((status, [(header::LOCATION, location)], Json(run)).into_response())
+}
+
+/// Validates a `POST /v1/runs` body and creates the run, or finds the one an idempotency key
+/// already made: the run, and whether it is new. Shared with the AG-UI endpoint.
+pub(super) async fn start_run(
+    state: &AppState,
+    tenant: &Tenant,
+    body: Value,
+    key: Option<String>,
+) -> Result<(Run, bool), ApiError> {
+    let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
+    let (spec, plan) = validate_run(state, tenant, req).await?;
+    let fingerprint = key.as_ref().map(|_| spec.fingerprint());
+    let created = state
+        .engine
+        .create_run(tenant, spec, plan, key.as_deref())
+        .await
+        .map_err(|e| match e {
+            engine::Error::Overloaded => ApiError::Unavailable(e.to_string()),
+            engine::Error::Store(e) => {
+                // Logged with its cause; the caller learns only that it may try again.
+                tracing::error!(error = ?e, "storing a new run failed");
+                ApiError::Unavailable("the store cannot take the run now; try again".into())
+            }
+            other => ApiError::internal(other),
+        })?;
+    match created {
+        Created::New(r) => Ok((r, true)),
+        Created::Existing(r) => {
+            // The key names one request: the same key with another body is a client bug
+            // (a reused key), and answering with the first run would hide it.
+            let stored = state.store.idempotency_fingerprint(tenant, r.id).await?;
+            if stored.is_some() && stored != fingerprint {
+                return Err(ApiError::IdempotencyKeyReused);
+            }
+            Ok((r, false))
+        }
+    }
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -725,15 +736,24 @@ pub async fn submit_input(
         return Err(ApiError::validation_many(errors));
     }
     let answer: InputAnswer = deserialize_located(body)?;
-    match state
-        .engine
-        .submit_input(&tenant, id, &answer.step_id, answer.value)
-        .await
-    {
-        Ok(()) => Ok((
-            StatusCode::ACCEPTED,
-            Json(load_run(&state, &tenant, id).await?),
-        )),
+    answer_input(&state, &tenant, id, &answer.step_id, answer.value).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(load_run(&state, &tenant, id).await?),
+    ))
+}
+
+/// Gives a waiting step its answer, with the API's errors: 404 unknown run, 409 not waiting
+/// on that step or terminal, 422 an answer its schema refuses. Shared with the AG-UI endpoint.
+pub(super) async fn answer_input(
+    state: &AppState,
+    tenant: &Tenant,
+    id: RunId,
+    step_id: &str,
+    value: Value,
+) -> Result<(), ApiError> {
+    match state.engine.submit_input(tenant, id, step_id, value).await {
+        Ok(()) => Ok(()),
         Err(engine::SubmitError::Engine(engine::Error::NotFound)) => {
             Err(ApiError::NotFound(format!("no run `{id}`")))
         }

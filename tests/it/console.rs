@@ -7,12 +7,12 @@
 //! `.ci/run` installs them. Without them these tests fail and say what is missing.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use orca::config::{ApiKey, Secret};
 use serde_json::{Value, json};
 
 use crate::support::app::{TestApp, spawn_app, use_scripted};
+use crate::support::node;
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -24,39 +24,15 @@ fn screenshots() -> PathBuf {
 /// Runs one scenario of the browser script (with its extra argument, if any); returns its
 /// JSON report lines.
 async fn browser(scenario: &str, base: &str, arg: Option<&str>) -> Vec<Value> {
-    let script = Path::new(ROOT).join("tests/browser/console.mjs");
-    let modules = Path::new(ROOT).join("tests/browser/node_modules/playwright-core");
-    assert!(
-        modules.exists(),
-        "playwright-core is missing: run `npm ci --prefix tests/browser` (see README, Development)"
-    );
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
         Path::new(&chromium).exists(),
         "no Chromium at {chromium}: `apt-get install chromium`, or set CHROMIUM"
     );
-    let mut command = tokio::process::Command::new("node");
-    command
-        .arg(&script)
-        .args([scenario, base])
-        .arg(screenshots().join(scenario))
-        .args(arg)
-        .kill_on_drop(true);
-    let run = tokio::time::timeout(Duration::from_secs(120), command.output());
-    let output = run
-        .await
-        .expect("the browser scenario took over 2 minutes")
-        .expect("node runs (is Node.js installed?)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "browser scenario `{scenario}` failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
-        .collect()
+    let shots = screenshots().join(scenario);
+    let mut args = vec![scenario, base, shots.to_str().expect("a UTF-8 path")];
+    args.extend(arg);
+    node::json_lines(&node::run("console.mjs", &args).await)
 }
 
 fn finding<'a>(report: &'a [Value], name: &str) -> &'a Value {

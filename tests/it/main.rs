@@ -4,6 +4,7 @@
 mod support;
 
 mod agents;
+mod agui;
 mod api_errors;
 mod cli;
 mod connections;

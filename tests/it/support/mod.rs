@@ -1,8 +1,10 @@
 //! Test support: `spawn_app` and the SSE reader ([`app`]), the real binary as a process
-//! ([`server`]), and the scripted OpenAI-compatible server ([`scripted_llm`]).
+//! ([`server`]), the scripted OpenAI-compatible server ([`scripted_llm`]) and the JavaScript
+//! clients run with Node.js ([`node`]).
 #![allow(dead_code)]
 
 pub mod app;
+pub mod node;
 pub mod scripted_llm;
 pub mod server;
 pub mod tools;
