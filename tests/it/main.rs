@@ -12,6 +12,7 @@ mod fixed;
 mod history;
 mod llm_provider;
 mod loops;
+mod mcp;
 mod models;
 mod offline_samples;
 mod planning;
