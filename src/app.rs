@@ -47,6 +47,8 @@ impl App {
     /// Builds the app from a configuration, with the built-in LLM providers and tools.
     pub async fn build(config: Config) -> anyhow::Result<App> {
         let llm = LlmRouter::from_config(&config).map_err(anyhow::Error::msg)?;
+        // Checked again by `build_with`; first here, so a bad file starts no MCP server.
+        config.validate()?;
         let mut tools = ToolRegistry::with_builtins(&config.tools);
         // Before serving, like workflow files: a configured server that cannot be used stops
         // the start (unless it is optional).
