@@ -52,6 +52,8 @@ fn stdio_server(name: &str, args: &[&str]) -> McpServerConfig {
 /// The example server over streamable HTTP on a loopback port; it stops when dropped.
 struct HttpServer {
     url: String,
+    /// What the server writes on standard error (`slow: cancelled` when a call was cancelled).
+    stderr: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
     _child: Child,
 }
 
@@ -60,17 +62,23 @@ async fn http_server(token: &str) -> HttpServer {
         .args(["--http", "127.0.0.1:0", "--token", token])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start the MCP server");
     let stdout = child.stdout.take().unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut lines = BufReader::new(stdout).lines();
     let url = tokio::time::timeout(PATIENCE, lines.next_line())
         .await
         .expect("the server prints its endpoint")
         .unwrap()
         .expect("an endpoint line");
-    HttpServer { url, _child: child }
+    HttpServer {
+        url,
+        stderr,
+        _child: child,
+    }
 }
 
 fn http_entry(name: &str, server: &HttpServer, token: &str) -> McpServerConfig {
@@ -248,6 +256,45 @@ async fn cancelling_a_run_ends_a_slow_mcp_call_promptly() {
     assert_eq!(final_data(&rest)["status"], "cancelled");
     let attempt = &app.attempts(&id, "slow").await[0];
     assert_eq!(attempt["error"]["code"], "cancelled", "{attempt}");
+}
+
+#[tokio::test]
+async fn a_cancelled_call_is_cancelled_on_the_server_too() {
+    let mut server = http_server("s3cret").await;
+    let app = spawn_app(|c| c.tools.mcp = vec![http_entry("web", &server, "s3cret")]).await;
+    let run = app
+        .create_run(
+            json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+                tool_step("slow", "web.slow", json!({})),
+            ]}}),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut events = app.events(&id).await;
+    loop {
+        let e = events
+            .next_event()
+            .await
+            .expect("events until the step runs");
+        let data = e.json()["data"].clone();
+        if e.kind() == "step" && data["step_id"] == "slow" && data["status"] == "running" {
+            break;
+        }
+    }
+    let (status, _) = app
+        .post_json(&format!("/v1/runs/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(status, 202);
+    // The server's `slow` only returns once `notifications/cancelled` reached it.
+    let line = tokio::time::timeout(PATIENCE, server.stderr.next_line())
+        .await
+        .expect("the server hears of the cancellation")
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("slow: cancelled"));
+    let rest = tokio::time::timeout(PATIENCE, events.read_to_final())
+        .await
+        .expect("the run ends");
+    assert_eq!(final_data(&rest)["status"], "cancelled");
 }
 
 #[cfg(target_os = "linux")]
