@@ -422,3 +422,41 @@ async fn a_server_that_cannot_be_used_stops_the_start_naming_it() {
     assert!(!text.contains("ghost."), "{text}");
     assert!(text.contains("demo.add"), "{text}");
 }
+
+#[tokio::test]
+async fn orca_serve_exits_with_one_line_naming_a_server_it_cannot_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("orca.toml");
+    std::fs::write(
+        &toml,
+        "[[tools.mcp]]\nname = \"ghost\"\ncommand = \"/nonexistent/mcp-server\"\n",
+    )
+    .unwrap();
+    let database = format!("sqlite://{}", dir.path().join("orca.db").display());
+    let out = Command::new(env!("CARGO_BIN_EXE_orca"))
+        .current_dir(dir.path())
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--database-url",
+            &database,
+        ])
+        .arg("--config")
+        .arg(&toml)
+        .env_remove("ORCA_CONFIG")
+        .env("ORCA_LLM__PROVIDER", "offline")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, out)
+        .await
+        .expect("orca exits")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    for wanted in ["error:", "MCP server `ghost`", "/nonexistent/mcp-server"] {
+        assert!(last.contains(wanted), "wanted {wanted:?} in {stderr}");
+    }
+}
