@@ -39,14 +39,23 @@ pub struct App {
     retention: RetentionHandle,
     /// The retention sweeper; it stops on `shutdown`.
     sweeper: tokio::task::JoinHandle<()>,
+    /// Connections to the MCP servers of `[[tools.mcp]]`, closed after the runs stopped.
+    mcp: crate::tools::mcp::McpClients,
 }
 
 impl App {
     /// Builds the app from a configuration, with the built-in LLM providers and tools.
     pub async fn build(config: Config) -> anyhow::Result<App> {
         let llm = LlmRouter::from_config(&config).map_err(anyhow::Error::msg)?;
-        let tools = ToolRegistry::with_builtins(&config.tools);
-        Self::build_with(config, llm, tools).await
+        // Checked again by `build_with`; first here, so a bad file starts no MCP server.
+        config.validate()?;
+        let mut tools = ToolRegistry::with_builtins(&config.tools);
+        // Before serving, like workflow files: a configured server that cannot be used stops
+        // the start (unless it is optional).
+        let mcp = crate::tools::mcp::connect_all(&config.tools.mcp, &mut tools).await?;
+        let mut app = Self::build_with(config, llm, tools).await?;
+        app.mcp = mcp;
+        Ok(app)
     }
 
     /// Builds the app with the given LLM router and tools (library users and tests).
@@ -143,6 +152,7 @@ impl App {
             retention,
             // Spawned last, once nothing in `build` can fail any more.
             sweeper: tokio::spawn(sweeper.run()),
+            mcp: Default::default(),
         })
     }
 
@@ -219,6 +229,8 @@ impl App {
             tracing::warn!("the store did not take the last records before the stop");
         }
         self.writer.abort();
+        // After the runs: none of them calls an MCP tool any more.
+        self.mcp.close().await;
         let _ = tokio::time::timeout(Duration::from_secs(1), self.store.close()).await;
         Ok(())
     }

@@ -519,6 +519,51 @@ pub struct ToolsConfig {
     /// The only directory file tools may touch.
     pub workspace_dir: PathBuf,
     pub fs_read_max_bytes: u64,
+    /// MCP servers whose tools join the registry at start, `[[tools.mcp]]`.
+    pub mcp: Vec<McpServerConfig>,
+}
+
+/// One MCP server, `[[tools.mcp]]`: a child process spoken to over stdio (`command`) or a
+/// streamable-HTTP endpoint (`url`). Its tools are registered as `<name>.<tool>`.
+/// `${VAR}` in `args`, `env` values, `url` and `headers` values is replaced by the environment
+/// variable when the server is connected, so secrets stay out of the file (and out of logs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The prefix of its tools: lowercase letters, digits and `_`, starting with a letter.
+    pub name: String,
+    /// The program to start (stdio transport); exclusive with `url`.
+    pub command: String,
+    pub args: Vec<String>,
+    /// Extra environment of the child process (it also inherits orca's).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The streamable-HTTP endpoint, e.g. `http://127.0.0.1:8000/mcp`; exclusive with `command`.
+    pub url: String,
+    /// Headers sent with every HTTP request, e.g. `Authorization = "Bearer ${TOKEN}"`.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Longest wait for the server to start and list its tools, and for one tool call.
+    pub timeout_ms: u64,
+    /// Only these tools (the server's names); empty = every tool the server lists.
+    pub tools: Vec<String>,
+    /// A server that fails to start or list its tools is logged and skipped instead of
+    /// stopping orca's start.
+    pub optional: bool,
+}
+
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        McpServerConfig {
+            name: String::new(),
+            command: String::new(),
+            args: Vec::new(),
+            env: Default::default(),
+            url: String::new(),
+            headers: Default::default(),
+            timeout_ms: 30_000,
+            tools: Vec::new(),
+            optional: false,
+        }
+    }
 }
 
 impl Default for ToolsConfig {
@@ -526,6 +571,7 @@ impl Default for ToolsConfig {
         ToolsConfig {
             workspace_dir: PathBuf::from("./workspace"),
             fs_read_max_bytes: 1024 * 1024,
+            mcp: Vec::new(),
         }
     }
 }

@@ -79,7 +79,9 @@ impl ConfigArgs {
 /// container's log collector gets plain text.
 fn init_tracing(format: &str) {
     use std::io::IsTerminal;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // The MCP client library logs each handshake at info, with the whole server description.
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)

@@ -120,6 +120,10 @@ error_codes! {
     InvalidExpression = "invalid_expression", false;
     MathError = "math_error", false;
     InvalidTimezone = "invalid_timezone", false;
+    /// An MCP server's tool answered with `isError: true`.
+    McpToolError = "mcp_tool_error", false;
+    /// An MCP server could not be reached, or its connection failed during the call.
+    McpUnavailable = "mcp_unavailable", true;
     // Middleware.
     /// An agent's answer matched a `guardrail` whose action is `block`.
     GuardrailBlocked = "guardrail_blocked", false;

@@ -328,6 +328,7 @@ mod tests {
             let tool = FsRead::new(&ToolsConfig {
                 workspace_dir: ws,
                 fs_read_max_bytes: limit,
+                ..Default::default()
             });
             Fixture { dir, tool }
         }
@@ -437,6 +438,7 @@ mod tests {
         let tool = FsRead::new(&ToolsConfig {
             workspace_dir: link,
             fs_read_max_bytes: 1024,
+            ..Default::default()
         });
         let out = tool
             .call(json!({"path": "hello.txt"}), &CancellationToken::new())
@@ -485,6 +487,7 @@ mod tests {
         let tool = FsRead::new(&ToolsConfig {
             workspace_dir: f.dir.path().join("no-such-workspace"),
             fs_read_max_bytes: 1024,
+            ..Default::default()
         });
         let err = tool
             .call(json!({"path": "hello.txt"}), &CancellationToken::new())

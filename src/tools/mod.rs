@@ -77,3 +77,4 @@ impl ToolError {
 pub mod clock;
 pub mod fs;
 pub mod math;
+pub mod mcp;

@@ -292,6 +292,7 @@ mod tests {
         let registry = ToolRegistry::with_builtins(&ToolsConfig {
             workspace_dir: dir.path().to_owned(),
             fs_read_max_bytes: 1024,
+            ..Default::default()
         });
         (registry, dir)
     }

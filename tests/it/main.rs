@@ -14,6 +14,7 @@ mod fixed;
 mod history;
 mod llm_provider;
 mod loops;
+mod mcp;
 mod models;
 mod offline_samples;
 mod planning;
