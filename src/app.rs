@@ -62,9 +62,10 @@ impl App {
     pub async fn build_with(
         config: Config,
         llm: LlmRouter,
-        tools: ToolRegistry,
+        mut tools: ToolRegistry,
     ) -> anyhow::Result<App> {
         config.validate()?;
+        crate::tools::http::register_configured(&config.tools, &mut tools)?;
         let functions = FunctionRegistry::build(&config.functions, |alias| llm.has_alias(alias))
             .map_err(|problems| {
                 anyhow::anyhow!("invalid LLM functions:\n  {}", problems.join("\n  "))
@@ -77,6 +78,12 @@ impl App {
             Store::connect_with(&config.database.url, config.database.max_connections, busy)
                 .await
                 .with_context(|| "opening the database (database.url)")?;
+        let declared = crate::tools::http::load_declared(&config.tools, &store, &tools)
+            .await
+            .context("loading the HTTP tools declared through the API")?;
+        if declared > 0 {
+            tracing::info!(tools = declared, "loaded declared HTTP tools");
+        }
         // Before serving: a bad workflow file must stop the start, not surface on first use.
         // An empty `workflows.dir` also runs, to drop shared workflows of an earlier start.
         let dir = &config.workflows.dir;

@@ -521,6 +521,17 @@ pub struct ToolsConfig {
     pub fs_read_max_bytes: u64,
     /// MCP servers whose tools join the registry at start, `[[tools.mcp]]`.
     pub mcp: Vec<McpServerConfig>,
+    /// HTTP tools declared as data, `[[tools.http]]` (see `schemas/HttpTool.schema.json`).
+    pub http: Vec<crate::tools::http::HttpToolSpec>,
+    /// Destinations HTTP tools may reach although they are not public addresses: `host`,
+    /// `host:port`, `10.0.0.0/8`. Everything else private, loopback, link-local (cloud
+    /// metadata) or reserved is refused.
+    pub http_allow: Vec<String>,
+    /// Let HTTP tools reach any address (for a trusted network only).
+    pub http_allow_private: bool,
+    /// Let API callers declare HTTP tools (`PUT /v1/tools/{name}`). Off by default: declared
+    /// tools are shared by every tenant.
+    pub http_api: bool,
 }
 
 /// One MCP server, `[[tools.mcp]]`: a child process spoken to over stdio (`command`) or a
@@ -572,6 +583,10 @@ impl Default for ToolsConfig {
             workspace_dir: PathBuf::from("./workspace"),
             fs_read_max_bytes: 1024 * 1024,
             mcp: Vec::new(),
+            http: Vec::new(),
+            http_allow: Vec::new(),
+            http_allow_private: false,
+            http_api: false,
         }
     }
 }
@@ -888,6 +903,20 @@ impl Config {
             message: message.to_owned(),
             set_by: None,
         };
+        crate::tools::http::guard::Destinations::new(
+            self.tools.http_allow_private,
+            &self.tools.http_allow,
+        )
+        .map_err(|m| invalid("tools.http_allow", &m))?;
+        for (i, spec) in self.tools.http.iter().enumerate() {
+            if let Some((pointer, message)) = spec.problems().into_iter().next() {
+                return Err(Error::Invalid {
+                    key: format!("tools.http[{i}]{}", pointer.replace('/', ".")).into(),
+                    message,
+                    set_by: None,
+                });
+            }
+        }
         let Ok(addr) = self.server.bind.parse::<SocketAddr>() else {
             return Err(Error::Invalid {
                 key: "server.bind".into(),

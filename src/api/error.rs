@@ -62,6 +62,9 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("missing or invalid credentials")]
     Unauthorized,
+    /// Authenticated, but the server's configuration does not let callers do this.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("internal error")]
@@ -125,6 +128,7 @@ impl ApiError {
                 "Idempotency key reused",
             ),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             ApiError::Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",

@@ -11,6 +11,7 @@ pub mod openapi;
 pub mod runs;
 pub mod server;
 pub mod system;
+pub mod tools;
 pub mod workflows;
 
 use std::sync::Arc;
@@ -86,7 +87,7 @@ impl AppState {
         history::run_timeline,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
-        agents::delete_agent, system::list_tools, system::list_functions, system::healthz,
+        agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::healthz,
         system::readyz,
         system::metrics, agui::run_agent,
     ),
@@ -94,7 +95,7 @@ impl AppState {
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
         crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::store::PlanRecord, crate::store::Checkpoint,
-        workflows::WorkflowSummary, workflows::WorkflowDetail, agui::RunAgentInput, agui::ResumeEntry, agui::ResumeStatus, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
+        workflows::WorkflowSummary, workflows::WorkflowDetail, agui::RunAgentInput, tools::ToolDetail, agui::ResumeEntry, agui::ResumeStatus, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -196,6 +197,12 @@ pub fn router(state: AppState) -> Router {
                 .delete(agents::delete_agent),
         )
         .route("/tools", get(system::list_tools))
+        .route(
+            "/tools/{name}",
+            get(tools::get_tool)
+                .put(tools::put_tool)
+                .delete(tools::delete_tool),
+        )
         .route("/functions", get(system::list_functions))
         .route("/agui", post(agui::run_agent));
     let protected = Router::new()

@@ -124,6 +124,18 @@ error_codes! {
     McpToolError = "mcp_tool_error", false;
     /// An MCP server could not be reached, or its connection failed during the call.
     McpUnavailable = "mcp_unavailable", true;
+    /// An HTTP tool's destination (or a redirect's) is not a public address, nor allowed.
+    DestinationNotAllowed = "destination_not_allowed", false;
+    /// An HTTP tool's answer is longer than its `max_response_bytes`.
+    ResponseTooLarge = "response_too_large", false;
+    /// An HTTP tool's server answered 4xx (other than 429).
+    HttpClientError = "http_client_error", false;
+    /// An HTTP tool's server answered 5xx or 429.
+    HttpServerError = "http_server_error", true;
+    /// An HTTP tool's server could not be reached.
+    HttpUnavailable = "http_unavailable", true;
+    /// An HTTP tool's header names an environment variable that is not set.
+    SecretMissing = "secret_missing", false;
     // Middleware.
     /// An agent's answer matched a `guardrail` whose action is `block`.
     GuardrailBlocked = "guardrail_blocked", false;

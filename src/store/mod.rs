@@ -28,7 +28,7 @@ mod retention;
 mod sessions;
 mod timeline;
 pub use history::*;
-pub use registry::{Registry, RegistryRecord, WorkflowRecord};
+pub use registry::{Registry, RegistryRecord, WorkflowRecord, http_tools_tenant};
 pub use retention::RUN_TABLES;
 pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;

@@ -21,6 +21,13 @@ const SHARED_TENANT: &str = "";
 pub enum Registry {
     Workflows,
     Agents,
+    /// HTTP tools declared through the API, all under [`http_tools_tenant`].
+    HttpTools,
+}
+
+/// The one tenant HTTP tools are stored under: they are shared by every tenant.
+pub fn http_tools_tenant() -> Tenant {
+    Tenant("*".into())
 }
 
 impl Registry {
@@ -28,6 +35,7 @@ impl Registry {
         match self {
             Registry::Workflows => "workflows",
             Registry::Agents => "agents",
+            Registry::HttpTools => "http_tools",
         }
     }
 

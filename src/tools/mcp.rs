@@ -199,7 +199,7 @@ async fn start_http(config: &McpServerConfig) -> anyhow::Result<Client> {
 
 /// Replaces each `${NAME}` with the environment variable `NAME`; an unset one is an error
 /// that names the variable (never a value).
-fn expand_env(text: &str) -> anyhow::Result<String> {
+pub(crate) fn expand_env(text: &str) -> anyhow::Result<String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {

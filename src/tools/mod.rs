@@ -4,6 +4,7 @@
 //! This module knows nothing of runs, HTTP or the store: it takes JSON arguments and a
 //! cancellation token and gives back JSON or a [`ToolError`] with a stable code.
 
+pub mod http;
 pub mod registry;
 
 use async_trait::async_trait;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -41,12 +41,15 @@ struct Entry {
     validator: jsonschema::Validator,
 }
 
-/// Every callable tool by name. Cloning is cheap (one `Arc`); the map is copy-on-write, so
-/// registering after clones were handed out does not change what those clones see.
+/// Every callable tool by name. Cloning is cheap (two `Arc`s). The tools registered at start
+/// are copy-on-write, so registering after clones were handed out does not change what those
+/// clones see; tools declared at run time ([`ToolRegistry::declare`]) are shared by every
+/// clone at once.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     /// A `BTreeMap` so that listing is sorted by name without a sort on every request.
     tools: Arc<BTreeMap<String, Arc<Entry>>>,
+    declared: Arc<RwLock<BTreeMap<String, Arc<Entry>>>>,
 }
 
 impl fmt::Debug for ToolRegistry {
@@ -99,17 +102,68 @@ impl ToolRegistry {
     }
 
     pub fn contains(&self, name: &str) -> bool {
+        self.entry(name).is_ok()
+    }
+
+    /// Whether `name` was registered at start (built-in, MCP or configured), so that it cannot
+    /// be declared or removed at run time.
+    pub fn is_fixed(&self, name: &str) -> bool {
         self.tools.contains_key(name)
+    }
+
+    /// Adds or replaces a tool at run time, for every clone of this registry; the schema must
+    /// compile. Tools registered at start cannot be replaced.
+    pub fn declare(&self, tool: Arc<dyn Tool>) -> Result<(), String> {
+        let name = tool.name().to_owned();
+        if self.is_fixed(&name) {
+            return Err(format!("`{name}` is a tool orca was started with"));
+        }
+        let schema = tool.input_schema();
+        let validator = jsonschema::draft202012::new(&schema).map_err(|e| e.to_string())?;
+        let info = ToolInfo {
+            name: name.clone(),
+            description: tool.description().to_owned(),
+            input_schema: schema,
+        };
+        let entry = Arc::new(Entry {
+            tool,
+            info,
+            validator,
+        });
+        self.declared_mut().insert(name, entry);
+        Ok(())
+    }
+
+    /// Removes a tool declared at run time; false if there was none of that name.
+    pub fn undeclare(&self, name: &str) -> bool {
+        self.declared_mut().remove(name).is_some()
+    }
+
+    fn declared_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Entry>>> {
+        // A panic while holding the lock leaves the map whole (inserts and removes are atomic).
+        self.declared.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn declared(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
+        self.declared.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every tool, sorted by name.
     pub fn list(&self) -> Vec<ToolInfo> {
-        self.tools.values().map(|e| e.info.clone()).collect()
+        let declared = self.declared();
+        let mut all: Vec<ToolInfo> = self
+            .tools
+            .values()
+            .chain(declared.values())
+            .map(|e| e.info.clone())
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
     }
 
     /// One tool's listing, if it is registered.
     pub fn info(&self, name: &str) -> Option<ToolInfo> {
-        self.tools.get(name).map(|e| e.info.clone())
+        self.entry(name).ok().map(|e| e.info.clone())
     }
 
     /// Checks arguments against the tool's schema without calling it.
@@ -142,6 +196,7 @@ impl ToolRegistry {
         self.tools
             .get(name)
             .cloned()
+            .or_else(|| self.declared().get(name).cloned())
             .ok_or_else(|| ToolError::NotFound(name.to_owned()))
     }
 }

@@ -12,6 +12,7 @@ mod console;
 mod context;
 mod fixed;
 mod history;
+mod http_tools;
 mod llm_provider;
 mod loops;
 mod mcp;

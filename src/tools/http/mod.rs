@@ -1,0 +1,453 @@
+//! HTTP tools declared as data: a method, a URL template filled from the arguments, headers
+//! whose secrets come from the environment at call time, an input schema, and caps on time and
+//! response size. Declared in the config (`[[tools.http]]`) or through `PUT /v1/tools/{name}`.
+//!
+//! Where a tool may connect is [`guard`]'s business: every request goes through a client whose
+//! only resolver refuses non-public addresses, whose redirects are checked hop by hop, and
+//! which ignores proxy settings (a proxy would resolve names where the guard cannot see).
+
+pub mod guard;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, Url};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::{Tool, ToolError};
+use crate::domain::ErrorCode;
+use guard::{Destinations, GuardedResolver, Refused};
+
+/// The most redirects one call follows.
+const MAX_REDIRECTS: usize = 5;
+
+/// One declared HTTP tool (`schemas/HttpTool.schema.json` says the same for users).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// `https://api.example.com/v1/weather/{city}?units={units}`: placeholders name arguments
+    /// and are percent-encoded; none may sit in the scheme, host or port.
+    pub url: String,
+    /// Header values may hold `${ENV_NAME}`, read when the tool is called.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default = "default_schema")]
+    pub input_schema: Value,
+    #[serde(default = "default_max_bytes")]
+    pub max_response_bytes: u64,
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+fn default_schema() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+fn default_max_bytes() -> u64 {
+    1024 * 1024
+}
+fn default_timeout() -> u64 {
+    10_000
+}
+
+const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// The `{name}` placeholders of a URL template, in order; an error for a malformed one.
+fn placeholders(template: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}').ok_or("a `{` without its `}`")?;
+        let name = &after[..close];
+        let ok = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(format!(
+                "`{{{name}}}` is not a placeholder (letters, digits, `_`)"
+            ));
+        }
+        out.push(name.to_owned());
+        rest = &after[close + 1..];
+    }
+    Ok(out)
+}
+
+impl HttpToolSpec {
+    /// Every problem with the declaration, as (JSON Pointer, message).
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut bad = |p: &str, m: String| out.push((p.to_owned(), m));
+        let name_ok = self.name.len() <= 64
+            && self.name.split('.').count() >= 2
+            && self.name.split('.').all(|part| {
+                part.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            });
+        if !name_ok {
+            bad(
+                "/name",
+                "a dotted lowercase name such as `weather.current` (at most 64 characters)".into(),
+            );
+        }
+        if self.description.chars().count() > 4000 {
+            bad("/description", "at most 4000 characters".into());
+        }
+        if !METHODS.contains(&self.method.as_str()) {
+            bad("/method", format!("one of {}", METHODS.join(", ")));
+        }
+        if !(1..=64 * 1024 * 1024).contains(&self.max_response_bytes) {
+            bad("/max_response_bytes", "between 1 and 67108864".into());
+        }
+        if !(1..=300_000).contains(&self.timeout_ms) {
+            bad("/timeout_ms", "between 1 and 300000 (5 minutes)".into());
+        }
+        self.url_problems(&mut bad);
+        for (name, value) in &self.headers {
+            let pointer = format!("/headers/{}", name.replace('~', "~0").replace('/', "~1"));
+            if HeaderName::from_bytes(name.as_bytes()).is_err() || name.eq_ignore_ascii_case("host")
+            {
+                bad(
+                    &pointer,
+                    "not a header name orca sends (and never `Host`)".into(),
+                );
+            } else if value.contains("${") && !value.split("${").skip(1).all(|s| s.contains('}')) {
+                bad(&pointer, "`${` without its `}`".into());
+            } else if value.len() > 8192 {
+                bad(&pointer, "at most 8192 bytes".into());
+            }
+        }
+        if self.headers.len() > 32 {
+            bad("/headers", "at most 32 headers".into());
+        }
+        out
+    }
+
+    fn url_problems(&self, bad: &mut impl FnMut(&str, String)) {
+        if self.url.len() > 2048 {
+            return bad("/url", "at most 2048 characters".into());
+        }
+        let names = match placeholders(&self.url) {
+            Ok(n) => n,
+            Err(e) => return bad("/url", e),
+        };
+        let authority_end = self.url.find("://").map(|i| i + 3).and_then(|start| {
+            self.url[start..]
+                .find(['/', '?', '#'])
+                .map(|i| start + i)
+                .or(Some(self.url.len()))
+        });
+        if authority_end.is_some_and(|end| self.url[..end].contains('{')) {
+            return bad(
+                "/url",
+                "placeholders may not sit in the scheme, host or port".into(),
+            );
+        }
+        let sample = names
+            .iter()
+            .fold(self.url.clone(), |u, n| u.replace(&format!("{{{n}}}"), "x"));
+        match Url::parse(&sample) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                if !u.username().is_empty() || u.password().is_some() {
+                    bad("/url", "no credentials in the URL: use a header".into());
+                }
+            }
+            _ => bad("/url", "an absolute http or https URL".into()),
+        }
+        let properties = self
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object);
+        for n in names {
+            if !properties.is_some_and(|p| p.contains_key(&n)) {
+                bad(
+                    "/url",
+                    format!("`{{{n}}}` is not a property of input_schema"),
+                );
+            }
+        }
+        if self.input_schema.get("type") != Some(&json!("object")) {
+            bad(
+                "/input_schema",
+                "must be an object schema (`\"type\": \"object\"`)".into(),
+            );
+        } else if let Err(e) = jsonschema::draft202012::new(&self.input_schema) {
+            bad("/input_schema", format!("not a valid JSON Schema: {e}"));
+        }
+    }
+
+    /// The declaration as shown to API clients: header values hidden.
+    pub fn redacted(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Some(h) = v.get_mut("headers").and_then(Value::as_object_mut) {
+            for value in h.values_mut() {
+                *value = json!("<hidden>");
+            }
+        }
+        v
+    }
+}
+
+/// A declared HTTP tool, ready to call.
+pub struct HttpTool {
+    spec: HttpToolSpec,
+    client: reqwest::Client,
+    policy: Arc<Destinations>,
+}
+
+impl HttpTool {
+    /// Builds the tool's client; the declaration must have no [`HttpToolSpec::problems`].
+    pub fn new(spec: HttpToolSpec, policy: Arc<Destinations>) -> anyhow::Result<HttpTool> {
+        let redirects = policy.clone();
+        let client = reqwest::Client::builder()
+            .dns_resolver(GuardedResolver::new(policy.clone()))
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() >= MAX_REDIRECTS {
+                    return attempt.error(Refused(format!("more than {MAX_REDIRECTS} redirects")));
+                }
+                match redirects.check_url(attempt.url()) {
+                    Ok(()) => attempt.follow(),
+                    Err(refused) => attempt.error(refused),
+                }
+            }))
+            .connect_timeout(Duration::from_millis(spec.timeout_ms.min(10_000)))
+            .build()?;
+        Ok(HttpTool {
+            spec,
+            client,
+            policy,
+        })
+    }
+
+    fn url(&self, args: &Value) -> Result<Url, ToolError> {
+        let mut url = self.spec.url.clone();
+        for name in placeholders(&self.spec.url).unwrap_or_default() {
+            let value = match &args[&name] {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            let encoded: String = form_urlencoded::byte_serialize(value.as_bytes()).collect();
+            url = url.replace(&format!("{{{name}}}"), &encoded.replace('+', "%20"));
+        }
+        let url = Url::parse(&url).map_err(|e| {
+            ToolError::failed(
+                ErrorCode::Other("invalid_url".into()),
+                format!("the URL is not valid: {e}"),
+            )
+        })?;
+        self.policy.check_url(&url).map_err(refused)?;
+        Ok(url)
+    }
+
+    fn headers(&self) -> Result<HeaderMap, ToolError> {
+        let mut out = HeaderMap::new();
+        for (name, template) in &self.spec.headers {
+            let value = super::mcp::expand_env(template).map_err(|e| {
+                ToolError::failed(ErrorCode::SecretMissing, format!("header `{name}`: {e}"))
+            })?;
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                ToolError::failed(
+                    ErrorCode::SecretMissing,
+                    format!("header `{name}` is not a valid header value"),
+                )
+            })?;
+            value.set_sensitive(true);
+            if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+                out.insert(name, value);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn send(&self, args: Value) -> Result<Value, ToolError> {
+        let url = self.url(&args)?;
+        let method = Method::from_bytes(self.spec.method.as_bytes()).unwrap_or(Method::GET);
+        let mut request = self
+            .client
+            .request(method.clone(), url)
+            .headers(self.headers()?);
+        if matches!(method, Method::POST | Method::PUT | Method::PATCH) {
+            let used = placeholders(&self.spec.url).unwrap_or_default();
+            let body: Map<String, Value> = args
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| !used.contains(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            request = request.json(&body);
+        }
+        let response = request.send().await.map_err(|e| transport(&e))?;
+        let status = response.status();
+        let json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("json"));
+        let body = self.read_capped(response).await?;
+        let text = String::from_utf8_lossy(&body);
+        if !status.is_success() {
+            let snippet: String = text.chars().take(300).collect();
+            let code = if status.is_server_error() || status.as_u16() == 429 {
+                ErrorCode::HttpServerError
+            } else {
+                ErrorCode::HttpClientError
+            };
+            return Err(ToolError::failed(code, format!("HTTP {status}: {snippet}")));
+        }
+        Ok(
+            match json
+                .then(|| serde_json::from_slice::<Value>(&body).ok())
+                .flatten()
+            {
+                Some(v) => v,
+                None => Value::String(text.into_owned()),
+            },
+        )
+    }
+
+    async fn read_capped(&self, response: reqwest::Response) -> Result<Vec<u8>, ToolError> {
+        let max = self.spec.max_response_bytes as usize;
+        let too_large = || {
+            ToolError::failed(
+                ErrorCode::ResponseTooLarge,
+                format!("the response is larger than max_response_bytes ({max})"),
+            )
+        };
+        if response.content_length().is_some_and(|n| n as usize > max) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| transport(&e))?;
+            if body.len() + chunk.len() > max {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+}
+
+fn refused(r: Refused) -> ToolError {
+    ToolError::failed(ErrorCode::DestinationNotAllowed, r.0)
+}
+
+/// A request that failed before an answer: refused by the guard, timed out, or unreachable.
+fn transport(e: &reqwest::Error) -> ToolError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(r) = err.downcast_ref::<Refused>() {
+            return refused(Refused(r.0.clone()));
+        }
+        source = err.source();
+    }
+    if e.is_timeout() {
+        return ToolError::failed(ErrorCode::ToolTimeout, "the HTTP request timed out");
+    }
+    let host = e
+        .url()
+        .and_then(|u| u.host_str())
+        .unwrap_or("the server")
+        .to_owned();
+    ToolError::failed(
+        ErrorCode::HttpUnavailable,
+        format!("could not reach {host}"),
+    )
+}
+
+#[async_trait]
+impl Tool for HttpTool {
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+    fn description(&self) -> &str {
+        &self.spec.description
+    }
+    fn input_schema(&self) -> Value {
+        self.spec.input_schema.clone()
+    }
+    async fn call(&self, args: Value, cancel: &CancellationToken) -> Result<Value, ToolError> {
+        let timeout = Duration::from_millis(self.spec.timeout_ms);
+        tokio::select! {
+            () = cancel.cancelled() => Err(ToolError::Cancelled),
+            r = tokio::time::timeout(timeout, self.send(args)) => r.unwrap_or_else(|_| Err(
+                ToolError::failed(ErrorCode::ToolTimeout, format!("no answer within timeout_ms ({} ms)", timeout.as_millis())))),
+        }
+    }
+}
+
+/// The operator's destination policy, from the config (checked by `Config::validate`).
+pub fn destinations(config: &crate::config::ToolsConfig) -> anyhow::Result<Arc<Destinations>> {
+    Destinations::new(config.http_allow_private, &config.http_allow)
+        .map(Arc::new)
+        .map_err(|m| anyhow::anyhow!("tools.http_allow: {m}"))
+}
+
+/// Registers the `[[tools.http]]` tools; a name already taken stops the start.
+pub fn register_configured(
+    config: &crate::config::ToolsConfig,
+    registry: &mut super::ToolRegistry,
+) -> anyhow::Result<()> {
+    let policy = destinations(config)?;
+    for spec in &config.http {
+        if registry.contains(&spec.name) {
+            anyhow::bail!("tools.http: `{}` is already a tool", spec.name);
+        }
+        registry.register(Arc::new(HttpTool::new(spec.clone(), policy.clone())?));
+    }
+    Ok(())
+}
+
+/// Declares the HTTP tools stored through the API at earlier starts.
+pub async fn load_declared(
+    config: &crate::config::ToolsConfig,
+    store: &crate::store::Store,
+    registry: &super::ToolRegistry,
+) -> anyhow::Result<usize> {
+    let policy = destinations(config)?;
+    let tenant = crate::store::http_tools_tenant();
+    let records = store
+        .list_entries(crate::store::Registry::HttpTools, &tenant)
+        .await?;
+    let mut loaded = 0;
+    for record in records {
+        let spec: HttpToolSpec = match serde_json::from_value(record.definition) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(tool = %record.name, error = %e, "skipping a stored HTTP tool");
+                continue;
+            }
+        };
+        if registry.is_fixed(&spec.name) {
+            tracing::warn!(tool = %spec.name, "a stored HTTP tool has the name of a configured one; the configured one wins");
+            continue;
+        }
+        registry
+            .declare(Arc::new(HttpTool::new(spec, policy.clone())?))
+            .map_err(anyhow::Error::msg)?;
+        loaded += 1;
+    }
+    Ok(loaded)
+}
