@@ -41,6 +41,8 @@ pub struct App {
     sweeper: tokio::task::JoinHandle<()>,
     /// Connections to the MCP servers of `[[tools.mcp]]`, closed after the runs stopped.
     mcp: crate::tools::mcp::McpClients,
+    /// The trace exporter, flushed and stopped after the runs.
+    telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 impl App {
@@ -111,6 +113,10 @@ impl App {
         if loaded > 0 {
             tracing::info!(agents = loaded, "loaded shared agents");
         }
+        let telemetry = Arc::new(
+            crate::telemetry::Telemetry::from_config(&config.telemetry)
+                .context("starting the trace exporter (telemetry)")?,
+        );
         let (hub, writer) = EventHub::start(store.clone(), config.engine.event_buffer);
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -125,6 +131,7 @@ impl App {
             config: Arc::new(config.engine.clone()),
             context: Arc::new(config.context.clone()),
             selector: Arc::new(selector),
+            telemetry: telemetry.clone(),
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());
         tracker.spawn(engine.clone().supervise_store());
@@ -160,6 +167,7 @@ impl App {
             // Spawned last, once nothing in `build` can fail any more.
             sweeper: tokio::spawn(sweeper.run()),
             mcp: Default::default(),
+            telemetry,
         })
     }
 
@@ -238,6 +246,8 @@ impl App {
         self.writer.abort();
         // After the runs: none of them calls an MCP tool any more.
         self.mcp.close().await;
+        // After the runs, so their last spans are sent.
+        self.telemetry.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(1), self.store.close()).await;
         Ok(())
     }

@@ -56,6 +56,29 @@ pub struct Config {
     /// Named LLM functions, `[functions.NAME]`; the built-in ones (planner, replanner,
     /// selector, summarizer) can be reconfigured under their names.
     pub functions: std::collections::BTreeMap<String, crate::functions::FunctionConfig>,
+    /// OpenTelemetry traces; off unless an endpoint is set.
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: OTLP traces (see `crate::telemetry`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The OTLP/HTTP collector, e.g. `http://127.0.0.1:4318` (spans go to `/v1/traces` there,
+    /// JSON-encoded). Empty: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, then
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, else no traces.
+    pub otlp_endpoint: String,
+    /// `service.name` of the spans; `OTEL_SERVICE_NAME` wins when set.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: String::new(),
+            service_name: "orca".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

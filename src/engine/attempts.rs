@@ -192,9 +192,15 @@ impl RunContext {
             attempt,
         )
         .at(new.path);
+        let parent = self.trace_parent((!new.path.is_empty()).then_some(new.path));
+        let trace = self
+            .services
+            .telemetry
+            .start_attempt(parent.as_ref(), &record);
         let open = OpenAttempt {
             record,
             started: Instant::now(),
+            trace,
         };
         self.open_attempts
             .lock()
@@ -235,6 +241,7 @@ impl RunContext {
         let Some(OpenAttempt {
             mut record,
             started,
+            trace,
         }) = open
         else {
             tracing::warn!(
@@ -246,6 +253,7 @@ impl RunContext {
         };
         let elapsed = started.elapsed();
         let event = end_record(&mut record, &end, elapsed);
+        crate::telemetry::end_attempt(trace, record.status, record.error.as_ref());
         self.store_attempt(&record).await;
         self.save_counters().await;
         self.services

@@ -58,6 +58,27 @@ pub struct Services {
     pub context: Arc<crate::config::ContextConfig>,
     /// `[selector]`, compiled: how `auto` is resolved.
     pub selector: Arc<super::selector::Selector>,
+    /// Traces (no-op unless an OTLP endpoint is configured).
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
+}
+
+impl RunContext {
+    /// The trace span work on `step_key` belongs under: the step's open attempt (its latest),
+    /// else the run.
+    pub fn trace_parent(&self, step_key: Option<&str>) -> Option<opentelemetry::Context> {
+        if !self.services.telemetry.is_on() {
+            return None;
+        }
+        let from_attempt = step_key.and_then(|key| {
+            // Work on a nested step may name it by its id alone: an exact key wins.
+            let open = self.open_attempts.lock().expect("attempts lock");
+            open.iter()
+                .filter(|(k, _)| k.step_key() == key || k.step_id == key)
+                .max_by_key(|(k, a)| (k.step_key() == key, a.started))
+                .and_then(|(_, a)| a.trace.clone())
+        });
+        from_attempt.or_else(|| self.trace.lock().expect("trace lock").clone())
+    }
 }
 
 impl Services {
@@ -130,6 +151,8 @@ pub struct RunContext {
     tool_repeats: Mutex<HashMap<u64, u32>>,
     /// What agents' middleware remembers during the run (response cache, rate windows).
     pub middleware: super::middleware::RunState,
+    /// The run's trace span while it executes (see [`crate::telemetry`]).
+    pub(super) trace: Mutex<Option<opentelemetry::Context>>,
 }
 
 /// An attempt under way: its record as stored at the start, and when it started.
@@ -137,6 +160,8 @@ pub struct RunContext {
 pub(super) struct OpenAttempt {
     pub record: StepAttempt,
     pub started: std::time::Instant,
+    /// The attempt's trace span, if traces are on.
+    pub trace: Option<opentelemetry::Context>,
 }
 
 /// A run's place among the `max_running_runs`: held while it runs, given back while it waits
@@ -205,6 +230,7 @@ impl RunContext {
             tool_repeats: Mutex::new(HashMap::new()),
             middleware: Default::default(),
             session: std::sync::OnceLock::new(),
+            trace: Mutex::new(None),
         }
     }
 

@@ -153,7 +153,26 @@ async fn call_target(
         text_kind,
         filter,
     };
+    let parent = ctx.trace_parent(Some(step_id));
+    let span =
+        (ctx.services.telemetry).start_chat(parent.as_ref(), target.provider.name(), &target.model);
+    let mut settings = Vec::new();
+    if let Some(t) = request.temperature {
+        settings.push(opentelemetry::KeyValue::new(
+            "gen_ai.request.temperature",
+            f64::from(t),
+        ));
+    }
+    if let Some(m) = request.max_tokens {
+        settings.push(opentelemetry::KeyValue::new(
+            "gen_ai.request.max_tokens",
+            i64::from(m),
+        ));
+    }
+    crate::telemetry::annotate(span.as_ref(), settings);
     let call = stream_reply(ctx, &*target.provider, request, out, &mut streamed);
+    let call =
+        opentelemetry::context::FutureExt::with_context(call, span.clone().unwrap_or_default());
     let result = match target.timeout {
         None => call.await,
         Some(deadline) => match tokio::time::timeout(deadline, call).await {
@@ -168,6 +187,7 @@ async fn call_target(
             )),
         },
     };
+    crate::telemetry::end(span, result.as_ref().err());
     result.map_err(|error| Failure { error, streamed })
 }
 
@@ -250,6 +270,16 @@ async fn stream_reply(
         started.elapsed().as_secs_f64(),
         usage.prompt_tokens,
         usage.completion_tokens,
+    );
+    crate::telemetry::annotate(
+        Some(&opentelemetry::Context::current()),
+        vec![
+            opentelemetry::KeyValue::new("gen_ai.usage.input_tokens", usage.prompt_tokens as i64),
+            opentelemetry::KeyValue::new(
+                "gen_ai.usage.output_tokens",
+                usage.completion_tokens as i64,
+            ),
+        ],
     );
     let announced = UsageData {
         prompt_tokens: usage.prompt_tokens,

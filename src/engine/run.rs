@@ -23,8 +23,26 @@ pub(super) enum Ending {
     TimedOut(Duration),
 }
 
-/// One run's whole life, from waiting for a slot to its final event.
+/// One run's whole life, from waiting for a slot to its final event, under its trace span.
 pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
+    let run = ctx.run();
+    let span = ctx.services.telemetry.start_run(
+        &ctx.run_id.to_string(),
+        run.orchestration.as_str(),
+        &ctx.tenant.0,
+        ctx.resumed,
+    );
+    *ctx.trace.lock().expect("trace lock") = span;
+    live(inner, &ctx).await;
+    // Not finalized (the server stopped, or the store went down): the run resumes later, in a
+    // new trace.
+    let left = ctx.trace.lock().expect("trace lock").take();
+    let stopped = opentelemetry::KeyValue::new("orca.run.status", "interrupted");
+    crate::telemetry::annotate(left.as_ref(), vec![stopped]);
+    crate::telemetry::end(left, None);
+}
+
+async fn live(inner: &Inner, ctx: &RunContext) {
     if !ctx.resumed {
         ctx.emit(None, Payload::status(RunStatus::Queued)).await;
     }
@@ -32,7 +50,7 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
         p = inner.slots.clone().acquire_owned() => p,
         _ = ctx.cancel.cancelled() => {
             inner.queued.fetch_sub(1, Ordering::SeqCst);
-            finalize(&ctx, Ending::Cancelled).await;
+            finalize(ctx, Ending::Cancelled).await;
             return;
         }
         _ = inner.shutdown.cancelled() => {
@@ -60,7 +78,7 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
     // The time limit counts from this (re)start, paused while the run waits for a human.
     let mut health = inner.services.hub.health();
     let ending = tokio::select! {
-        outcome = guarded(execute(&ctx)) => Ending::Done(outcome),
+        outcome = guarded(execute(ctx)) => Ending::Done(outcome),
         _ = ctx.cancel.cancelled() => Ending::Cancelled,
         _ = ctx.clock.expired() => Ending::TimedOut(ctx.clock.budget()),
         _ = inner.shutdown.cancelled() => {
@@ -84,7 +102,7 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
     } else {
         ending
     };
-    finalize(&ctx, ending).await;
+    finalize(ctx, ending).await;
 }
 
 async fn execute(ctx: &RunContext) -> Outcome {
@@ -181,6 +199,11 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     run.output = output;
     run.error = error;
     run.finished_at = Some(crate::domain::now());
+    let span = ctx.trace.lock().expect("trace lock").take();
+    let ended = opentelemetry::KeyValue::new("orca.run.status", status.as_str());
+    crate::telemetry::annotate(span.as_ref(), vec![ended]);
+    let failed = matches!(status, RunStatus::Failed | RunStatus::TimedOut);
+    crate::telemetry::end(span, run.error.as_ref().filter(|_| failed));
 
     let data = FinalData {
         status,

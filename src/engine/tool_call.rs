@@ -82,7 +82,14 @@ pub async fn call_tool(
             ErrorCode::ToolNotFound,
             format!("no tool named `{}` is available to this run", call.tool),
         )),
-        ToolArguments::Json(args) => invoke(ctx, call.tool, args).await,
+        ToolArguments::Json(args) => {
+            let parent = ctx.trace_parent(Some(call.step_id));
+            let span =
+                (ctx.services.telemetry).start_tool(parent.as_ref(), call.tool, call.call_id);
+            let result = invoke(ctx, call.tool, args).await;
+            crate::telemetry::end(span, result.as_ref().err());
+            result
+        }
     };
     let outcome = match &result {
         Ok(output) => ToolOutcome::Output(output.clone()),

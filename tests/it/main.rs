@@ -30,5 +30,6 @@ mod stream_end;
 mod teams;
 mod teams_handoff;
 mod teams_middleware;
+mod telemetry;
 mod timeline;
 mod workflows;

@@ -767,6 +767,7 @@ mod tests {
             config: Arc::new(config.engine.clone()),
             context: Arc::new(config.context.clone()),
             selector: Default::default(),
+            telemetry: Default::default(),
         };
         let spec = RunSpec {
             input: json!("go"),
