@@ -128,6 +128,8 @@ async function cancelRun(page) {
 async function finishedRun(page, liveId, humanId) {
   await page.goto(`${base}/#/runs/${liveId}`);
   await waitStatus(page, 'succeeded');
+  // The whole history has arrived once the stream says so.
+  await page.waitForFunction(() => document.querySelector('.stream-state')?.innerText.includes('finished'), null, { timeout: PATIENCE });
   const output = await page.locator('#run-output').innerText();
   expect((await page.locator('.transcript').innerText()).includes(output.slice(0, 20)), 'the history is not shown');
   // At 1× the replay keeps the run's own pace (the model's text took over a second).
