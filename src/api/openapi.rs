@@ -302,6 +302,7 @@ fn complete(doc: &mut Value) {
         ("/v1/runs/{id}/replan", "post"),
         ("/v1/workflows/{name}", "put"),
         ("/v1/agui", "post"),
+        ("/v1/tools/{name}", "put"),
     ];
     for (path, method) in body_ops {
         add_response(doc, path, method, "400", problem_response("Malformed JSON"));
