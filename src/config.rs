@@ -1004,10 +1004,10 @@ impl Config {
         if self.server.max_connections == 0 {
             return Err(invalid("server.max_connections", "must be at least 1"));
         }
-        if !self.database.url.starts_with("sqlite:") {
+        if crate::store::Backend::of_url(&self.database.url).is_none() {
             return Err(invalid(
                 "database.url",
-                "must be a sqlite: URL (e.g. sqlite://orca.db)",
+                "must be a sqlite: or postgres:// URL (e.g. sqlite://orca.db)",
             ));
         }
         if self.database.max_connections == 0 {
@@ -1337,7 +1337,7 @@ mod tests {
                 "[context]\nsession_max_turns = 0\n",
                 "context.session_max_turns",
             ),
-            ("[database]\nurl = \"postgres://x\"\n", "database.url"),
+            ("[database]\nurl = \"mysql://x\"\n", "database.url"),
             (
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",
                 "auth.api_keys",

@@ -138,7 +138,10 @@ async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
             init_tracing(log_format);
             let config = args.load()?;
             orca::store::Store::migrate(&config.database.url).await?;
-            tracing::info!(database = %config.database.url, "migrations applied");
+            tracing::info!(
+                database = %orca::store::redact_url(&config.database.url),
+                "migrations applied"
+            );
             Ok(())
         }
         Command::Serve(args) => {

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 use utoipa::ToSchema;
 
 use super::{Result, Store, fmt_time, parse_json, parse_opt_json, parse_time, to_json};
@@ -57,7 +57,7 @@ impl Store {
         plan: &Value,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO plans (run_id, version, reason, plan, created_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO plans (run_id, version, reason, plan, created_at) VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(run.to_string())
         .bind(version as i64)
@@ -71,7 +71,7 @@ impl Store {
 
     /// Every plan version of a run, oldest first.
     pub async fn list_plans(&self, run: RunId) -> Result<Vec<PlanRecord>> {
-        let rows = sqlx::query("SELECT * FROM plans WHERE run_id = ? ORDER BY version")
+        let rows = sqlx::query("SELECT * FROM plans WHERE run_id = $1 ORDER BY version")
             .bind(run.to_string())
             .fetch_all(&self.pool)
             .await?;
@@ -110,7 +110,7 @@ impl Store {
     pub async fn save_replan_request(&self, run: RunId, message: &str) -> Result<u64> {
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO replan_requests (run_id, seq, message, created_at)
-             SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3 FROM replan_requests WHERE run_id = ?1
+             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3 FROM replan_requests WHERE run_id = $1
              RETURNING seq",
         )
         .bind(run.to_string())
@@ -128,7 +128,7 @@ impl Store {
         after: u64,
     ) -> Result<Vec<(u64, String)>> {
         let rows = sqlx::query(
-            "SELECT seq, message FROM replan_requests WHERE run_id = ? AND seq > ? ORDER BY seq",
+            "SELECT seq, message FROM replan_requests WHERE run_id = $1 AND seq > $2 ORDER BY seq",
         )
         .bind(run.to_string())
         .bind(after as i64)
@@ -145,7 +145,7 @@ impl Store {
     /// transaction: the API acknowledges an answer only once this returned.
     pub async fn save_answer(&self, run: RunId, step_key: &str, value: &Value) -> Result<()> {
         sqlx::query(
-            "INSERT INTO input_answers (run_id, step_key, value, answered_at) VALUES (?, ?, ?, ?)
+            "INSERT INTO input_answers (run_id, step_key, value, answered_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (run_id, step_key) DO UPDATE SET
                 value = excluded.value, answered_at = excluded.answered_at",
         )
@@ -160,12 +160,13 @@ impl Store {
 
     /// The stored answer to the `user_input` step at `step_key`, if it has one.
     pub async fn answer_for(&self, run: RunId, step_key: &str) -> Result<Option<Value>> {
-        let text: Option<String> =
-            sqlx::query_scalar("SELECT value FROM input_answers WHERE run_id = ? AND step_key = ?")
-                .bind(run.to_string())
-                .bind(step_key)
-                .fetch_optional(&self.pool)
-                .await?;
+        let text: Option<String> = sqlx::query_scalar(
+            "SELECT value FROM input_answers WHERE run_id = $1 AND step_key = $2",
+        )
+        .bind(run.to_string())
+        .bind(step_key)
+        .fetch_optional(&self.pool)
+        .await?;
         text.map(|t| parse_json(&t)).transpose()
     }
 
@@ -182,7 +183,7 @@ impl Store {
         // the same MAX(id) and collide.
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at)
-             SELECT ?1, COALESCE(MAX(id), 0) + 1, ?2, ?3, ?4 FROM checkpoints WHERE run_id = ?1
+             SELECT $1, COALESCE(MAX(id), 0) + 1, $2, $3, $4 FROM checkpoints WHERE run_id = $1
              RETURNING id",
         )
         .bind(run.to_string())
@@ -196,7 +197,7 @@ impl Store {
 
     /// A run's checkpoints, oldest first.
     pub async fn list_checkpoints(&self, run: RunId) -> Result<Vec<Checkpoint>> {
-        let rows = sqlx::query("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY id")
+        let rows = sqlx::query("SELECT * FROM checkpoints WHERE run_id = $1 ORDER BY id")
             .bind(run.to_string())
             .fetch_all(&self.pool)
             .await?;
@@ -213,7 +214,7 @@ impl Store {
         // Ids above i64::MAX cannot exist; clamping keeps a huge `after` from wrapping.
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let rows = sqlx::query(
-            "SELECT * FROM checkpoints WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            "SELECT * FROM checkpoints WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
         )
         .bind(run.to_string())
         .bind(after)
@@ -226,7 +227,7 @@ impl Store {
     /// The checkpoint a resumed run starts from.
     pub async fn latest_checkpoint(&self, run: RunId) -> Result<Option<Checkpoint>> {
         let row =
-            sqlx::query("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY id DESC LIMIT 1")
+            sqlx::query("SELECT * FROM checkpoints WHERE run_id = $1 ORDER BY id DESC LIMIT 1")
                 .bind(run.to_string())
                 .fetch_optional(&self.pool)
                 .await?;
@@ -234,7 +235,7 @@ impl Store {
     }
 }
 
-fn checkpoint_from_row(r: &SqliteRow) -> Result<Checkpoint> {
+fn checkpoint_from_row(r: &AnyRow) -> Result<Checkpoint> {
     Ok(Checkpoint {
         id: r.try_get::<i64, _>("id")? as u64,
         plan_version: r.try_get::<i64, _>("plan_version")? as u32,

@@ -1,5 +1,9 @@
-//! The store: every SQL statement of orca lives here. SQLite now (WAL, one file); the queries
-//! are plain runtime SQL so a Postgres twin can follow without touching callers.
+//! The store: every SQL statement of orca lives here, for two backends behind one API: SQLite
+//! (WAL, one file, one process) and PostgreSQL (any number of replicas). Statements are plain
+//! runtime SQL through sqlx's `Any` driver, written once with `$N` placeholders (which sqlx
+//! binds by number on both); the few that differ ask [`Backend`]. Each backend has its own
+//! migrations folder (`migrations/sqlite`, `migrations/postgres`), the same schema in intent:
+//! JSON and times as text, integers as 64-bit.
 //!
 //! The store only persists and reads back domain types; it decides nothing about runs.
 //! Invariant: a run's `final` event and its terminal row are written in one transaction
@@ -11,10 +15,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{AssertSqlSafe, Row, SqlitePool};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+use sqlx::{AnyPool, AssertSqlSafe, ConnectOptions, Connection, Executor, Row};
 
 use crate::domain::run::RunSpec;
 use crate::domain::{
@@ -33,7 +36,48 @@ pub use retention::RUN_TABLES;
 pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The database behind a store, told by its URL's scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `sqlite:` — one file, one orca process.
+    Sqlite,
+    /// `postgres://` or `postgresql://` — one database shared by any number of replicas.
+    Postgres,
+}
+
+impl Backend {
+    /// The backend a database URL names; None for any other scheme.
+    pub fn of_url(url: &str) -> Option<Backend> {
+        if url.starts_with("sqlite:") {
+            Some(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Backend::Postgres)
+        } else {
+            None
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// A database URL fit for logs and errors: its password replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -147,7 +191,7 @@ impl RunTail {
     }
 }
 
-/// A seq as SQLite's signed 64-bit integer. Seqs are far below 2^63; a larger bound (a client's
+/// A seq as the database's signed 64-bit integer. Seqs are far below 2^63; a larger bound (a client's
 /// `after` or `Last-Event-ID`) means "after everything" and must not wrap to a negative number,
 /// which would replay the whole log.
 fn seq_bound(seq: u64) -> i64 {
@@ -171,7 +215,8 @@ pub enum Inserted {
 
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: AnyPool,
+    backend: Backend,
 }
 
 impl Store {
@@ -181,26 +226,72 @@ impl Store {
     }
 
     /// [`Self::connect`], with how long a statement waits for another writer's lock before
-    /// it fails.
+    /// it fails (SQLite's busy timeout, Postgres's `lock_timeout`).
     pub async fn connect_with(
         url: &str,
         max_connections: u32,
         busy_timeout: Duration,
     ) -> Result<Store> {
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // WAL + NORMAL: a committed transaction survives a process crash; only an OS crash
-            // can lose the last few, which the fsync cost per event would not be worth.
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(busy_timeout)
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(max_connections)
-            .connect_with(options)
-            .await?;
-        MIGRATOR.run(&pool).await?;
-        Ok(Store { pool })
+        sqlx::any::install_default_drivers();
+        let backend = Backend::of_url(url).ok_or_else(|| {
+            Error::Db(sqlx::Error::Configuration(
+                "the database URL must start with sqlite: or postgres://".into(),
+            ))
+        })?;
+        let ms = busy_timeout.as_millis();
+        let pool = match backend {
+            Backend::Sqlite => {
+                // The file is created and put in WAL mode (a property of the file) once, with
+                // the SQLite driver's own options; every pooled connection then sets what is
+                // per connection.
+                let first = SqliteConnectOptions::from_str(url)?
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .connect()
+                    .await?;
+                first.close().await?;
+                AnyPoolOptions::new()
+                    .max_connections(max_connections)
+                    .after_connect(move |conn, _| {
+                        Box::pin(async move {
+                            // WAL + NORMAL: a committed transaction survives a process crash;
+                            // only an OS crash can lose the last few, which the fsync cost per
+                            // event would not be worth.
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            conn.execute(AssertSqlSafe(format!("PRAGMA busy_timeout = {ms}")))
+                                .await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await?
+            }
+            Backend::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(max_connections)
+                    .after_connect(move |conn, _| {
+                        Box::pin(async move {
+                            conn.execute(AssertSqlSafe(format!("SET lock_timeout = {ms}")))
+                                .await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await?
+            }
+        };
+        match backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
+            // Postgres migrations take an advisory lock: replicas starting together apply
+            // them once.
+            Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
+        }
+        Ok(Store { pool, backend })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     /// Applies migrations only (for `orca migrate`).
@@ -231,7 +322,7 @@ impl Store {
             "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
                 input, output, error, metadata, session_id, plan_version, idempotency_key,
                 idempotency_hash, created_at)
-             VALUES (?, ?, ?, NULL, ?, ?, ?, ?, NULL, NULL, ?, ?, NULL, ?, ?, ?)
+             VALUES ($1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12)
              ON CONFLICT DO NOTHING",
         )
         .bind(run.id.to_string())
@@ -256,7 +347,7 @@ impl Store {
         let key = idempotency
             .map(|i| i.key)
             .ok_or_else(|| Error::Corrupt("run id collision".into()))?;
-        let row = sqlx::query("SELECT * FROM runs WHERE tenant = ? AND idempotency_key = ?")
+        let row = sqlx::query("SELECT * FROM runs WHERE tenant = $1 AND idempotency_key = $2")
             .bind(&tenant.0)
             .bind(key)
             .fetch_one(&self.pool)
@@ -273,7 +364,7 @@ impl Store {
         id: RunId,
     ) -> Result<Option<String>> {
         let row = sqlx::query(
-            "SELECT idempotency_key, idempotency_hash, spec FROM runs WHERE id = ? AND tenant = ?",
+            "SELECT idempotency_key, idempotency_hash, spec FROM runs WHERE id = $1 AND tenant = $2",
         )
         .bind(id.to_string())
         .bind(&tenant.0)
@@ -295,7 +386,7 @@ impl Store {
     }
 
     pub async fn get_run(&self, tenant: &Tenant, id: RunId) -> Result<Option<StoredRun>> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND tenant = ?")
+        let row = sqlx::query("SELECT * FROM runs WHERE id = $1 AND tenant = $2")
             .bind(id.to_string())
             .bind(&tenant.0)
             .fetch_optional(&self.pool)
@@ -319,38 +410,34 @@ impl Store {
     }
 
     pub async fn list_runs(&self, tenant: &Tenant, f: &RunFilter) -> Result<Vec<Run>> {
-        // Only static fragments are concatenated; every value is a bind parameter.
-        let mut sql = String::from("SELECT * FROM runs WHERE tenant = ?");
+        // Only static fragments and numbered placeholders are concatenated; every value is a
+        // bind parameter, bound in the order its number was given.
+        let mut sql = String::from("SELECT * FROM runs WHERE tenant = $1");
+        let mut n = 1;
+        let mut param = || {
+            n += 1;
+            format!("${n}")
+        };
         if f.status.is_some() {
-            sql.push_str(" AND status = ?");
+            sql.push_str(&format!(" AND status = {}", param()));
         }
         if f.orchestration.is_some() {
-            sql.push_str(" AND orchestration = ?");
+            sql.push_str(&format!(" AND orchestration = {}", param()));
         }
         if f.created_after.is_some() {
-            sql.push_str(" AND created_at > ?");
+            sql.push_str(&format!(" AND created_at > {}", param()));
         }
         if f.created_before.is_some() {
-            sql.push_str(" AND created_at < ?");
+            sql.push_str(&format!(" AND created_at < {}", param()));
         }
         for _ in &f.metadata {
-            sql.push_str(
-                " AND CASE json_type(metadata, ?1_path)
-                     WHEN 'text' THEN json_extract(metadata, ?1_path) = ?1_value
-                     WHEN 'integer' THEN CAST(json_extract(metadata, ?1_path) AS TEXT) = ?1_value
-                     WHEN 'real' THEN CAST(json_extract(metadata, ?1_path) AS TEXT) = ?1_value
-                     WHEN 'true' THEN ?1_value = 'true'
-                     WHEN 'false' THEN ?1_value = 'false'
-                     ELSE 0 END",
-            );
+            let (key, value) = (param(), param());
+            sql.push_str(&metadata_matches(self.backend, &key, &value));
         }
         if f.before_id.is_some() {
-            sql.push_str(" AND id < ?");
+            sql.push_str(&format!(" AND id < {}", param()));
         }
-        sql.push_str(" ORDER BY id DESC LIMIT ?");
-        // Placeholders above are written once per use for clarity; expand them to plain `?`
-        // in order, binding the path and value as many times as they appear.
-        let sql = sql.replace("?1_path", "?").replace("?1_value", "?");
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", param()));
         let mut q = sqlx::query(AssertSqlSafe(sql)).bind(&tenant.0);
         if let Some(s) = f.status {
             q = q.bind(s.as_str());
@@ -365,19 +452,11 @@ impl Store {
             q = q.bind(fmt_time(t));
         }
         for (key, value) in &f.metadata {
-            let path = format!("$.\"{}\"", key.replace('"', "\\\""));
-            // Order of appearance in the CASE: path, path, value, path, value, path, value,
-            // path, value, value, value.
-            q = q
-                .bind(path.clone())
-                .bind(path.clone())
-                .bind(value.clone())
-                .bind(path.clone())
-                .bind(value.clone())
-                .bind(path.clone())
-                .bind(value.clone())
-                .bind(value.clone())
-                .bind(value.clone());
+            let key = match self.backend {
+                Backend::Sqlite => format!("$.\"{}\"", key.replace('"', "\\\"")),
+                Backend::Postgres => key.clone(),
+            };
+            q = q.bind(key).bind(value.clone());
         }
         if let Some(id) = f.before_id {
             q = q.bind(id.to_string());
@@ -466,7 +545,7 @@ impl Store {
                 } => {
                     sqlx::query(
                         "INSERT INTO plans (run_id, version, reason, plan, change, created_at)
-                         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
                     )
                     .bind(run.to_string())
                     .bind(*version as i64)
@@ -500,13 +579,14 @@ impl Store {
 
     /// Events with `seq > after`, in order, at most `limit`.
     pub async fn events_after(&self, run: RunId, after: u64, limit: u32) -> Result<Vec<Event>> {
-        let rows =
-            sqlx::query("SELECT * FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?")
-                .bind(run.to_string())
-                .bind(seq_bound(after))
-                .bind(limit as i64)
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT * FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(run.to_string())
+        .bind(seq_bound(after))
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(|r| event_from_row(run, r)).collect()
     }
 
@@ -515,7 +595,7 @@ impl Store {
     pub async fn run_tail(&self, run: RunId) -> Result<Option<RunTail>> {
         let row = sqlx::query(
             "SELECT status, (SELECT MAX(seq) FROM events WHERE run_id = runs.id) AS last_seq
-             FROM runs WHERE id = ?",
+             FROM runs WHERE id = $1",
         )
         .bind(run.to_string())
         .fetch_optional(&self.pool)
@@ -530,7 +610,7 @@ impl Store {
     }
 
     pub async fn last_seq(&self, run: RunId) -> Result<u64> {
-        let n: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE run_id = ?")
+        let n: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE run_id = $1")
             .bind(run.to_string())
             .fetch_one(&self.pool)
             .await?;
@@ -545,7 +625,7 @@ impl Store {
 
     pub async fn step_attempts(&self, run: RunId) -> Result<Vec<StepAttempt>> {
         let rows = sqlx::query(
-            "SELECT * FROM step_attempts WHERE run_id = ?
+            "SELECT * FROM step_attempts WHERE run_id = $1
              ORDER BY started_at, plan_version, step_id, attempt",
         )
         .bind(run.to_string())
@@ -570,16 +650,13 @@ const ROWS_PER_INSERT: usize = 64;
 
 async fn insert_events<'e, E>(exec: E, events: &[&Event]) -> Result<()>
 where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     // Only static fragments are repeated; every value is a bind parameter.
-    let mut sql = String::from("INSERT INTO events (run_id, seq, kind, step_id, ts, data) VALUES ");
-    for i in 0..events.len() {
-        if i > 0 {
-            sql.push(',');
-        }
-        sql.push_str("(?, ?, ?, ?, ?, ?)");
-    }
+    let sql = format!(
+        "INSERT INTO events (run_id, seq, kind, step_id, ts, data) VALUES {}",
+        placeholders(1, 6, events.len())
+    );
     let mut q = sqlx::query(AssertSqlSafe(sql));
     for ev in events {
         q = q
@@ -596,27 +673,58 @@ where
 
 async fn insert_event<'e, E>(exec: E, ev: &Event) -> Result<()>
 where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     insert_events(exec, &[ev]).await
 }
 
 async fn upsert_attempt<'e, E>(exec: E, run: RunId, a: &StepAttempt) -> Result<()>
 where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     upsert_attempts(exec, &[(run, a)]).await
 }
 
-/// Repeats a `(?, ?, ...)` tuple of `width` placeholders `rows` times.
-fn placeholders(width: usize, rows: usize) -> String {
-    let tuple = format!("({})", vec!["?"; width].join(", "));
-    vec![tuple; rows].join(", ")
+/// `rows` tuples of `width` placeholders, numbered on from `$first`: `($1, $2), ($3, $4)`.
+fn placeholders(first: usize, width: usize, rows: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let tuple: Vec<String> = (0..width)
+                .map(|c| format!("${}", first + r * width + c))
+                .collect();
+            format!("({})", tuple.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `metadata.KEY=VALUE` filter of [`Store::list_runs`] for parameters `key` (SQLite: a
+/// JSON path; Postgres: the key) and `value`: a string equal to the value, or a number or
+/// boolean whose JSON text equals it.
+fn metadata_matches(backend: Backend, key: &str, value: &str) -> String {
+    match backend {
+        Backend::Sqlite => format!(
+            " AND CASE json_type(metadata, {key})
+                 WHEN 'text' THEN json_extract(metadata, {key}) = {value}
+                 WHEN 'integer' THEN CAST(json_extract(metadata, {key}) AS TEXT) = {value}
+                 WHEN 'real' THEN CAST(json_extract(metadata, {key}) AS TEXT) = {value}
+                 WHEN 'true' THEN {value} = 'true'
+                 WHEN 'false' THEN {value} = 'false'
+                 ELSE 0 END"
+        ),
+        Backend::Postgres => format!(
+            " AND CASE jsonb_typeof(metadata::jsonb -> {key})
+                 WHEN 'string' THEN metadata::jsonb ->> {key} = {value}
+                 WHEN 'number' THEN metadata::jsonb ->> {key} = {value}
+                 WHEN 'boolean' THEN metadata::jsonb ->> {key} = {value}
+                 ELSE false END"
+        ),
+    }
 }
 
 async fn upsert_attempts<'e, E>(exec: E, rows: &[(RunId, &StepAttempt)]) -> Result<()>
 where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     // Only static fragments are repeated; every value is a bind parameter.
     let sql = format!(
@@ -627,7 +735,7 @@ where
             status = excluded.status, output = excluded.output, error = excluded.error,
             input = COALESCE(excluded.input, step_attempts.input),
             completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
-        placeholders(14, rows.len())
+        placeholders(1, 14, rows.len())
     );
     let mut q = sqlx::query(AssertSqlSafe(sql));
     for (run, a) in rows {
@@ -653,11 +761,11 @@ where
 
 async fn insert_checkpoints<'e, E>(exec: E, rows: &[(RunId, u64, u32, &Value)]) -> Result<()>
 where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     let sql = format!(
         "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at) VALUES {}",
-        placeholders(5, rows.len())
+        placeholders(1, 5, rows.len())
     );
     let now = fmt_time(crate::domain::now());
     let mut q = sqlx::query(AssertSqlSafe(sql));
@@ -675,12 +783,12 @@ where
 
 async fn save_counters<'e, E>(exec: E, run: RunId, usage: &Usage, counters: &Counters) -> Result<()>
 where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(
-        "UPDATE runs SET prompt_tokens = ?, completion_tokens = ?, llm_calls = ?, tool_calls = ?,
-            steps_used = ?, retries_used = ?, time_used_ms = ?
-         WHERE id = ?",
+        "UPDATE runs SET prompt_tokens = $1, completion_tokens = $2, llm_calls = $3, tool_calls = $4,
+            steps_used = $5, retries_used = $6, time_used_ms = $7
+         WHERE id = $8",
     )
     .bind(usage.prompt_tokens as i64)
     .bind(usage.completion_tokens as i64)
@@ -697,13 +805,13 @@ where
 
 async fn save_run_with<'e, E>(exec: E, run: &Run) -> Result<()>
 where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(
-        "UPDATE runs SET status = ?, completion = ?, orchestration = ?, selection = ?, output = ?,
-            error = ?, plan_version = ?, prompt_tokens = ?, completion_tokens = ?, llm_calls = ?,
-            tool_calls = ?, started_at = ?, finished_at = ?
-         WHERE id = ?",
+        "UPDATE runs SET status = $1, completion = $2, orchestration = $3, selection = $4, output = $5,
+            error = $6, plan_version = $7, prompt_tokens = $8, completion_tokens = $9, llm_calls = $10,
+            tool_calls = $11, started_at = $12, finished_at = $13
+         WHERE id = $14",
     )
     .bind(run.status.as_str())
     .bind(run.completion.map(|c| c.as_str()))
@@ -724,7 +832,7 @@ where
     Ok(())
 }
 
-fn stored_run_from_row(r: &SqliteRow) -> Result<StoredRun> {
+fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
     let id: String = r.try_get("id")?;
     let id = RunId::parse(&id).ok_or_else(|| Error::Corrupt(format!("run id `{id}`")))?;
     let status: String = r.try_get("status")?;
@@ -780,7 +888,7 @@ fn stored_run_from_row(r: &SqliteRow) -> Result<StoredRun> {
     })
 }
 
-fn event_from_row(run: RunId, r: &SqliteRow) -> Result<Event> {
+fn event_from_row(run: RunId, r: &AnyRow) -> Result<Event> {
     let kind: String = r.try_get("kind")?;
     // The column keeps the step key: `path/id` for nested work.
     let key: Option<String> = r.try_get("step_id")?;
@@ -799,7 +907,7 @@ fn event_from_row(run: RunId, r: &SqliteRow) -> Result<Event> {
     })
 }
 
-fn step_attempt_from_row(r: &SqliteRow) -> Result<StepAttempt> {
+fn step_attempt_from_row(r: &AnyRow) -> Result<StepAttempt> {
     let kind: String = r.try_get("kind")?;
     let status: String = r.try_get("status")?;
     let path: String = r.try_get("path")?;

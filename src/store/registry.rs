@@ -6,8 +6,9 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::AnyConnection;
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::any::AnyRow;
 
 use super::{Result, Store, fmt_time, parse_json, parse_time, to_json};
 use crate::domain::Tenant;
@@ -83,13 +84,13 @@ impl Store {
             upsert(&mut tx, registry, SHARED_TENANT, name, definition).await?;
         }
         let stored: Vec<String> =
-            sqlx::query_scalar(registry.sql("SELECT name FROM {table} WHERE tenant = ?"))
+            sqlx::query_scalar(registry.sql("SELECT name FROM {table} WHERE tenant = $1"))
                 .bind(SHARED_TENANT)
                 .fetch_all(&mut *tx)
                 .await?;
         for name in stored {
             if !entries.iter().any(|(n, _)| *n == name) {
-                sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = ? AND name = ?"))
+                sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = $1 AND name = $2"))
                     .bind(SHARED_TENANT)
                     .bind(&name)
                     .execute(&mut *tx)
@@ -109,8 +110,8 @@ impl Store {
     ) -> Result<Option<RegistryRecord>> {
         // `tenant = ''` is false (0) for the tenant's own row, so it sorts first.
         let row = sqlx::query(registry.sql(
-            "SELECT * FROM {table} WHERE name = ? AND (tenant = ? OR tenant = ?)
-             ORDER BY tenant = ? LIMIT 1",
+            "SELECT * FROM {table} WHERE name = $1 AND (tenant = $2 OR tenant = $3)
+             ORDER BY tenant = $4 LIMIT 1",
         ))
         .bind(name)
         .bind(&tenant.0)
@@ -128,8 +129,8 @@ impl Store {
         tenant: &Tenant,
     ) -> Result<Vec<RegistryRecord>> {
         let rows = sqlx::query(registry.sql(
-            "SELECT * FROM {table} WHERE tenant = ?1
-                OR (tenant = ?2 AND name NOT IN (SELECT name FROM {table} WHERE tenant = ?1))
+            "SELECT * FROM {table} WHERE tenant = $1
+                OR (tenant = $2 AND name NOT IN (SELECT name FROM {table} WHERE tenant = $1))
              ORDER BY name",
         ))
         .bind(&tenant.0)
@@ -150,7 +151,7 @@ impl Store {
         if tenant.0 == SHARED_TENANT {
             return Ok(false);
         }
-        let res = sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = ? AND name = ?"))
+        let res = sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = $1 AND name = $2"))
             .bind(&tenant.0)
             .bind(name)
             .execute(&self.pool)
@@ -210,7 +211,7 @@ impl Store {
 /// apart, so try the insert first and update only on conflict; callers run both in one
 /// transaction so a concurrent delete cannot slip between them.
 async fn upsert(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     registry: Registry,
     tenant: &str,
     name: &str,
@@ -220,7 +221,7 @@ async fn upsert(
     let definition = to_json(definition);
     let inserted = sqlx::query(registry.sql(
         "INSERT INTO {table} (tenant, name, definition, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, name) DO NOTHING",
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, name) DO NOTHING",
     ))
     .bind(tenant)
     .bind(name)
@@ -233,7 +234,7 @@ async fn upsert(
         == 1;
     if !inserted {
         sqlx::query(registry.sql(
-            "UPDATE {table} SET definition = ?, updated_at = ? WHERE tenant = ? AND name = ?",
+            "UPDATE {table} SET definition = $1, updated_at = $2 WHERE tenant = $3 AND name = $4",
         ))
         .bind(&definition)
         .bind(&now)
@@ -245,7 +246,7 @@ async fn upsert(
     Ok(inserted)
 }
 
-fn record_from_row(r: &SqliteRow) -> Result<RegistryRecord> {
+fn record_from_row(r: &AnyRow) -> Result<RegistryRecord> {
     Ok(RegistryRecord {
         name: r.try_get("name")?,
         definition: parse_json(&r.try_get::<String, _>("definition")?)?,

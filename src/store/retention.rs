@@ -34,8 +34,8 @@ impl Store {
         // Only a static fragment is spliced in; every value is a bind parameter.
         let sql = format!(
             "SELECT id FROM runs
-             WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN {TERMINAL}
-             ORDER BY finished_at, id LIMIT ?"
+             WHERE finished_at IS NOT NULL AND finished_at < $1 AND status IN {TERMINAL}
+             ORDER BY finished_at, id LIMIT $2"
         );
         let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(sql))
             .bind(fmt_time(cutoff))
@@ -75,8 +75,11 @@ fn delete_where_in<'q>(
     table: &str,
     column: &str,
     ids: &[RunId],
-) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
-    let list = vec!["?"; ids.len()].join(", ");
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    let list = (1..=ids.len())
+        .map(|n| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut q = sqlx::query(AssertSqlSafe(format!(
         "DELETE FROM {table} WHERE {column} IN ({list})"
     )));

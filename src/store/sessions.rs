@@ -37,7 +37,7 @@ impl Store {
         session_id: &str,
     ) -> Result<Map<String, Value>> {
         let rows = sqlx::query(
-            "SELECT name, value FROM session_variables WHERE tenant = ? AND session_id = ?",
+            "SELECT name, value FROM session_variables WHERE tenant = $1 AND session_id = $2",
         )
         .bind(&tenant.0)
         .bind(session_id)
@@ -65,7 +65,7 @@ impl Store {
             sqlx::query(
                 "INSERT INTO session_variables
                     (tenant, session_id, name, value, written_by, updated_at)
-                 VALUES (?, ?, ?, ?, ?, ?)
+                 VALUES ($1, $2, $3, $4, $5, $6)
                  ON CONFLICT (tenant, session_id, name) DO UPDATE SET
                     value = excluded.value, written_by = excluded.written_by,
                     updated_at = excluded.updated_at",
@@ -95,9 +95,9 @@ impl Store {
     ) -> Result<Vec<Turn>> {
         let rows = sqlx::query(
             "SELECT id, input, output FROM runs
-             WHERE tenant = ? AND session_id = ? AND id < ? AND id > ?
+             WHERE tenant = $1 AND session_id = $2 AND id < $3 AND id > $4
                AND status = 'succeeded' AND output IS NOT NULL
-             ORDER BY id DESC LIMIT ?",
+             ORDER BY id DESC LIMIT $5",
         )
         .bind(&tenant.0)
         .bind(session_id)
@@ -130,7 +130,7 @@ impl Store {
     ) -> Result<Option<SessionSummary>> {
         let row = sqlx::query(
             "SELECT summary, through_run, turns, tokens FROM session_summaries
-             WHERE tenant = ? AND session_id = ?",
+             WHERE tenant = $1 AND session_id = $2",
         )
         .bind(&tenant.0)
         .bind(session_id)
@@ -161,7 +161,7 @@ impl Store {
         sqlx::query(
             "INSERT INTO session_summaries
                 (tenant, session_id, summary, through_run, turns, tokens, made_by, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (tenant, session_id) DO UPDATE SET
                 summary = excluded.summary, through_run = excluded.through_run,
                 turns = excluded.turns, tokens = excluded.tokens, made_by = excluded.made_by,

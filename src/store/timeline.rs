@@ -23,7 +23,8 @@ impl Store {
     /// for an unknown run or another tenant's.
     ///
     /// Read in one transaction, so the three agree with each other even while the run goes
-    /// on (SQLite gives a read transaction one snapshot). Attempts come without their inputs
+    /// on (SQLite gives a read transaction one snapshot; Postgres is asked for one with
+    /// `REPEATABLE READ`). Attempts come without their inputs
     /// and outputs, and skipped kinds are filtered in SQL, so a long run's model text and tool
     /// outputs are never read or parsed.
     pub async fn run_history(
@@ -33,7 +34,12 @@ impl Store {
         skip: &[EventKind],
     ) -> Result<Option<RunHistory>> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND tenant = ?")
+        if self.backend == super::Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let row = sqlx::query("SELECT * FROM runs WHERE id = $1 AND tenant = $2")
             .bind(id.to_string())
             .bind(&tenant.0)
             .fetch_optional(&mut *tx)
@@ -45,7 +51,7 @@ impl Store {
         let attempts = sqlx::query(
             "SELECT run_id, plan_version, path, step_id, attempt, name, kind, status,
                 NULL AS input, NULL AS output, error, started_at, completed_at, duration_ms
-             FROM step_attempts WHERE run_id = ?
+             FROM step_attempts WHERE run_id = $1
              ORDER BY started_at, plan_version, path, step_id, attempt",
         )
         .bind(id.to_string())
@@ -55,10 +61,10 @@ impl Store {
         .map(step_attempt_from_row)
         .collect::<Result<Vec<_>>>()?;
         // Only placeholders are added to the statement; the kinds are bound.
-        let mut sql = String::from("SELECT * FROM events WHERE run_id = ?");
+        let mut sql = String::from("SELECT * FROM events WHERE run_id = $1");
         if !skip.is_empty() {
             sql.push_str(" AND kind NOT IN ");
-            sql.push_str(&placeholders(skip.len(), 1));
+            sql.push_str(&placeholders(2, skip.len(), 1));
         }
         sql.push_str(" ORDER BY seq");
         let mut q = sqlx::query(AssertSqlSafe(sql)).bind(id.to_string());

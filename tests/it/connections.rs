@@ -163,7 +163,7 @@ async fn start_server(
     env: &[(&str, &str)],
     fd_limit: Option<libc::rlim_t>,
 ) -> Server {
-    let db = format!("sqlite://{}", dir.path().join("orca.db").display());
+    let db = crate::support::db::database_url(dir.path());
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"));
     if let Some(n) = fd_limit {
         let lim = libc::rlimit {

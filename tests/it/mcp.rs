@@ -432,7 +432,7 @@ async fn orca_serve_exits_with_one_line_naming_a_server_it_cannot_start() {
         "[[tools.mcp]]\nname = \"ghost\"\ncommand = \"/nonexistent/mcp-server\"\n",
     )
     .unwrap();
-    let database = format!("sqlite://{}", dir.path().join("orca.db").display());
+    let database = crate::support::db::database_url(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_orca"))
         .current_dir(dir.path())
         .args([

@@ -25,7 +25,7 @@ fn orca(dir: &tempfile::TempDir) -> Command {
 }
 
 fn db(dir: &tempfile::TempDir) -> String {
-    format!("sqlite://{}", dir.path().join("orca.db").display())
+    crate::support::db::database_url(dir.path())
 }
 
 #[tokio::test]

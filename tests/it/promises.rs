@@ -463,14 +463,16 @@ async fn a_store_that_refuses_writes_stops_runs_which_resume_once_it_is_back() {
     })
     .await;
 
-    // Another process takes the database's write lock and keeps it.
-    let url = format!("sqlite://{}", app.dir.path().join("orca.db").display());
-    let other = sqlx::SqlitePool::connect(&url).await.unwrap();
+    // Another process takes the database's write lock and keeps it (on Postgres: locks
+    // against writes on the tables a run writes, readers still welcome).
+    let other = crate::support::db::pool(app.dir.path()).await;
     let mut lock = other.acquire().await.unwrap();
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    let take_lock = if crate::support::db::on_postgres() {
+        "BEGIN; LOCK TABLE runs, events, step_attempts, checkpoints IN EXCLUSIVE MODE"
+    } else {
+        "BEGIN IMMEDIATE"
+    };
+    sqlx::raw_sql(take_lock).execute(&mut *lock).await.unwrap();
     until_status(&app, "/readyz", 503).await;
     let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
     assert!(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use orca::config::{ApiKey, Secret};
 use orca::store::RUN_TABLES;
 use serde_json::{Value, json};
-use sqlx::SqlitePool;
+use sqlx::AnyPool;
 
 use crate::support::*;
 
@@ -36,19 +36,16 @@ fn waiting_plan() -> Value {
 }
 
 /// A second connection to the app's database, to look at rows the API no longer shows.
-async fn db(app: &TestApp) -> SqlitePool {
-    let url = format!("sqlite://{}", app.dir.path().join("orca.db").display());
-    SqlitePool::connect(&url)
-        .await
-        .expect("open the test database")
+async fn db(app: &TestApp) -> AnyPool {
+    crate::support::db::pool(app.dir.path()).await
 }
 
 /// Rows per table (the run's own row under `runs`).
-async fn rows_of(pool: &SqlitePool, id: &str) -> BTreeMap<&'static str, i64> {
+async fn rows_of(pool: &AnyPool, id: &str) -> BTreeMap<&'static str, i64> {
     let mut counts = BTreeMap::new();
     for table in RUN_TABLES.iter().copied() {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT COUNT(*) FROM {table} WHERE run_id = ?"
+            "SELECT COUNT(*) FROM {table} WHERE run_id = $1"
         )))
         .bind(id)
         .fetch_one(pool)
@@ -56,7 +53,7 @@ async fn rows_of(pool: &SqlitePool, id: &str) -> BTreeMap<&'static str, i64> {
         .unwrap();
         counts.insert(table, n);
     }
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE id = ?")
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE id = $1")
         .bind(id)
         .fetch_one(pool)
         .await
@@ -88,13 +85,13 @@ async fn send(app: &TestApp, method: reqwest::Method, key: Option<&str>, path: &
 }
 
 /// Marks runs as finished (or, for unfinished ones, created) `days` ago.
-async fn age(pool: &SqlitePool, ids: &[&str], days: i64) {
+async fn age(pool: &AnyPool, ids: &[&str], days: i64) {
     let then = orca::store::fmt_time(chrono::Utc::now() - chrono::TimeDelta::days(days));
     for id in ids {
         sqlx::query(
-            "UPDATE runs SET created_at = ?1,
-                finished_at = CASE WHEN finished_at IS NULL THEN NULL ELSE ?1 END
-             WHERE id = ?2",
+            "UPDATE runs SET created_at = $1,
+                finished_at = CASE WHEN finished_at IS NULL THEN NULL ELSE $1 END
+             WHERE id = $2",
         )
         .bind(&then)
         .bind(id)
@@ -113,7 +110,7 @@ async fn deleting_a_finished_run_removes_it_and_everything_it_owns() {
     // A fixed run makes no re-plan requests; give the doomed one a row there too, so every
     // table a run owns is checked.
     sqlx::query(
-        "INSERT INTO replan_requests (run_id, seq, message, created_at) VALUES (?, 1, 'x', '')",
+        "INSERT INTO replan_requests (run_id, seq, message, created_at) VALUES ($1, 1, 'x', '')",
     )
     .bind(&doomed)
     .execute(&pool)
@@ -329,16 +326,20 @@ async fn the_sweeper_sweeps_on_its_own_at_start() {
 #[tokio::test]
 async fn every_table_keyed_by_run_id_is_listed_for_deletion() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("orca.db").display());
+    let url = crate::support::db::database_url(dir.path());
     orca::store::Store::migrate(&url).await.unwrap();
-    let pool = SqlitePool::connect(&url).await.unwrap();
-    let tables: Vec<String> = sqlx::query_scalar(
+    let pool = crate::support::db::pool(dir.path()).await;
+    let tables_with_run_id = if crate::support::db::on_postgres() {
+        "SELECT table_name::text FROM information_schema.columns
+         WHERE table_schema = current_schema() AND column_name = 'run_id' ORDER BY 1"
+    } else {
         "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) p
-         WHERE m.type = 'table' AND p.name = 'run_id' ORDER BY m.name",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+         WHERE m.type = 'table' AND p.name = 'run_id' ORDER BY m.name"
+    };
+    let tables: Vec<String> = sqlx::query_scalar(tables_with_run_id)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
     let mut listed: Vec<&str> = RUN_TABLES.to_vec();
     listed.sort();
     assert_eq!(

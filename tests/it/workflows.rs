@@ -89,7 +89,7 @@ fn pointers(problem: &Value) -> Vec<String> {
 // ---- store ------------------------------------------------------------------------------
 
 async fn temp_store(dir: &tempfile::TempDir) -> Store {
-    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let url = crate::support::db::database_url(dir.path());
     Store::connect(&url, 2).await.expect("store connects")
 }
 

@@ -1,5 +1,5 @@
-//! `spawn_app`: the real server on a random loopback port with a temp SQLite file and a temp
-//! workspace, through the same `App::build` path as `main`. Plus a small SSE reader.
+//! `spawn_app`: the real server on a random loopback port with a temp database (SQLite, or a
+//! schema on `ORCA_TEST_POSTGRES`) and a temp workspace, through the same `App::build` path as `main`. Plus a small SSE reader.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,7 +33,7 @@ pub struct TestApp {
 pub fn test_config(dir: &TempDir) -> Config {
     let mut c = Config::default();
     c.server.bind = "127.0.0.1:0".into();
-    c.database.url = format!("sqlite://{}", dir.path().join("orca.db").display());
+    c.database.url = super::db::database_url(dir.path());
     c.tools.workspace_dir = workspace(dir);
     c.llm.provider = ProviderChoice::Offline;
     c.llm.offline_token_delay_ms = 0;

@@ -54,7 +54,7 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
-        let db = format!("sqlite://{}", dir.join("orca.db").display());
+        let db = super::db::database_url(dir);
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_orca"))
             .args([
                 "serve",

@@ -1,0 +1,75 @@
+//! Which database a test's server uses. By default a SQLite file in the test's directory.
+//! With `ORCA_TEST_POSTGRES` set to a server URL (`.ci/run` starts a throwaway cluster and sets
+//! it), every test gets its own schema in that server's database instead, created on first
+//! use and remembered in the directory, so a restart on the same directory reopens it.
+//!
+//! A schema per test (through the URL's `search_path`), not a database per test: the suite
+//! makes hundreds, and a schema costs a few kilobytes where a database costs megabytes.
+
+use std::path::Path;
+
+use sqlx::{Connection, Executor};
+
+/// The server URL of the Postgres cluster the suite runs against, if any.
+pub fn postgres_server() -> Option<String> {
+    std::env::var("ORCA_TEST_POSTGRES")
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
+/// True when the suite runs against Postgres.
+pub fn on_postgres() -> bool {
+    postgres_server().is_some()
+}
+
+/// The database URL of the test whose files are in `dir`.
+pub fn database_url(dir: &Path) -> String {
+    let Some(server) = postgres_server() else {
+        return format!("sqlite://{}", dir.join("orca.db").display());
+    };
+    let remembered = dir.join("postgres-url");
+    if let Ok(url) = std::fs::read_to_string(&remembered) {
+        return url;
+    }
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    create_schema(&server, &schema);
+    let sep = if server.contains('?') { '&' } else { '?' };
+    let url = format!("{server}{sep}options=-c%20search_path%3D{schema}");
+    std::fs::write(&remembered, &url).expect("remember the test's database");
+    url
+}
+
+/// Creates the schema on a thread of its own, so callers need not be async (or on a runtime
+/// that allows blocking).
+fn create_schema(server: &str, schema: &str) {
+    let server = server.to_owned();
+    let sql = format!("CREATE SCHEMA {schema}");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut conn = sqlx::PgConnection::connect(&server)
+                .await
+                .expect("connect to ORCA_TEST_POSTGRES");
+            conn.execute(sqlx::AssertSqlSafe(sql))
+                .await
+                .expect("create the test's schema");
+            let _ = conn.close().await;
+        })
+    })
+    .join()
+    .expect("schema creation");
+}
+
+/// A pool on the test's database for what a test does behind the server's back (ageing rows,
+/// counting them, holding locks). Statements use `$N` placeholders, as the store's do.
+pub async fn pool(dir: &Path) -> sqlx::AnyPool {
+    sqlx::any::install_default_drivers();
+    sqlx::any::AnyPoolOptions::new()
+        .max_connections(2)
+        .connect(&database_url(dir))
+        .await
+        .expect("open the test's database")
+}
