@@ -79,7 +79,11 @@ impl App {
         let store =
             Store::connect_with(&config.database.url, config.database.max_connections, busy)
                 .await
-                .with_context(|| "opening the database (database.url)")?;
+                .with_context(|| {
+                    let url = crate::store::redact_url(&config.database.url);
+                    format!("opening the database {url} (database.url)")
+                })?
+                .with_lease_ttl(Duration::from_millis(config.database.lease_ttl_ms));
         let declared = crate::tools::http::load_declared(&config.tools, &store, &tools)
             .await
             .context("loading the HTTP tools declared through the API")?;
@@ -135,6 +139,14 @@ impl App {
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());
         tracker.spawn(engine.clone().supervise_store());
+        tracker.spawn(engine.clone().keep_leases());
+        // Other replicas' notices (Postgres): events for streams here, cancels, answers.
+        if let Some(listener) = crate::store::listen(&config.database.url, &store)
+            .await
+            .context("listening to the other replicas (database.url)")?
+        {
+            tracker.spawn(relay_notices(listener, engine.clone(), shutdown.clone()));
+        }
         let resumed = engine.resume_unfinished().await?;
         if resumed > 0 {
             tracing::info!(runs = resumed, "resuming runs left unfinished");
@@ -244,11 +256,53 @@ impl App {
             tracing::warn!("the store did not take the last records before the stop");
         }
         self.writer.abort();
+        // Another replica takes the runs this one leaves at once (Postgres).
+        if self.store.shared() {
+            match self.store.release_leases().await {
+                Ok(n) if n > 0 => {
+                    tracing::info!(runs = n, "handed runs back to the other replicas")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = ?e, "could not hand runs back; their leases lapse")
+                }
+            }
+        }
         // After the runs: none of them calls an MCP tool any more.
         self.mcp.close().await;
         // After the runs, so their last spans are sent.
         self.telemetry.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(1), self.store.close()).await;
         Ok(())
+    }
+}
+
+/// Hands the other replicas' notices to the engine until the server stops.
+async fn relay_notices(
+    mut listener: crate::store::Listener,
+    engine: Engine,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            n = listener.next() => n,
+        };
+        match next {
+            Ok(notices) => {
+                for notice in notices {
+                    engine.on_notice(notice).await;
+                }
+            }
+            Err(e) => {
+                // The listener reconnects on its next call; meanwhile the engine's own
+                // periodic looks stand in for lost notices.
+                tracing::warn!(error = ?e, "listening to the other replicas failed; reconnecting");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        }
     }
 }

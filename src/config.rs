@@ -168,6 +168,10 @@ pub struct DatabaseConfig {
     /// How long a write waits for another process's lock on the database before it fails
     /// (and is tried again; see the README's "When the store fails").
     pub busy_timeout_ms: u64,
+    /// PostgreSQL with several replicas: how long a replica's lease on a run lasts unless
+    /// renewed (every third of it). A replica that dies has its runs taken over this long
+    /// after its last renewal; one that stops hands them back at once.
+    pub lease_ttl_ms: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -176,6 +180,7 @@ impl Default for DatabaseConfig {
             url: "sqlite://orca.db".into(),
             max_connections: 8,
             busy_timeout_ms: 5_000,
+            lease_ttl_ms: 15_000,
         }
     }
 }
@@ -1012,6 +1017,9 @@ impl Config {
         }
         if self.database.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be at least 1"));
+        }
+        if self.database.lease_ttl_ms < 300 {
+            return Err(invalid("database.lease_ttl_ms", "must be at least 300"));
         }
         if self.engine.max_running_runs == 0 {
             return Err(invalid("engine.max_running_runs", "must be at least 1"));

@@ -44,6 +44,23 @@ impl Waiting {
     }
 }
 
+/// Checks an answer against its step's schema; problems point into the request body.
+pub fn check_answer(schema: &JsonSchema, value: &Value) -> Result<(), InputError> {
+    let problems: Vec<InputProblem> = schema
+        .check(value)
+        .into_iter()
+        .map(|v| InputProblem {
+            pointer: format!("/value{}", v.pointer),
+            message: v.message,
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(InputError::Invalid(problems))
+    }
+}
+
 /// Runs waiting for input. A std mutex: lookups and swaps only.
 #[derive(Clone, Default)]
 pub struct InputBox {
@@ -98,19 +115,28 @@ impl InputBox {
             return Err(InputError::NotWaiting(Some(w.step_id.clone())));
         }
         if let Some(schema) = &w.schema {
-            let problems: Vec<InputProblem> = schema
-                .check(value)
-                .into_iter()
-                .map(|v| InputProblem {
-                    pointer: format!("/value{}", v.pointer),
-                    message: v.message,
-                })
-                .collect();
-            if !problems.is_empty() {
-                return Err(InputError::Invalid(problems));
-            }
+            check_answer(schema, value)?;
         }
         Ok(map.remove(&run).expect("checked above"))
+    }
+
+    /// Where the run's pending answer would be stored (`path/step_id`), if it waits.
+    pub fn step_key(&self, run: RunId) -> Option<String> {
+        self.waiting
+            .lock()
+            .expect("input lock")
+            .get(&run)
+            .map(|w| w.step_key.clone())
+    }
+
+    /// Takes the run's wait if it is still for `step_key`: its answer was stored through
+    /// another replica, which already checked it.
+    pub fn take_stored(&self, run: RunId, step_key: &str) -> Option<Waiting> {
+        let mut map = self.waiting.lock().expect("input lock");
+        if map.get(&run)?.step_key != step_key {
+            return None;
+        }
+        map.remove(&run)
     }
 
     /// Returns a taken wait whose answer was not stored, unless the run already left.

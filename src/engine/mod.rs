@@ -14,6 +14,10 @@
 //!   after every earlier event is durable.
 //! - A server stop is not a cancel: runs are left as they are in the store and resumed on the
 //!   next start.
+//! - A run's task runs on the replica that leases it (`store/cluster.rs`): this replica
+//!   renews its leases ([`Engine::keep_leases`]), stops a run whose lease another replica
+//!   took, takes over runs whose lease lapsed, and passes cancels, answers and re-plan
+//!   requests for runs it does not run to the one that does ([`Engine::on_notice`]).
 
 pub mod attempts;
 pub mod checkpoint;
@@ -36,7 +40,7 @@ pub mod simple;
 pub mod sink;
 pub mod tool_call;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -51,7 +55,7 @@ use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
-use crate::store::{self, Idempotency, Inserted, StoredRun};
+use crate::store::{self, Idempotency, Inserted, Notice, StoredRun};
 use crate::tools::ToolRegistry;
 
 pub use context::{EffectiveLimits, RunContext, RunSeed, Services};
@@ -81,12 +85,26 @@ struct Inner {
     services: Services,
     slots: Arc<Semaphore>,
     queued: AtomicUsize,
-    /// Cancellation tokens of live run tasks. A std mutex: insert/remove/lookup only.
-    live: Mutex<HashMap<RunId, CancellationToken>>,
+    /// The tokens of live run tasks. A std mutex: insert/remove/lookup only.
+    live: Mutex<HashMap<RunId, Handles>>,
     tracker: TaskTracker,
     /// Fired on server stop: run tasks leave their runs as they are and exit.
     shutdown: CancellationToken,
+    /// Wakes [`Engine::keep_leases`] early: another replica handed runs back.
+    claim_now: tokio::sync::Notify,
 }
+
+/// A live run task's tokens.
+struct Handles {
+    /// The user's cancel: the run ends `cancelled`.
+    cancel: CancellationToken,
+    /// Leave the run as it is: the server stops (a child of `shutdown`), or another replica
+    /// took the run over.
+    stop: CancellationToken,
+}
+
+/// Most runs one look takes over.
+const CLAIM_BATCH: u32 = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -114,6 +132,7 @@ impl Engine {
                 live: Mutex::new(HashMap::new()),
                 tracker,
                 shutdown,
+                claim_now: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -200,31 +219,131 @@ impl Engine {
             tenant: tenant.clone(),
             spec,
             counters: Default::default(),
+            cancel_requested: false,
         };
         self.spawn(stored, 0, plan.map(Arc::new));
         Ok(Created::New(run))
     }
 
-    /// Resumes every run the store holds as not terminal and no task runs (after a stop, a
-    /// crash, or the store coming back); the number of runs it found unfinished.
+    /// Takes and resumes the unfinished runs no task runs: on SQLite every one (after a stop,
+    /// a crash, or the store coming back); on Postgres those nobody else holds (their lease
+    /// lapsed, or was handed back) and this replica's own. The number of runs it resumed.
     pub async fn resume_unfinished(&self) -> Result<usize, Error> {
         let store = self.inner.services.store();
-        let runs = store.unfinished_runs().await?;
-        let n = runs.len();
+        let runs = store.claim_runs(!store.shared(), CLAIM_BATCH).await?;
+        let mut n = 0;
         for stored in runs {
-            if self
-                .inner
-                .live
-                .lock()
-                .expect("live lock")
-                .contains_key(&stored.run.id)
-            {
+            if self.is_live(stored.run.id) {
                 continue;
             }
             let last = store.last_seq(stored.run.id).await?;
             self.spawn(stored, last, None);
+            n += 1;
         }
         Ok(n)
+    }
+
+    fn is_live(&self, id: RunId) -> bool {
+        self.inner.live.lock().expect("live lock").contains_key(&id)
+    }
+
+    /// On a shared database, every third of a lease (or at once when another replica hands
+    /// runs back): renews this replica's leases, stops the runs another replica took over,
+    /// honours cancels and answers given through other replicas (whose notices may have been
+    /// lost), then takes over runs whose lease lapsed. Runs until the server stops; the caller
+    /// tracks the task. Does nothing on SQLite.
+    pub async fn keep_leases(self) {
+        let store = self.inner.services.store().clone();
+        if !store.shared() {
+            return;
+        }
+        let every = store.lease_ttl() / 3;
+        loop {
+            tokio::select! {
+                _ = self.inner.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+                _ = self.inner.claim_now.notified() => {}
+            }
+            if let Err(e) = self.tend_leases().await {
+                tracing::warn!(error = ?e, "tending run leases failed; trying again");
+            }
+        }
+    }
+
+    async fn tend_leases(&self) -> Result<(), Error> {
+        let store = self.inner.services.store();
+        let held = store.renew_leases().await?;
+        let ids: HashSet<RunId> = held.iter().map(|(id, _)| *id).collect();
+        let mut lost = Vec::new();
+        let mut cancels = Vec::new();
+        {
+            let live = self.inner.live.lock().expect("live lock");
+            for (id, handles) in live.iter() {
+                if !ids.contains(id) {
+                    lost.push((*id, handles.stop.clone()));
+                }
+            }
+            for (id, cancel) in &held {
+                if let Some(h) = live.get(id).filter(|_| *cancel) {
+                    cancels.push(h.cancel.clone());
+                }
+            }
+        }
+        for (id, stop) in lost {
+            // Ended meanwhile (its task is on its way out), or taken over by another replica
+            // after this one's lease lapsed: either way it is not this replica's to run.
+            if !stop.is_cancelled() {
+                tracing::debug!(run_id = %id, "the run's lease is gone: its task stops");
+                stop.cancel();
+            }
+        }
+        for cancel in cancels {
+            cancel.cancel();
+        }
+        for (id, _) in &held {
+            self.take_stored_answer(*id).await;
+        }
+        let resumed = self.resume_unfinished().await?;
+        if resumed > 0 {
+            tracing::info!(
+                runs = resumed,
+                "took over runs whose lease lapsed or was handed back"
+            );
+        }
+        Ok(())
+    }
+
+    /// Acts on what another replica told this one.
+    pub async fn on_notice(&self, notice: Notice) {
+        match notice {
+            Notice::Events { run, seq } => self.inner.services.hub.stored_elsewhere(run, seq),
+            Notice::Cancel(run) => {
+                let live = self.inner.live.lock().expect("live lock");
+                if let Some(h) = live.get(&run) {
+                    h.cancel.cancel();
+                }
+            }
+            Notice::Input(run) => self.take_stored_answer(run).await,
+            Notice::Replan(run) => self.inner.services.replans.wake(run),
+            Notice::Released => self.inner.claim_now.notify_one(),
+        }
+    }
+
+    /// Hands a waiting run the answer another replica stored for it, if there is one.
+    async fn take_stored_answer(&self, run: RunId) {
+        let inputs = &self.inner.services.inputs;
+        let Some(key) = inputs.step_key(run) else {
+            return;
+        };
+        match self.inner.services.store().answer_for(run, &key).await {
+            Ok(Some(value)) => {
+                if let Some(waiting) = inputs.take_stored(run, &key) {
+                    waiting.deliver(value);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = ?e, run_id = %run, "reading a stored answer failed"),
+        }
     }
 
     /// Watches the store: each time it takes writes again after refusing them, waits until
@@ -255,22 +374,33 @@ impl Engine {
     /// Asks a run to stop. Returns the run as it is now.
     pub async fn cancel(&self, tenant: &Tenant, id: RunId) -> Result<Run, Error> {
         let store = self.inner.services.store();
-        let stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
+        let mut stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
         if stored.run.status.is_terminal() {
             return Err(Error::AlreadyTerminal(stored.run.status.as_str()));
         }
-        let token = self.inner.live.lock().expect("live lock").get(&id).cloned();
-        match token {
-            Some(t) => t.cancel(),
-            None => {
-                // No task holds it (it cannot happen after resume_unfinished, but a stored run
-                // must never be stuck): end it here.
-                let last = store.last_seq(id).await?;
-                let ctx = self.context(&stored, last, None, CancellationToken::new());
-                run::finalize(&ctx, run::Ending::Cancelled).await;
+        let token = {
+            let live = self.inner.live.lock().expect("live lock");
+            live.get(&id).map(|h| h.cancel.clone())
+        };
+        if let Some(token) = token {
+            token.cancel();
+            return Ok(stored.run);
+        }
+        if store.shared() {
+            // Recorded first, so whichever replica runs it next ends it.
+            store.request_cancel(id).await?;
+            if !store.claim_run(id).await? {
+                store.notify(&Notice::Cancel(id)).await?;
+                return Ok(stored.run);
             }
         }
-        Ok(stored.run)
+        // No task holds it (on SQLite it cannot happen after resume_unfinished; on Postgres
+        // nobody held it and now this replica does): start one that ends it at once.
+        let last = store.last_seq(id).await?;
+        let run = stored.run.clone();
+        stored.cancel_requested = true;
+        self.spawn(stored, last, None);
+        Ok(run)
     }
 
     /// Answers a run's pending `user_input` step.
@@ -294,8 +424,11 @@ impl Engine {
                 stored.run.status.as_str(),
             )));
         }
-        // Stored before it is delivered: once this returns, the answer survives a crash.
         let inputs = &self.inner.services.inputs;
+        if self.inner.services.store().shared() && !self.is_live(id) {
+            return self.answer_elsewhere(&stored, step_id, value).await;
+        }
+        // Stored before it is delivered: once this returns, the answer survives a crash.
         let waiting = inputs
             .take(id, step_id, &value)
             .map_err(SubmitError::Input)?;
@@ -315,6 +448,54 @@ impl Engine {
                 Err(SubmitError::Engine(e.into()))
             }
         }
+    }
+
+    /// Answers a run that another replica runs (or will, once it takes it over): the answer
+    /// is checked against the run's last `input_required` event, stored unless the step has
+    /// one already, and announced to the replica that runs it.
+    async fn answer_elsewhere(
+        &self,
+        stored: &StoredRun,
+        step_id: &str,
+        value: Value,
+    ) -> Result<(), SubmitError> {
+        let store = self.inner.services.store();
+        let id = stored.run.id;
+        let not_waiting =
+            |on: Option<String>| SubmitError::Input(input::InputError::NotWaiting(on));
+        if stored.run.status != RunStatus::WaitingInput {
+            return Err(not_waiting(None));
+        }
+        let request = store
+            .last_input_request(id)
+            .await
+            .map_err(|e| SubmitError::Engine(e.into()))?
+            .ok_or_else(|| not_waiting(None))?;
+        let waits_on = request.step_id.clone().unwrap_or_default();
+        if waits_on != step_id {
+            return Err(not_waiting(Some(waits_on)));
+        }
+        let data: crate::domain::event::InputRequiredData =
+            serde_json::from_value(request.data.clone())
+                .map_err(|e| SubmitError::Engine(store::Error::Corrupt(e.to_string()).into()))?;
+        if let Some(schema) = &data.schema {
+            let schema = crate::plan::JsonSchema::compile(schema)
+                .map_err(|e| SubmitError::Engine(store::Error::Corrupt(e).into()))?;
+            input::check_answer(&schema, &value).map_err(SubmitError::Input)?;
+        }
+        let key = request.step_key().unwrap_or_default();
+        let first = store
+            .save_first_answer(id, &key, &value)
+            .await
+            .map_err(|e| SubmitError::Engine(e.into()))?;
+        if !first {
+            return Err(not_waiting(None));
+        }
+        store
+            .notify(&Notice::Input(id))
+            .await
+            .map_err(|e| SubmitError::Engine(e.into()))?;
+        Ok(())
     }
 
     /// Asks a running reactive run for a new plan: the request is stored (once this returns
@@ -349,6 +530,13 @@ impl Engine {
             .save_replan_request(id, message)
             .await?;
         self.inner.services.replans.wake(id);
+        if !self.is_live(id) {
+            self.inner
+                .services
+                .store()
+                .notify(&Notice::Replan(id))
+                .await?;
+        }
         Ok(seq)
     }
 
@@ -386,12 +574,20 @@ impl Engine {
     /// Starts the task of a stored run, unless it has one already.
     fn spawn(&self, stored: StoredRun, last_seq: u64, plan: Option<Arc<ValidPlan>>) {
         let cancel = CancellationToken::new();
+        let stop = self.inner.shutdown.child_token();
         {
             let mut live = self.inner.live.lock().expect("live lock");
             if live.contains_key(&stored.run.id) {
                 return;
             }
-            live.insert(stored.run.id, cancel.clone());
+            let handles = Handles {
+                cancel: cancel.clone(),
+                stop: stop.clone(),
+            };
+            live.insert(stored.run.id, handles);
+        }
+        if stored.cancel_requested {
+            cancel.cancel();
         }
         self.inner.queued.fetch_add(1, Ordering::SeqCst);
         let ctx = self.context(&stored, last_seq, plan, cancel);
@@ -400,7 +596,7 @@ impl Engine {
         self.inner.tracker.spawn(
             async move {
                 let id = stored.run.id;
-                run::drive(&engine.inner, ctx).await;
+                run::drive(&engine.inner, ctx, stop).await;
                 engine.inner.live.lock().expect("live lock").remove(&id);
             }
             .instrument(span),

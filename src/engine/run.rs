@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::domain::event::FinalData;
 use crate::domain::{Completion, ErrorCode, Payload, RunError, RunStatus, StepStatus};
 
@@ -24,7 +26,10 @@ pub(super) enum Ending {
 }
 
 /// One run's whole life, from waiting for a slot to its final event, under its trace span.
-pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
+///
+/// `stop` fires when the run must be left as it is for later: the server stops, or another
+/// replica took the run over.
+pub(super) async fn drive(inner: &Inner, ctx: RunContext, stop: CancellationToken) {
     let run = ctx.run();
     let span = ctx.services.telemetry.start_run(
         &ctx.run_id.to_string(),
@@ -33,7 +38,7 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
         ctx.resumed,
     );
     *ctx.trace.lock().expect("trace lock") = span;
-    live(inner, &ctx).await;
+    live(inner, &ctx, &stop).await;
     // Not finalized (the server stopped, or the store went down): the run resumes later, in a
     // new trace.
     let left = ctx.trace.lock().expect("trace lock").take();
@@ -42,7 +47,7 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext) {
     crate::telemetry::end(left, None);
 }
 
-async fn live(inner: &Inner, ctx: &RunContext) {
+async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) {
     if !ctx.resumed {
         ctx.emit(None, Payload::status(RunStatus::Queued)).await;
     }
@@ -53,7 +58,7 @@ async fn live(inner: &Inner, ctx: &RunContext) {
             finalize(ctx, Ending::Cancelled).await;
             return;
         }
-        _ = inner.shutdown.cancelled() => {
+        _ = stop.cancelled() => {
             inner.queued.fetch_sub(1, Ordering::SeqCst);
             return;
         }
@@ -81,8 +86,8 @@ async fn live(inner: &Inner, ctx: &RunContext) {
         outcome = guarded(execute(ctx)) => Ending::Done(outcome),
         _ = ctx.cancel.cancelled() => Ending::Cancelled,
         _ = ctx.clock.expired() => Ending::TimedOut(ctx.clock.budget()),
-        _ = inner.shutdown.cancelled() => {
-            // Leave the run as it is; the next start resumes it.
+        _ = stop.cancelled() => {
+            // Leave the run as it is; the next start (or another replica) resumes it.
             inner.services.inputs.forget(ctx.run_id);
             inner.services.hub.flush().await;
             return;

@@ -158,6 +158,40 @@ impl Store {
         Ok(())
     }
 
+    /// Stores the answer to the step at `step_key` unless it has one already; true when this
+    /// one was stored. Answers given through a replica that does not run the run: of two
+    /// given at once through two replicas, exactly one is taken.
+    pub async fn save_first_answer(
+        &self,
+        run: RunId,
+        step_key: &str,
+        value: &Value,
+    ) -> Result<bool> {
+        let res = sqlx::query(
+            "INSERT INTO input_answers (run_id, step_key, value, answered_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (run_id, step_key) DO NOTHING",
+        )
+        .bind(run.to_string())
+        .bind(step_key)
+        .bind(to_json(value))
+        .bind(fmt_time(Utc::now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    /// The run's last `input_required` event: what it waits for while it is `waiting_input`.
+    pub async fn last_input_request(&self, run: RunId) -> Result<Option<crate::domain::Event>> {
+        let row = sqlx::query(
+            "SELECT * FROM events WHERE run_id = $1 AND kind = 'input_required'
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(run.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| super::event_from_row(run, &r)).transpose()
+    }
+
     /// The stored answer to the `user_input` step at `step_key`, if it has one.
     pub async fn answer_for(&self, run: RunId, step_key: &str) -> Result<Option<Value>> {
         let text: Option<String> = sqlx::query_scalar(

@@ -9,7 +9,7 @@
 //! Invariant: a run's `final` event and its terminal row are written in one transaction
 //! ([`Store::finish_run`]), so history never shows one without the other.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -25,11 +25,13 @@ use crate::domain::{
     Selection, StepAttempt, Tenant, Usage,
 };
 
+mod cluster;
 mod history;
 mod registry;
 mod retention;
 mod sessions;
 mod timeline;
+pub use cluster::{Listener, Notice, listen};
 pub use history::*;
 pub use registry::{Registry, RegistryRecord, WorkflowRecord, http_tools_tenant};
 pub use retention::RUN_TABLES;
@@ -87,6 +89,10 @@ pub enum Error {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// Another replica took the run over (this one's lease lapsed): its history is no longer
+    /// this replica's to write.
+    #[error("this replica no longer holds the run's lease")]
+    LeaseLost,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -143,6 +149,8 @@ pub struct StoredRun {
     pub tenant: Tenant,
     pub spec: RunSpec,
     pub counters: Counters,
+    /// A cancel was asked through a replica that did not run it (see `cluster.rs`).
+    pub cancel_requested: bool,
 }
 
 /// One thing to append to a run's history; see [`Store::append`].
@@ -217,6 +225,11 @@ pub enum Inserted {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// This process's id as a lease owner: the runs it creates or takes over are leased to
+    /// it (see `cluster.rs`).
+    replica: std::sync::Arc<str>,
+    /// How long a lease lasts unless renewed.
+    lease_ttl: Duration,
 }
 
 impl Store {
@@ -268,6 +281,14 @@ impl Store {
                     .await?
             }
             Backend::Postgres => {
+                // One connection first, so an unreachable server or a refused login fails the
+                // start at once with the server's own reason, not a pool's time-out later.
+                let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+                tokio::time::timeout(Duration::from_secs(10), options.connect())
+                    .await
+                    .map_err(|_| sqlx::Error::PoolTimedOut)??
+                    .close()
+                    .await?;
                 AnyPoolOptions::new()
                     .max_connections(max_connections)
                     .after_connect(move |conn, _| {
@@ -287,11 +308,37 @@ impl Store {
             // them once.
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
-        Ok(Store { pool, backend })
+        Ok(Store {
+            pool,
+            backend,
+            replica: uuid::Uuid::now_v7().simple().to_string().into(),
+            lease_ttl: Duration::from_secs(15),
+        })
+    }
+
+    /// The store with leases of `ttl`.
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Store {
+        self.lease_ttl = ttl;
+        self
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// This process's lease owner id.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// Whether other processes may share the database, so that leases are checked on every
+    /// write of a run's history (Postgres). One SQLite file has one process.
+    pub fn shared(&self) -> bool {
+        self.backend == Backend::Postgres
     }
 
     /// Applies migrations only (for `orca migrate`).
@@ -321,8 +368,9 @@ impl Store {
         let res = sqlx::query(
             "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
                 input, output, error, metadata, session_id, plan_version, idempotency_key,
-                idempotency_hash, created_at)
-             VALUES ($1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12)
+                idempotency_hash, created_at, owner, lease_expires_at)
+             VALUES ($1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12,
+                $13, $14)
              ON CONFLICT DO NOTHING",
         )
         .bind(run.id.to_string())
@@ -339,6 +387,9 @@ impl Store {
         // also finds the fingerprint it must match.
         .bind(idempotency.map(|i| i.fingerprint))
         .bind(fmt_time(run.created_at))
+        // Leased to this replica, which starts its task.
+        .bind(&*self.replica)
+        .bind(self.lease_deadline())
         .execute(&self.pool)
         .await?;
         if res.rows_affected() == 1 {
@@ -491,8 +542,32 @@ impl Store {
 
     /// Writes a batch of history records (events, step attempts, checkpoints, plans, run
     /// states) in one transaction, in order.
-    pub async fn append(&self, records: &[Record]) -> Result<()> {
+    ///
+    /// On a shared database only the records of runs this replica still leases are written:
+    /// the leases are read `FOR SHARE` first, so no takeover can slip in before the commit,
+    /// and what a replica that lost a lease still had queued is dropped instead of colliding
+    /// with the new owner's. Returns the runs whose records were dropped so.
+    pub async fn append(&self, records: &[Record]) -> Result<HashSet<RunId>> {
         let mut tx = self.pool.begin().await?;
+        let fenced;
+        let mut lost = HashSet::new();
+        let records = if self.shared() {
+            let runs: Vec<RunId> = records.iter().map(Record::run_id).collect();
+            let held = cluster::held_for_write(&mut tx, &self.replica, &runs).await?;
+            lost = runs.into_iter().filter(|r| !held.contains(r)).collect();
+            if lost.is_empty() {
+                records
+            } else {
+                fenced = records
+                    .iter()
+                    .filter(|r| held.contains(&r.run_id()))
+                    .cloned()
+                    .collect::<Vec<_>>();
+                &fenced[..]
+            }
+        } else {
+            records
+        };
         // Events are independent rows: insert them many per statement. Of several writes of
         // one step attempt in a batch (running, then finished) only the last matters.
         let events: Vec<&Event> = records
@@ -564,15 +639,29 @@ impl Store {
                 } => save_counters(&mut *tx, *run, usage, counters).await?,
             }
         }
+        if self.shared() {
+            cluster::announce_events(&mut tx, &self.replica, &events).await?;
+        }
         tx.commit().await?;
-        Ok(())
+        Ok(lost)
     }
 
-    /// Writes the terminal run row and its `final` event atomically.
+    /// Writes the terminal run row and its `final` event atomically. On a shared database,
+    /// only while this replica holds the run's lease ([`Error::LeaseLost`] otherwise); the
+    /// lease ends with the run.
     pub async fn finish_run(&self, run: &Run, final_event: &Event) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        if self.shared() {
+            let held = cluster::held_for_write(&mut tx, &self.replica, &[run.id]).await?;
+            if held.is_empty() {
+                return Err(Error::LeaseLost);
+            }
+        }
         insert_event(&mut *tx, final_event).await?;
         save_run_with(&mut *tx, run).await?;
+        if self.shared() {
+            cluster::announce_events(&mut tx, &self.replica, &[final_event]).await?;
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -885,6 +974,7 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
         tenant: Tenant(r.try_get("tenant")?),
         spec,
         counters,
+        cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
     })
 }
 

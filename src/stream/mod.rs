@@ -8,7 +8,7 @@
 //! [`EventHub::follow`] is the read side: replay from the store, then live, with no gap and no
 //! duplicate, falling back to the store whenever a subscriber lags behind.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +23,18 @@ use crate::store::{self, Record, Store};
 const MAX_BATCH: usize = 512;
 /// Events read from the store per replay page.
 const REPLAY_PAGE: u32 = 512;
+
+/// A run's live channel on this replica.
+struct Channel {
+    /// The events this replica writes, as they are stored.
+    events: broadcast::Sender<Arc<Event>>,
+    /// The highest seq other replicas said they stored for the run (Postgres notices).
+    stored: watch::Sender<u64>,
+}
+
+/// How often a stream on a shared database looks at the store even without a notice, so a
+/// notice lost while the listener reconnected delays events, never loses them.
+const SHARED_POLL: Duration = Duration::from_secs(2);
 
 enum Command {
     Append(Record),
@@ -62,7 +74,7 @@ struct Inner {
     writer: mpsc::Sender<Command>,
     /// Live channels by run. A std mutex: every critical section is a map lookup or insert,
     /// never held across an await.
-    channels: Mutex<HashMap<RunId, broadcast::Sender<Arc<Event>>>>,
+    channels: Mutex<HashMap<RunId, Channel>>,
     buffer: usize,
     /// Whether the writer can write: false while a batch keeps failing.
     healthy: watch::Receiver<bool>,
@@ -136,16 +148,42 @@ impl EventHub {
 
     /// A receiver of the run's live events. Subscribe *before* replaying history.
     pub fn subscribe(&self, run: RunId) -> broadcast::Receiver<Arc<Event>> {
+        self.subscribe_both(run).0
+    }
+
+    /// The run's live events written here, and the seq other replicas announce.
+    fn subscribe_both(
+        &self,
+        run: RunId,
+    ) -> (broadcast::Receiver<Arc<Event>>, watch::Receiver<u64>) {
         let mut map = self.inner.channels.lock().expect("hub lock");
-        map.entry(run)
-            .or_insert_with(|| broadcast::channel(self.inner.buffer).0)
-            .subscribe()
+        let channel = map.entry(run).or_insert_with(|| Channel {
+            events: broadcast::channel(self.inner.buffer).0,
+            stored: watch::channel(0).0,
+        });
+        (channel.events.subscribe(), channel.stored.subscribe())
+    }
+
+    /// Another replica stored the run's events up to `seq`: streams following it here read
+    /// them from the store.
+    pub fn stored_elsewhere(&self, run: RunId, seq: u64) {
+        let map = self.inner.channels.lock().expect("hub lock");
+        if let Some(channel) = map.get(&run) {
+            channel.stored.send_if_modified(|s| {
+                let newer = seq > *s;
+                *s = (*s).max(seq);
+                newer
+            });
+        }
     }
 
     /// Drops the run's channel if nobody listens any more.
     fn release(&self, run: RunId) {
         let mut map = self.inner.channels.lock().expect("hub lock");
-        if map.get(&run).is_some_and(|tx| tx.receiver_count() == 0) {
+        if map
+            .get(&run)
+            .is_some_and(|c| c.events.receiver_count() == 0)
+        {
             map.remove(&run);
         }
     }
@@ -153,7 +191,7 @@ impl EventHub {
     /// Number of live subscriptions (open event streams).
     pub fn open_streams(&self) -> usize {
         let map = self.inner.channels.lock().expect("hub lock");
-        map.values().map(|tx| tx.receiver_count()).sum()
+        map.values().map(|c| c.events.receiver_count()).sum()
     }
 
     /// Every event of `run` with seq > `after`: history from the store, then live events until
@@ -172,7 +210,10 @@ impl EventHub {
                 hub: hub.clone(),
                 run,
             };
-            let mut rx = hub.subscribe(run);
+            let (mut rx, mut elsewhere) = hub.subscribe_both(run);
+            let shared = hub.inner.store.shared();
+            // Cleared if the notice channel closes, so a closed one cannot spin the loop.
+            let mut notices_open = true;
             let mut last = after;
             // Replay, then follow; every time the live side cannot prove continuity, replay again.
             loop {
@@ -209,10 +250,31 @@ impl EventHub {
                     }
                 }
                 loop {
+                    // On a shared database the run may be written by another replica: its
+                    // notices, or a look at the store now and then, send the reader back to
+                    // the store.
+                    let poll = async {
+                        if shared {
+                            tokio::time::sleep(SHARED_POLL).await
+                        } else {
+                            std::future::pending().await
+                        }
+                    };
                     let next = tokio::select! {
                         _ = stop.cancelled() => return,
                         _ = tx.closed() => return,
                         r = rx.recv() => r,
+                        changed = elsewhere.changed(), if shared && notices_open => {
+                            match changed {
+                                Ok(()) if *elsewhere.borrow_and_update() > last => break,
+                                Ok(()) => continue,
+                                Err(_) => {
+                                    notices_open = false;
+                                    continue;
+                                }
+                            }
+                        }
+                        () = poll => break,
                     };
                     match next {
                         // `final` is always the last event: once it is broadcast nothing
@@ -231,7 +293,7 @@ impl EventHub {
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
                         Err(broadcast::error::RecvError::Closed) => {
                             // The hub is gone (shutdown); give what the store has and stop.
-                            rx = hub.subscribe(run);
+                            (rx, elsewhere) = hub.subscribe_both(run);
                             break;
                         }
                     }
@@ -244,9 +306,9 @@ impl EventHub {
 impl Inner {
     fn broadcast(&self, event: &Arc<Event>) {
         let map = self.channels.lock().expect("hub lock");
-        if let Some(tx) = map.get(&event.run_id) {
+        if let Some(channel) = map.get(&event.run_id) {
             // No receivers is fine: nobody is watching this run right now.
-            let _ = tx.send(event.clone());
+            let _ = channel.events.send(event.clone());
         }
     }
 }
@@ -312,11 +374,13 @@ async fn writer_loop(
             next = rx.try_recv().ok();
         }
         if !batch.is_empty() {
-            write_until_stored(&store, &batch, &health).await;
+            let lost = write_until_stored(&store, &batch, &health).await;
             // Persist, then publish: only now is the batch broadcast.
             if let Some(inner) = hub.upgrade() {
                 for rec in &batch {
-                    if let Record::Event(ev) = rec {
+                    if let Record::Event(ev) = rec
+                        && !lost.contains(&ev.run_id)
+                    {
                         inner.broadcast(ev);
                     }
                 }
@@ -338,17 +402,27 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// it is published before it is stored. A brief failure (a busy database) is retried quietly;
 /// after [`FAILURES_BEFORE_DOWN`] failures the store is reported down (runs stop where they
 /// are, to resume once it is back), and up again once the batch is written.
-async fn write_until_stored(store: &Store, batch: &[Record], health: &watch::Sender<bool>) {
+///
+/// Returns the runs whose records the store dropped because another replica took them over:
+/// what they queued must not be published either.
+async fn write_until_stored(
+    store: &Store,
+    batch: &[Record],
+    health: &watch::Sender<bool>,
+) -> HashSet<RunId> {
     let mut delay = Duration::from_millis(20);
     let mut failures = 0u32;
     loop {
         match store.append(batch).await {
-            Ok(()) => {
+            Ok(lost) => {
                 if !*health.borrow() {
                     tracing::info!("the store takes writes again");
                     health.send_replace(true);
                 }
-                return;
+                if !lost.is_empty() {
+                    tracing::warn!(runs = ?lost, "records of runs another replica took over were dropped");
+                }
+                return lost;
             }
             Err(e) => {
                 failures += 1;

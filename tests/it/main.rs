@@ -23,6 +23,7 @@ mod posture;
 mod process;
 mod promises;
 mod reactive;
+mod replicas;
 mod retention;
 mod scripted_runs;
 mod selector;

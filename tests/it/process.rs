@@ -83,6 +83,42 @@ async fn configuration_errors_name_what_the_user_wrote() {
 }
 
 #[tokio::test]
+async fn a_database_orca_cannot_open_is_a_clear_error_without_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    // A closed loopback port: nothing listens on port 1.
+    let cases = [
+        ("mysql://x", vec!["database.url", "sqlite: or postgres://"]),
+        (
+            "postgres://orca:hunter2-secret@127.0.0.1:1/orca",
+            vec![
+                "database.url",
+                "Connection refused",
+                "postgres://orca:***@127.0.0.1:1",
+            ],
+        ),
+    ];
+    for (url, wanted) in cases {
+        let mut cmd = orca(&dir);
+        cmd.args(["serve", "--database-url", url]);
+        let out = tokio::time::timeout(PATIENCE, cmd.output())
+            .await
+            .expect("orca exits at once")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: {stderr}");
+        for w in wanted {
+            assert!(stderr.contains(w), "{url}: wanted {w}: {stderr}");
+        }
+        for unwanted in ["hunter2", "panicked", ".rs:", "backtrace"] {
+            assert!(
+                !stderr.contains(unwanted),
+                "{url}: {unwanted:?} in {stderr}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn logs_are_plain_text_on_a_non_terminal_stderr() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = orca(&dir)

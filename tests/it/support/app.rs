@@ -34,6 +34,7 @@ pub fn test_config(dir: &TempDir) -> Config {
     let mut c = Config::default();
     c.server.bind = "127.0.0.1:0".into();
     c.database.url = super::db::database_url(dir.path());
+    c.database.lease_ttl_ms = super::db::TEST_LEASE_TTL_MS;
     c.tools.workspace_dir = workspace(dir);
     c.llm.provider = ProviderChoice::Offline;
     c.llm.offline_token_delay_ms = 0;

@@ -10,6 +10,10 @@ use std::path::Path;
 
 use sqlx::{Connection, Executor};
 
+/// Leases in tests: short, so a run of a killed server is taken over (by its restart, or by
+/// another replica) within moments.
+pub const TEST_LEASE_TTL_MS: u64 = 1_500;
+
 /// The server URL of the Postgres cluster the suite runs against, if any.
 pub fn postgres_server() -> Option<String> {
     std::env::var("ORCA_TEST_POSTGRES")
@@ -24,15 +28,21 @@ pub fn on_postgres() -> bool {
 
 /// The database URL of the test whose files are in `dir`.
 pub fn database_url(dir: &Path) -> String {
-    let Some(server) = postgres_server() else {
-        return format!("sqlite://{}", dir.join("orca.db").display());
-    };
+    match postgres_server() {
+        Some(server) => database_url_on(&server, dir),
+        None => format!("sqlite://{}", dir.join("orca.db").display()),
+    }
+}
+
+/// A database (a schema) of its own on the Postgres `server` for the test whose files are
+/// in `dir`.
+pub fn database_url_on(server: &str, dir: &Path) -> String {
     let remembered = dir.join("postgres-url");
     if let Ok(url) = std::fs::read_to_string(&remembered) {
         return url;
     }
     let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
-    create_schema(&server, &schema);
+    create_schema(server, &schema);
     let sep = if server.contains('?') { '&' } else { '?' };
     let url = format!("{server}{sep}options=-c%20search_path%3D{schema}");
     std::fs::write(&remembered, &url).expect("remember the test's database");
@@ -72,4 +82,53 @@ pub async fn pool(dir: &Path) -> sqlx::AnyPool {
         .connect(&database_url(dir))
         .await
         .expect("open the test's database")
+}
+
+/// A Postgres server for tests that need one whatever the suite runs on (several replicas
+/// share one database): `ORCA_TEST_POSTGRES`, or a throwaway cluster of its own started by
+/// `.ci/postgres` (which installs PostgreSQL when it is missing) and stopped on drop.
+pub struct PgServer {
+    pub url: String,
+    own: Option<String>,
+}
+
+impl PgServer {
+    pub fn start() -> PgServer {
+        if let Some(url) = postgres_server() {
+            return PgServer { url, own: None };
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/postgres");
+        let out = std::process::Command::new("bash")
+            .args([script, "start"])
+            .output()
+            .expect("run .ci/postgres");
+        assert!(
+            out.status.success(),
+            "these tests need PostgreSQL: .ci/postgres could not start a cluster: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let exports = String::from_utf8_lossy(&out.stdout);
+        let value = |name: &str| {
+            exports
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!(".ci/postgres printed no {name}: {exports}"))
+        };
+        PgServer {
+            url: value("ORCA_TEST_POSTGRES"),
+            own: Some(value("ORCA_PG_DIR")),
+        }
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.own {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/postgres");
+            let _ = std::process::Command::new("bash")
+                .args([script, "stop", dir])
+                .output();
+        }
+    }
 }

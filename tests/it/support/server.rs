@@ -49,22 +49,31 @@ impl Server {
 
     /// Starts the server with these environment variables (e.g. a scripted model's URL).
     pub async fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> Server {
+        Self::start_on(dir, &super::db::database_url(dir), env).await
+    }
+
+    /// Starts the server on the database `db` (several servers may share one on Postgres),
+    /// working in `dir`.
+    pub async fn start_on(dir: &std::path::Path, db: &str, env: &[(&str, &str)]) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let db = super::db::database_url(dir);
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_orca"))
             .args([
                 "serve",
                 "--bind",
                 &format!("127.0.0.1:{port}"),
                 "--database-url",
-                &db,
+                db,
             ])
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
+            .env(
+                "ORCA_DATABASE__LEASE_TTL_MS",
+                super::db::TEST_LEASE_TTL_MS.to_string(),
+            )
             .current_dir(dir)
             .spawn()
             .unwrap();
@@ -131,6 +140,14 @@ impl Server {
     pub fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+
+    /// Asks the server to stop (SIGTERM) and waits until it has.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: sending a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        self.child.wait().unwrap()
     }
 }
 

@@ -1,0 +1,423 @@
+//! Leases and notices: how replicas sharing one database split the runs between them and tell
+//! each other what changed.
+//!
+//! A run is leased by exactly one replica at a time (`runs.owner`, `runs.lease_expires_at`):
+//! the one that created it, or the one that took it over once its lease lapsed (`FOR UPDATE
+//! SKIP LOCKED`, so two replicas scanning at once never take the same run). Every write of a
+//! run's history first reads its lease `FOR SHARE` ([`held_for_write`]): a replica that lost
+//! a lease can no longer write, and a takeover waits for a write in flight to commit.
+//!
+//! Notices are Postgres `NOTIFY`s, sent inside the transaction whose commit they announce:
+//! `orca_events` (a run has events up to a seq: wakes event streams on the other replicas)
+//! and `orca_control` (a cancel, an answer or a re-plan request for a run another replica
+//! runs; leases handed back). They only wake: the tables stay the truth, and every waiter also
+//! looks again on its own from time to time, so a notice lost while a listener reconnects
+//! delays something, never loses it. On SQLite (one process) none of this is needed: leases
+//! are written but never contended, and no notice is sent.
+
+use std::collections::HashSet;
+
+use sqlx::{AnyConnection, AssertSqlSafe, Row};
+
+use super::{Backend, Error, Record, Result, Store, StoredRun, stored_run_from_row};
+use crate::domain::{Event, RunId};
+
+/// The statuses of a run that is not over, as stored.
+const UNFINISHED: &str = "('queued', 'running', 'waiting_input')";
+/// The channel of event notices.
+const EVENTS: &str = "orca_events";
+/// The channel of control notices.
+const CONTROL: &str = "orca_control";
+/// Longest notice payload we send (Postgres allows just under 8000 bytes).
+const MAX_PAYLOAD: usize = 7000;
+
+impl Record {
+    /// The run a record belongs to.
+    pub fn run_id(&self) -> RunId {
+        match self {
+            Record::Event(ev) => ev.run_id,
+            Record::Attempt(run, _) => *run,
+            Record::Checkpoint { run, .. }
+            | Record::Plan { run, .. }
+            | Record::Counters { run, .. } => *run,
+            Record::RunState(run) => run.id,
+        }
+    }
+}
+
+/// What another replica told this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// The run's events are stored up to `seq`.
+    Events { run: RunId, seq: u64 },
+    /// Someone asked for the run to be cancelled.
+    Cancel(RunId),
+    /// An answer to the run's pending input is stored.
+    Input(RunId),
+    /// A request for a new plan is stored.
+    Replan(RunId),
+    /// A replica handed its runs back: unowned runs are waiting to be taken.
+    Released,
+}
+
+impl Notice {
+    fn control_payload(&self) -> Option<String> {
+        match self {
+            Notice::Cancel(run) => Some(format!("cancel {run}")),
+            Notice::Input(run) => Some(format!("input {run}")),
+            Notice::Replan(run) => Some(format!("replan {run}")),
+            Notice::Released => Some("released".into()),
+            Notice::Events { .. } => None,
+        }
+    }
+
+    fn parse_control(payload: &str) -> Option<Notice> {
+        let (kind, run) = payload.split_once(' ').unwrap_or((payload, ""));
+        let run = RunId::parse(run);
+        match (kind, run) {
+            ("cancel", Some(run)) => Some(Notice::Cancel(run)),
+            ("input", Some(run)) => Some(Notice::Input(run)),
+            ("replan", Some(run)) => Some(Notice::Replan(run)),
+            ("released", _) => Some(Notice::Released),
+            _ => None,
+        }
+    }
+}
+
+/// The payloads announcing `events`: `"<replica> <run>:<seq> <run>:<seq> ..."`, the highest
+/// seq of each run, split to fit.
+fn event_payloads(replica: &str, events: &[&Event]) -> Vec<String> {
+    let mut last: Vec<(RunId, u64)> = Vec::new();
+    for ev in events {
+        match last.iter_mut().find(|(run, _)| *run == ev.run_id) {
+            Some(entry) => entry.1 = entry.1.max(ev.seq),
+            None => last.push((ev.run_id, ev.seq)),
+        }
+    }
+    let mut payloads = Vec::new();
+    let mut current = String::new();
+    for (run, seq) in last {
+        if current.is_empty() {
+            current.push_str(replica);
+        }
+        current.push_str(&format!(" {run}:{seq}"));
+        if current.len() > MAX_PAYLOAD {
+            payloads.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        payloads.push(current);
+    }
+    payloads
+}
+
+/// The event notices of a payload, unless it is this replica's own.
+fn parse_events(replica: &str, payload: &str) -> Vec<Notice> {
+    let mut parts = payload.split(' ');
+    if parts.next() == Some(replica) {
+        return Vec::new();
+    }
+    parts
+        .filter_map(|p| {
+            let (run, seq) = p.split_once(':')?;
+            Some(Notice::Events {
+                run: RunId::parse(run)?,
+                seq: seq.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Of `runs`, those `replica` leases, their rows locked `FOR SHARE` until the transaction
+/// ends (Postgres only).
+pub(super) async fn held_for_write(
+    conn: &mut AnyConnection,
+    replica: &str,
+    runs: &[RunId],
+) -> Result<HashSet<RunId>> {
+    let mut ids: Vec<String> = runs.iter().map(RunId::to_string).collect();
+    ids.sort();
+    ids.dedup();
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    // Only numbered placeholders are added; the ids are bound. Sorted, so two writers lock
+    // rows in the same order.
+    let list: Vec<String> = (2..ids.len() + 2).map(|n| format!("${n}")).collect();
+    let sql = format!(
+        "SELECT id FROM runs WHERE owner = $1 AND id IN ({}) ORDER BY id FOR SHARE",
+        list.join(", ")
+    );
+    let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(replica);
+    for id in &ids {
+        q = q.bind(id.clone());
+    }
+    let held = q.fetch_all(&mut *conn).await?;
+    Ok(held.iter().filter_map(|id| RunId::parse(id)).collect())
+}
+
+/// Announces `events` to the other replicas when the transaction commits.
+pub(super) async fn announce_events(
+    conn: &mut AnyConnection,
+    replica: &str,
+    events: &[&Event],
+) -> Result<()> {
+    for payload in event_payloads(replica, events) {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(EVENTS)
+            .bind(payload)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Store {
+    /// When a lease taken or renewed now lapses.
+    pub(super) fn lease_deadline(&self) -> i64 {
+        now_ms() + i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX / 2)
+    }
+
+    /// Renews every lease this replica holds on an unfinished run. Returns those runs, each
+    /// with whether a cancel was asked for it through another replica; a run this replica
+    /// runs but that is missing here was taken over (or ended).
+    pub async fn renew_leases(&self) -> Result<Vec<(RunId, bool)>> {
+        let sql = format!(
+            "UPDATE runs SET lease_expires_at = $2 WHERE owner = $1 AND status IN {UNFINISHED}
+             RETURNING id, cancel_requested"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(&*self.replica)
+            .bind(self.lease_deadline())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get("id")?;
+                let id =
+                    RunId::parse(&id).ok_or_else(|| Error::Corrupt(format!("run id `{id}`")))?;
+                Ok((id, r.try_get::<i64, _>("cancel_requested")? != 0))
+            })
+            .collect()
+    }
+
+    /// Leases unfinished runs to this replica and returns them, oldest first: with `every`,
+    /// all of them (one SQLite file has one process: whatever an earlier process held is
+    /// this one's now); otherwise at most `limit` of those nobody holds — unowned, or their
+    /// lease lapsed — plus this replica's own (after the store was down).
+    pub async fn claim_runs(&self, every: bool, limit: u32) -> Result<Vec<StoredRun>> {
+        let sql = if every {
+            format!(
+                "UPDATE runs SET owner = $1, lease_expires_at = $2 WHERE status IN {UNFINISHED}
+                 RETURNING *"
+            )
+        } else {
+            let skip_locked = match self.backend {
+                Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+                Backend::Sqlite => "",
+            };
+            format!(
+                "UPDATE runs SET owner = $1, lease_expires_at = $2
+                 WHERE id IN (
+                    SELECT id FROM runs
+                    WHERE status IN {UNFINISHED}
+                      AND (owner IS NULL OR owner = $1 OR lease_expires_at < $3)
+                    ORDER BY id LIMIT $4 {skip_locked})
+                 RETURNING *"
+            )
+        };
+        let mut q = sqlx::query(AssertSqlSafe(sql))
+            .bind(&*self.replica)
+            .bind(self.lease_deadline());
+        if !every {
+            q = q.bind(now_ms()).bind(i64::from(limit));
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        let mut runs = rows
+            .iter()
+            .map(stored_run_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        runs.sort_by_key(|r| r.run.id.to_string());
+        Ok(runs)
+    }
+
+    /// Leases one unfinished run to this replica if nobody else holds it; true when it is
+    /// this replica's now.
+    pub async fn claim_run(&self, id: RunId) -> Result<bool> {
+        let sql = format!(
+            "UPDATE runs SET owner = $1, lease_expires_at = $2
+             WHERE id = $3 AND status IN {UNFINISHED}
+               AND (owner IS NULL OR owner = $1 OR lease_expires_at < $4)"
+        );
+        let res = sqlx::query(AssertSqlSafe(sql))
+            .bind(&*self.replica)
+            .bind(self.lease_deadline())
+            .bind(id.to_string())
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    /// Hands every lease of this replica back (on its way out) and tells the others, who
+    /// take the runs at once instead of after the lease would have lapsed.
+    pub async fn release_leases(&self) -> Result<u64> {
+        let res =
+            sqlx::query("UPDATE runs SET owner = NULL, lease_expires_at = 0 WHERE owner = $1")
+                .bind(&*self.replica)
+                .execute(&self.pool)
+                .await?;
+        if res.rows_affected() > 0 {
+            self.notify(&Notice::Released).await?;
+        }
+        Ok(res.rows_affected())
+    }
+
+    /// Whether the run holds a cancel request made through another replica.
+    pub async fn cancel_requested(&self, id: RunId) -> Result<bool> {
+        let n: Option<i64> = sqlx::query_scalar("SELECT cancel_requested FROM runs WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(n.unwrap_or(0) != 0)
+    }
+
+    /// Records a cancel for whichever replica runs the run, now or after a takeover.
+    pub async fn request_cancel(&self, id: RunId) -> Result<()> {
+        sqlx::query("UPDATE runs SET cancel_requested = 1 WHERE id = $1")
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether another live replica holds the run's lease.
+    pub async fn held_elsewhere(&self, id: RunId) -> Result<bool> {
+        let row = sqlx::query("SELECT owner, lease_expires_at FROM runs WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(false) };
+        let owner: Option<String> = row.try_get("owner")?;
+        let expires: i64 = row.try_get("lease_expires_at")?;
+        Ok(owner.is_some_and(|o| o != *self.replica) && expires >= now_ms())
+    }
+
+    /// Sends a control notice to the other replicas (nothing on SQLite).
+    pub async fn notify(&self, notice: &Notice) -> Result<()> {
+        let Some(payload) = notice.control_payload() else {
+            return Ok(());
+        };
+        if self.shared() {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CONTROL)
+                .bind(payload)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The notices other replicas send, on a connection of its own.
+pub struct Listener {
+    inner: sqlx::postgres::PgListener,
+    replica: String,
+}
+
+/// Listens to the other replicas' notices (Postgres only; None on SQLite).
+pub async fn listen(url: &str, store: &Store) -> Result<Option<Listener>> {
+    if !store.shared() {
+        return Ok(None);
+    }
+    let mut inner = sqlx::postgres::PgListener::connect(url).await?;
+    inner.listen_all([EVENTS, CONTROL]).await?;
+    Ok(Some(Listener {
+        inner,
+        replica: store.replica.to_string(),
+    }))
+}
+
+impl Listener {
+    /// The next notices. After a lost connection it reconnects; what was sent meanwhile is
+    /// lost, which the callers' own periodic looks make up for.
+    pub async fn next(&mut self) -> Result<Vec<Notice>> {
+        let n = self.inner.recv().await?;
+        Ok(match n.channel() {
+            EVENTS => parse_events(&self.replica, n.payload()),
+            CONTROL => Notice::parse_control(n.payload()).into_iter().collect(),
+            _ => Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn event(run: RunId, seq: u64) -> Arc<Event> {
+        Arc::new(Event {
+            seq,
+            run_id: run,
+            kind: crate::domain::EventKind::Status,
+            ts: chrono::Utc::now(),
+            step_id: None,
+            path: None,
+            data: serde_json::json!({ "status": "running" }),
+        })
+    }
+
+    #[test]
+    fn event_payloads_carry_each_runs_last_seq_and_skip_our_own() {
+        let (a, b) = (RunId::new(), RunId::new());
+        let evs = [event(a, 1), event(b, 7), event(a, 3)];
+        let refs: Vec<&Event> = evs.iter().map(|e| &**e).collect();
+        let payloads = event_payloads("r1", &refs);
+        assert_eq!(payloads, vec![format!("r1 {a}:3 {b}:7")]);
+        assert_eq!(
+            parse_events("r2", &payloads[0]),
+            vec![
+                Notice::Events { run: a, seq: 3 },
+                Notice::Events { run: b, seq: 7 }
+            ]
+        );
+        assert!(parse_events("r1", &payloads[0]).is_empty());
+    }
+
+    #[test]
+    fn many_runs_split_into_payloads_postgres_accepts() {
+        let evs: Vec<Arc<Event>> = (0..400).map(|_| event(RunId::new(), 1)).collect();
+        let refs: Vec<&Event> = evs.iter().map(|e| &**e).collect();
+        let payloads = event_payloads("r1", &refs);
+        assert!(payloads.len() > 1);
+        assert!(
+            payloads
+                .iter()
+                .all(|p| p.len() < 8000 && p.starts_with("r1 "))
+        );
+        let runs: usize = payloads.iter().map(|p| parse_events("r2", p).len()).sum();
+        assert_eq!(runs, 400);
+    }
+
+    #[test]
+    fn control_notices_round_trip() {
+        let run = RunId::new();
+        for n in [
+            Notice::Cancel(run),
+            Notice::Input(run),
+            Notice::Replan(run),
+            Notice::Released,
+        ] {
+            let payload = n.control_payload().unwrap();
+            assert_eq!(Notice::parse_control(&payload), Some(n));
+        }
+        assert_eq!(Notice::parse_control("cancel not-a-run"), None);
+        assert_eq!(Notice::parse_control("shrug"), None);
+    }
+}

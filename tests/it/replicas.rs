@@ -1,0 +1,346 @@
+//! Several orca replicas (the real binary) on loopback sharing one PostgreSQL database:
+//! runs spread over them, a replica killed -9 mid-run, streams, answers and cancels through a
+//! replica that does not run the run, idempotency keys sent to two replicas at once, and a
+//! replica handing its runs back as it stops. These always run on Postgres: the suite's
+//! `ORCA_TEST_POSTGRES`, or a throwaway cluster of their own (`support::db::PgServer`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::support::db::{PgServer, TEST_LEASE_TTL_MS, database_url_on};
+use crate::support::{PATIENCE, Server, SseMessage, SseReader, skip_to};
+
+/// `n` replicas on one fresh database of `pg`, each with its own working directory.
+async fn replicas(
+    pg: &PgServer,
+    n: usize,
+    env: &[(&str, &str)],
+) -> (Vec<Server>, Vec<tempfile::TempDir>) {
+    let first = tempfile::tempdir().unwrap();
+    let db = database_url_on(&pg.url, first.path());
+    let mut dirs = vec![first];
+    for _ in 1..n {
+        dirs.push(tempfile::tempdir().unwrap());
+    }
+    let mut env: Vec<(&str, &str)> = env.to_vec();
+    env.push(("ORCA_LLM__PROVIDER", "offline"));
+    let mut servers = Vec::new();
+    for dir in &dirs {
+        servers.push(Server::start_on(dir.path(), &db, &env).await);
+    }
+    (servers, dirs)
+}
+
+async fn post_run(server: &Server, body: &Value) -> String {
+    let resp = server
+        .client
+        .post(server.url("/v1/runs"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201, "POST /v1/runs");
+    let run: Value = resp.json().await.unwrap();
+    run["id"].as_str().unwrap().to_owned()
+}
+
+async fn stream(server: &Server, id: &str) -> SseReader {
+    let resp = server
+        .client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    SseReader::new(resp)
+}
+
+async fn get(server: &Server, path: &str) -> Value {
+    let resp = server
+        .client
+        .get(server.url(path))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "GET {path}");
+    resp.json().await.unwrap()
+}
+
+/// Checks what a stream showed from its first event on: consecutive seqs, with no gap and
+/// none twice, ending with the one `final`. Returns the final event's data.
+fn complete(id: &str, events: &[SseMessage]) -> Value {
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e.id.as_deref().unwrap().parse().unwrap())
+        .collect();
+    let first = seqs[0];
+    let expected: Vec<u64> = (first..first + seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "run {id}: the stream's seqs");
+    let finals = events.iter().filter(|e| e.kind() == "final").count();
+    assert_eq!(finals, 1, "run {id}: one final");
+    assert_eq!(events.last().unwrap().kind(), "final", "run {id}");
+    let last: Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
+    last["data"].clone()
+}
+
+/// A run of three steps, the middle one a wait, so that a kill finds many runs mid-way.
+fn three_steps() -> Value {
+    json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
+          "arguments": { "expression": "20 + 1" } } },
+        { "id": "w", "kind": "wait", "depends_on": ["a"], "input": { "duration_ms": 600 } },
+        { "id": "b", "kind": "tool", "depends_on": ["w"], "input": { "tool": "math.calculate",
+          "arguments": { "expression": "{{ steps.a.output.result }} * 2" } } }
+    ] } })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_finish_300_runs_when_one_is_killed_mid_run() {
+    let pg = PgServer::start();
+    let (mut servers, _dirs) = replicas(&pg, 3, &[]).await;
+    let body = three_steps();
+
+    // 100 runs through each replica, all at once.
+    let posts = (0..300).map(|i| {
+        let server = &servers[i % 3];
+        let body = &body;
+        async move { (i % 3, post_run(server, body).await) }
+    });
+    let runs: Vec<(usize, String)> = futures::stream::iter(posts)
+        .buffer_unordered(48)
+        .collect()
+        .await;
+    let on_b: Vec<&String> = runs
+        .iter()
+        .filter(|(r, _)| *r == 1)
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(on_b.len(), 100);
+
+    // Streams on A for ten of B's runs, opened before B dies: they go on through the takeover.
+    let mut watched = Vec::new();
+    for id in on_b.iter().take(10) {
+        watched.push((id.to_string(), stream(&servers[0], id).await));
+    }
+    // B dies mid-run: its first run has started and not finished.
+    skip_to(&mut watched[0].1, "step", 1).await;
+    let b = servers.remove(1);
+    b.kill();
+    let (a, c) = (&servers[0], &servers[1]);
+
+    // Every run ends, followed on a replica other than the one it was sent to.
+    let follow = runs.iter().map(|(sent_to, id)| {
+        let follower = if *sent_to == 0 { c } else { a };
+        async move {
+            let events =
+                tokio::time::timeout(PATIENCE * 2, stream(follower, id).await.read_to_final())
+                    .await
+                    .unwrap_or_else(|_| panic!("run {id} never ended"));
+            (id.clone(), events)
+        }
+    });
+    let ended: Vec<(String, Vec<SseMessage>)> = futures::stream::iter(follow)
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    assert_eq!(ended.len(), 300);
+    for (id, events) in &ended {
+        assert_eq!(
+            events[0].id.as_deref(),
+            Some("1"),
+            "run {id}: from the start"
+        );
+        let last = complete(id, events);
+        assert_eq!(last["status"], "succeeded", "run {id}: {last}");
+        assert_eq!(last["output"]["result"], 42, "run {id}: {last}");
+    }
+    for (id, reader) in watched {
+        let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+            .await
+            .expect("a stream on A for a run on B ends");
+        // Its first events came live from B, the rest from whoever took the run over.
+        complete(&id, &events);
+    }
+
+    // The stored history agrees: every seq once, and no step that had succeeded ran again.
+    let mut taken_over = 0;
+    for (_, id) in &runs {
+        let events = get(a, &format!("/v1/runs/{id}/events")).await;
+        let seqs: Vec<u64> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as u64).collect::<Vec<_>>(),
+            "run {id}"
+        );
+        let steps = get(c, &format!("/v1/runs/{id}/steps")).await;
+        let mut by_step: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
+        for s in steps.as_array().unwrap() {
+            by_step
+                .entry(s["step_id"].as_str().unwrap().to_owned())
+                .or_default()
+                .push((
+                    s["attempt"].as_u64().unwrap(),
+                    s["status"].as_str().unwrap().to_owned(),
+                ));
+        }
+        assert_eq!(by_step.len(), 3, "run {id}: {steps}");
+        for (step, mut attempts) in by_step {
+            attempts.sort();
+            let succeeded = attempts.iter().filter(|(_, s)| s == "completed").count();
+            assert_eq!(succeeded, 1, "run {id} step {step}: {attempts:?}");
+            assert_eq!(
+                attempts.last().unwrap().1,
+                "completed",
+                "run {id} step {step}: nothing runs after it completed: {attempts:?}"
+            );
+            if attempts.len() > 1 {
+                taken_over += 1;
+            }
+        }
+    }
+    // The kill did cut runs off mid-step (else this test would prove nothing).
+    assert!(taken_over > 0, "no step was cut off by the kill");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_one_replica_is_answered_and_cancelled_through_another() {
+    let pg = PgServer::start();
+    let (servers, _dirs) = replicas(&pg, 2, &[]).await;
+    let (a, b) = (&servers[0], &servers[1]);
+    let ask = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "ask", "kind": "user_input", "input": { "prompt": "how many?",
+          "schema": { "type": "integer" } } },
+        { "id": "twice", "kind": "tool", "depends_on": ["ask"], "input": {
+          "tool": "math.calculate", "arguments": { "expression": "{{ steps.ask.output }} * 2" } } }
+    ] } });
+
+    // Runs on A; watched and answered through B.
+    let id = post_run(a, &ask).await;
+    let mut reader = stream(b, &id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    // B checks the answer against the step's schema, as A would.
+    assert_eq!(b.answer(&id, "ask", json!("many")).await, 422);
+    assert_eq!(b.answer(&id, "nope", json!(1)).await, 409);
+    assert_eq!(b.answer(&id, "ask", json!(21)).await, 202);
+    // The same step answered again, through either replica, is refused.
+    assert_eq!(b.answer(&id, "ask", json!(5)).await, 409);
+    let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("the answered run ends");
+    let last = complete(&id, &events);
+    assert_eq!(last["status"], "succeeded", "{last}");
+    assert_eq!(last["output"]["result"], 42, "{last}");
+
+    // Runs on A; cancelled through B.
+    let id = post_run(a, &ask).await;
+    let mut reader = stream(b, &id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    let resp = b
+        .client
+        .post(b.url(&format!("/v1/runs/{id}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("the cancelled run ends");
+    let last = complete(&id, &events);
+    assert_eq!(last["status"], "cancelled", "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_idempotency_key_sent_to_two_replicas_at_once_makes_one_run() {
+    let pg = PgServer::start();
+    let (servers, _dirs) = replicas(&pg, 2, &[]).await;
+    let body = json!({ "input": "hello" });
+    for round in 0..20 {
+        let key = format!("key-{round}");
+        let send = |s: &Server| {
+            s.client
+                .post(s.url("/v1/runs"))
+                .header("idempotency-key", key.clone())
+                .json(&body)
+                .send()
+        };
+        let (r1, r2) = tokio::join!(send(&servers[0]), send(&servers[1]));
+        let (r1, r2) = (r1.unwrap(), r2.unwrap());
+        let mut statuses = [r1.status().as_u16(), r2.status().as_u16()];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [200, 201],
+            "round {round}: one creates, one finds it"
+        );
+        let (v1, v2): (Value, Value) = (r1.json().await.unwrap(), r2.json().await.unwrap());
+        assert_eq!(v1["id"], v2["id"], "round {round}");
+    }
+    let listed = get(&servers[1], "/v1/runs?limit=100").await;
+    let ids: HashSet<&str> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 20, "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_stops_hands_its_runs_back_at_once() {
+    let pg = PgServer::start();
+    // Leases far longer than the test: only a hand-back can move the run in time.
+    let ttl = (TEST_LEASE_TTL_MS * 100).to_string();
+    let (mut servers, _dirs) = replicas(&pg, 2, &[("ORCA_DATABASE__LEASE_TTL_MS", &ttl)]).await;
+    let id = post_run(&servers[0], &three_steps_long()).await;
+    let mut reader = stream(&servers[1], &id).await;
+    skip_to(&mut reader, "step", 2).await;
+    let a = servers.remove(0);
+    let status = a.terminate();
+    assert!(status.success(), "{status:?}");
+    let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("the other replica takes the run over at once and ends it");
+    let last = complete(&id, &events);
+    assert_eq!(last["status"], "succeeded", "{last}");
+    let resumed = events
+        .iter()
+        .any(|e| e.kind() == "status" && e.data.contains("resumed"));
+    assert!(resumed, "the run was resumed by the other replica");
+}
+
+/// [`three_steps`] with a wait long enough to stop a replica during it.
+fn three_steps_long() -> Value {
+    let mut body = three_steps();
+    body["plan"]["steps"][1]["input"]["duration_ms"] = json!(1500);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_runs_are_taken_over_once_their_lease_lapses() {
+    let pg = PgServer::start();
+    let (mut servers, _dirs) = replicas(&pg, 2, &[]).await;
+    let id = post_run(&servers[0], &three_steps_long()).await;
+    let mut reader = stream(&servers[1], &id).await;
+    skip_to(&mut reader, "step", 2).await;
+    let killed_at = std::time::Instant::now();
+    servers.remove(0).kill();
+    let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("the run ends on the other replica");
+    complete(&id, &events);
+    // Not before the dead replica's lease could have lapsed.
+    assert!(
+        killed_at.elapsed() >= Duration::from_millis(TEST_LEASE_TTL_MS / 2),
+        "taken over after {:?}",
+        killed_at.elapsed()
+    );
+}
