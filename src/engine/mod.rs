@@ -229,8 +229,16 @@ impl Engine {
     /// a crash, or the store coming back); on Postgres those nobody else holds (their lease
     /// lapsed, or was handed back) and this replica's own. The number of runs it resumed.
     pub async fn resume_unfinished(&self) -> Result<usize, Error> {
+        let claim = match self.inner.services.store().shared() {
+            true => store::Claim::FreeAndOwn,
+            false => store::Claim::Every,
+        };
+        self.claim_and_resume(claim).await
+    }
+
+    async fn claim_and_resume(&self, claim: store::Claim) -> Result<usize, Error> {
         let store = self.inner.services.store();
-        let runs = store.claim_runs(!store.shared(), CLAIM_BATCH).await?;
+        let runs = store.claim_runs(claim, CLAIM_BATCH).await?;
         let mut n = 0;
         for stored in runs {
             if self.is_live(stored.run.id) {
@@ -272,14 +280,20 @@ impl Engine {
 
     async fn tend_leases(&self) -> Result<(), Error> {
         let store = self.inner.services.store();
+        // Only tasks that ran before the renewal can be judged by it: a run created (or
+        // taken) meanwhile is leased here but may be missing from what the renewal saw.
+        let before: Vec<RunId> = {
+            let live = self.inner.live.lock().expect("live lock");
+            live.keys().copied().collect()
+        };
         let held = store.renew_leases().await?;
         let ids: HashSet<RunId> = held.iter().map(|(id, _)| *id).collect();
         let mut lost = Vec::new();
         let mut cancels = Vec::new();
         {
             let live = self.inner.live.lock().expect("live lock");
-            for (id, handles) in live.iter() {
-                if !ids.contains(id) {
+            for id in before.iter().filter(|id| !ids.contains(id)) {
+                if let Some(handles) = live.get(id) {
                     lost.push((*id, handles.stop.clone()));
                 }
             }
@@ -303,7 +317,7 @@ impl Engine {
         for (id, _) in &held {
             self.take_stored_answer(*id).await;
         }
-        let resumed = self.resume_unfinished().await?;
+        let resumed = self.claim_and_resume(store::Claim::Free).await?;
         if resumed > 0 {
             tracing::info!(
                 runs = resumed,

@@ -222,6 +222,10 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     let final_event = Arc::new(ctx.next_event(None, &Payload::Final(data)));
     match hub.store().finish_run(&run, &final_event).await {
         Ok(()) => hub.publish_persisted(final_event),
+        Err(crate::store::Error::LeaseLost) => {
+            tracing::warn!("another replica took the run over before it ended here; it ends there");
+            return;
+        }
         Err(e) => tracing::error!(error = ?e, "could not store the end of the run"),
     }
     ctx.services.metrics.run_finished(status.as_str());

@@ -45,6 +45,18 @@ impl Record {
     }
 }
 
+/// Which unfinished runs [`Store::claim_runs`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// All of them: one SQLite file has one process, so whatever an earlier process held is
+    /// this one's now.
+    Every,
+    /// Those nobody holds: unowned (handed back), or their lease lapsed.
+    Free,
+    /// Those, and this replica's own (their tasks stopped while the store was down).
+    FreeAndOwn,
+}
+
 /// What another replica told this one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
@@ -205,11 +217,15 @@ impl Store {
             .collect()
     }
 
-    /// Leases unfinished runs to this replica and returns them, oldest first: with `every`,
-    /// all of them (one SQLite file has one process: whatever an earlier process held is
-    /// this one's now); otherwise at most `limit` of those nobody holds — unowned, or their
-    /// lease lapsed — plus this replica's own (after the store was down).
-    pub async fn claim_runs(&self, every: bool, limit: u32) -> Result<Vec<StoredRun>> {
+    /// Leases unfinished runs to this replica and returns them, oldest first (at most `limit`
+    /// unless [`Claim::Every`]).
+    pub async fn claim_runs(&self, claim: Claim, limit: u32) -> Result<Vec<StoredRun>> {
+        let every = claim == Claim::Every;
+        let own = if claim == Claim::FreeAndOwn {
+            "OR owner = $1"
+        } else {
+            ""
+        };
         let sql = if every {
             format!(
                 "UPDATE runs SET owner = $1, lease_expires_at = $2 WHERE status IN {UNFINISHED}
@@ -225,7 +241,7 @@ impl Store {
                  WHERE id IN (
                     SELECT id FROM runs
                     WHERE status IN {UNFINISHED}
-                      AND (owner IS NULL OR owner = $1 OR lease_expires_at < $3)
+                      AND (owner IS NULL OR lease_expires_at < $3 {own})
                     ORDER BY id LIMIT $4 {skip_locked})
                  RETURNING *"
             )

@@ -31,7 +31,7 @@ mod registry;
 mod retention;
 mod sessions;
 mod timeline;
-pub use cluster::{Listener, Notice, listen};
+pub use cluster::{Claim, Listener, Notice, listen};
 pub use history::*;
 pub use registry::{Registry, RegistryRecord, WorkflowRecord, http_tools_tenant};
 pub use retention::RUN_TABLES;

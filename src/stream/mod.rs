@@ -6,7 +6,9 @@
 //! for a subscriber, so a slow client can never slow a run.
 //!
 //! [`EventHub::follow`] is the read side: replay from the store, then live, with no gap and no
-//! duplicate, falling back to the store whenever a subscriber lags behind.
+//! duplicate, falling back to the store whenever a subscriber lags behind. On PostgreSQL a run
+//! may be written by another replica: its notices ([`EventHub::stored_elsewhere`]), or a look
+//! at the store every [`SHARED_POLL`], send the reader back to the store.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -136,11 +136,15 @@ async fn three_replicas_finish_300_runs_when_one_is_killed_mid_run() {
     let follow = runs.iter().map(|(sent_to, id)| {
         let follower = if *sent_to == 0 { c } else { a };
         async move {
-            let events =
-                tokio::time::timeout(PATIENCE * 2, stream(follower, id).await.read_to_final())
-                    .await
-                    .unwrap_or_else(|_| panic!("run {id} never ended"));
-            (id.clone(), events)
+            let read = stream(follower, id).await.read_to_final();
+            match tokio::time::timeout(PATIENCE * 2, read).await {
+                Ok(events) => (id.clone(), events),
+                Err(_) => {
+                    let run = get(follower, &format!("/v1/runs/{id}")).await;
+                    let events = get(follower, &format!("/v1/runs/{id}/events")).await;
+                    panic!("run {id} never ended: {run}\n{events}")
+                }
+            }
         }
     });
     let ended: Vec<(String, Vec<SseMessage>)> = futures::stream::iter(follow)

@@ -69,7 +69,10 @@ impl Server {
                 db,
             ])
             .envs(env.iter().copied())
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("ORCA_TEST_SERVER_LOG").unwrap_or("warn".into()),
+            )
             .env(
                 "ORCA_DATABASE__LEASE_TTL_MS",
                 super::db::TEST_LEASE_TTL_MS.to_string(),
