@@ -216,7 +216,7 @@ async fn three_replicas_finish_300_runs_when_one_is_killed_mid_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_on_one_replica_is_answered_and_cancelled_through_another() {
+async fn a_run_on_one_replica_is_answered_cancelled_and_replanned_through_another() {
     let pg = PgServer::start();
     let (servers, _dirs) = replicas(&pg, 2, &[]).await;
     let (a, b) = (&servers[0], &servers[1]);
@@ -260,6 +260,35 @@ async fn a_run_on_one_replica_is_answered_and_cancelled_through_another() {
         .expect("the cancelled run ends");
     let last = complete(&id, &events);
     assert_eq!(last["status"], "cancelled", "{last}");
+
+    // A reactive run on A, asked for a new plan through B.
+    let reactive = json!({ "input": "x", "orchestration": "reactive", "plan": { "steps": [
+        { "id": "fact", "kind": "tool", "input": { "tool": "math.calculate",
+          "arguments": { "expression": "6 * 7" } } },
+        { "id": "ask", "kind": "user_input", "depends_on": ["fact"], "input": { "prompt": "go on?" } }
+    ] } });
+    let id = post_run(a, &reactive).await;
+    let mut reader = stream(b, &id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    let resp = b
+        .client
+        .post(b.url(&format!("/v1/runs/{id}/replan")))
+        .json(&json!({ "message": "just tell me the fact" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("the re-planned run ends");
+    let last = complete(&id, &events);
+    assert_eq!(last["status"], "succeeded", "{last}");
+    let output = last["output"].as_str().unwrap_or_default();
+    assert!(
+        output.starts_with("Revised as you asked. just tell me the fact"),
+        "{last}"
+    );
+    assert!(output.contains("42"), "{last}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
