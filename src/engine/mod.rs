@@ -240,11 +240,25 @@ impl Engine {
         let store = self.inner.services.store();
         let runs = store.claim_runs(claim, CLAIM_BATCH).await?;
         let mut n = 0;
-        for stored in runs {
+        let mut runs = runs.into_iter();
+        while let Some(stored) = runs.next() {
             if self.is_live(stored.run.id) {
                 continue;
             }
-            let last = store.last_seq(stored.run.id).await?;
+            let last = match store.last_seq(stored.run.id).await {
+                Ok(last) => last,
+                Err(e) => {
+                    // Claimed but not started: handed back, so they are not left leased to a
+                    // replica that does not run them.
+                    let left: Vec<RunId> = std::iter::once(stored.run.id)
+                        .chain(runs.map(|r| r.run.id))
+                        .collect();
+                    if let Err(e) = store.release_runs(&left).await {
+                        tracing::warn!(error = ?e, "could not hand back runs; their leases lapse");
+                    }
+                    return Err(e.into());
+                }
+            };
             self.spawn(stored, last, None);
             n += 1;
         }

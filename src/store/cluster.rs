@@ -293,13 +293,18 @@ impl Store {
         Ok(res.rows_affected())
     }
 
-    /// Whether the run holds a cancel request made through another replica.
-    pub async fn cancel_requested(&self, id: RunId) -> Result<bool> {
-        let n: Option<i64> = sqlx::query_scalar("SELECT cancel_requested FROM runs WHERE id = $1")
+    /// Hands these runs back if this replica holds them (claimed, then not started).
+    pub async fn release_runs(&self, ids: &[RunId]) -> Result<()> {
+        for id in ids {
+            sqlx::query(
+                "UPDATE runs SET owner = NULL, lease_expires_at = 0 WHERE id = $1 AND owner = $2",
+            )
             .bind(id.to_string())
-            .fetch_optional(&self.pool)
+            .bind(&*self.replica)
+            .execute(&self.pool)
             .await?;
-        Ok(n.unwrap_or(0) != 0)
+        }
+        Ok(())
     }
 
     /// Records a cancel for whichever replica runs the run, now or after a takeover.
@@ -309,18 +314,6 @@ impl Store {
             .execute(&self.pool)
             .await?;
         Ok(())
-    }
-
-    /// Whether another live replica holds the run's lease.
-    pub async fn held_elsewhere(&self, id: RunId) -> Result<bool> {
-        let row = sqlx::query("SELECT owner, lease_expires_at FROM runs WHERE id = $1")
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else { return Ok(false) };
-        let owner: Option<String> = row.try_get("owner")?;
-        let expires: i64 = row.try_get("lease_expires_at")?;
-        Ok(owner.is_some_and(|o| o != *self.replica) && expires >= now_ms())
     }
 
     /// Sends a control notice to the other replicas (nothing on SQLite).

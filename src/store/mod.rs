@@ -450,16 +450,6 @@ impl Store {
         save_run_with(&self.pool, run).await
     }
 
-    /// Runs that were not terminal when the server stopped, oldest first.
-    pub async fn unfinished_runs(&self) -> Result<Vec<StoredRun>> {
-        let rows = sqlx::query(
-            "SELECT * FROM runs WHERE status IN ('queued', 'running', 'waiting_input') ORDER BY id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(stored_run_from_row).collect()
-    }
-
     pub async fn list_runs(&self, tenant: &Tenant, f: &RunFilter) -> Result<Vec<Run>> {
         // Only static fragments and numbered placeholders are concatenated; every value is a
         // bind parameter, bound in the order its number was given.
