@@ -1346,6 +1346,7 @@ mod tests {
                 "context.session_max_turns",
             ),
             ("[database]\nurl = \"mysql://x\"\n", "database.url"),
+            ("[database]\nlease_ttl_ms = 100\n", "database.lease_ttl_ms"),
             (
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",
                 "auth.api_keys",

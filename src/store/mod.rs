@@ -1011,3 +1011,34 @@ fn step_attempt_from_row(r: &AnyRow) -> Result<StepAttempt> {
             .map(|d| d as u64),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_urls_name_their_backend_and_lose_their_password_in_logs() {
+        assert_eq!(Backend::of_url("sqlite://orca.db"), Some(Backend::Sqlite));
+        assert_eq!(Backend::of_url("postgres://h/db"), Some(Backend::Postgres));
+        assert_eq!(
+            Backend::of_url("postgresql://h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(Backend::of_url("mysql://h/db"), None);
+        assert_eq!(
+            redact_url("postgres://orca:s3cret@db:5432/orca"),
+            "postgres://orca:***@db:5432/orca"
+        );
+        assert_eq!(
+            redact_url("postgres://orca@db/orca"),
+            "postgres://orca@db/orca"
+        );
+        assert_eq!(redact_url("sqlite://orca.db"), "sqlite://orca.db");
+    }
+
+    #[test]
+    fn placeholders_are_numbered_on_across_rows() {
+        assert_eq!(placeholders(1, 2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(placeholders(2, 3, 1), "($2, $3, $4)");
+    }
+}
