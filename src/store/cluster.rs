@@ -5,11 +5,13 @@
 //! the one that created it, or the one that took it over once its lease lapsed (`FOR UPDATE
 //! SKIP LOCKED`, so two replicas scanning at once never take the same run). Every write of a
 //! run's history first reads its lease `FOR SHARE` ([`held_for_write`]): a replica that lost
-//! a lease can no longer write, and a takeover waits for a write in flight to commit.
+//! a lease can no longer write, and a takeover waits for a write in flight to commit. Leases
+//! are dated by the database's clock ([`Backend::now_ms_sql`]), never a replica's, so a
+//! replica whose clock is off can neither take live runs nor strand its own.
 //!
 //! Notices are Postgres `NOTIFY`s, sent inside the transaction whose commit they announce:
-//! `orca_events` (a run has events up to a seq: wakes event streams on the other replicas)
-//! and `orca_control` (a cancel, an answer or a re-plan request for a run another replica
+//! `orca_events.<schema>` (a run has events up to a seq: wakes event streams on the other
+//! replicas) and `orca_control.<schema>` (a cancel, an answer or a re-plan request for a run another replica
 //! runs; leases handed back). They only wake: the tables stay the truth, and every waiter also
 //! looks again on its own from time to time, so a notice lost while a listener reconnects
 //! delays something, never loses it. On SQLite (one process) none of this is needed: leases
@@ -24,10 +26,12 @@ use crate::domain::{Event, RunId};
 
 /// The statuses of a run that is not over, as stored.
 const UNFINISHED: &str = "('queued', 'running', 'waiting_input')";
-/// The channel of event notices.
+/// The channel of event notices, before its schema.
 const EVENTS: &str = "orca_events";
-/// The channel of control notices.
+/// The channel of control notices, before its schema.
 const CONTROL: &str = "orca_control";
+/// Longest channel name Postgres takes (its identifiers' limit).
+const MAX_CHANNEL: usize = 63;
 /// Longest notice payload we send (Postgres allows just under 8000 bytes).
 const MAX_PAYLOAD: usize = 7000;
 
@@ -43,6 +47,38 @@ impl Record {
             Record::RunState(run) => run.id,
         }
     }
+}
+
+/// The notice channels of one deployment, named after the schema its tables are in
+/// (`orca_events.public`): deployments sharing a database in different schemas do not hear
+/// each other.
+#[derive(Debug)]
+pub(super) struct Channels {
+    events: String,
+    control: String,
+}
+
+impl Channels {
+    pub(super) fn for_schema(schema: &str) -> Channels {
+        Channels {
+            events: channel(EVENTS, schema),
+            control: channel(CONTROL, schema),
+        }
+    }
+}
+
+/// `base.schema`, cut to the length Postgres takes. Two schemas alike up to there share a
+/// channel, which costs each only notices about runs it does not know (ignored).
+fn channel(base: &str, schema: &str) -> String {
+    let mut name = format!("{base}.{schema}");
+    if name.len() > MAX_CHANNEL {
+        let mut end = MAX_CHANNEL;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+    }
+    name
 }
 
 /// Which unfinished runs [`Store::claim_runs`] takes.
@@ -171,12 +207,12 @@ pub(super) async fn held_for_write(
 /// Announces `events` to the other replicas when the transaction commits.
 pub(super) async fn announce_events(
     conn: &mut AnyConnection,
-    replica: &str,
+    store: &Store,
     events: &[&Event],
 ) -> Result<()> {
-    for payload in event_payloads(replica, events) {
+    for payload in event_payloads(&store.replica, events) {
         sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(EVENTS)
+            .bind(&store.channels.events)
             .bind(payload)
             .execute(&mut *conn)
             .await?;
@@ -184,27 +220,40 @@ pub(super) async fn announce_events(
     Ok(())
 }
 
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 impl Store {
-    /// When a lease taken or renewed now lapses.
-    pub(super) fn lease_deadline(&self) -> i64 {
-        now_ms() + i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX / 2)
+    /// How long a lease lasts, in milliseconds: added to the database's clock
+    /// ([`Backend::now_ms_sql`]) when a lease is taken or renewed.
+    pub(super) fn lease_ttl_ms(&self) -> i64 {
+        i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX / 2)
+    }
+
+    /// On a shared database, fails with [`Error::LeaseLost`] unless this replica leases `run`,
+    /// whose row then stays locked `FOR SHARE` until `conn`'s transaction ends: a write of the
+    /// run's in that transaction cannot race a takeover.
+    pub(super) async fn fence(&self, conn: &mut AnyConnection, run: RunId) -> Result<()> {
+        if self.shared()
+            && held_for_write(conn, &self.replica, &[run])
+                .await?
+                .is_empty()
+        {
+            return Err(Error::LeaseLost);
+        }
+        Ok(())
     }
 
     /// Renews every lease this replica holds on an unfinished run. Returns those runs, each
     /// with whether a cancel was asked for it through another replica; a run this replica
     /// runs but that is missing here was taken over (or ended).
     pub async fn renew_leases(&self) -> Result<Vec<(RunId, bool)>> {
+        let now = self.backend.now_ms_sql();
         let sql = format!(
-            "UPDATE runs SET lease_expires_at = $2 WHERE owner = $1 AND status IN {UNFINISHED}
+            "UPDATE runs SET lease_expires_at = {now} + $2
+             WHERE owner = $1 AND status IN {UNFINISHED}
              RETURNING id, cancel_requested"
         );
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(&*self.replica)
-            .bind(self.lease_deadline())
+            .bind(self.lease_ttl_ms())
             .fetch_all(&self.pool)
             .await?;
         rows.iter()
@@ -226,9 +275,11 @@ impl Store {
         } else {
             ""
         };
+        let now = self.backend.now_ms_sql();
         let sql = if every {
             format!(
-                "UPDATE runs SET owner = $1, lease_expires_at = $2 WHERE status IN {UNFINISHED}
+                "UPDATE runs SET owner = $1, lease_expires_at = {now} + $2
+                 WHERE status IN {UNFINISHED}
                  RETURNING *"
             )
         } else {
@@ -237,20 +288,20 @@ impl Store {
                 Backend::Sqlite => "",
             };
             format!(
-                "UPDATE runs SET owner = $1, lease_expires_at = $2
+                "UPDATE runs SET owner = $1, lease_expires_at = {now} + $2
                  WHERE id IN (
                     SELECT id FROM runs
                     WHERE status IN {UNFINISHED}
-                      AND (owner IS NULL OR lease_expires_at < $3 {own})
-                    ORDER BY id LIMIT $4 {skip_locked})
+                      AND (owner IS NULL OR lease_expires_at < {now} {own})
+                    ORDER BY id LIMIT $3 {skip_locked})
                  RETURNING *"
             )
         };
         let mut q = sqlx::query(AssertSqlSafe(sql))
             .bind(&*self.replica)
-            .bind(self.lease_deadline());
+            .bind(self.lease_ttl_ms());
         if !every {
-            q = q.bind(now_ms()).bind(i64::from(limit));
+            q = q.bind(i64::from(limit));
         }
         let rows = q.fetch_all(&self.pool).await?;
         let mut runs = rows
@@ -264,16 +315,16 @@ impl Store {
     /// Leases one unfinished run to this replica if nobody else holds it; true when it is
     /// this replica's now.
     pub async fn claim_run(&self, id: RunId) -> Result<bool> {
+        let now = self.backend.now_ms_sql();
         let sql = format!(
-            "UPDATE runs SET owner = $1, lease_expires_at = $2
+            "UPDATE runs SET owner = $1, lease_expires_at = {now} + $2
              WHERE id = $3 AND status IN {UNFINISHED}
-               AND (owner IS NULL OR owner = $1 OR lease_expires_at < $4)"
+               AND (owner IS NULL OR owner = $1 OR lease_expires_at < {now})"
         );
         let res = sqlx::query(AssertSqlSafe(sql))
             .bind(&*self.replica)
-            .bind(self.lease_deadline())
+            .bind(self.lease_ttl_ms())
             .bind(id.to_string())
-            .bind(now_ms())
             .execute(&self.pool)
             .await?;
         Ok(res.rows_affected() == 1)
@@ -323,7 +374,7 @@ impl Store {
         };
         if self.shared() {
             sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CONTROL)
+                .bind(&self.channels.control)
                 .bind(payload)
                 .execute(&self.pool)
                 .await?;
@@ -336,6 +387,7 @@ impl Store {
 pub struct Listener {
     inner: sqlx::postgres::PgListener,
     replica: String,
+    channels: std::sync::Arc<Channels>,
 }
 
 /// Listens to the other replicas' notices (Postgres only; None on SQLite).
@@ -344,10 +396,14 @@ pub async fn listen(url: &str, store: &Store) -> Result<Option<Listener>> {
         return Ok(None);
     }
     let mut inner = sqlx::postgres::PgListener::connect(url).await?;
-    inner.listen_all([EVENTS, CONTROL]).await?;
+    let channels = store.channels.clone();
+    inner
+        .listen_all([channels.events.as_str(), channels.control.as_str()])
+        .await?;
     Ok(Some(Listener {
         inner,
         replica: store.replica.to_string(),
+        channels,
     }))
 }
 
@@ -356,10 +412,13 @@ impl Listener {
     /// lost, which the callers' own periodic looks make up for.
     pub async fn next(&mut self) -> Result<Vec<Notice>> {
         let n = self.inner.recv().await?;
-        Ok(match n.channel() {
-            EVENTS => parse_events(&self.replica, n.payload()),
-            CONTROL => Notice::parse_control(n.payload()).into_iter().collect(),
-            _ => Vec::new(),
+        let channel = n.channel();
+        Ok(if channel == self.channels.events {
+            parse_events(&self.replica, n.payload())
+        } else if channel == self.channels.control {
+            Notice::parse_control(n.payload()).into_iter().collect()
+        } else {
+            Vec::new()
         })
     }
 }
@@ -412,6 +471,66 @@ mod tests {
         );
         let runs: usize = payloads.iter().map(|p| parse_events("r2", p).len()).sum();
         assert_eq!(runs, 400);
+    }
+
+    #[test]
+    fn channels_are_named_after_the_schema_and_fit_postgres() {
+        let short = Channels::for_schema("public");
+        assert_eq!(short.events, "orca_events.public");
+        assert_eq!(short.control, "orca_control.public");
+        let long = Channels::for_schema(&"é".repeat(40));
+        assert!(long.events.len() <= MAX_CHANNEL && long.control.len() <= MAX_CHANNEL);
+        assert!(long.control.starts_with("orca_control.é"));
+        assert_ne!(long.events, long.control);
+    }
+
+    #[tokio::test]
+    async fn leases_are_dated_by_the_databases_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
+        let store = Store::connect(&url, 1).await.unwrap();
+        let db_now = || async {
+            let sql = format!("SELECT {}", Backend::Sqlite.now_ms_sql());
+            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
+                .fetch_one(&store.pool)
+                .await
+                .unwrap()
+        };
+        let real = chrono::Utc::now().timestamp_millis();
+        let read = db_now().await;
+        assert!((read - real).abs() < 5_000, "{read} vs {real}");
+        let ttl = store.lease_ttl_ms();
+        assert_eq!(ttl, 15_000);
+        // A lease taken now lapses a lease from the database's now.
+        let before = db_now().await;
+        // A run of a replica that is gone, its lease lapsed a moment ago.
+        sqlx::query(
+            r#"INSERT INTO runs (id, tenant, status, orchestration, spec, input, metadata,
+                created_at, owner, lease_expires_at)
+             VALUES ($1, 't', 'running', 'fixed', '{"input": "x", "orchestration": "fixed"}',
+                '"x"', '{}', '2026-01-01T00:00:00Z', 'gone', $2)"#,
+        )
+        .bind(RunId::new().to_string())
+        .bind(before - 1)
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        let claimed = store.claim_runs(Claim::Free, 10).await.unwrap();
+        assert_eq!(
+            claimed.len(),
+            1,
+            "a lease that lapsed by the database's clock"
+        );
+        let expires: i64 = sqlx::query_scalar("SELECT lease_expires_at FROM runs")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        let after = db_now().await;
+        assert!(
+            (before + ttl..=after + ttl).contains(&expires),
+            "{expires} not within {before}..{after} + {ttl}"
+        );
+        assert!(store.claim_runs(Claim::Free, 10).await.unwrap().is_empty());
     }
 
     #[test]

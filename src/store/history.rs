@@ -108,17 +108,19 @@ impl Store {
     /// Stores a request for a new plan, in its own transaction (the API acknowledges it only
     /// once this returned); its number among the run's requests, from 1.
     pub async fn save_replan_request(&self, run: RunId, message: &str) -> Result<u64> {
-        let seq: i64 = sqlx::query_scalar(
-            "INSERT INTO replan_requests (run_id, seq, message, created_at)
-             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3 FROM replan_requests WHERE run_id = $1
-             RETURNING seq",
-        )
-        .bind(run.to_string())
-        .bind(message)
-        .bind(fmt_time(Utc::now()))
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(seq as u64)
+        next_numbered(|| {
+            sqlx::query_scalar(
+                "INSERT INTO replan_requests (run_id, seq, message, created_at)
+                 SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3 FROM replan_requests
+                 WHERE run_id = $1
+                 RETURNING seq",
+            )
+            .bind(run.to_string())
+            .bind(message)
+            .bind(fmt_time(Utc::now()))
+            .fetch_one(&self.pool)
+        })
+        .await
     }
 
     /// The run's requests for a new plan numbered after `after`, oldest first.
@@ -213,20 +215,20 @@ impl Store {
         plan_version: u32,
         state: &Value,
     ) -> Result<u64> {
-        // One statement: SQLite runs it under the write lock, so two writers can never read
-        // the same MAX(id) and collide.
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at)
-             SELECT $1, COALESCE(MAX(id), 0) + 1, $2, $3, $4 FROM checkpoints WHERE run_id = $1
-             RETURNING id",
-        )
-        .bind(run.to_string())
-        .bind(plan_version as i64)
-        .bind(to_json(state))
-        .bind(fmt_time(Utc::now()))
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(id as u64)
+        next_numbered(|| {
+            sqlx::query_scalar(
+                "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at)
+                 SELECT $1, COALESCE(MAX(id), 0) + 1, $2, $3, $4 FROM checkpoints
+                 WHERE run_id = $1
+                 RETURNING id",
+            )
+            .bind(run.to_string())
+            .bind(plan_version as i64)
+            .bind(to_json(state))
+            .bind(fmt_time(Utc::now()))
+            .fetch_one(&self.pool)
+        })
+        .await
     }
 
     /// A run's checkpoints, oldest first.
@@ -276,4 +278,24 @@ fn checkpoint_from_row(r: &AnyRow) -> Result<Checkpoint> {
         state: parse_json(&r.try_get::<String, _>("state")?)?,
         created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
     })
+}
+
+/// Runs `insert`, one statement that numbers a run's new row as the run's highest number + 1
+/// and returns it. SQLite runs it under the write lock, so two writers never read the same
+/// highest number. PostgreSQL (read committed) lets two read it at once: the second to commit
+/// hits the primary key, and takes the next number on its next try.
+async fn next_numbered<F, Fut>(mut insert: F) -> Result<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<i64, sqlx::Error>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match insert().await {
+            Ok(n) => return Ok(n as u64),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() && tries < 64 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
 }

@@ -68,6 +68,15 @@ impl Backend {
             Backend::Postgres => "postgres",
         }
     }
+
+    /// The database's clock in Unix milliseconds, as an SQL expression. Leases are dated by
+    /// it, so every replica reads them off the one clock they share, whatever their own say.
+    pub(crate) fn now_ms_sql(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
 }
 
 /// A database URL fit for logs and errors: its password replaced by `***`.
@@ -230,6 +239,8 @@ pub struct Store {
     replica: std::sync::Arc<str>,
     /// How long a lease lasts unless renewed.
     lease_ttl: Duration,
+    /// Where this deployment's replicas send and hear notices (Postgres).
+    channels: std::sync::Arc<cluster::Channels>,
 }
 
 impl Store {
@@ -302,17 +313,26 @@ impl Store {
                     .await?
             }
         };
-        match backend {
-            Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
-            // Postgres migrations take an advisory lock: replicas starting together apply
-            // them once.
-            Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
-        }
+        let schema = match backend {
+            Backend::Sqlite => {
+                SQLITE_MIGRATIONS.run(&pool).await?;
+                "main".to_owned()
+            }
+            Backend::Postgres => {
+                // Postgres migrations take an advisory lock: replicas starting together
+                // apply them once.
+                POSTGRES_MIGRATIONS.run(&pool).await?;
+                sqlx::query_scalar("SELECT CAST(current_schema() AS TEXT)")
+                    .fetch_one(&pool)
+                    .await?
+            }
+        };
         Ok(Store {
             pool,
             backend,
             replica: uuid::Uuid::now_v7().simple().to_string().into(),
             lease_ttl: Duration::from_secs(15),
+            channels: cluster::Channels::for_schema(&schema).into(),
         })
     }
 
@@ -365,33 +385,35 @@ impl Store {
         spec: &RunSpec,
         idempotency: Option<Idempotency<'_>>,
     ) -> Result<Inserted> {
-        let res = sqlx::query(
+        let sql = format!(
             "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
                 input, output, error, metadata, session_id, plan_version, idempotency_key,
                 idempotency_hash, created_at, owner, lease_expires_at)
              VALUES ($1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12,
-                $13, $14)
+                $13, {} + $14)
              ON CONFLICT DO NOTHING",
-        )
-        .bind(run.id.to_string())
-        .bind(&tenant.0)
-        .bind(run.status.as_str())
-        .bind(run.orchestration.as_str())
-        .bind(run.selected.as_ref().map(to_json))
-        .bind(to_json(spec))
-        .bind(to_json(&run.input))
-        .bind(to_json(&run.metadata))
-        .bind(&run.session_id)
-        .bind(idempotency.map(|i| i.key))
-        // Written with the row, so a concurrent request with the same key that finds this row
-        // also finds the fingerprint it must match.
-        .bind(idempotency.map(|i| i.fingerprint))
-        .bind(fmt_time(run.created_at))
-        // Leased to this replica, which starts its task.
-        .bind(&*self.replica)
-        .bind(self.lease_deadline())
-        .execute(&self.pool)
-        .await?;
+            self.backend.now_ms_sql()
+        );
+        let res = sqlx::query(AssertSqlSafe(sql))
+            .bind(run.id.to_string())
+            .bind(&tenant.0)
+            .bind(run.status.as_str())
+            .bind(run.orchestration.as_str())
+            .bind(run.selected.as_ref().map(to_json))
+            .bind(to_json(spec))
+            .bind(to_json(&run.input))
+            .bind(to_json(&run.metadata))
+            .bind(&run.session_id)
+            .bind(idempotency.map(|i| i.key))
+            // Written with the row, so a concurrent request with the same key that finds this row
+            // also finds the fingerprint it must match.
+            .bind(idempotency.map(|i| i.fingerprint))
+            .bind(fmt_time(run.created_at))
+            // Leased to this replica, which starts its task.
+            .bind(&*self.replica)
+            .bind(self.lease_ttl_ms())
+            .execute(&self.pool)
+            .await?;
         if res.rows_affected() == 1 {
             return Ok(Inserted::New);
         }
@@ -630,7 +652,7 @@ impl Store {
             }
         }
         if self.shared() {
-            cluster::announce_events(&mut tx, &self.replica, &events).await?;
+            cluster::announce_events(&mut tx, self, &events).await?;
         }
         tx.commit().await?;
         Ok(lost)
@@ -641,16 +663,11 @@ impl Store {
     /// lease ends with the run.
     pub async fn finish_run(&self, run: &Run, final_event: &Event) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        if self.shared() {
-            let held = cluster::held_for_write(&mut tx, &self.replica, &[run.id]).await?;
-            if held.is_empty() {
-                return Err(Error::LeaseLost);
-            }
-        }
+        self.fence(&mut tx, run.id).await?;
         insert_event(&mut *tx, final_event).await?;
         save_run_with(&mut *tx, run).await?;
         if self.shared() {
-            cluster::announce_events(&mut tx, &self.replica, &[final_event]).await?;
+            cluster::announce_events(&mut tx, self, &[final_event]).await?;
         }
         tx.commit().await?;
         Ok(())

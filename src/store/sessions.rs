@@ -51,7 +51,8 @@ impl Store {
             .collect()
     }
 
-    /// Sets `values` (each replacing the variable of its name), in one transaction.
+    /// Sets `values` (each replacing the variable of its name), in one transaction, while
+    /// this replica leases the run `written_by` ([`super::Error::LeaseLost`] otherwise).
     pub async fn set_session_variables(
         &self,
         tenant: &Tenant,
@@ -61,6 +62,7 @@ impl Store {
     ) -> Result<()> {
         let now = fmt_time(Utc::now());
         let mut tx = self.pool.begin().await?;
+        self.fence(&mut tx, written_by).await?;
         for (name, value) in values {
             sqlx::query(
                 "INSERT INTO session_variables
@@ -150,7 +152,8 @@ impl Store {
     }
 
     /// Stores `summary` for the session unless a summary that covers more is already there
-    /// (two runs of a session summarising at once: the one that covers more wins).
+    /// (two runs of a session summarising at once: the one that covers more wins), while this
+    /// replica leases the run `made_by` ([`super::Error::LeaseLost`] otherwise).
     pub async fn save_session_summary(
         &self,
         tenant: &Tenant,
@@ -158,6 +161,8 @@ impl Store {
         summary: &SessionSummary,
         made_by: RunId,
     ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        self.fence(&mut tx, made_by).await?;
         sqlx::query(
             "INSERT INTO session_summaries
                 (tenant, session_id, summary, through_run, turns, tokens, made_by, updated_at)
@@ -176,8 +181,9 @@ impl Store {
         .bind(i64::from(summary.tokens))
         .bind(made_by.to_string())
         .bind(fmt_time(Utc::now()))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 }

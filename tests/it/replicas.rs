@@ -1,7 +1,8 @@
 //! Several orca replicas (the real binary) on loopback sharing one PostgreSQL database:
 //! runs spread over them, a replica killed -9 mid-run, streams, answers and cancels through a
 //! replica that does not run the run, idempotency keys sent to two replicas at once, and a
-//! replica handing its runs back as it stops. These always run on Postgres: the suite's
+//! replica handing its runs back as it stops, a replica whose clock is an hour off, and
+//! notices kept within their schema. These always run on Postgres: the suite's
 //! `ORCA_TEST_POSTGRES`, or a throwaway cluster of their own (`support::db::PgServer`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -10,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::db::{PgServer, TEST_LEASE_TTL_MS, database_url_on};
+use crate::support::db::{PgServer, TEST_LEASE_TTL_MS, database_url_on, faketime_library};
 use crate::support::{PATIENCE, Server, SseMessage, SseReader, skip_to};
 
 /// `n` replicas on one fresh database of `pg`, each with its own working directory.
@@ -376,4 +377,170 @@ async fn a_killed_replicas_runs_are_taken_over_once_their_lease_lapses() {
         "taken over after {:?}",
         killed_at.elapsed()
     );
+}
+
+/// A run waiting for a human answer, then doubling it.
+fn ask_and_double() -> Value {
+    json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "ask", "kind": "user_input", "input": { "prompt": "how many?",
+          "schema": { "type": "integer" } } },
+        { "id": "twice", "kind": "tool", "depends_on": ["ask"], "input": {
+          "tool": "math.calculate", "arguments": { "expression": "{{ steps.ask.output }} * 2" } } }
+    ] } })
+}
+
+/// Leases are dated by the database's clock: a replica whose own clock is an hour ahead
+/// neither takes the runs of a replica on time (to it their leases look an hour old) nor,
+/// once killed, leaves its own runs stranded for an hour (their leases would look an hour
+/// long to the others).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_hold_whatever_the_replicas_clocks_say() {
+    let pg = PgServer::start();
+    let faketime = faketime_library();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let db = database_url_on(&pg.url, dir_a.path());
+    let offline = ("ORCA_LLM__PROVIDER", "offline");
+    let ahead = [
+        offline,
+        ("LD_PRELOAD", faketime.as_str()),
+        ("FAKETIME", "+1h"),
+        // Timers and time-outs keep the real pace; only the wall clock is off.
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let a = Server::start_on(dir_a.path(), &db, &ahead).await;
+    let b = Server::start_on(dir_b.path(), &db, &[offline]).await;
+
+    // A waits for an answer; its clock is indeed an hour ahead.
+    let on_a = post_run(&a, &ask_and_double()).await;
+    let created = get(&b, &format!("/v1/runs/{on_a}")).await["created_at"].clone();
+    let created = chrono::DateTime::parse_from_rfc3339(created.as_str().unwrap()).unwrap();
+    let ahead_by = created.signed_duration_since(chrono::Utc::now());
+    assert!(
+        ahead_by > chrono::Duration::minutes(55),
+        "replica A's clock should be an hour ahead, it is {ahead_by} off"
+    );
+    let mut on_a_events = stream(&b, &on_a).await;
+    skip_to(&mut on_a_events, "input_required", 1).await;
+
+    // B's run lasts longer than a lease, through several of A's looks for lapsed leases.
+    let on_b = post_run(&b, &three_steps_long()).await;
+    let events = tokio::time::timeout(PATIENCE, stream(&a, &on_b).await.read_to_final())
+        .await
+        .expect("B's run ends");
+    let last = complete(&on_b, &events);
+    assert_eq!(last["status"], "succeeded", "{last}");
+    let taken = events
+        .iter()
+        .any(|e| e.kind() == "status" && e.data.contains("resumed"));
+    assert!(!taken, "A took over B's run while B held it: {events:?}");
+
+    // A dies: B takes its run over within a lease, not an hour, and the answer goes through.
+    a.kill();
+    assert_eq!(b.answer(&on_a, "ask", json!(21)).await, 202);
+    let events = tokio::time::timeout(PATIENCE, on_a_events.read_to_final())
+        .await
+        .expect("B takes A's run over and ends it");
+    let last = complete(&on_a, &events);
+    assert_eq!(last["status"], "succeeded", "{last}");
+    assert_eq!(last["output"]["result"], 42, "{last}");
+}
+
+/// Deployments sharing one database in different schemas do not hear each other's notices;
+/// replicas of one schema do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_stay_within_their_schema() {
+    use orca::domain::RunId;
+    use orca::store::{Notice, Store, listen};
+
+    let pg = PgServer::start();
+    let (dir_1, dir_2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url_1, url_2) = (
+        database_url_on(&pg.url, dir_1.path()),
+        database_url_on(&pg.url, dir_2.path()),
+    );
+    let sender_1 = Store::connect(&url_1, 1).await.unwrap();
+    let hearer_1 = Store::connect(&url_1, 1).await.unwrap();
+    let sender_2 = Store::connect(&url_2, 1).await.unwrap();
+    let hearer_2 = Store::connect(&url_2, 1).await.unwrap();
+    let mut ears_1 = listen(&url_1, &hearer_1).await.unwrap().unwrap();
+    let mut ears_2 = listen(&url_2, &hearer_2).await.unwrap().unwrap();
+
+    let (run_1, run_2) = (RunId::new(), RunId::new());
+    sender_1.notify(&Notice::Cancel(run_1)).await.unwrap();
+    // Sent after the first committed: a listener on both channels would hear that one first.
+    sender_2.notify(&Notice::Cancel(run_2)).await.unwrap();
+    let heard_1 = tokio::time::timeout(PATIENCE, ears_1.next()).await.unwrap();
+    let heard_2 = tokio::time::timeout(PATIENCE, ears_2.next()).await.unwrap();
+    assert_eq!(heard_1.unwrap(), vec![Notice::Cancel(run_1)]);
+    assert_eq!(heard_2.unwrap(), vec![Notice::Cancel(run_2)]);
+}
+
+/// Session variables and summaries are written under the run's lease, like its history: a
+/// replica that does not lease the run (another took it over) cannot write them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_replica_that_leases_a_run_writes_its_session() {
+    use orca::domain::{RunId, Tenant};
+    use orca::store::{Error, SessionSummary, Store};
+
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let url = database_url_on(&pg.url, dir.path());
+    let store = Store::connect(&url, 1).await.unwrap();
+    let pool = crate::support::db::pool_on(&url).await;
+    // A run that another replica leases for the next minute.
+    let run = RunId::new();
+    sqlx::query(
+        r#"INSERT INTO runs (id, tenant, status, orchestration, spec, input, metadata,
+            created_at, owner, lease_expires_at)
+         VALUES ($1, 't', 'running', 'fixed', '{"input": "x", "orchestration": "fixed"}',
+            '"x"', '{}', '2026-01-01T00:00:00Z', 'another replica',
+            CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 60000)"#,
+    )
+    .bind(run.to_string())
+    .execute(&pool)
+    .await
+    .unwrap();
+    let tenant = Tenant("t".into());
+    let values = json!({ "topic": "cats" });
+    let values = values.as_object().unwrap();
+    let summary = SessionSummary {
+        text: "they talked about cats".into(),
+        through: run,
+        turns: 1,
+        tokens: 5,
+    };
+
+    let refused = store.set_session_variables(&tenant, "s", values, run).await;
+    assert!(matches!(refused, Err(Error::LeaseLost)), "{refused:?}");
+    let refused = store
+        .save_session_summary(&tenant, "s", &summary, run)
+        .await;
+    assert!(matches!(refused, Err(Error::LeaseLost)), "{refused:?}");
+    assert!(
+        store
+            .session_variables(&tenant, "s")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.session_summary(&tenant, "s").await.unwrap().is_none());
+
+    // Once the other replica's lease lapses and this one takes the run, it may.
+    sqlx::query("UPDATE runs SET lease_expires_at = 0")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(store.claim_run(run).await.unwrap());
+    store
+        .set_session_variables(&tenant, "s", values, run)
+        .await
+        .unwrap();
+    store
+        .save_session_summary(&tenant, "s", &summary, run)
+        .await
+        .unwrap();
+    let stored = store.session_variables(&tenant, "s").await.unwrap();
+    assert_eq!(stored.get("topic"), Some(&json!("cats")));
+    let stored = store.session_summary(&tenant, "s").await.unwrap().unwrap();
+    assert_eq!(stored.text, summary.text);
 }

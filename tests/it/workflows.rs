@@ -164,6 +164,29 @@ async fn concurrent_checkpoints_get_distinct_ids() {
 }
 
 #[tokio::test]
+async fn concurrent_replan_requests_get_distinct_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = temp_store(&dir).await;
+    let run = RunId::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..10 {
+        let store = store.clone();
+        let message = format!("note {i}");
+        tasks.spawn(async move { store.save_replan_request(run, &message).await.unwrap() });
+    }
+    let mut seqs = tasks.join_all().await;
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+    let stored = store.replan_requests_after(run, 0).await.unwrap();
+    let mut messages: Vec<String> = stored.into_iter().map(|(_, m)| m).collect();
+    messages.sort();
+    assert_eq!(
+        messages,
+        (0..10).map(|i| format!("note {i}")).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
 async fn the_store_scopes_workflows_by_tenant_with_shared_ones_underneath() {
     let dir = tempfile::tempdir().unwrap();
     let store = temp_store(&dir).await;

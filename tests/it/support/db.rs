@@ -76,10 +76,15 @@ fn create_schema(server: &str, schema: &str) {
 /// A pool on the test's database for what a test does behind the server's back (ageing rows,
 /// counting them, holding locks). Statements use `$N` placeholders, as the store's do.
 pub async fn pool(dir: &Path) -> sqlx::AnyPool {
+    pool_on(&database_url(dir)).await
+}
+
+/// [`pool`] on the database at `url`.
+pub async fn pool_on(url: &str) -> sqlx::AnyPool {
     sqlx::any::install_default_drivers();
     sqlx::any::AnyPoolOptions::new()
         .max_connections(2)
-        .connect(&database_url(dir))
+        .connect(url)
         .await
         .expect("open the test's database")
 }
@@ -131,4 +136,20 @@ impl Drop for PgServer {
                 .output();
         }
     }
+}
+
+/// The path of libfaketime, through which a test runs a replica with its clock off
+/// (`.ci/faketime` installs Debian's `faketime` when it is missing).
+pub fn faketime_library() -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/faketime");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .output()
+        .expect("run .ci/faketime");
+    assert!(
+        out.status.success(),
+        "this test needs libfaketime: .ci/faketime could not find or install it: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
