@@ -193,6 +193,12 @@ impl App {
         &self.engine
     }
 
+    /// This process's id as a lease owner (`runs.owner`) when the database is shared with
+    /// other replicas; `None` on SQLite.
+    pub fn replica(&self) -> Option<&str> {
+        self.store.shared().then(|| self.store.replica())
+    }
+
     /// The event hub: every run's events, replayed and live.
     pub fn events(&self) -> &EventHub {
         &self.hub

@@ -1523,6 +1523,29 @@ mod tests {
         }
     }
 
+    /// compose.yaml configures its replicas through the environment alone: API keys as an
+    /// inline array of tables, a public bind, a PostgreSQL URL and a pool size.
+    #[test]
+    fn the_compose_files_environment_loads() {
+        let c = load(
+            &[
+                ("ORCA_BIND", "0.0.0.0:8080"),
+                ("DATABASE_URL", "postgres://orca:pw@postgres:5432/orca"),
+                (
+                    "ORCA_AUTH__API_KEYS",
+                    r#"[{ key = "0123456789abcdef0123456789abcdef", tenant = "default" }]"#,
+                ),
+                ("ORCA_DATABASE__MAX_CONNECTIONS", "16"),
+            ],
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.auth.api_keys.len(), 1);
+        assert_eq!(c.auth.api_keys[0].tenant, "default");
+        assert_eq!(c.database.max_connections, 16);
+        assert!(c.database.url.starts_with("postgres://"));
+    }
+
     #[test]
     fn the_shipped_default_toml_lists_exactly_the_defaults() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml");
