@@ -248,8 +248,9 @@ impl Store {
         let now = self.backend.now_ms_sql();
         let sql = format!(
             "UPDATE runs SET lease_expires_at = {now} + $2
-             WHERE owner = $1 AND status IN {UNFINISHED}
-             RETURNING id, cancel_requested"
+             WHERE id IN ({})
+             RETURNING id, cancel_requested",
+            self.own_runs_in_id_order(&format!("status IN {UNFINISHED}"))
         );
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(&*self.replica)
@@ -264,6 +265,19 @@ impl Store {
                 Ok((id, r.try_get::<i64, _>("cancel_requested")? != 0))
             })
             .collect()
+    }
+
+    /// A subquery: the runs this replica (`$1`) leases that match `filter`, their rows locked
+    /// in id order on Postgres. Every statement that locks several runs' rows and may wait
+    /// locks them in that order ([`held_for_write`] does too), so two of them wait for each
+    /// other at worst, never deadlock; an `UPDATE` on its own locks rows in the order it
+    /// happens to find them.
+    fn own_runs_in_id_order(&self, filter: &str) -> String {
+        let lock = match self.backend {
+            Backend::Postgres => "FOR UPDATE",
+            Backend::Sqlite => "",
+        };
+        format!("SELECT id FROM runs WHERE owner = $1 AND {filter} ORDER BY id {lock}")
     }
 
     /// Leases unfinished runs to this replica and returns them, oldest first (at most `limit`
@@ -333,11 +347,14 @@ impl Store {
     /// Hands every lease of this replica back (on its way out) and tells the others, who
     /// take the runs at once instead of after the lease would have lapsed.
     pub async fn release_leases(&self) -> Result<u64> {
-        let res =
-            sqlx::query("UPDATE runs SET owner = NULL, lease_expires_at = 0 WHERE owner = $1")
-                .bind(&*self.replica)
-                .execute(&self.pool)
-                .await?;
+        let sql = format!(
+            "UPDATE runs SET owner = NULL, lease_expires_at = 0 WHERE id IN ({})",
+            self.own_runs_in_id_order("TRUE")
+        );
+        let res = sqlx::query(AssertSqlSafe(sql))
+            .bind(&*self.replica)
+            .execute(&self.pool)
+            .await?;
         if res.rows_affected() > 0 {
             self.notify(&Notice::Released).await?;
         }

@@ -544,3 +544,74 @@ async fn only_the_replica_that_leases_a_run_writes_its_session() {
     let stored = store.session_summary(&tenant, "s").await.unwrap().unwrap();
     assert_eq!(stored.text, summary.text);
 }
+
+/// The lease renewal (every lease of a replica, one statement) and the history writer (the
+/// leases of a batch's runs `FOR SHARE`) lock the same rows: both lock them in id order, so
+/// they wait for each other briefly and never deadlock, whatever order the rows lie in on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewing_leases_never_deadlocks_with_history_writes() {
+    use std::sync::Arc;
+
+    use orca::domain::{Event, EventKind, RunId};
+    use orca::store::{Record, Store};
+
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let url = database_url_on(&pg.url, dir.path());
+    let store = Store::connect(&url, 4).await.unwrap();
+    let pool = crate::support::db::pool_on(&url).await;
+    // Runs stored in the reverse of their ids' order, so a scan meets them backwards.
+    let mut runs: Vec<RunId> = (0..120).map(|_| RunId::new()).collect();
+    for run in runs.iter().rev() {
+        sqlx::query(
+            r#"INSERT INTO runs (id, tenant, status, orchestration, spec, input, metadata,
+                created_at, owner, lease_expires_at)
+             VALUES ($1, 't', 'running', 'fixed', '{"input": "x", "orchestration": "fixed"}',
+                '"x"', '{}', '2026-01-01T00:00:00Z', $2,
+                CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 60000)"#,
+        )
+        .bind(run.to_string())
+        .bind(store.replica())
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    runs.sort_by_key(|r| r.to_string());
+
+    let batches = 150u64;
+    let writer = {
+        let store = store.clone();
+        let runs = runs.clone();
+        tokio::spawn(async move {
+            for seq in 1..=batches {
+                let records: Vec<Record> = runs
+                    .iter()
+                    .map(|run| {
+                        Record::Event(Arc::new(Event {
+                            seq,
+                            run_id: *run,
+                            kind: EventKind::Status,
+                            ts: chrono::Utc::now(),
+                            step_id: None,
+                            path: None,
+                            data: json!({ "status": "running" }),
+                        }))
+                    })
+                    .collect();
+                let lost = store.append(&records).await.expect("a batch is written");
+                assert!(lost.is_empty(), "no lease was lost: {lost:?}");
+            }
+        })
+    };
+    let mut renewals = 0;
+    while !writer.is_finished() {
+        let held = store.renew_leases().await.expect("leases are renewed");
+        assert_eq!(held.len(), runs.len());
+        renewals += 1;
+    }
+    writer.await.unwrap();
+    assert!(renewals > 1, "the renewals ran beside the writes");
+    for run in &runs {
+        assert_eq!(store.last_seq(*run).await.unwrap(), batches);
+    }
+}
