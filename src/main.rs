@@ -154,13 +154,13 @@ async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
             }
             let console = config.server.console;
             let app = App::build(config).await?;
-            match app.replica() {
-                // Replicas on one PostgreSQL: the id their leases carry (`runs.owner`).
-                Some(replica) => {
-                    tracing::info!(address = %app.local_addr(), replica, "orca is listening")
-                }
-                None => tracing::info!(address = %app.local_addr(), "orca is listening"),
-            }
+            // `replica`: on a shared PostgreSQL, the id this process's leases carry
+            // (`runs.owner`); absent on SQLite.
+            tracing::info!(
+                address = %app.local_addr(),
+                replica = app.replica(),
+                "orca is listening"
+            );
             if console {
                 // On standard output, for the person who just started it: where to click.
                 println!("orca console: http://{}/", app.local_addr());

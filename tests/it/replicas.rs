@@ -475,6 +475,23 @@ async fn notices_stay_within_their_schema() {
     assert_eq!(heard_2.unwrap(), vec![Notice::Cancel(run_2)]);
 }
 
+/// Stores a running run of tenant `t` behind the server's back, leased to `owner` for the
+/// next minute by the database's clock.
+async fn insert_leased_run(pool: &sqlx::AnyPool, run: orca::domain::RunId, owner: &str) {
+    sqlx::query(
+        r#"INSERT INTO runs (id, tenant, status, orchestration, spec, input, metadata,
+            created_at, owner, lease_expires_at)
+         VALUES ($1, 't', 'running', 'fixed', '{"input": "x", "orchestration": "fixed"}',
+            '"x"', '{}', '2026-01-01T00:00:00Z', $2,
+            CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 60000)"#,
+    )
+    .bind(run.to_string())
+    .bind(owner)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 /// Session variables and summaries are written under the run's lease, like its history: a
 /// replica that does not lease the run (another took it over) cannot write them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -489,17 +506,7 @@ async fn only_the_replica_that_leases_a_run_writes_its_session() {
     let pool = crate::support::db::pool_on(&url).await;
     // A run that another replica leases for the next minute.
     let run = RunId::new();
-    sqlx::query(
-        r#"INSERT INTO runs (id, tenant, status, orchestration, spec, input, metadata,
-            created_at, owner, lease_expires_at)
-         VALUES ($1, 't', 'running', 'fixed', '{"input": "x", "orchestration": "fixed"}',
-            '"x"', '{}', '2026-01-01T00:00:00Z', 'another replica',
-            CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 60000)"#,
-    )
-    .bind(run.to_string())
-    .execute(&pool)
-    .await
-    .unwrap();
+    insert_leased_run(&pool, run, "another replica").await;
     let tenant = Tenant("t".into());
     let values = json!({ "topic": "cats" });
     let values = values.as_object().unwrap();
@@ -561,22 +568,10 @@ async fn renewing_leases_never_deadlocks_with_history_writes() {
     let store = Store::connect(&url, 4).await.unwrap();
     let pool = crate::support::db::pool_on(&url).await;
     // Runs stored in the reverse of their ids' order, so a scan meets them backwards.
-    let mut runs: Vec<RunId> = (0..120).map(|_| RunId::new()).collect();
+    let runs: Vec<RunId> = (0..120).map(|_| RunId::new()).collect();
     for run in runs.iter().rev() {
-        sqlx::query(
-            r#"INSERT INTO runs (id, tenant, status, orchestration, spec, input, metadata,
-                created_at, owner, lease_expires_at)
-             VALUES ($1, 't', 'running', 'fixed', '{"input": "x", "orchestration": "fixed"}',
-                '"x"', '{}', '2026-01-01T00:00:00Z', $2,
-                CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 60000)"#,
-        )
-        .bind(run.to_string())
-        .bind(store.replica())
-        .execute(&pool)
-        .await
-        .unwrap();
+        insert_leased_run(&pool, *run, store.replica()).await;
     }
-    runs.sort_by_key(|r| r.to_string());
 
     let batches = 150u64;
     let writer = {
