@@ -344,7 +344,10 @@ impl RunContext {
             prompt: prompt.to_owned(),
             schema: schema.map(|s| s.schema.clone()),
         };
-        self.emit(Some(step_id), data).await;
+        // Under its key, so the event carries the step's `path` as its `step` events do: a
+        // replica that takes the answer (`Engine::answer_elsewhere`) stores it under the key
+        // the event names, which must be the key this wait is for.
+        self.emit(Some(&step_key), data).await;
         self.set_status(RunStatus::WaitingInput, None).await;
         self.clock.pause();
         let answer = rx.await;

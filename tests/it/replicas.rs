@@ -379,6 +379,127 @@ async fn a_killed_replicas_runs_are_taken_over_once_their_lease_lapses() {
     );
 }
 
+/// Children of `loop`, `sequential` and `parallel` steps that completed on a replica killed
+/// -9 are not run again by the replica that takes the run over; the child that was waiting
+/// is asked again and answered there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_children_completed_before_a_kill_are_not_run_again_after_a_takeover() {
+    let pg = PgServer::start();
+    let (mut servers, _dirs) = replicas(&pg, 2, &[]).await;
+    let calc = |id: &str, expression: &str| {
+        json!({ "id": id, "kind": "tool", "input": { "tool": "math.calculate",
+                "arguments": { "expression": expression } } })
+    };
+    let plan = json!({ "steps": [
+        { "id": "each", "kind": "loop", "input": {
+            "for_each": [1, 2, 3], "max_iterations": 5,
+            "steps": [{ "id": "body", "kind": "sequential", "input": { "steps": [
+                calc("double", "{{ item }} * 2"),
+                calc("square", "{{ item }} * {{ item }}"),
+            ] } }] } },
+        { "id": "fan", "kind": "parallel", "depends_on": ["each"], "input": { "steps": [
+            calc("sum", "1 + 2 + 3"),
+            { "id": "ask", "kind": "user_input", "input": { "prompt": "go on?" } },
+        ] } },
+    ] });
+    let id = servers[0].start_plan(plan).await;
+    drop(servers[0].until_asked(&id, 1).await);
+    let before = servers[0].steps(&id).await;
+    let completed = |steps: &[Value]| -> BTreeMap<(String, String, u64), Value> {
+        steps
+            .iter()
+            .filter(|s| s["status"] == "completed")
+            .map(|s| {
+                let key = (
+                    s["path"].as_str().unwrap_or_default().to_owned(),
+                    s["step_id"].as_str().unwrap().to_owned(),
+                    s["attempt"].as_u64().unwrap(),
+                );
+                (key, s["completed_at"].clone())
+            })
+            .collect()
+    };
+    let done_before = completed(&before);
+    // The loop (3 iterations of 2 tools) and the parallel step's tool were done.
+    let tools = |done: &BTreeMap<(String, String, u64), Value>, step: &str| {
+        done.keys().filter(|(_, s, _)| s == step).count()
+    };
+    assert_eq!(tools(&done_before, "double"), 3, "{before:?}");
+    assert_eq!(tools(&done_before, "square"), 3, "{before:?}");
+    assert_eq!(tools(&done_before, "sum"), 1, "{before:?}");
+
+    servers.remove(0).kill();
+    let b = &servers[0];
+    assert_eq!(b.answer(&id, "ask", json!("yes")).await, 202);
+    let events = match tokio::time::timeout(PATIENCE, stream(b, &id).await.read_to_final()).await {
+        Ok(events) => events,
+        Err(_) => panic!(
+            "not ended: {}\n{}\n{:?}",
+            get(b, &format!("/v1/runs/{id}")).await,
+            get(b, &format!("/v1/runs/{id}/events")).await,
+            b.steps(&id).await
+        ),
+    };
+    let last = complete(&id, &events);
+    assert_eq!(last["status"], "succeeded", "{last}");
+    // The parallel step's output: its children's, in order.
+    assert_eq!(last["output"][0]["result"], 6, "{last}");
+    assert_eq!(last["output"][1], "yes", "{last}");
+
+    let after = b.steps(&id).await;
+    let done_after = completed(&after);
+    for (key, at) in &done_before {
+        assert_eq!(
+            done_after.get(key),
+            Some(at),
+            "{key:?} ran again: {after:?}"
+        );
+    }
+    for step in ["double", "square", "sum", "ask"] {
+        let runs = after
+            .iter()
+            .filter(|s| s["step_id"] == step && s["status"] == "completed")
+            .count();
+        let want = if step == "double" || step == "square" {
+            3
+        } else {
+            1
+        };
+        assert_eq!(runs, want, "{step} completed {runs} times: {after:?}");
+    }
+}
+
+/// A question asked inside a loop's `sequential` body, on a replica that stays up, answered
+/// through another one: the answer reaches the step that asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_question_is_answered_through_another_replica() {
+    let pg = PgServer::start();
+    let (servers, _dirs) = replicas(&pg, 2, &[]).await;
+    let (a, b) = (&servers[0], &servers[1]);
+    let plan = json!({ "steps": [{ "id": "each", "kind": "loop", "input": {
+        "for_each": ["only"], "max_iterations": 1,
+        "steps": [{ "id": "body", "kind": "sequential", "input": { "steps": [
+            { "id": "ask", "kind": "user_input", "input": { "prompt": "how many?",
+              "schema": { "type": "integer" } } },
+            { "id": "twice", "kind": "tool", "input": { "tool": "math.calculate",
+              "arguments": { "expression": "{{ steps.ask.output }} * 2" } } },
+        ] } }] } }] });
+    let id = a.start_plan(plan).await;
+    let reader = a.until_asked(&id, 1).await;
+    assert_eq!(
+        b.answer(&id, "ask", json!("many")).await,
+        422,
+        "checked on B"
+    );
+    assert_eq!(b.answer(&id, "ask", json!(21)).await, 202);
+    let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("A gets B's answer and ends the run");
+    let last = complete(&id, &events);
+    assert_eq!(last["status"], "succeeded", "{last}");
+    assert_eq!(last["output"][0]["result"], 42, "{last}");
+}
+
 /// A run waiting for a human answer, then doubling it.
 fn ask_and_double() -> Value {
     json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
