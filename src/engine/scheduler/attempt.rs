@@ -90,11 +90,14 @@ pub(crate) fn run_step<'f>(
             let error = match result {
                 Ok(output) => {
                     let end = AttemptEnd::completed(output.clone()).with_input(input);
-                    ctx.close_attempt(&attempt, end, sink).await;
                     let result = Ok(output);
+                    // The checkpoint first: records are written in the order they are
+                    // queued, so the attempt is never stored as finished while the result
+                    // that keeps it from running again after a restart is not.
                     if child {
                         frame.children.finished(ctx, &key, &result).await;
                     }
+                    ctx.close_attempt(&attempt, end, sink).await;
                     return result;
                 }
                 Err(e) => e,
@@ -103,11 +106,11 @@ pub(crate) fn run_step<'f>(
                 tries < policy.max_attempts && policy.allows(&error.code) && ctx.take_retry();
             if !may_retry {
                 let end = AttemptEnd::failed(error.clone()).with_input(input);
-                ctx.close_attempt(&attempt, end, sink).await;
                 let result = Err(error);
                 if child {
                     frame.children.finished(ctx, &key, &result).await;
                 }
+                ctx.close_attempt(&attempt, end, sink).await;
                 return result;
             }
             let delay = policy.delay(tries + 1);
