@@ -99,6 +99,9 @@ pub struct AttemptEnd {
     reason: Option<String>,
     /// What the attempt resolved its inputs to, when only known at the end.
     input: Option<Value>,
+    /// When the attempt's work ended, if before it is closed (a top-level step is closed
+    /// only once the scheduler commits it); its time is counted to here.
+    ended: Option<Instant>,
 }
 
 impl AttemptEnd {
@@ -126,6 +129,7 @@ impl AttemptEnd {
             retry_in: None,
             reason: None,
             input: None,
+            ended: None,
         }
     }
 
@@ -141,6 +145,12 @@ impl AttemptEnd {
 
     pub fn with_input(mut self, input: Option<Value>) -> AttemptEnd {
         self.input = input;
+        self
+    }
+
+    /// Marks the attempt's work as ended now, for an attempt closed later.
+    pub fn ended_now(mut self) -> AttemptEnd {
+        self.ended = Some(Instant::now());
         self
     }
 }
@@ -251,8 +261,11 @@ impl RunContext {
             );
             return;
         };
-        let elapsed = started.elapsed();
-        let event = end_record(&mut record, &end, elapsed);
+        let (elapsed, since) = match end.ended {
+            Some(ended) => (ended.saturating_duration_since(started), ended.elapsed()),
+            None => (started.elapsed(), Duration::ZERO),
+        };
+        let event = end_record(&mut record, &end, elapsed, since);
         crate::telemetry::end_attempt(trace, record.status, record.error.as_ref());
         self.store_attempt(&record).await;
         self.save_counters().await;
@@ -338,7 +351,7 @@ impl RunContext {
             let ran = (crate::domain::now() - record.started_at)
                 .to_std()
                 .unwrap_or_default();
-            let event = end_record(&mut record, &end, ran);
+            let event = end_record(&mut record, &end, ran, Duration::ZERO);
             self.store_attempt(&record).await;
             self.emit(record_key(&record).as_deref(), event).await;
         }
@@ -350,9 +363,14 @@ impl RunContext {
     }
 }
 
-/// Writes `end` into the stored record of an attempt that ran for `ran`, and gives the `step`
-/// event that announces it.
-fn end_record(record: &mut StepAttempt, end: &AttemptEnd, ran: Duration) -> StepData {
+/// Writes `end` into the stored record of an attempt that ran for `ran` and ended `since` ago,
+/// and gives the `step` event that announces it.
+fn end_record(
+    record: &mut StepAttempt,
+    end: &AttemptEnd,
+    ran: Duration,
+    since: Duration,
+) -> StepData {
     let duration_ms = ran.as_millis() as u64;
     record.status = end.status;
     record.output = end.output.clone();
@@ -360,7 +378,8 @@ fn end_record(record: &mut StepAttempt, end: &AttemptEnd, ran: Duration) -> Step
     if end.input.is_some() {
         record.input = end.input.clone();
     }
-    record.completed_at = Some(crate::domain::now());
+    let since = chrono::Duration::from_std(since).unwrap_or_default();
+    record.completed_at = Some(crate::domain::now() - since);
     record.duration_ms = Some(duration_ms);
     // A retried attempt is stored as failed; only its announcement says another follows.
     let announced = match end.retry_in {

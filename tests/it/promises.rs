@@ -333,19 +333,7 @@ async fn a_killed_server_does_not_run_finished_children_again() {
     assert_eq!(fin["status"], "succeeded", "{fin}");
 
     let after = server.steps(&id).await;
-    let of = |id: &str| -> Vec<(Value, Value, Value)> {
-        after
-            .iter()
-            .filter(|s| s["step_id"] == id)
-            .map(|s| {
-                (
-                    s["attempt"].clone(),
-                    s["status"].clone(),
-                    s["error"]["code"].clone(),
-                )
-            })
-            .collect()
-    };
+    let of = |id: &str| attempts_of(&after, id);
     assert_eq!(of("c1"), [(json!(1), json!("completed"), Value::Null)]);
     let c1 = after.iter().find(|s| s["step_id"] == "c1").unwrap();
     assert_eq!(c1["completed_at"], c1_done, "c1 ran again");
@@ -356,6 +344,98 @@ async fn a_killed_server_does_not_run_finished_children_again() {
             (json!(2), json!("completed"), Value::Null),
         ]
     );
+}
+
+#[tokio::test]
+async fn a_step_that_finished_behind_a_slower_one_is_never_stored_completed_twice() {
+    // `later` starts after `ask` and finishes first; it commits (checkpoint, then its end)
+    // only when `ask` does. Killed in between, it must not be stored as completed already:
+    // the restarted server runs it again, and a second `completed` attempt would follow.
+    let dir = tempfile::tempdir().unwrap();
+    let plan = json!({ "steps": [
+        { "id": "ask", "kind": "user_input", "input": { "prompt": "go on?" } },
+        { "id": "later", "kind": "sequential", "input": { "steps": [
+            { "id": "c1", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
+            { "id": "c2", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "{{ steps.c1.output.result }} + 1" } } },
+        ] } },
+    ] });
+    let server = Server::start(dir.path()).await;
+    let id = server.start_plan(plan).await;
+    drop(server.until_asked(&id, 1).await);
+    // The last child is stored as completed, so `later` has finished its work: a wrongly
+    // early end of `later` would be queued right behind it.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let children_done = loop {
+        let steps = server.steps(&id).await;
+        if steps
+            .iter()
+            .any(|s| s["step_id"] == "c2" && s["status"] == "completed")
+        {
+            break steps;
+        }
+        assert!(std::time::Instant::now() < deadline, "c2 never completed");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    let done_at = |steps: &[Value], id: &str| {
+        steps
+            .iter()
+            .find(|s| s["step_id"] == id && s["status"] == "completed")
+            .map(|s| s["completed_at"].clone())
+    };
+    let c1_done = done_at(&children_done, "c1").expect("c1 completed before c2");
+    server.kill();
+
+    let server = Server::start(dir.path()).await;
+    let reader = server.until_asked(&id, 2).await;
+    assert_eq!(server.answer(&id, "ask", json!("yes")).await, 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"]["later"]["result"], 43, "{fin}");
+
+    let after = server.steps(&id).await;
+    let of = |id: &str| attempts_of(&after, id);
+    let interrupted_then_completed = [
+        (json!(1), json!("cancelled"), json!("interrupted")),
+        (json!(2), json!("completed"), Value::Null),
+    ];
+    assert_eq!(of("later"), interrupted_then_completed);
+    assert_eq!(of("ask"), interrupted_then_completed);
+    // Its children had finished and were checkpointed: kept, not run again.
+    assert_eq!(of("c1"), [(json!(1), json!("completed"), Value::Null)]);
+    assert_eq!(of("c2"), [(json!(1), json!("completed"), Value::Null)]);
+    assert_eq!(done_at(&after, "c1"), Some(c1_done), "c1 ran again");
+}
+
+#[tokio::test]
+async fn a_step_committed_behind_a_slower_one_keeps_its_own_timing() {
+    // `quick` finishes long before `slow`, started before it, lets it commit: its attempt is
+    // stored as finished only then, but timed to when its work ended.
+    let app = spawn_app(|_| {}).await;
+    let events = run_plan(
+        &app,
+        json!({ "steps": [
+            { "id": "slow", "kind": "wait", "input": { "duration_ms": 400 } },
+            { "id": "quick", "kind": "wait", "input": { "duration_ms": 1 } },
+        ] }),
+    )
+    .await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+    let (_, steps) = app
+        .get_json(&format!("/v1/runs/{}/steps", run_id(&events)))
+        .await;
+    let attempt = |id: &str| {
+        let found = steps
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step_id"] == id);
+        found.unwrap().clone()
+    };
+    let (slow, quick) = (attempt("slow"), attempt("quick"));
+    assert!(slow["duration_ms"].as_u64().unwrap() >= 400, "{slow}");
+    assert!(quick["duration_ms"].as_u64().unwrap() < 400, "{quick}");
+    let at = |s: &Value| chrono::DateTime::parse_from_rfc3339(s["completed_at"].as_str().unwrap());
+    assert!(at(&quick).unwrap() < at(&slow).unwrap(), "{quick} {slow}");
 }
 
 #[tokio::test]
@@ -430,6 +510,18 @@ async fn a_template_that_would_render_a_huge_value_fails_with_a_clear_error() {
             fin["error"]
         );
     }
+}
+
+/// The attempts of step `id` among `steps`: (attempt, status, error code) each, in order.
+fn attempts_of(steps: &[Value], id: &str) -> Vec<(Value, Value, Value)> {
+    steps
+        .iter()
+        .filter(|s| s["step_id"] == id)
+        .map(|s| {
+            let code = s["error"]["code"].clone();
+            (s["attempt"].clone(), s["status"].clone(), code)
+        })
+        .collect()
 }
 
 /// Polls `path` until it answers `status`, failing after the test's patience.

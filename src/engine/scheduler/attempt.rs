@@ -1,6 +1,11 @@
-//! [`run_step`]: one step, top-level or nested, with its retry policy and timeout. Every
-//! attempt is recorded through [`RunContext::open_attempt`]/[`RunContext::close_attempt`];
-//! the step's events (its attempts, retries and body) go to the caller's sink.
+//! [`settle`]: one step, top-level or nested, with its retry policy and timeout; [`run_step`]
+//! runs a nested one to its end. Every attempt is recorded through
+//! [`RunContext::open_attempt`]/[`RunContext::close_attempt`]; the step's events (its
+//! attempts, retries and body) go to the caller's sink.
+//!
+//! A step's last attempt is closed only after its result is checkpointed, by [`run_step`]
+//! for a child and by the scheduler's commit for a top-level step: a completed attempt is
+//! never durable without the checkpoint that keeps it from running again.
 
 use std::time::Duration;
 
@@ -36,93 +41,122 @@ pub(crate) async fn open(
     ctx.open_attempt(new, sink).await
 }
 
-/// Runs `spec` (at `locals.path`) until an attempt succeeds or its retry policy (and the
-/// run's retry budget) gives up. `opened` is its first attempt when the caller already opened
-/// it. Boxed: step kinds that hold other steps call it again.
+/// A step whose attempts are over: what it gave, and its last attempt, still open, with the
+/// end to close it with once the step's result is checkpointed.
+pub(crate) struct Settled {
+    pub result: Result<Value, RunError>,
+    pub attempt: AttemptKey,
+    pub end: AttemptEnd,
+}
+
+impl Settled {
+    /// Stores the last attempt's end and announces it into `sink`. Call it only after the
+    /// step's result is checkpointed: records are written in the order they are queued, so
+    /// the attempt is then never stored as finished while the result that keeps it from
+    /// running again after a restart (or a takeover) is not.
+    pub async fn close(self, ctx: &RunContext, sink: &mut EventSink) -> Result<Value, RunError> {
+        ctx.close_attempt(&self.attempt, self.end, sink).await;
+        self.result
+    }
+}
+
+/// Runs a child step `spec` (at `locals.path`, inside a `sequential`, `loop` or `parallel`)
+/// to its end: checkpoints its result and closes its last attempt. A child that finished
+/// before a restart is not run again. Boxed: step kinds that hold other steps call it again.
 pub(crate) fn run_step<'f>(
     frame: &'f Frame<'f>,
     spec: &'f StepSpec,
     locals: Locals<'f>,
-    opened: Option<AttemptKey>,
     sink: &'f mut EventSink,
 ) -> BoxFuture<'f, Result<Value, RunError>> {
     Box::pin(async move {
         let ctx = frame.ctx;
-        // A child that finished before a restart is not run again. (Top-level steps are the
-        // scheduler's: it commits and restores them.)
         let key = step_key(locals.path, spec.id.as_str());
-        let child = !locals.path.is_empty();
-        if child && let Some(result) = frame.children.finished_before(&key) {
+        if let Some(result) = frame.children.finished_before(&key) {
             return result;
         }
-        let policy = spec
-            .retry_policy
-            .clone()
-            .or_else(|| frame.default_retry.clone())
-            .unwrap_or_else(RetryPolicy::none);
-        // Leaf work (a model, a tool, a timer) holds one of the plan's slots while an attempt
-        // runs; a step opened before it had one (a top-level step, announced at its start)
-        // takes it now.
-        let mut slot = leaf_slot(frame, spec).await?;
-        let mut attempt = match opened {
-            Some(key) => key,
-            None => open(ctx, frame.plan_version, spec, locals.path, sink).await?,
-        };
-        let mut tries = 0u32;
-        loop {
-            tries += 1;
-            let mut io = StepIo {
-                sink: &mut *sink,
-                input: None,
-            };
-            let me = current_step(spec, locals.path, attempt.attempt);
-            let here = Locals {
-                step: Some(&me),
-                ..locals
-            };
-            let result = bounded(spec, kinds::run(frame, spec, here, &mut io))
-                .await
-                .and_then(|output| match &spec.expect {
-                    Some(expect) => frame.meets(here, expect, &output).map(|()| output),
-                    None => Ok(output),
-                });
-            let input = io.input;
-            let error = match result {
-                Ok(output) => {
-                    let end = AttemptEnd::completed(output.clone()).with_input(input);
-                    let result = Ok(output);
-                    // The checkpoint first: records are written in the order they are
-                    // queued, so the attempt is never stored as finished while the result
-                    // that keeps it from running again after a restart is not.
-                    if child {
-                        frame.children.finished(ctx, &key, &result).await;
-                    }
-                    ctx.close_attempt(&attempt, end, sink).await;
-                    return result;
-                }
-                Err(e) => e,
-            };
-            let may_retry =
-                tries < policy.max_attempts && policy.allows(&error.code) && ctx.take_retry();
-            if !may_retry {
-                let end = AttemptEnd::failed(error.clone()).with_input(input);
-                let result = Err(error);
-                if child {
-                    frame.children.finished(ctx, &key, &result).await;
-                }
-                ctx.close_attempt(&attempt, end, sink).await;
-                return result;
-            }
-            let delay = policy.delay(tries + 1);
-            let end = AttemptEnd::retrying(error, delay).with_input(input);
-            ctx.close_attempt(&attempt, end, sink).await;
-            frame.children.clear(ctx, &key).await;
-            drop(slot);
-            tokio::time::sleep(delay).await;
-            slot = leaf_slot(frame, spec).await?;
-            attempt = open(ctx, frame.plan_version, spec, locals.path, sink).await?;
-        }
+        let settled = settle(frame, spec, locals, None, sink).await?;
+        frame.children.finished(ctx, &key, &settled.result).await;
+        settled.close(ctx, sink).await
     })
+}
+
+/// Runs `spec` (at `locals.path`) until an attempt succeeds or its retry policy (and the
+/// run's retry budget) gives up, and hands back its last attempt unclosed (see [`Settled`]).
+/// `opened` is its first attempt when the caller already opened it. An error here means the
+/// step could not go on at all (the run is ending, or past a limit); its open attempt is then
+/// closed with the run.
+pub(crate) async fn settle(
+    frame: &Frame<'_>,
+    spec: &StepSpec,
+    locals: Locals<'_>,
+    opened: Option<AttemptKey>,
+    sink: &mut EventSink,
+) -> Result<Settled, RunError> {
+    let ctx = frame.ctx;
+    let key = step_key(locals.path, spec.id.as_str());
+    let policy = spec
+        .retry_policy
+        .clone()
+        .or_else(|| frame.default_retry.clone())
+        .unwrap_or_else(RetryPolicy::none);
+    // Leaf work (a model, a tool, a timer) holds one of the plan's slots while an attempt
+    // runs; a step opened before it had one (a top-level step, announced at its start)
+    // takes it now.
+    let mut slot = leaf_slot(frame, spec).await?;
+    let mut attempt = match opened {
+        Some(key) => key,
+        None => open(ctx, frame.plan_version, spec, locals.path, sink).await?,
+    };
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let mut io = StepIo {
+            sink: &mut *sink,
+            input: None,
+        };
+        let me = current_step(spec, locals.path, attempt.attempt);
+        let here = Locals {
+            step: Some(&me),
+            ..locals
+        };
+        let result = bounded(spec, kinds::run(frame, spec, here, &mut io))
+            .await
+            .and_then(|output| match &spec.expect {
+                Some(expect) => frame.meets(here, expect, &output).map(|()| output),
+                None => Ok(output),
+            });
+        let input = io.input;
+        let error = match result {
+            Ok(output) => {
+                let end = AttemptEnd::completed(output.clone()).with_input(input);
+                return Ok(Settled {
+                    result: Ok(output),
+                    attempt,
+                    end: end.ended_now(),
+                });
+            }
+            Err(e) => e,
+        };
+        let may_retry =
+            tries < policy.max_attempts && policy.allows(&error.code) && ctx.take_retry();
+        if !may_retry {
+            let end = AttemptEnd::failed(error.clone()).with_input(input);
+            return Ok(Settled {
+                result: Err(error),
+                attempt,
+                end: end.ended_now(),
+            });
+        }
+        let delay = policy.delay(tries + 1);
+        let end = AttemptEnd::retrying(error, delay).with_input(input);
+        ctx.close_attempt(&attempt, end, sink).await;
+        frame.children.clear(ctx, &key).await;
+        drop(slot);
+        tokio::time::sleep(delay).await;
+        slot = leaf_slot(frame, spec).await?;
+        attempt = open(ctx, frame.plan_version, spec, locals.path, sink).await?;
+    }
 }
 
 /// A slot for a step whose kind is leaf work; `None` for the others (steps that hold other

@@ -3,11 +3,11 @@
 //!
 //! Scheduling: every step whose dependencies are done starts at once, in plan order, up to
 //! `max_parallel_steps`. Steps run concurrently inside the run's task (they are IO-bound:
-//! models, tools, timers). Results are *committed* in start order: a step's events, its end,
-//! its checkpoint and its result (for later steps to see) come out only after every step
-//! started before it was committed. Start decisions depend only on committed results, so for a
-//! deterministic plan the run's event sequence is deterministic, however the steps' timings
-//! interleave. Only model text (`token`/`json_partial`) and human-input requests go out live.
+//! models, tools, timers). Results are *committed* in start order: a step's events, its
+//! checkpoint, the end of its last attempt and its result (for later steps to see) come out
+//! only after every step started before it was committed. Start decisions depend only on
+//! committed results, so for a deterministic plan the run's event sequence is deterministic,
+//! however the steps' timings interleave. Only model text (`token`/`json_partial`) and human-input requests go out live.
 //!
 //! Every top-level step is in exactly one [`Phase`]. [`Scheduler::next`] drives the plan until
 //! the next step commits and reports it, so a caller (a re-planner) can act after any step;
@@ -40,14 +40,14 @@ use crate::domain::event::{ErrorData, StepData};
 use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
 use crate::plan::{KindSpec, Scope, StepResults, StepState, StepView, ValidPlan};
 
-use super::attempts::AttemptEnd;
+use super::attempts::{AttemptEnd, AttemptKey};
 use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, StepResult};
 use super::completion::{self, Facts};
 use super::context::RunContext;
 use super::executor::Outcome;
 use super::session::store_variables;
 use super::sink::EventSink;
-use attempt::run_step;
+use attempt::settle;
 pub(crate) use frame::render_error;
 use frame::{Frame, Locals};
 use progress::Children;
@@ -81,16 +81,19 @@ enum Phase {
     /// Started; its task is in flight.
     Running,
     /// Its task ended; it waits for the steps started before it to commit.
-    Finished(Finished),
+    Finished(Box<Finished>),
     /// Its result is announced, checkpointed and visible to later steps.
     Committed(Result<Value, RunError>),
     Skipped,
 }
 
-/// What a step's task hands back: its result, and the events it held.
+/// What a step's task hands back: its result, the events it held, and its last attempt, to
+/// close once the result is checkpointed (`None` when the step could not go on at all; its
+/// attempt is then closed with the run).
 struct Finished {
     result: Result<Value, RunError>,
     events: EventSink,
+    last: Option<(AttemptKey, AttemptEnd)>,
 }
 
 pub struct Scheduler<'a> {
@@ -409,8 +412,20 @@ impl<'a> Scheduler<'a> {
         self.tasks.push(Box::pin(async move {
             let spec = &plan.specs()[i];
             let mut events = EventSink::buffered();
-            let result = run_step(&frame, spec, Locals::default(), Some(key), &mut events).await;
-            (i, Finished { result, events })
+            let settled = settle(&frame, spec, Locals::default(), Some(key), &mut events).await;
+            let finished = match settled {
+                Ok(s) => Finished {
+                    result: s.result,
+                    events,
+                    last: Some((s.attempt, s.end)),
+                },
+                Err(e) => Finished {
+                    result: Err(e),
+                    events,
+                    last: None,
+                },
+            };
+            (i, finished)
         }));
     }
 
@@ -425,7 +440,7 @@ impl<'a> Scheduler<'a> {
             Err(_) => self.stops_on_failure(),
             Ok(_) => is_answer,
         };
-        self.phases[i] = Phase::Finished(finished);
+        self.phases[i] = Phase::Finished(Box::new(finished));
         loop {
             let next = if flush {
                 self.in_flight
@@ -444,8 +459,8 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// Announces a finished step (its held events end with its `step` event), checkpoints its
-    /// result, makes it visible to later steps and reports it.
+    /// Announces a finished step (its held events, then, once its result is checkpointed,
+    /// the end of its last attempt), makes it visible to later steps and reports it.
     async fn commit(&mut self, i: usize) {
         let Phase::Finished(finished) = std::mem::replace(&mut self.phases[i], Phase::Running)
         else {
@@ -453,6 +468,12 @@ impl<'a> Scheduler<'a> {
         };
         finished.events.release(self.ctx).await;
         self.checkpoint(i, StepResult::of(&finished.result)).await;
+        // Only now: a completed attempt stored before its checkpoint would run again after a
+        // kill or a takeover landing between the two.
+        if let Some((attempt, end)) = finished.last {
+            let sink = &mut EventSink::Live;
+            self.ctx.close_attempt(&attempt, end, sink).await;
+        }
         let step_id = self.plan.specs()[i].id.clone();
         let report = match finished.result {
             Ok(output) => {

@@ -80,7 +80,7 @@ pub(crate) async fn run(
                 index: Some(i),
                 ..locals
             };
-            let out = run_step(frame, child, here, None, sink).await?;
+            let out = run_step(frame, child, here, sink).await?;
             siblings.insert(child.id.to_string(), StepState::completed(out.clone()));
             last = out;
         }

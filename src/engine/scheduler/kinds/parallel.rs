@@ -63,7 +63,7 @@ async fn run_children(
     for (k, child) in children.iter().enumerate() {
         running.push(async move {
             let mut held = EventSink::buffered();
-            let result = run_step(frame, child, locals, None, &mut held).await;
+            let result = run_step(frame, child, locals, &mut held).await;
             (k, result, held)
         });
     }

@@ -59,7 +59,7 @@ pub(crate) async fn run_all(
             results: Some(&siblings),
             ..locals
         };
-        let out = run_step(frame, child, here, None, sink).await?;
+        let out = run_step(frame, child, here, sink).await?;
         if let KindSpec::Branch {
             then, otherwise, ..
         } = &child.kind
