@@ -1,7 +1,8 @@
 //! Step attempts: the one way every executor records that a step started and how it ended.
 //!
 //! [`RunContext::open_attempt`] numbers the attempt, stores it as running, tracks it, and
-//! announces it; [`RunContext::close_attempt`] stores its end and announces that. Each
+//! announces it; [`RunContext::close_attempt`] stores its end and announces that ([`HeldEnd`]
+//! holds an end back until the result it produced is checkpointed). Each
 //! announcement is a `step` event written to the caller's [`EventSink`], so the plan scheduler
 //! can hold a step's events until it commits while a simple run streams them live.
 //!
@@ -149,9 +150,35 @@ impl AttemptEnd {
     }
 
     /// Marks the attempt's work as ended now, for an attempt closed later.
-    pub fn ended_now(mut self) -> AttemptEnd {
+    fn ended_now(mut self) -> AttemptEnd {
         self.ended = Some(Instant::now());
         self
+    }
+}
+
+/// An attempt whose work has ended, held open until what keeps it from running again (its
+/// result, in a checkpoint) is queued; [`HeldEnd::close`] then stores and announces its end.
+/// Records are written in the order they are queued, so the attempt is never stored as
+/// finished while its result is not: a kill or a lost lease in between would run it again.
+#[must_use = "a held attempt must be closed once its result is checkpointed"]
+#[derive(Debug)]
+pub struct HeldEnd {
+    key: AttemptKey,
+    end: AttemptEnd,
+}
+
+impl HeldEnd {
+    /// Holds `end` for the attempt `key`, its time counted to now.
+    pub fn new(key: AttemptKey, end: AttemptEnd) -> HeldEnd {
+        HeldEnd {
+            key,
+            end: end.ended_now(),
+        }
+    }
+
+    /// Stores the end and announces it into `sink`.
+    pub async fn close(self, ctx: &RunContext, sink: &mut EventSink) {
+        ctx.close_attempt(&self.key, self.end, sink).await;
     }
 }
 

@@ -124,6 +124,9 @@ pub struct Conversation {
     /// The model round the conversation is in (1-based; 0 before the first call).
     pub round: u32,
     pub messages: Vec<Message>,
+    /// The model's final answer, once it gave one (kept so a conversation resumed after it
+    /// does not ask the model again).
+    pub answer: Option<String>,
 }
 
 /// What a conversation gained since its previous checkpoint.
@@ -134,6 +137,9 @@ pub struct ConversationDelta {
     pub reset: bool,
     pub round: u32,
     pub messages: Vec<Message>,
+    /// The model's final answer: the conversation is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 impl Conversation {
@@ -143,6 +149,7 @@ impl Conversation {
         }
         self.round = delta.round;
         self.messages.extend(delta.messages);
+        self.answer = delta.answer;
     }
 }
 
@@ -209,6 +216,7 @@ impl Legacy {
                 reset: true,
                 round: conversation.round,
                 messages: conversation.messages,
+                answer: None,
             }),
             Legacy::Plan {
                 plan_version,
@@ -356,6 +364,49 @@ mod tests {
         };
         assert!(c.reset);
         assert_eq!(c.round, 2);
+    }
+
+    #[test]
+    fn a_conversations_answer_is_kept_until_a_later_delta_goes_on() {
+        let answered = ConversationDelta {
+            reset: false,
+            round: 2,
+            messages: Vec::new(),
+            answer: Some("42".into()),
+        };
+        let stored = Delta::Conversation(answered.clone()).to_json();
+        assert_eq!(stored["answer"], "42");
+        assert_eq!(
+            Delta::from_json(stored).unwrap(),
+            Delta::Conversation(answered.clone())
+        );
+        let asked = |content: &str| Message::User {
+            content: content.into(),
+        };
+        let mut convo = Conversation {
+            round: 1,
+            messages: vec![asked("q")],
+            answer: None,
+        };
+        convo.apply(answered);
+        assert_eq!(
+            (convo.answer.as_deref(), convo.messages.len()),
+            (Some("42"), 1)
+        );
+        // Sent back to be repaired: the conversation goes on without an answer.
+        convo.apply(ConversationDelta {
+            reset: false,
+            round: 3,
+            messages: vec![asked("again")],
+            answer: None,
+        });
+        assert_eq!((convo.answer.as_deref(), convo.messages.len()), (None, 2));
+        // A delta written before answers were kept has none.
+        let older = json!({"format": 2, "kind": "conversation", "round": 1, "messages": []});
+        let Delta::Conversation(c) = Delta::from_json(older).unwrap() else {
+            panic!("not a conversation")
+        };
+        assert_eq!(c.answer, None);
     }
 
     #[test]

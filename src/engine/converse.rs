@@ -6,9 +6,11 @@
 //! shows every call with its timing. A failing tool does not end the loop: the model is told
 //! the error and decides. A failing model, or a run limit, does.
 //!
-//! The caller keeps the [`Conversation`] and is told after every message that must survive a
-//! restart (a reply asking for tools, a tool result), so it can checkpoint; a loop started on
-//! a restored conversation answers the calls still unanswered and goes on from there.
+//! The caller keeps the [`Conversation`] and is told after everything that must survive a
+//! restart (a reply asking for tools, a tool result, the final answer), so it can checkpoint;
+//! a loop started on a restored conversation answers the calls still unanswered and goes on
+//! from there, or gives the answer it already has. A round's attempt is stored as finished
+//! only after the caller was told ([`HeldEnd`]), so a finished round never runs again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use crate::domain::{ErrorCode, RunError, StepKind, StepStatus};
 use crate::llm::router::ModelRoute;
 use crate::llm::{ChatRequest, Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 
-use super::attempts::{AttemptEnd, NewAttempt, step_key};
+use super::attempts::{AttemptEnd, HeldEnd, NewAttempt, step_key};
 use super::checkpoint::Conversation;
 use super::context::RunContext;
 use super::model::{Filters, ModelReply, TextKind, call_model_filtered};
@@ -131,11 +133,15 @@ pub async fn converse(
     progress: &mut impl Progress,
     sink: &mut EventSink,
 ) -> Result<String, RunError> {
+    if let Some(answer) = &convo.answer {
+        return Ok(answer.clone());
+    }
     loop {
         // Answer the tool calls of the model's last reply that have no result yet (all of
         // them, unless the loop resumed in the middle of a tool round).
         for (i, call) in unanswered_calls(&convo.messages) {
             let step_id = format!("tool-{}-{}", convo.round, i + 1);
+            let mut held = None;
             let result = match progress.intercept(ctx, &call, sink).await {
                 Some(Ok(output)) => Ok(output),
                 Some(Err(e)) if ctx.breached().is_some() || ctx.cancel.is_cancelled() => {
@@ -143,7 +149,11 @@ pub async fn converse(
                 }
                 Some(Err(e)) => Err(Stop::Tool(e)),
                 None => match progress.admit(ctx, &step_id, &call).await {
-                    Ok(None) => tool_round(ctx, setup, &step_id, &call, sink).await,
+                    Ok(None) => {
+                        let (result, end) = tool_round(ctx, setup, &step_id, &call, sink).await;
+                        held = end;
+                        result
+                    }
                     Ok(Some(refused)) => Err(Stop::Tool(refused)),
                     Err(e) => Err(Stop::Run(e)),
                 },
@@ -159,6 +169,9 @@ pub async fn converse(
                 content,
             });
             progress.saved(ctx, convo).await;
+            if let Some(held) = held {
+                held.close(ctx, sink).await;
+            }
         }
         if progress.stopped() {
             return Ok(last_text(&convo.messages));
@@ -175,8 +188,11 @@ pub async fn converse(
             ));
         }
         let wrap = progress.model_wrap();
-        let (text, tool_calls) = model_round(ctx, setup, convo, &wrap, sink).await?;
+        let (text, tool_calls, held) = model_round(ctx, setup, convo, &wrap, sink).await?;
         if tool_calls.is_empty() {
+            convo.answer = Some(text.clone());
+            progress.saved(ctx, convo).await;
+            held.close(ctx, sink).await;
             return Ok(text);
         }
         convo.messages.push(Message::Assistant {
@@ -184,17 +200,19 @@ pub async fn converse(
             tool_calls,
         });
         progress.saved(ctx, convo).await;
+        held.close(ctx, sink).await;
     }
 }
 
-/// One model call as step `llm-N`: the reply's text and the tool calls it asks for.
+/// One model call as step `llm-N`: the reply's text, the tool calls it asks for, and the
+/// round's attempt, held open until the reply is checkpointed.
 async fn model_round(
     ctx: &RunContext,
     setup: &Setup,
     convo: &Conversation,
     wrap: &ModelWrap,
     sink: &mut EventSink,
-) -> Result<(String, Vec<ModelToolCall>), RunError> {
+) -> Result<(String, Vec<ModelToolCall>, HeldEnd), RunError> {
     let _slot = setup.slot().await?;
     let round = convo.round;
     let step_id = format!("llm-{round}");
@@ -227,8 +245,7 @@ async fn model_round(
                 Some(_) => end.with_input(reply.mark_input(Some(input))),
                 None => end,
             };
-            ctx.close_attempt(&key, end, sink).await;
-            Ok((reply.text, reply.tool_calls))
+            Ok((reply.text, reply.tool_calls, HeldEnd::new(key, end)))
         }
         Err(e) => {
             let status = if ctx.cancel.is_cancelled() {
@@ -302,15 +319,19 @@ enum Stop {
     Run(RunError),
 }
 
-/// One tool call the model asked for, as step `tool-N-M`.
+/// One tool call the model asked for, as step `tool-N-M`: its result, and its attempt held
+/// open until the result is checkpointed (`None` when there is nothing left to close).
 async fn tool_round(
     ctx: &RunContext,
     setup: &Setup,
     step_id: &str,
     call: &ModelToolCall,
     sink: &mut EventSink,
-) -> Result<Value, Stop> {
-    let _slot = setup.slot().await.map_err(Stop::Run)?;
+) -> (Result<Value, Stop>, Option<HeldEnd>) {
+    let _slot = match setup.slot().await {
+        Ok(slot) => slot,
+        Err(e) => return (Err(Stop::Run(e)), None),
+    };
     let arguments = ToolArguments::from_text(&call.arguments);
     let new = NewAttempt {
         step_id,
@@ -320,7 +341,10 @@ async fn tool_round(
         plan_version: setup.plan_version,
         input: Some(json!({ "tool": call.name, "arguments": arguments.shown() })),
     };
-    let key = ctx.open_attempt(new, sink).await.map_err(Stop::Run)?;
+    let key = match ctx.open_attempt(new, sink).await {
+        Ok(key) => key,
+        Err(e) => return (Err(Stop::Run(e)), None),
+    };
     let step_key = step_key(&setup.path, step_id);
     let step_id = step_key.as_str();
     let request = ToolCall {
@@ -331,15 +355,14 @@ async fn tool_round(
     };
     match call_tool(ctx, request, sink).await {
         Ok(output) => {
-            ctx.close_attempt(&key, AttemptEnd::completed(output.clone()), sink)
-                .await;
-            Ok(output)
+            let held = HeldEnd::new(key, AttemptEnd::completed(output.clone()));
+            (Ok(output), Some(held))
         }
         Err(error) if ctx.breached().is_some() => {
             // A run limit or a detected loop: the conversation ends here.
             ctx.close_attempt(&key, AttemptEnd::failed(error.clone()), sink)
                 .await;
-            Err(Stop::Run(error))
+            (Err(Stop::Run(error)), None)
         }
         Err(error) => {
             let told = ErrorData {
@@ -347,9 +370,8 @@ async fn tool_round(
                 step_id: Some(step_id.to_owned()),
             };
             sink.emit(ctx, Some(step_id), told).await;
-            ctx.close_attempt(&key, AttemptEnd::failed(error.clone()), sink)
-                .await;
-            Err(Stop::Tool(error))
+            let held = HeldEnd::new(key, AttemptEnd::failed(error.clone()));
+            (Err(Stop::Tool(error)), Some(held))
         }
     }
 }

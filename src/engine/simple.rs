@@ -3,9 +3,9 @@
 //! the run's output. A run of a session first gets the session's earlier turns, summarised
 //! past the token budget ([`super::session::history`]).
 //!
-//! The conversation is checkpointed after every model reply that asks for tools and after
-//! every tool result; a run resumed after a restart continues from its last checkpoint, so a
-//! tool that already answered is not called again.
+//! The conversation is checkpointed after every model reply and every tool result; a run
+//! resumed after a restart continues from its last checkpoint, so neither a tool that already
+//! answered nor a model round that already replied is called again.
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -45,6 +45,7 @@ impl Executor for Simple {
                 let convo = Conversation {
                     round: 0,
                     messages: opening_messages(ctx).await,
+                    answer: None,
                 };
                 (convo, 0)
             }
@@ -85,10 +86,17 @@ struct Checkpoints {
 
 impl Progress for Checkpoints {
     async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
+        // A resumed conversation that holds its answer needs nothing else: a run whose model
+        // answered at once checkpoints the answer alone, not its opening messages.
+        let answer_alone = self.saved == 0 && convo.answer.is_some();
         let delta = ConversationDelta {
             reset: self.saved == 0,
             round: convo.round,
-            messages: convo.messages[self.saved..].to_vec(),
+            messages: match answer_alone {
+                true => Vec::new(),
+                false => convo.messages[self.saved..].to_vec(),
+            },
+            answer: convo.answer.clone(),
         };
         self.saved = convo.messages.len();
         checkpoint::save(ctx, NO_PLAN, &Delta::Conversation(delta)).await;

@@ -364,18 +364,7 @@ async fn a_step_that_finished_behind_a_slower_one_is_never_stored_completed_twic
     drop(server.until_asked(&id, 1).await);
     // The last child is stored as completed, so `later` has finished its work: a wrongly
     // early end of `later` would be queued right behind it.
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let children_done = loop {
-        let steps = server.steps(&id).await;
-        if steps
-            .iter()
-            .any(|s| s["step_id"] == "c2" && s["status"] == "completed")
-        {
-            break steps;
-        }
-        assert!(std::time::Instant::now() < deadline, "c2 never completed");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    };
+    let children_done = server.until_completed(&id, json!("later"), "c2").await;
     let done_at = |steps: &[Value], id: &str| {
         steps
             .iter()

@@ -187,16 +187,7 @@ async fn only_a_finished_run_of_the_caller_can_be_deleted() {
     };
     let events = |id: String| {
         let app = &app;
-        async move {
-            let resp = app
-                .client
-                .get(app.url(&format!("/v1/runs/{id}/events")))
-                .bearer_auth(KEY_A)
-                .send()
-                .await
-                .unwrap();
-            SseReader::new(resp)
-        }
+        async move { app.events_with_key(&id, KEY_A).await }
     };
     use reqwest::Method;
 

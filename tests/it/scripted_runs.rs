@@ -540,9 +540,11 @@ async fn a_resumed_tool_run_keeps_its_conversation_and_runs_no_tool_twice() {
         ]
     );
     let (_, checkpoints) = app.get_json(&format!("/v1/runs/{id}/checkpoints")).await;
+    let list = checkpoints.as_array().unwrap();
     assert_eq!(
-        checkpoints.as_array().unwrap().len(),
-        2,
-        "one after the model's tool call, one after the tool's result"
+        list.len(),
+        3,
+        "one after the model's tool call, one after the tool's result, one with the answer"
     );
+    assert!(list[2]["state"]["answer"].is_string(), "{checkpoints}");
 }

@@ -423,13 +423,21 @@ async fn checkpoint_store_crud() {
     ]});
     let events = run_fixed(&app, plan, json!("x")).await;
     let id = run_id(&events);
-    // Read: one checkpoint per finished agent turn, oldest first, each holding its answer.
+    // Read, oldest first: each agent turn's answer as it came, then its step's result.
     let (status, checkpoints) = app.get_json(&format!("/v1/runs/{id}/checkpoints")).await;
     assert_eq!(status, 200);
     let list = checkpoints.as_array().unwrap();
-    assert_eq!(list.len(), 2, "{checkpoints}");
-    assert_eq!(list[0]["state"]["steps"]["s1"]["output"], "one");
-    assert_eq!(list[1]["state"]["steps"]["s2"]["output"], "two");
+    assert_eq!(list.len(), 4, "{checkpoints}");
+    assert_eq!(
+        list[0]["state"]["children"]["s1/convo"]["output"]["answer"],
+        "one"
+    );
+    assert_eq!(list[1]["state"]["steps"]["s1"]["output"], "one");
+    assert_eq!(
+        list[2]["state"]["children"]["s2/convo"]["output"]["answer"],
+        "two"
+    );
+    assert_eq!(list[3]["state"]["steps"]["s2"]["output"], "two");
     // Paged reads agree with the whole list.
     let (_, page) = app
         .get_json(&format!("/v1/runs/{id}/checkpoints?limit=1"))
@@ -466,12 +474,16 @@ async fn checkpoint_seq_checkpoint_cleanup() {
     let (_, checkpoints) = app.get_json(&format!("/v1/runs/{id}/checkpoints")).await;
     let list = checkpoints.as_array().unwrap();
     // The turn's conversation was checkpointed while it ran (after the reply asking for the
-    // tool and after the tool's result) ...
+    // tool, after the tool's result, and with the answer) ...
     let during: Vec<&Value> = list
         .iter()
         .filter(|c| c["state"]["children"].get("s1/convo").is_some())
         .collect();
-    assert_eq!(during.len(), 2, "{checkpoints}");
+    assert_eq!(during.len(), 3, "{checkpoints}");
+    assert_eq!(
+        during[2]["state"]["children"]["s1/convo"]["output"]["answer"],
+        "42"
+    );
     // ... and cleared when the step committed: the answer stands for it.
     let last = &list.last().unwrap()["state"];
     assert_eq!(last["steps"]["s1"]["output"], "42");
@@ -496,11 +508,16 @@ async fn checkpoint_checkpoint_on_failure() {
     let (_, checkpoints) = app
         .get_json(&format!("/v1/runs/{}/checkpoints", run_id(&events)))
         .await;
-    // Checkpoints are deltas: one per finished step, the failure included.
+    // Checkpoints are deltas: the first turn's answer, then one per finished step, the
+    // failure included (the failed turn had no answer to keep).
     let list = checkpoints.as_array().unwrap();
-    assert_eq!(list.len(), 2, "{checkpoints}");
-    assert_eq!(list[0]["state"]["steps"]["s1"]["output"], "kept");
-    let failed = &list[1]["state"]["steps"]["s2"];
+    assert_eq!(list.len(), 3, "{checkpoints}");
+    assert_eq!(
+        list[0]["state"]["children"]["s1/convo"]["output"]["answer"],
+        "kept"
+    );
+    assert_eq!(list[1]["state"]["steps"]["s1"]["output"], "kept");
+    let failed = &list[2]["state"]["steps"]["s2"];
     assert_eq!(failed["status"], "failed");
     assert_eq!(failed["error"]["code"], "llm_rejected");
     assert_eq!(llm.request_count(), 2, "s3 never ran");
@@ -1162,6 +1179,58 @@ async fn scripted_server(
         ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
     ];
     crate::support::server::Server::start_with(dir, &env).await
+}
+
+#[tokio::test]
+async fn an_agent_that_answered_behind_a_waiting_step_is_not_asked_again_after_a_kill() {
+    use crate::support::server::to_final;
+    // `s1`'s agent calls a tool, then answers; `s1` commits only once `ask`, started before
+    // it, is answered. Killed in between, the resumed agent takes its answer from the
+    // checkpoint: no model round or tool call runs twice.
+    let llm = ScriptedLlm::start().await;
+    let six_sevens = json!({ "expression": "6 * 7" });
+    llm.push_for("agent a", Reply::tool_call("math.calculate", six_sevens));
+    llm.push_for("agent a", Reply::text("forty-two"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut team = agents(&["a"]);
+    team["a"]["tools"] = json!(["math.calculate"]);
+    let plan = json!({ "agents": team, "steps": [
+        { "id": "ask", "kind": "user_input", "input": { "prompt": "go on?" } },
+        agent_step("s1", "a", "{{ input }}", &[]),
+    ], "output": "{{ steps.s1.output }}" });
+    let server = scripted_server(dir.path(), &llm).await;
+    let id = server.start_plan(plan).await;
+    drop(server.until_asked(&id, 1).await);
+    server.until_completed(&id, json!("s1"), "llm-2").await;
+    server.kill();
+
+    let server = scripted_server(dir.path(), &llm).await;
+    let reader = server.until_asked(&id, 2).await;
+    assert_eq!(server.answer(&id, "ask", json!("yes")).await, 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["output"], "forty-two", "{fin}");
+    assert_eq!(llm.request_count(), 2, "the model was asked again");
+    let steps = server.steps(&id).await;
+    let of = |path: Value, id: &str| -> Vec<(Value, Value)> {
+        let mine = steps
+            .iter()
+            .filter(|s| s["path"] == path && s["step_id"] == id);
+        mine.map(|s| (s["attempt"].clone(), s["status"].clone()))
+            .collect()
+    };
+    for id in ["llm-1", "tool-1-1", "llm-2"] {
+        assert_eq!(
+            of(json!("s1"), id),
+            [(json!(1), json!("completed"))],
+            "{id}"
+        );
+    }
+    let interrupted = [
+        (json!(1), json!("cancelled")),
+        (json!(2), json!("completed")),
+    ];
+    assert_eq!(of(Value::Null, "s1"), interrupted);
 }
 
 #[tokio::test]

@@ -558,7 +558,7 @@ async fn an_invalid_workflow_file_stops_the_start_naming_file_and_problem() {
 // ---- /v1/runs/{id}/plans and /checkpoints -----------------------------------------------
 
 #[tokio::test]
-async fn plans_and_checkpoints_are_404_for_unknown_runs_and_empty_for_simple_ones() {
+async fn plans_and_checkpoints_are_404_for_unknown_runs_and_a_simple_run_keeps_only_its_answer() {
     let app = spawn_app(with_keys).await;
     for path in ["plans", "checkpoints"] {
         for id in ["not-a-uuid", "0190a0a0-0000-7000-8000-000000000000"] {
@@ -587,13 +587,22 @@ async fn plans_and_checkpoints_are_404_for_unknown_runs_and_empty_for_simple_one
     assert_eq!(resp.status(), 201);
     let run: Value = resp.json().await.unwrap();
     let id = run["id"].as_str().unwrap();
+    let events = app.events_with_key(id, KEY_A).await.read_to_final().await;
+    let answer = &final_data(&events)["output"];
+    // A simple run has no plan; its one checkpoint keeps the model's answer, nothing else.
+    let url = format!("/v1/runs/{id}/plans");
+    let plans = send(&app, reqwest::Method::GET, Some(KEY_A), &url).await;
+    assert_eq!(plans, (200, json!([])));
+    let url = format!("/v1/runs/{id}/checkpoints");
+    let (status, checkpoints) = send(&app, reqwest::Method::GET, Some(KEY_A), &url).await;
+    assert_eq!(status, 200);
+    let kept = checkpoints.as_array().unwrap();
+    assert_eq!(kept.len(), 1, "{checkpoints}");
+    assert_eq!(kept[0]["state"]["kind"], "conversation");
+    assert_eq!(&kept[0]["state"]["answer"], answer);
+    assert_eq!(kept[0]["state"]["messages"], json!([]));
     for path in ["plans", "checkpoints"] {
         let url = format!("/v1/runs/{id}/{path}");
-        assert_eq!(
-            send(&app, reqwest::Method::GET, Some(KEY_A), &url).await,
-            (200, json!([])),
-            "{path}"
-        );
         // Another tenant's run is as unknown as a missing one.
         assert_eq!(
             send(&app, reqwest::Method::GET, Some(KEY_B), &url).await.0,

@@ -16,7 +16,7 @@ use crate::domain::{ErrorCode, RetryPolicy, RunError};
 use crate::plan::{KindSpec, StepSpec};
 use tokio::sync::SemaphorePermit;
 
-use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt, step_key};
+use super::super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt, step_key};
 use super::super::context::RunContext;
 use super::super::sink::EventSink;
 use super::frame::{Frame, Locals, current_step};
@@ -41,23 +41,11 @@ pub(crate) async fn open(
     ctx.open_attempt(new, sink).await
 }
 
-/// A step whose attempts are over: what it gave, and its last attempt, still open, with the
-/// end to close it with once the step's result is checkpointed.
+/// A step whose attempts are over: what it gave, and its last attempt, held open until the
+/// result is checkpointed.
 pub(crate) struct Settled {
     pub result: Result<Value, RunError>,
-    pub attempt: AttemptKey,
-    pub end: AttemptEnd,
-}
-
-impl Settled {
-    /// Stores the last attempt's end and announces it into `sink`. Call it only after the
-    /// step's result is checkpointed: records are written in the order they are queued, so
-    /// the attempt is then never stored as finished while the result that keeps it from
-    /// running again after a restart (or a takeover) is not.
-    pub async fn close(self, ctx: &RunContext, sink: &mut EventSink) -> Result<Value, RunError> {
-        ctx.close_attempt(&self.attempt, self.end, sink).await;
-        self.result
-    }
+    pub last: HeldEnd,
 }
 
 /// Runs a child step `spec` (at `locals.path`, inside a `sequential`, `loop` or `parallel`)
@@ -77,7 +65,8 @@ pub(crate) fn run_step<'f>(
         }
         let settled = settle(frame, spec, locals, None, sink).await?;
         frame.children.finished(ctx, &key, &settled.result).await;
-        settled.close(ctx, sink).await
+        settled.last.close(ctx, sink).await;
+        settled.result
     })
 }
 
@@ -132,8 +121,7 @@ pub(crate) async fn settle(
                 let end = AttemptEnd::completed(output.clone()).with_input(input);
                 return Ok(Settled {
                     result: Ok(output),
-                    attempt,
-                    end: end.ended_now(),
+                    last: HeldEnd::new(attempt, end),
                 });
             }
             Err(e) => e,
@@ -144,8 +132,7 @@ pub(crate) async fn settle(
             let end = AttemptEnd::failed(error.clone()).with_input(input);
             return Ok(Settled {
                 result: Err(error),
-                attempt,
-                end: end.ended_now(),
+                last: HeldEnd::new(attempt, end),
             });
         }
         let delay = policy.delay(tries + 1);

@@ -40,7 +40,7 @@ use crate::domain::event::{ErrorData, StepData};
 use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
 use crate::plan::{KindSpec, Scope, StepResults, StepState, StepView, ValidPlan};
 
-use super::attempts::{AttemptEnd, AttemptKey};
+use super::attempts::{AttemptEnd, HeldEnd};
 use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, StepResult};
 use super::completion::{self, Facts};
 use super::context::RunContext;
@@ -93,7 +93,7 @@ enum Phase {
 struct Finished {
     result: Result<Value, RunError>,
     events: EventSink,
-    last: Option<(AttemptKey, AttemptEnd)>,
+    last: Option<HeldEnd>,
 }
 
 pub struct Scheduler<'a> {
@@ -417,7 +417,7 @@ impl<'a> Scheduler<'a> {
                 Ok(s) => Finished {
                     result: s.result,
                     events,
-                    last: Some((s.attempt, s.end)),
+                    last: Some(s.last),
                 },
                 Err(e) => Finished {
                     result: Err(e),
@@ -470,9 +470,8 @@ impl<'a> Scheduler<'a> {
         self.checkpoint(i, StepResult::of(&finished.result)).await;
         // Only now: a completed attempt stored before its checkpoint would run again after a
         // kill or a takeover landing between the two.
-        if let Some((attempt, end)) = finished.last {
-            let sink = &mut EventSink::Live;
-            self.ctx.close_attempt(&attempt, end, sink).await;
+        if let Some(last) = finished.last {
+            last.close(self.ctx, &mut EventSink::Live).await;
         }
         let step_id = self.plan.specs()[i].id.clone();
         let report = match finished.result {

@@ -183,13 +183,20 @@ impl TestApp {
 
     /// Opens a run's event stream from its first event.
     pub async fn events(&self, run_id: &str) -> SseReader {
-        let resp = self
+        let request = self
             .client
-            .get(self.url(&format!("/v1/runs/{run_id}/events")))
-            .send()
-            .await
-            .expect("GET events");
+            .get(self.url(&format!("/v1/runs/{run_id}/events")));
+        let resp = request.send().await.expect("GET events");
         assert_eq!(resp.status(), 200);
+        SseReader::new(resp)
+    }
+
+    /// [`Self::events`] with API key `key`.
+    pub async fn events_with_key(&self, run_id: &str, key: &str) -> SseReader {
+        let request = self
+            .client
+            .get(self.url(&format!("/v1/runs/{run_id}/events")));
+        let resp = request.bearer_auth(key).send().await.expect("GET events");
         SseReader::new(resp)
     }
 

@@ -140,6 +140,26 @@ impl Server {
             .unwrap()
     }
 
+    /// Polls the run's step attempts until one of step `step_id` at `path` (`null`: the top
+    /// level) is stored as `completed`; all of them then. Fails after the test's patience.
+    pub async fn until_completed(&self, id: &str, path: Value, step_id: &str) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let steps = self.steps(id).await;
+            let done = steps.iter().any(|s| {
+                s["step_id"] == step_id && s["path"] == path && s["status"] == "completed"
+            });
+            if done {
+                return steps;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path}/{step_id} never completed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     pub fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();

@@ -18,13 +18,13 @@ use crate::domain::{ErrorCode, RunError, StepKind};
 use crate::llm::{ChatRequest, Message, ResponseSchema};
 use crate::plan::team::{ChatState, GroupChatStep, SelectorKind};
 
-use super::super::super::attempts::step_key;
+use super::super::super::attempts::{HeldEnd, step_key};
 use super::super::super::context::RunContext;
 use super::super::super::model::{TextKind, call_model};
 use super::super::super::sink::EventSink;
 use super::super::frame::Frame;
 use super::turn::{Plain, take_turn};
-use super::{Part, close_part, open_part};
+use super::{Part, hold_part, open_part};
 
 /// The name the `llm` selector's structured output goes by (the offline model knows it).
 pub const SPEAKER_SCHEMA: &str = "speaker_choice";
@@ -81,21 +81,23 @@ pub(crate) async fn run(
         round += 1;
         // The `speaker` event goes out live, as the choice is recorded: once, even across a
         // restart (a replayed choice was announced before it).
-        let chosen = once(frame, &step_key(key, &format!("select-{round}")), async {
-            let chosen = chat.select(round, &said, sink).await?;
+        let (chosen, held) = once(frame, &step_key(key, &format!("select-{round}")), async {
+            let (chosen, held) = chat.select(round, &said, sink).await?;
             let data = SpeakerData {
                 agent: chosen.agent.clone(),
                 round,
             };
             frame.ctx.emit(Some(key), data).await;
-            Ok(chosen)
+            Ok((chosen, held))
         })
         .await?;
+        close_held(frame, held, sink).await;
         let turn_key = step_key(key, &format!("{}.{round}", chosen.agent));
-        let spoken = once(frame, &turn_key, async {
+        let (spoken, held) = once(frame, &turn_key, async {
             chat.speak(&chosen.agent, round, &said, sink).await
         })
         .await?;
+        close_held(frame, held, sink).await;
         tokens += chosen.tokens + spoken.tokens;
         let text = spoken.text.unwrap_or_default();
         let state = ChatState {
@@ -118,24 +120,31 @@ pub(crate) async fn run(
 }
 
 /// The record at `record_key` when a run before a restart finished it, else `work`'s result,
-/// recorded.
+/// recorded, with the attempt `work` holds open for the caller to close now that the record
+/// is checkpointed.
 async fn once(
     frame: &Frame<'_>,
     record_key: &str,
-    work: impl std::future::Future<Output = Result<Done, RunError>>,
-) -> Result<Done, RunError> {
+    work: impl std::future::Future<Output = Result<(Done, Option<HeldEnd>), RunError>>,
+) -> Result<(Done, Option<HeldEnd>), RunError> {
     if let Some(Ok(value)) = frame.children.finished_before(record_key)
         && let Ok(done) = serde_json::from_value::<Done>(value)
     {
-        return Ok(done);
+        return Ok((done, None));
     }
-    let done = work.await?;
+    let (done, held) = work.await?;
     let value = serde_json::to_value(&done).expect("chat records serialise");
     frame
         .children
         .finished(frame.ctx, record_key, &Ok(value))
         .await;
-    Ok(done)
+    Ok((done, held))
+}
+
+async fn close_held(frame: &Frame<'_>, held: Option<HeldEnd>, sink: &mut EventSink) {
+    if let Some(held) = held {
+        held.close(frame.ctx, sink).await;
+    }
 }
 
 /// The tokens the run's model calls used so far.
@@ -151,17 +160,18 @@ impl Chat<'_, '_> {
         round: u32,
         said: &[Said],
         sink: &mut EventSink,
-    ) -> Result<Done, RunError> {
+    ) -> Result<(Done, Option<HeldEnd>), RunError> {
         let before = tokens_used(self.frame.ctx);
-        let agent = match self.step.selector.kind {
+        let (agent, held) = match self.step.selector.kind {
             SelectorKind::Llm => self.ask_selector(round, said, sink).await?,
-            kind => self.by_rule(kind, round),
+            kind => (self.by_rule(kind, round), None),
         };
-        Ok(Done {
+        let done = Done {
             agent,
             text: None,
             tokens: tokens_used(self.frame.ctx).saturating_sub(before),
-        })
+        };
+        Ok((done, held))
     }
 
     /// The speaker a rule picks: round robin, or the seeded random choice (a pure function of
@@ -183,14 +193,15 @@ impl Chat<'_, '_> {
         participants[i as usize].clone()
     }
 
-    /// Asks the `llm` selector, as attempt `select-<round>`; a wrong answer is sent back up to
-    /// `retries` times, then the fallback rule decides (an `error` event says so).
+    /// Asks the `llm` selector, as attempt `select-<round>` (held open until the choice is
+    /// recorded); a wrong answer is sent back up to `retries` times, then the fallback rule
+    /// decides (an `error` event says so).
     async fn ask_selector(
         &self,
         round: u32,
         said: &[Said],
         sink: &mut EventSink,
-    ) -> Result<String, RunError> {
+    ) -> Result<(String, Option<HeldEnd>), RunError> {
         let id = format!("select-{round}");
         let input = json!({ "round": round, "participants": self.step.participants });
         let part = Part {
@@ -206,10 +217,14 @@ impl Chat<'_, '_> {
             Ok(Err(problem)) => Ok(json!({ "speaker": null, "problem": problem })),
             Err(e) => Err(e.clone()),
         };
-        close_part(self.frame, &attempt, &chosen, sink).await;
-        let problem = match answered? {
-            Ok(name) => return Ok(name),
-            Err(problem) => problem,
+        let held = hold_part(self.frame, attempt, &chosen);
+        let problem = match answered {
+            Ok(Ok(name)) => return Ok((name, Some(held))),
+            Ok(Err(problem)) => problem,
+            Err(e) => {
+                held.close(self.frame.ctx, sink).await;
+                return Err(e);
+            }
         };
         let fallback = self.by_rule(self.step.selector.fallback, round);
         let error = RunError::new(
@@ -224,7 +239,7 @@ impl Chat<'_, '_> {
             step_id: Some(event_key.clone()),
         };
         sink.emit(self.frame.ctx, Some(&event_key), data).await;
-        Ok(fallback)
+        Ok((fallback, Some(held)))
     }
 
     /// The selector's model calls: a participant's name, or what was wrong with the last
@@ -303,14 +318,15 @@ impl Chat<'_, '_> {
         out
     }
 
-    /// `speaker`'s turn in round `round`, as attempt `<speaker>.<round>`.
+    /// `speaker`'s turn in round `round`, as attempt `<speaker>.<round>` (held open until the
+    /// turn is recorded).
     async fn speak(
         &self,
         speaker: &str,
         round: u32,
         said: &[Said],
         sink: &mut EventSink,
-    ) -> Result<Done, RunError> {
+    ) -> Result<(Done, Option<HeldEnd>), RunError> {
         let frame = self.frame;
         let Some(agent) = frame.team.agent(speaker) else {
             return Err(RunError::new(
@@ -334,12 +350,20 @@ impl Chat<'_, '_> {
         let path = step_key(self.key, &id);
         let end = take_turn(frame, &agent, &path, messages, &mut Plain, sink).await;
         let shown = end.as_ref().map(|e| e.value.clone()).map_err(Clone::clone);
-        close_part(frame, &attempt, &shown, sink).await;
-        Ok(Done {
+        let held = hold_part(frame, attempt, &shown);
+        let text = match end {
+            Ok(end) => end.text,
+            Err(e) => {
+                held.close(frame.ctx, sink).await;
+                return Err(e);
+            }
+        };
+        let done = Done {
             agent: speaker.to_owned(),
-            text: Some(end?.text),
+            text: Some(text),
             tokens: tokens_used(frame.ctx).saturating_sub(before),
-        })
+        };
+        Ok((done, Some(held)))
     }
 }
 

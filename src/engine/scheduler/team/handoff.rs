@@ -20,13 +20,13 @@ use crate::llm::{ChatRequest, Message, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::team::{ContextPolicy, HandoffEdge, HandoffStep, NoHandoff};
 use crate::plan::{AgentSpec, JsonSchema, NoResults, Scope, Team};
 
-use super::super::super::attempts::step_key;
+use super::super::super::attempts::{HeldEnd, step_key};
 use super::super::super::context::RunContext;
 use super::super::super::model::{TextKind, call_model};
 use super::super::super::sink::EventSink;
 use super::super::frame::{Frame, render_error};
 use super::turn::{Hooks, take_turn, text_of};
-use super::{Part, close_part, open_part, tool_name};
+use super::{Part, close_part, hold_part, open_part, tool_name};
 
 /// Where control is and what was said.
 struct State {
@@ -93,7 +93,7 @@ pub(crate) async fn run(
         let record = match recorded(frame, &record_key) {
             Some(record) => record,
             None => {
-                let record = take(frame, key, step, &state, sink).await?;
+                let (record, held) = take(frame, key, step, &state, sink).await?;
                 // The `handoff` event goes out live, before the turn is recorded: a replayed
                 // turn was announced before it (at least once for a turn cut by a crash).
                 if let Some(handed) = &record.handoff {
@@ -109,6 +109,7 @@ pub(crate) async fn run(
                     .children
                     .finished(frame.ctx, &record_key, &Ok(value))
                     .await;
+                held.close(frame.ctx, sink).await;
                 record
             }
         };
@@ -142,14 +143,15 @@ fn recorded(frame: &Frame<'_>, record_key: &str) -> Option<TurnRecord> {
     }
 }
 
-/// Takes the active agent's turn as attempt `<agent>.<n>`, and the handoff it makes.
+/// Takes the active agent's turn as attempt `<agent>.<n>`, and the handoff it makes; the
+/// attempt is held open until the caller records the turn.
 async fn take(
     frame: &Frame<'_>,
     key: &str,
     step: &HandoffStep,
     state: &State,
     sink: &mut EventSink,
-) -> Result<TurnRecord, RunError> {
+) -> Result<(TurnRecord, HeldEnd), RunError> {
     let Some(agent) = frame.team.agent(&state.active) else {
         return Err(RunError::new(
             ErrorCode::InvalidStep,
@@ -173,8 +175,14 @@ async fn take(
     let shown = record.as_ref().map(|r| {
         json!({ "text": r.text, "handoff": r.handoff.as_ref().map(|h| json!({ "to": h.to, "reason": h.reason })) })
     });
-    close_part(frame, &attempt, &shown.map_err(Clone::clone), sink).await;
-    record
+    let held = hold_part(frame, attempt, &shown.map_err(Clone::clone));
+    match record {
+        Ok(record) => Ok((record, held)),
+        Err(e) => {
+            held.close(frame.ctx, sink).await;
+            Err(e)
+        }
+    }
 }
 
 /// The turn itself at `path`: the agent answers or hands off (within `max_transitions`).
@@ -352,7 +360,7 @@ async fn summarize(
     };
     let attempt = open_part(frame, key, part, input, sink).await?;
     let text = summary_call(ctx, function.model.as_deref(), messages, &step_key(key, id)).await;
-    close_part(frame, &attempt, &text.clone().map(Value::String), sink).await;
+    close_part(frame, attempt, &text.clone().map(Value::String), sink).await;
     text
 }
 

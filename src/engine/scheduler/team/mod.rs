@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::domain::{RunError, StepKind, StepStatus};
 
-use super::super::attempts::{AttemptEnd, AttemptKey, NewAttempt};
+use super::super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
 use super::super::sink::EventSink;
 use super::frame::Frame;
 
@@ -57,10 +57,20 @@ pub(crate) async fn open_part(
 /// Closes an attempt [`open_part`] opened with how its work ended.
 pub(crate) async fn close_part(
     frame: &Frame<'_>,
-    key: &AttemptKey,
+    key: AttemptKey,
     result: &Result<Value, RunError>,
     sink: &mut EventSink,
 ) {
+    hold_part(frame, key, result).close(frame.ctx, sink).await;
+}
+
+/// How an attempt [`open_part`] opened ended, held open until the record of its work is
+/// checkpointed.
+pub(crate) fn hold_part(
+    frame: &Frame<'_>,
+    key: AttemptKey,
+    result: &Result<Value, RunError>,
+) -> HeldEnd {
     let end = match result {
         Ok(output) => AttemptEnd::completed(output.clone()),
         Err(e) if frame.ctx.cancel.is_cancelled() => {
@@ -68,5 +78,5 @@ pub(crate) async fn close_part(
         }
         Err(e) => AttemptEnd::failed(e.clone()),
     };
-    frame.ctx.close_attempt(key, end, sink).await;
+    HeldEnd::new(key, end)
 }

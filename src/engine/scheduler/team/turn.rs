@@ -4,9 +4,9 @@
 //!
 //! The turn's model rounds and tool calls are steps `llm-N` and `tool-N-M` at the turn's
 //! path, so their attempts and events say whose turn they belong to. The conversation is
-//! checkpointed (as a finished "child" `<path>/convo`) after every reply that asks for tools
-//! and every tool result, so a turn resumed after a restart goes on from there and never
-//! calls a finished tool again.
+//! checkpointed (as a finished "child" `<path>/convo`) after every model reply and every tool
+//! result, so a turn resumed after a restart goes on from there and never calls a finished
+//! tool or model round again.
 
 use serde_json::{Value, json};
 
@@ -218,6 +218,7 @@ fn opening(
     Conversation {
         round: 0,
         messages: opening,
+        answer: None,
     }
 }
 
@@ -243,6 +244,8 @@ impl<P: Progress> Turn<'_, P> {
             Ok(value) => return Ok((text, value)),
             Err(problem) => problem,
         };
+        // The answer is sent back: the conversation goes on.
+        self.convo.answer = None;
         self.convo.messages.push(Message::Assistant {
             content: text,
             tool_calls: Vec::new(),
@@ -298,7 +301,8 @@ struct TurnProgress<'f, 'h, H> {
 
 impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
     async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
-        let saved = json!({ "round": convo.round, "messages": convo.messages });
+        let saved =
+            json!({ "round": convo.round, "messages": convo.messages, "answer": convo.answer });
         self.frame
             .children
             .finished(ctx, &self.convo_key, &Ok(saved))
@@ -354,6 +358,10 @@ fn restored(saved: &Value) -> Option<Conversation> {
     Some(Conversation {
         round: u32::try_from(saved.get("round")?.as_u64()?).ok()?,
         messages: serde_json::from_value(saved.get("messages")?.clone()).ok()?,
+        answer: saved
+            .get("answer")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
     })
 }
 
