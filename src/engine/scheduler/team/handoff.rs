@@ -26,7 +26,7 @@ use super::super::super::model::{TextKind, call_model};
 use super::super::super::sink::EventSink;
 use super::super::frame::{Frame, render_error};
 use super::turn::{Hooks, take_turn, text_of};
-use super::{Part, close_part, hold_part, open_part, tool_name};
+use super::{Part, hold_part, open_part, tool_name};
 
 /// Where control is and what was said.
 struct State {
@@ -109,7 +109,9 @@ pub(crate) async fn run(
                     .children
                     .finished(frame.ctx, &record_key, &Ok(value))
                     .await;
-                held.close(frame.ctx, sink).await;
+                for part in held {
+                    part.close(frame.ctx, sink).await;
+                }
                 record
             }
         };
@@ -144,14 +146,15 @@ fn recorded(frame: &Frame<'_>, record_key: &str) -> Option<TurnRecord> {
 }
 
 /// Takes the active agent's turn as attempt `<agent>.<n>`, and the handoff it makes; the
-/// attempt is held open until the caller records the turn.
+/// attempt (after the summary it asked for, if any) is held open until the caller records the
+/// turn, and closed in the order given.
 async fn take(
     frame: &Frame<'_>,
     key: &str,
     step: &HandoffStep,
     state: &State,
     sink: &mut EventSink,
-) -> Result<(TurnRecord, HeldEnd), RunError> {
+) -> Result<(TurnRecord, Vec<HeldEnd>), RunError> {
     let Some(agent) = frame.team.agent(&state.active) else {
         return Err(RunError::new(
             ErrorCode::InvalidStep,
@@ -171,13 +174,13 @@ async fn take(
     };
     let attempt = open_part(frame, key, part, input, sink).await?;
     let path = step_key(key, &id);
-    let record = turn(frame, key, step, agent, &path, state, sink).await;
-    let shown = record.as_ref().map(|r| {
+    let taken = turn(frame, key, step, agent, &path, state, sink).await;
+    let shown = taken.as_ref().map(|(r, _)| {
         json!({ "text": r.text, "handoff": r.handoff.as_ref().map(|h| json!({ "to": h.to, "reason": h.reason })) })
     });
     let held = hold_part(frame, attempt, &shown.map_err(Clone::clone));
-    match record {
-        Ok(record) => Ok((record, held)),
+    match taken {
+        Ok((record, summary)) => Ok((record, summary.into_iter().chain([held]).collect())),
         Err(e) => {
             held.close(frame.ctx, sink).await;
             Err(e)
@@ -185,7 +188,8 @@ async fn take(
     }
 }
 
-/// The turn itself at `path`: the agent answers or hands off (within `max_transitions`).
+/// The turn itself at `path`: the agent answers or hands off (within `max_transitions`), with
+/// the summarizer's attempt held open when the handoff's context is a summary.
 async fn turn(
     frame: &Frame<'_>,
     key: &str,
@@ -194,7 +198,7 @@ async fn turn(
     path: &str,
     state: &State,
     sink: &mut EventSink,
-) -> Result<TurnRecord, RunError> {
+) -> Result<(TurnRecord, Option<HeldEnd>), RunError> {
     let mut hooks = Transfers {
         team: &frame.team,
         edges: &agent.handoffs,
@@ -214,6 +218,7 @@ async fn turn(
     }
     let mut transcript = state.transcript.clone();
     transcript.extend(conversation.iter().skip(state.received.len()).cloned());
+    let mut summary = None;
     let handoff = match hooks.chosen {
         None => None,
         Some(_) if state.transitions >= step.max_transitions => {
@@ -227,7 +232,8 @@ async fn turn(
         }
         Some((i, reason)) => {
             let edge = &agent.handoffs[i];
-            let received = context_for(frame, key, state, edge, &transcript, sink).await?;
+            let (received, held) = context_for(frame, key, state, edge, &transcript, sink).await?;
+            summary = held;
             let note = handoff_note(&agent.name, &edge.to, reason.as_deref());
             let mut received = received;
             received.push(note.clone());
@@ -240,17 +246,19 @@ async fn turn(
             })
         }
     };
-    Ok(TurnRecord {
+    let record = TurnRecord {
         agent: agent.name.clone(),
         text: end.text,
         value: end.value,
         conversation,
         transcript,
         handoff,
-    })
+    };
+    Ok((record, summary))
 }
 
-/// What the target of `edge` receives of `transcript` (before the handoff note).
+/// What the target of `edge` receives of `transcript` (before the handoff note), and the
+/// summarizer's held attempt when it was asked.
 async fn context_for(
     frame: &Frame<'_>,
     key: &str,
@@ -258,19 +266,23 @@ async fn context_for(
     edge: &HandoffEdge,
     transcript: &[Message],
     sink: &mut EventSink,
-) -> Result<Vec<Message>, RunError> {
+) -> Result<(Vec<Message>, Option<HeldEnd>), RunError> {
     Ok(match edge.context {
-        ContextPolicy::Inherit => transcript.to_vec(),
-        ContextPolicy::LastN(n) => last_n(transcript, n as usize),
-        ContextPolicy::Isolate => vec![Message::User {
-            content: state.request.clone(),
-        }],
+        ContextPolicy::Inherit => (transcript.to_vec(), None),
+        ContextPolicy::LastN(n) => (last_n(transcript, n as usize), None),
+        ContextPolicy::Isolate => {
+            let request = Message::User {
+                content: state.request.clone(),
+            };
+            (vec![request], None)
+        }
         ContextPolicy::Summarize => {
             let id = format!("summary-{}", state.turn);
-            let summary = summarize(frame, key, &id, transcript, sink).await?;
-            vec![Message::User {
+            let (summary, held) = summarize(frame, key, &id, transcript, sink).await?;
+            let told = Message::User {
                 content: format!("A summary of the conversation so far: {summary}"),
-            }]
+            };
+            (vec![told], Some(held))
         }
     })
 }
@@ -322,14 +334,15 @@ async fn ask_human(
 }
 
 /// A summary of `transcript` by the `summarizer` function, as attempt `id` at `key` (its text
-/// is not streamed: it is not the run's answer).
+/// is not streamed: it is not the run's answer); a summary's attempt is held open until the
+/// turn that carries it is recorded, a failed one is closed at once.
 async fn summarize(
     frame: &Frame<'_>,
     key: &str,
     id: &str,
     transcript: &[Message],
     sink: &mut EventSink,
-) -> Result<String, RunError> {
+) -> Result<(String, HeldEnd), RunError> {
     let ctx = frame.ctx;
     let Some(function) = ctx.services.functions.get(crate::functions::SUMMARIZER) else {
         return Err(RunError::new(
@@ -360,8 +373,14 @@ async fn summarize(
     };
     let attempt = open_part(frame, key, part, input, sink).await?;
     let text = summary_call(ctx, function.model.as_deref(), messages, &step_key(key, id)).await;
-    close_part(frame, attempt, &text.clone().map(Value::String), sink).await;
-    text
+    let held = hold_part(frame, attempt, &text.clone().map(Value::String));
+    match text {
+        Ok(text) => Ok((text, held)),
+        Err(e) => {
+            held.close(ctx, sink).await;
+            Err(e)
+        }
+    }
 }
 
 async fn summary_call(

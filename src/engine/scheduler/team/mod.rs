@@ -54,16 +54,6 @@ pub(crate) async fn open_part(
     frame.ctx.open_attempt(new, sink).await
 }
 
-/// Closes an attempt [`open_part`] opened with how its work ended.
-pub(crate) async fn close_part(
-    frame: &Frame<'_>,
-    key: AttemptKey,
-    result: &Result<Value, RunError>,
-    sink: &mut EventSink,
-) {
-    hold_part(frame, key, result).close(frame.ctx, sink).await;
-}
-
 /// How an attempt [`open_part`] opened ended, held open until the record of its work is
 /// checkpointed.
 pub(crate) fn hold_part(
