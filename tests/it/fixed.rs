@@ -592,10 +592,7 @@ async fn a_killed_server_resumes_from_its_checkpoint() {
     assert_eq!(resp.status(), 200);
     let run: Value = resp.json().await.unwrap();
     assert_ne!(run["status"], "succeeded");
-    let reader = server.until_asked(&id, 2).await;
-    assert_eq!(server.answer(&id, "wait", json!("yes")).await, 202);
-    let rest = to_final(reader).await;
-    let fin = final_data(&rest);
+    let fin = server.answered_to_final(&id, 2, "wait", json!("yes")).await;
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["result"], 43);
     let history: Vec<Value> = server

@@ -327,9 +327,7 @@ async fn a_killed_server_does_not_run_finished_children_again() {
     server.kill();
 
     let server = Server::start(dir.path()).await;
-    let reader = server.until_asked(&id, 2).await;
-    assert_eq!(server.answer(&id, "c2", json!("yes")).await, 202);
-    let fin = final_data(&to_final(reader).await);
+    let fin = server.answered_to_final(&id, 2, "c2", json!("yes")).await;
     assert_eq!(fin["status"], "succeeded", "{fin}");
 
     let after = server.steps(&id).await;
@@ -375,9 +373,7 @@ async fn a_step_that_finished_behind_a_slower_one_is_never_stored_completed_twic
     server.kill();
 
     let server = Server::start(dir.path()).await;
-    let reader = server.until_asked(&id, 2).await;
-    assert_eq!(server.answer(&id, "ask", json!("yes")).await, 202);
-    let fin = final_data(&to_final(reader).await);
+    let fin = server.answered_to_final(&id, 2, "ask", json!("yes")).await;
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["later"]["result"], 43, "{fin}");
 

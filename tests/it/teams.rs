@@ -1183,7 +1183,6 @@ async fn scripted_server(
 
 #[tokio::test]
 async fn an_agent_that_answered_behind_a_waiting_step_is_not_asked_again_after_a_kill() {
-    use crate::support::server::to_final;
     // `s1`'s agent calls a tool, then answers; `s1` commits only once `ask`, started before
     // it, is answered. Killed in between, the resumed agent takes its answer from the
     // checkpoint: no model round or tool call runs twice.
@@ -1205,9 +1204,7 @@ async fn an_agent_that_answered_behind_a_waiting_step_is_not_asked_again_after_a
     server.kill();
 
     let server = scripted_server(dir.path(), &llm).await;
-    let reader = server.until_asked(&id, 2).await;
-    assert_eq!(server.answer(&id, "ask", json!("yes")).await, 202);
-    let fin = final_data(&to_final(reader).await);
+    let fin = server.answered_to_final(&id, 2, "ask", json!("yes")).await;
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"], "forty-two", "{fin}");
     assert_eq!(llm.request_count(), 2, "the model was asked again");

@@ -127,6 +127,20 @@ impl Server {
         resp.status().as_u16()
     }
 
+    /// Waits for the run's `n`th `input_required`, answers `step_id` with `value` (accepted:
+    /// 202) and reads the rest of the run to `final`: the `final` event's data.
+    pub async fn answered_to_final(
+        &self,
+        id: &str,
+        n: usize,
+        step_id: &str,
+        value: Value,
+    ) -> Value {
+        let reader = self.until_asked(id, n).await;
+        assert_eq!(self.answer(id, step_id, value).await, 202);
+        super::app::final_data(&to_final(reader).await)
+    }
+
     /// The run's step attempts.
     pub async fn steps(&self, id: &str) -> Vec<Value> {
         let url = self.url(&format!("/v1/runs/{id}/steps"));
