@@ -180,6 +180,34 @@ impl HeldEnd {
     pub async fn close(self, ctx: &RunContext, sink: &mut EventSink) {
         ctx.close_attempt(&self.key, self.end, sink).await;
     }
+
+    /// Closes every one of `held`, in order (none when a replayed record left nothing open).
+    pub async fn close_all(
+        held: impl IntoIterator<Item = HeldEnd>,
+        ctx: &RunContext,
+        sink: &mut EventSink,
+    ) {
+        for end in held {
+            end.close(ctx, sink).await;
+        }
+    }
+
+    /// Goes on holding the end beside the value of a result that will be recorded; a failed
+    /// result records nothing, so the end is closed now and the error handed back.
+    pub async fn kept_with<T, E>(
+        self,
+        result: Result<T, E>,
+        ctx: &RunContext,
+        sink: &mut EventSink,
+    ) -> Result<(T, HeldEnd), E> {
+        match result {
+            Ok(value) => Ok((value, self)),
+            Err(e) => {
+                self.close(ctx, sink).await;
+                Err(e)
+            }
+        }
+    }
 }
 
 impl RunContext {

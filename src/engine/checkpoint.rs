@@ -118,14 +118,16 @@ impl StepResult {
     }
 }
 
-/// A conversation with a model that may call tools, as a simple run (or an agent) keeps it.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// A conversation with a model that may call tools, as a simple run (or an agent) keeps it;
+/// an agent's turn checkpoints it whole (its serde form).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Conversation {
     /// The model round the conversation is in (1-based; 0 before the first call).
     pub round: u32,
     pub messages: Vec<Message>,
     /// The model's final answer, once it gave one (kept so a conversation resumed after it
     /// does not ask the model again).
+    #[serde(default)]
     pub answer: Option<String>,
 }
 

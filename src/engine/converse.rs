@@ -169,9 +169,7 @@ pub async fn converse(
                 content,
             });
             progress.saved(ctx, convo).await;
-            if let Some(held) = held {
-                held.close(ctx, sink).await;
-            }
+            HeldEnd::close_all(held, ctx, sink).await;
         }
         if progress.stopped() {
             return Ok(last_text(&convo.messages));

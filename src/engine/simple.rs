@@ -92,9 +92,10 @@ impl Progress for Checkpoints {
         let delta = ConversationDelta {
             reset: self.saved == 0,
             round: convo.round,
-            messages: match answer_alone {
-                true => Vec::new(),
-                false => convo.messages[self.saved..].to_vec(),
+            messages: if answer_alone {
+                Vec::new()
+            } else {
+                convo.messages[self.saved..].to_vec()
             },
             answer: convo.answer.clone(),
         };

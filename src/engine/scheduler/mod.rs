@@ -7,7 +7,8 @@
 //! checkpoint, the end of its last attempt and its result (for later steps to see) come out
 //! only after every step started before it was committed. Start decisions depend only on
 //! committed results, so for a deterministic plan the run's event sequence is deterministic,
-//! however the steps' timings interleave. Only model text (`token`/`json_partial`) and human-input requests go out live.
+//! however the steps' timings interleave. Only model text (`token`/`json_partial`) and
+//! human-input requests go out live.
 //!
 //! Every top-level step is in exactly one [`Phase`]. [`Scheduler::next`] drives the plan until
 //! the next step commits and reports it, so a caller (a re-planner) can act after any step;
@@ -413,19 +414,18 @@ impl<'a> Scheduler<'a> {
             let spec = &plan.specs()[i];
             let mut events = EventSink::buffered();
             let settled = settle(&frame, spec, Locals::default(), Some(key), &mut events).await;
-            let finished = match settled {
-                Ok(s) => Finished {
-                    result: s.result,
-                    events,
-                    last: Some(s.last),
-                },
-                Err(e) => Finished {
-                    result: Err(e),
-                    events,
-                    last: None,
-                },
+            let (result, last) = match settled {
+                Ok(s) => (s.result, Some(s.last)),
+                Err(e) => (Err(e), None),
             };
-            (i, finished)
+            (
+                i,
+                Finished {
+                    result,
+                    events,
+                    last,
+                },
+            )
         }));
     }
 
@@ -470,9 +470,7 @@ impl<'a> Scheduler<'a> {
         self.checkpoint(i, StepResult::of(&finished.result)).await;
         // Only now: a completed attempt stored before its checkpoint would run again after a
         // kill or a takeover landing between the two.
-        if let Some(last) = finished.last {
-            last.close(self.ctx, &mut EventSink::Live).await;
-        }
+        HeldEnd::close_all(finished.last, self.ctx, &mut EventSink::Live).await;
         let step_id = self.plan.specs()[i].id.clone();
         let report = match finished.result {
             Ok(output) => {

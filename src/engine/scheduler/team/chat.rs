@@ -91,13 +91,13 @@ pub(crate) async fn run(
             Ok((chosen, held))
         })
         .await?;
-        close_held(frame, held, sink).await;
+        HeldEnd::close_all(held, frame.ctx, sink).await;
         let turn_key = step_key(key, &format!("{}.{round}", chosen.agent));
         let (spoken, held) = once(frame, &turn_key, async {
             chat.speak(&chosen.agent, round, &said, sink).await
         })
         .await?;
-        close_held(frame, held, sink).await;
+        HeldEnd::close_all(held, frame.ctx, sink).await;
         tokens += chosen.tokens + spoken.tokens;
         let text = spoken.text.unwrap_or_default();
         let state = ChatState {
@@ -139,12 +139,6 @@ async fn once(
         .finished(frame.ctx, record_key, &Ok(value))
         .await;
     Ok((done, held))
-}
-
-async fn close_held(frame: &Frame<'_>, held: Option<HeldEnd>, sink: &mut EventSink) {
-    if let Some(held) = held {
-        held.close(frame.ctx, sink).await;
-    }
 }
 
 /// The tokens the run's model calls used so far.
@@ -218,13 +212,10 @@ impl Chat<'_, '_> {
             Err(e) => Err(e.clone()),
         };
         let held = hold_part(self.frame, attempt, &chosen);
+        let (answered, held) = held.kept_with(answered, self.frame.ctx, sink).await?;
         let problem = match answered {
-            Ok(Ok(name)) => return Ok((name, Some(held))),
-            Ok(Err(problem)) => problem,
-            Err(e) => {
-                held.close(self.frame.ctx, sink).await;
-                return Err(e);
-            }
+            Ok(name) => return Ok((name, Some(held))),
+            Err(problem) => problem,
         };
         let fallback = self.by_rule(self.step.selector.fallback, round);
         let error = RunError::new(
@@ -351,16 +342,10 @@ impl Chat<'_, '_> {
         let end = take_turn(frame, &agent, &path, messages, &mut Plain, sink).await;
         let shown = end.as_ref().map(|e| e.value.clone()).map_err(Clone::clone);
         let held = hold_part(frame, attempt, &shown);
-        let text = match end {
-            Ok(end) => end.text,
-            Err(e) => {
-                held.close(frame.ctx, sink).await;
-                return Err(e);
-            }
-        };
+        let (end, held) = held.kept_with(end, frame.ctx, sink).await?;
         let done = Done {
             agent: speaker.to_owned(),
-            text: Some(text),
+            text: Some(end.text),
             tokens: tokens_used(frame.ctx).saturating_sub(before),
         };
         Ok((done, Some(held)))

@@ -109,9 +109,7 @@ pub(crate) async fn run(
                     .children
                     .finished(frame.ctx, &record_key, &Ok(value))
                     .await;
-                for part in held {
-                    part.close(frame.ctx, sink).await;
-                }
+                HeldEnd::close_all(held, frame.ctx, sink).await;
                 record
             }
         };
@@ -179,13 +177,8 @@ async fn take(
         json!({ "text": r.text, "handoff": r.handoff.as_ref().map(|h| json!({ "to": h.to, "reason": h.reason })) })
     });
     let held = hold_part(frame, attempt, &shown.map_err(Clone::clone));
-    match taken {
-        Ok((record, summary)) => Ok((record, summary.into_iter().chain([held]).collect())),
-        Err(e) => {
-            held.close(frame.ctx, sink).await;
-            Err(e)
-        }
-    }
+    let ((record, summary), held) = held.kept_with(taken, frame.ctx, sink).await?;
+    Ok((record, summary.into_iter().chain([held]).collect()))
 }
 
 /// The turn itself at `path`: the agent answers or hands off (within `max_transitions`), with
@@ -374,13 +367,7 @@ async fn summarize(
     let attempt = open_part(frame, key, part, input, sink).await?;
     let text = summary_call(ctx, function.model.as_deref(), messages, &step_key(key, id)).await;
     let held = hold_part(frame, attempt, &text.clone().map(Value::String));
-    match text {
-        Ok(text) => Ok((text, held)),
-        Err(e) => {
-            held.close(ctx, sink).await;
-            Err(e)
-        }
-    }
+    held.kept_with(text, ctx, sink).await
 }
 
 async fn summary_call(

@@ -8,7 +8,8 @@
 //! result, so a turn resumed after a restart goes on from there and never calls a finished
 //! tool or model round again.
 
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::Value;
 
 use crate::domain::{ErrorCode, RunError};
 use crate::llm::{Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
@@ -207,7 +208,7 @@ fn opening(
     messages: Vec<Message>,
 ) -> Conversation {
     if let Some(Ok(saved)) = frame.children.finished_before(convo_key)
-        && let Some(convo) = restored(&saved)
+        && let Ok(convo) = Conversation::deserialize(&saved)
     {
         return convo;
     }
@@ -301,8 +302,7 @@ struct TurnProgress<'f, 'h, H> {
 
 impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
     async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
-        let saved =
-            json!({ "round": convo.round, "messages": convo.messages, "answer": convo.answer });
+        let saved = serde_json::to_value(convo).expect("conversations serialise");
         self.frame
             .children
             .finished(ctx, &self.convo_key, &Ok(saved))
@@ -351,18 +351,6 @@ impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
         }
         approval::ask(ctx, self.agent, self.path, step_id, call).await
     }
-}
-
-/// A conversation a checkpoint kept.
-fn restored(saved: &Value) -> Option<Conversation> {
-    Some(Conversation {
-        round: u32::try_from(saved.get("round")?.as_u64()?).ok()?,
-        messages: serde_json::from_value(saved.get("messages")?.clone()).ok()?,
-        answer: saved
-            .get("answer")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-    })
 }
 
 /// The last user message's text (what a workflow agent is asked).
