@@ -153,8 +153,9 @@ async fn connections_past_the_limit_get_503_until_idle_ones_time_out() {
 struct Server {
     child: tokio::process::Child,
     addr: String,
-    /// Keeps draining the log pipe so the server never blocks on a full pipe.
-    _logs: tokio::task::JoinHandle<()>,
+    /// Keeps draining the log pipe so the server never blocks on a full pipe; gives its
+    /// last lines once the server has exited (to say why it exited as it did).
+    logs: tokio::task::JoinHandle<Vec<String>>,
 }
 
 /// Starts the binary; `fd_limit` caps its open files (soft and hard, so it cannot raise it).
@@ -207,12 +208,17 @@ async fn start_server(
     })
     .await
     .expect("orca starts listening in time");
-    let logs = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Server {
-        child,
-        addr,
-        _logs: logs,
-    }
+    let logs = tokio::spawn(async move {
+        let mut last = std::collections::VecDeque::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if last.len() == 20 {
+                last.pop_front();
+            }
+            last.push_back(line);
+        }
+        Vec::from(last)
+    });
+    Server { child, addr, logs }
 }
 
 #[tokio::test]
@@ -258,7 +264,12 @@ async fn sigterm_exits_within_the_grace_period_despite_half_sent_requests() {
         .expect("orca exits after the grace period instead of waiting for the stalled clients")
         .unwrap();
     let took = signalled.elapsed();
-    assert!(status.success(), "{status:?}");
+    let logs = server.logs.await.unwrap();
+    assert!(
+        status.success(),
+        "{status:?}; its last log lines:\n{}",
+        logs.join("\n")
+    );
     assert!(
         took < Duration::from_secs(GRACE_SECS + 5),
         "exited {took:?} after SIGTERM"
