@@ -22,6 +22,7 @@ use crate::domain::event::StepData;
 use crate::domain::{ErrorCode, RunError, StepAttempt, StepKind, StepStatus};
 use crate::store::Record;
 
+use super::checkpoint::{self, PlanProgress, Restored};
 use super::context::{OpenAttempt, RunContext};
 use super::sink::EventSink;
 
@@ -374,10 +375,12 @@ impl RunContext {
         keys
     }
 
-    /// After a restart: numbers new attempts after the stored ones, and closes, as `cancelled`
-    /// with code `interrupted`, the attempts the stopped server left open, so no finished run
-    /// shows an attempt running forever. Each gets its `step` event; the executor then starts
-    /// the step again as a new attempt.
+    /// After a restart: numbers new attempts after the stored ones, and closes the attempts the
+    /// stopped server left open, so no finished run shows an attempt running forever. One whose
+    /// step (or child) a checkpoint holds the result of had finished — the stop came between
+    /// that checkpoint and its end ([`HeldEnd`]) — and is closed with that result: it does not
+    /// run again. The others are closed as `cancelled` with code `interrupted`, and the
+    /// executor starts their steps again as new attempts. Each gets its `step` event.
     pub async fn restore_attempts(&self) {
         let attempts = match self.services.store().step_attempts(self.run_id).await {
             Ok(a) => a,
@@ -395,14 +398,38 @@ impl RunContext {
                 *n = (*n).max(a.attempt);
             }
         }
-        let end = AttemptEnd::closed(
+        let open: Vec<StepAttempt> = attempts
+            .into_iter()
+            .filter(|a| !a.status.is_terminal())
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        let kept = match checkpoint::restore(self).await {
+            Ok(Restored::Plan(progress)) => progress,
+            _ => PlanProgress::default(),
+        };
+        let interrupted = AttemptEnd::closed(
             StepStatus::Cancelled,
             Some(RunError::new(
                 ErrorCode::Interrupted,
                 "the server stopped during this attempt",
             )),
         );
-        for mut record in attempts.into_iter().filter(|a| !a.status.is_terminal()) {
+        for mut record in open {
+            let result = match record.path.as_deref().unwrap_or_default() {
+                "" => kept.steps.get(&record.step_id),
+                path => kept.children.get(&step_key(path, &record.step_id)),
+            };
+            let end = match result {
+                Some(r) if r.status == StepStatus::Completed => {
+                    AttemptEnd::completed(r.output.clone().unwrap_or_default())
+                }
+                Some(r) if r.status == StepStatus::Failed => {
+                    AttemptEnd::closed(StepStatus::Failed, r.error.clone())
+                }
+                _ => interrupted.clone(),
+            };
             let ran = (crate::domain::now() - record.started_at)
                 .to_std()
                 .unwrap_or_default();
