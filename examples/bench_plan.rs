@@ -61,6 +61,7 @@ async fn in_process(app: &App, plan: &Value) -> Duration {
         metadata: Default::default(),
         session_id: None,
         instructions: None,
+        declared_tools: Vec::new(),
     };
     let t0 = Instant::now();
     let engine = app.engine();

@@ -76,6 +76,7 @@ async fn replan_overhead(app: &App) -> Duration {
         metadata: Default::default(),
         session_id: None,
         instructions: None,
+        declared_tools: Vec::new(),
     };
     let engine = app.engine();
     let valid = orca::plan::validate_plan(spec.plan.as_ref().unwrap(), engine.catalog())

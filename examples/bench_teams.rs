@@ -77,6 +77,7 @@ async fn run(app: &App, plan: &Value) -> Duration {
         metadata: Default::default(),
         session_id: None,
         instructions: None,
+        declared_tools: Vec::new(),
     };
     let t0 = Instant::now();
     let engine = app.engine();

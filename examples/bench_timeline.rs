@@ -227,6 +227,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         metadata: Default::default(),
         session_id: None,
         instructions: None,
+        declared_tools: Vec::new(),
     };
     let mut run = Run {
         id: RunId::new(),

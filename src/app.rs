@@ -84,11 +84,13 @@ impl App {
                     format!("opening the database {url} (database.url)")
                 })?
                 .with_lease_ttl(Duration::from_millis(config.database.lease_ttl_ms));
-        let declared = crate::tools::http::load_declared(&config.tools, &store, &tools)
-            .await
-            .context("loading the HTTP tools declared through the API")?;
-        if declared > 0 {
-            tracing::info!(tools = declared, "loaded declared HTTP tools");
+        let declared = crate::tools::http::declared::DeclaredTools::new(&config.tools)?;
+        let unowned = store.unowned_http_tools().await?;
+        if !unowned.is_empty() {
+            tracing::warn!(
+                tools = %unowned.join(", "),
+                "HTTP tools declared before declared tools belonged to a tenant are no longer served; declare them again with a tenant's key"
+            );
         }
         // Before serving: a bad workflow file must stop the start, not surface on first use.
         // An empty `workflows.dir` also runs, to drop shared workflows of an earlier start.
@@ -136,6 +138,7 @@ impl App {
             context: Arc::new(config.context.clone()),
             selector: Arc::new(selector),
             telemetry: telemetry.clone(),
+            declared,
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());
         tracker.spawn(engine.clone().supervise_store());

@@ -557,9 +557,12 @@ pub struct ToolsConfig {
     pub http_allow: Vec<String>,
     /// Let HTTP tools reach any address (for a trusted network only).
     pub http_allow_private: bool,
-    /// Let API callers declare HTTP tools (`PUT /v1/tools/{name}`). Off by default: declared
-    /// tools are shared by every tenant.
+    /// Let API callers declare HTTP tools (`PUT /v1/tools/{name}`). Off by default. A
+    /// declared tool belongs to the declaring tenant: no other tenant lists or calls it.
     pub http_api: bool,
+    /// The environment variables the headers of API-declared tools may read as `${NAME}`;
+    /// none by default. Config-declared tools (`[[tools.http]]`) may read any.
+    pub http_api_env: Vec<String>,
 }
 
 /// One MCP server, `[[tools.mcp]]`: a child process spoken to over stdio (`command`) or a
@@ -615,6 +618,7 @@ impl Default for ToolsConfig {
             http_allow: Vec::new(),
             http_allow_private: false,
             http_api: false,
+            http_api_env: Vec::new(),
         }
     }
 }
@@ -936,6 +940,17 @@ impl Config {
             &self.tools.http_allow,
         )
         .map_err(|m| invalid("tools.http_allow", &m))?;
+        if let Some(bad) = self.tools.http_api_env.iter().find(|n| {
+            !n.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }) {
+            return Err(invalid(
+                "tools.http_api_env",
+                &format!("`{bad}` is not an environment variable name (letters, digits, `_`)"),
+            ));
+        }
         for (i, spec) in self.tools.http.iter().enumerate() {
             if let Some((pointer, message)) = spec.problems().into_iter().next() {
                 return Err(Error::Invalid {

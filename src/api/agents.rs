@@ -153,13 +153,14 @@ pub async fn put_agent(
         .into_iter()
         .map(|a| a.name)
         .collect();
+    let view = state.engine.tenant_view(&tenant).await?;
     // In a block of its own: the catalog's closures are not `Send`, and must be gone before
     // the next await.
     let problems = {
         let has_model = |alias: &str| state.engine.models().has_alias(alias);
         let has_agent = |agent: &str| others.contains(agent);
         let known = AgentCatalog {
-            catalog: state.engine.catalog(),
+            catalog: view.catalog(),
             has_model: &has_model,
             has_agent: &has_agent,
         };

@@ -202,7 +202,10 @@ async fn validate_run(
 ) -> Result<(RunSpec, Option<ValidPlan>), ApiError> {
     let mut errors = Vec::new();
     let models = state.engine.models();
-    let tools = state.engine.tools();
+    // The tenant's tools as the store has them now; the run keeps the declarations it may
+    // call, so it calls the same tools wherever and whenever it runs.
+    let view = state.engine.tenant_view(tenant).await?;
+    let tools = view.tools();
     if let Some(model) = &req.model
         && !models.has_alias(model)
     {
@@ -243,7 +246,7 @@ async fn validate_run(
         (Orchestration::Auto | Orchestration::Fixed | Orchestration::Reactive, None, Some(doc)) => {
             let mut doc = doc.clone();
             crate::agents::resolve_references(&state.store, tenant, &mut doc).await?;
-            match crate::plan::validate_plan(&doc, state.engine.catalog()) {
+            match crate::plan::validate_plan(&doc, view.catalog()) {
                 Ok(valid) => plan = Some((doc, valid)),
                 Err(problems) => errors.extend(prefixed("/plan", problems)),
             }
@@ -268,7 +271,7 @@ async fn validate_run(
             };
             if let Some(mut definition) = definition {
                 crate::agents::resolve_references(&state.store, tenant, &mut definition).await?;
-                match crate::plan::validate_workflow(&definition, state.engine.catalog()) {
+                match crate::plan::validate_workflow(&definition, view.catalog()) {
                     Ok(wf) => {
                         errors.extend(wf.check_input(&req.input).into_iter().map(|v| {
                             FieldError::new(format!("/input{}", v.pointer), v.message)
@@ -300,6 +303,15 @@ async fn validate_run(
         return Err(ApiError::validation_many(errors));
     }
     let (plan_doc, valid) = plan.unzip();
+    let declared_tools = view
+        .declared
+        .into_iter()
+        .filter(|t| {
+            req.tools
+                .as_ref()
+                .is_none_or(|allowed| allowed.contains(&t.name))
+        })
+        .collect();
     let spec = RunSpec {
         input: req.input,
         orchestration: req.orchestration,
@@ -311,6 +323,7 @@ async fn validate_run(
         metadata: req.metadata,
         session_id: req.session_id,
         instructions: req.instructions,
+        declared_tools,
     };
     Ok((spec, valid))
 }

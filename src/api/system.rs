@@ -1,11 +1,13 @@
 //! Health, readiness, metrics, the tool list and the OpenAPI document.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::domain::Tenant;
 use crate::functions::FunctionInfo;
 use crate::tools::ToolInfo;
 
@@ -53,10 +55,16 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
         .into_response())
 }
 
-/// Every tool, with the JSON Schema of its arguments.
+/// Every tool the caller may use, with the JSON Schema of its arguments: the tools orca
+/// started with and the caller's own declared ones.
 #[utoipa::path(get, path = "/v1/tools", tag = "tools", responses((status = 200, body = Vec<ToolInfo>)))]
-pub async fn list_tools(State(state): State<AppState>) -> Json<Vec<ToolInfo>> {
-    Json(state.engine.tools().list())
+pub async fn list_tools(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<Json<Vec<ToolInfo>>, ApiError> {
+    Ok(Json(
+        state.engine.tenant_view(&tenant).await?.tools().list(),
+    ))
 }
 
 /// Every named LLM function (plans call them with `kind: "llm", function: NAME`); orca's own

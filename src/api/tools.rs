@@ -1,12 +1,12 @@
 //! `/v1/tools/{name}`: one tool's listing, and HTTP tools declared (and removed) through the
-//! API when `tools.http_api` allows it. Declared tools are stored (they survive a restart) and
-//! join the shared registry at once; tools orca started with cannot be replaced or removed.
+//! API when `tools.http_api` allows it. A declared tool belongs to the declaring tenant: it is
+//! stored under the tenant (it survives a restart, and every replica reads it from the store)
+//! and no other tenant sees or calls it. Its headers may read only the variables of
+//! `tools.http_api_env`. Tools orca started with cannot be replaced or removed.
 
-use std::sync::Arc;
-
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -14,8 +14,10 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path, deserialize_located};
-use crate::store::{Registry, http_tools_tenant};
-use crate::tools::http::{HttpTool, HttpToolSpec, destinations};
+use crate::domain::Tenant;
+use crate::store::Registry;
+use crate::tools::http::HttpToolSpec;
+use crate::tools::http::declared::MAX_PER_TENANT;
 
 /// One tool; `http` is its declaration (header values hidden) when it is an HTTP tool declared
 /// through the API.
@@ -29,20 +31,17 @@ pub struct ToolDetail {
     pub http: Option<Value>,
 }
 
-async fn detail(state: &AppState, name: &str) -> Result<ToolDetail, ApiError> {
-    let info = state
-        .engine
+async fn detail(state: &AppState, tenant: &Tenant, name: &str) -> Result<ToolDetail, ApiError> {
+    let view = state.engine.tenant_view(tenant).await?;
+    let info = view
         .tools()
         .info(name)
         .ok_or_else(|| ApiError::NotFound(format!("no tool `{name}`")))?;
-    let stored = state
-        .store
-        .get_entry(Registry::HttpTools, &http_tools_tenant(), name)
-        .await?
-        .filter(|_| !state.engine.tools().is_fixed(name));
-    let http = stored
-        .and_then(|r| serde_json::from_value::<HttpToolSpec>(r.definition).ok())
-        .map(|s| s.redacted());
+    let http = view
+        .declared
+        .iter()
+        .find(|s| s.name == name && !state.engine.tools().is_fixed(name))
+        .map(HttpToolSpec::redacted);
     Ok(ToolDetail {
         name: info.name,
         description: info.description,
@@ -58,13 +57,14 @@ async fn detail(state: &AppState, name: &str) -> Result<ToolDetail, ApiError> {
         (status = 404, body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn get_tool(
     State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
 ) -> Result<Json<ToolDetail>, ApiError> {
-    Ok(Json(detail(&state, &name).await?))
+    Ok(Json(detail(&state, &tenant, &name).await?))
 }
 
 fn writable(state: &AppState, name: &str) -> Result<(), ApiError> {
-    if !state.config.tools.http_api {
+    if !state.engine.declared_tools().enabled() {
         return Err(ApiError::Forbidden(
             "declaring tools through the API is off on this server (tools.http_api)".into(),
         ));
@@ -88,6 +88,7 @@ fn writable(state: &AppState, name: &str) -> Result<(), ApiError> {
         (status = 422, body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn put_tool(
     State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
     JsonBody(mut body): JsonBody,
 ) -> Result<(StatusCode, Json<ToolDetail>), ApiError> {
@@ -107,7 +108,8 @@ pub async fn put_tool(
         }
     }
     let spec: HttpToolSpec = deserialize_located(body)?;
-    let problems = spec.problems();
+    let declared = state.engine.declared_tools();
+    let problems = declared.problems(&spec);
     if !problems.is_empty() {
         return Err(ApiError::validation_many(
             problems
@@ -116,29 +118,26 @@ pub async fn put_tool(
                 .collect(),
         ));
     }
-    let policy = destinations(&state.config.tools).map_err(ApiError::internal)?;
-    let tool = HttpTool::new(spec.clone(), policy).map_err(ApiError::internal)?;
+    declared
+        .build(&spec)
+        .map_err(|e| ApiError::validation("/input_schema", e.to_string()))?;
+    let view = state.engine.tenant_view(&tenant).await?;
+    if view.declared.len() >= MAX_PER_TENANT && !view.declared.iter().any(|s| s.name == name) {
+        return Err(ApiError::Conflict(format!(
+            "this tenant has declared {MAX_PER_TENANT} tools, the most it may; delete one first"
+        )));
+    }
     let definition = serde_json::to_value(&spec).map_err(ApiError::internal)?;
     let created = state
         .store
-        .put_entry(
-            Registry::HttpTools,
-            &http_tools_tenant(),
-            &name,
-            &definition,
-        )
+        .put_entry(Registry::HttpTools, &tenant, &name, &definition)
         .await?;
-    state
-        .engine
-        .tools()
-        .declare(Arc::new(tool))
-        .map_err(|m| ApiError::validation("/input_schema", &m))?;
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(detail(&state, &name).await?)))
+    Ok((status, Json(detail(&state, &tenant, &name).await?)))
 }
 
 /// Remove an HTTP tool declared through the API; `tools.http_api` must be on.
@@ -150,15 +149,15 @@ pub async fn put_tool(
         (status = 409, body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn delete_tool(
     State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     writable(&state, &name)?;
-    let stored = state
+    if state
         .store
-        .delete_entry(Registry::HttpTools, &http_tools_tenant(), &name)
-        .await?;
-    let declared = state.engine.tools().undeclare(&name);
-    if stored || declared {
+        .delete_entry(Registry::HttpTools, &tenant, &name)
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!("no declared tool `{name}`")))

@@ -174,7 +174,8 @@ pub async fn put_workflow(
     // run uses what they are when it starts.
     let mut resolved = definition.clone();
     crate::agents::resolve_references(&state.store, &tenant, &mut resolved).await?;
-    validate_workflow(&resolved, state.engine.catalog()).map_err(|problems| {
+    let view = state.engine.tenant_view(&tenant).await?;
+    validate_workflow(&resolved, view.catalog()).map_err(|problems| {
         ApiError::validation_many(
             problems
                 .into_iter()

@@ -136,6 +136,9 @@ error_codes! {
     HttpUnavailable = "http_unavailable", true;
     /// An HTTP tool's header names an environment variable that is not set.
     SecretMissing = "secret_missing", false;
+    /// An HTTP tool declared through the API names an environment variable the operator did
+    /// not list in `tools.http_api_env`.
+    SecretNotAllowed = "secret_not_allowed", false;
     // Middleware.
     /// An agent's answer matched a `guardrail` whose action is `block`.
     GuardrailBlocked = "guardrail_blocked", false;

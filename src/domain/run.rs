@@ -215,6 +215,12 @@ pub struct RunSpec {
     /// stored JSON when absent, so earlier requests keep their fingerprints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// The HTTP tools the tenant had declared through the API when the run was created (those
+    /// the run may call): the run calls these, on whichever replica resumes it, whatever the
+    /// tenant declares or removes meanwhile. Not part of the request: left out of its
+    /// fingerprint, never shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub declared_tools: Vec<crate::tools::http::HttpToolSpec>,
 }
 
 impl RunSpec {
@@ -227,6 +233,7 @@ impl RunSpec {
     pub fn fingerprint(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut request = self.clone();
+        request.declared_tools.clear();
         if request.workflow.is_some() {
             request.plan = None;
         }
@@ -336,6 +343,7 @@ mod tests {
             metadata: Map::new(),
             session_id: None,
             instructions: None,
+            declared_tools: Vec::new(),
         }
     }
 

@@ -26,6 +26,8 @@ use crate::plan::{Catalog, JsonSchema, ValidPlan};
 use crate::store::{Record, Store};
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
+use crate::tools::http::HttpToolSpec;
+use crate::tools::http::declared::DeclaredTools;
 
 use super::attempts::AttemptKey;
 use super::clock::RunClock;
@@ -60,6 +62,8 @@ pub struct Services {
     pub selector: Arc<super::selector::Selector>,
     /// Traces (no-op unless an OTLP endpoint is configured).
     pub telemetry: Arc<crate::telemetry::Telemetry>,
+    /// The HTTP tools tenants declare through the API: built on demand for a tenant's view.
+    pub declared: DeclaredTools,
 }
 
 impl RunContext {
@@ -89,6 +93,41 @@ impl Services {
             functions: Some(&self.functions),
             models: Some(&self.llm),
         }
+    }
+
+    /// These services as one tenant's run sees them: `declared` (the tenant's own HTTP tools)
+    /// beside the tools orca started with.
+    pub fn for_tenant(&self, tenant: &Tenant, declared: &[HttpToolSpec]) -> Services {
+        let mut services = self.clone();
+        services.tools = self.declared.view(&self.tools, &tenant.0, declared);
+        services
+    }
+
+    /// The HTTP tools `tenant` has declared now, read from the store (so every replica sees
+    /// the same); none while `tools.http_api` is off.
+    pub async fn declared_tools(
+        &self,
+        tenant: &Tenant,
+    ) -> Result<Vec<HttpToolSpec>, crate::store::Error> {
+        if !self.declared.enabled() {
+            return Ok(Vec::new());
+        }
+        let records = self
+            .store()
+            .list_entries(crate::store::Registry::HttpTools, tenant)
+            .await?;
+        Ok(records
+            .into_iter()
+            .filter_map(
+                |r| match serde_json::from_value::<HttpToolSpec>(r.definition) {
+                    Ok(spec) => Some(spec),
+                    Err(e) => {
+                        tracing::warn!(tool = %r.name, error = %e, "skipping a stored HTTP tool");
+                        None
+                    }
+                },
+            )
+            .collect())
     }
 
     /// The store, for the few reads an executor makes (checkpoints, attempts, session history).

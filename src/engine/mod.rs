@@ -57,6 +57,8 @@ use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
 use crate::store::{self, Idempotency, Inserted, Notice, StoredRun};
 use crate::tools::ToolRegistry;
+use crate::tools::http::HttpToolSpec;
+use crate::tools::http::declared::DeclaredTools;
 
 pub use context::{EffectiveLimits, RunContext, RunSeed, Services};
 pub use executor::{Executor, Outcome};
@@ -114,6 +116,25 @@ pub enum SubmitError {
     Input(input::InputError),
 }
 
+/// What one tenant may use: [`Engine::tenant_view`].
+pub struct TenantView {
+    /// The tenant's declared HTTP tools, as stored.
+    pub declared: Vec<HttpToolSpec>,
+    services: Services,
+}
+
+impl TenantView {
+    /// Every tool the tenant may call.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.services.tools
+    }
+
+    /// The names the tenant's plans may use.
+    pub fn catalog(&self) -> Catalog<'_> {
+        self.services.catalog()
+    }
+}
+
 /// What [`Engine::create_run`] did.
 pub enum Created {
     New(Run),
@@ -157,6 +178,19 @@ impl Engine {
         self.inner.services.catalog()
     }
 
+    /// The builder of tenants' declared HTTP tools (and their checks).
+    pub fn declared_tools(&self) -> &DeclaredTools {
+        &self.inner.services.declared
+    }
+
+    /// What `tenant` may use now: the tools orca started with and the tenant's declared ones
+    /// (read from the store, so every replica answers the same), with those declarations.
+    pub async fn tenant_view(&self, tenant: &Tenant) -> Result<TenantView, store::Error> {
+        let declared = self.inner.services.declared_tools(tenant).await?;
+        let services = self.inner.services.for_tenant(tenant, &declared);
+        Ok(TenantView { declared, services })
+    }
+
     /// The Prometheus text of the engine's metrics, with the run counts by status given.
     pub fn render_metrics(&self, runs_by_status: &[(String, i64)]) -> String {
         let services = &self.inner.services;
@@ -185,8 +219,8 @@ impl Engine {
         // The request as it came, before the selector may add a rule's workflow plan to it.
         let fingerprint = idempotency_key.map(|_| spec.fingerprint());
         let (mut spec, mut plan) = (spec, plan);
-        let selected =
-            selector::at_creation(&self.inner.services, tenant, &mut spec, &mut plan).await?;
+        let services = self.inner.services.for_tenant(tenant, &spec.declared_tools);
+        let selected = selector::at_creation(&services, tenant, &mut spec, &mut plan).await?;
         let run = Run {
             id: RunId::new(),
             status: RunStatus::Queued,
@@ -596,7 +630,11 @@ impl Engine {
             counters: stored.counters,
             last_seq,
         };
-        RunContext::new(seed, cancel, self.inner.services.clone())
+        let services = self
+            .inner
+            .services
+            .for_tenant(&stored.tenant, &stored.spec.declared_tools);
+        RunContext::new(seed, cancel, services)
     }
 
     /// Starts the task of a stored run, unless it has one already.

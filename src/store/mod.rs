@@ -33,7 +33,7 @@ mod sessions;
 mod timeline;
 pub use cluster::{Claim, Listener, Notice, listen};
 pub use history::*;
-pub use registry::{Registry, RegistryRecord, WorkflowRecord, http_tools_tenant};
+pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
 pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;
@@ -79,15 +79,39 @@ impl Backend {
     }
 }
 
-/// A database URL fit for logs and errors: its password replaced by `***`.
+/// A database URL fit for logs and errors: its password replaced by `***`, whatever the URL
+/// looks like. Nothing is parsed first, since the URLs worth redacting are often the ones that
+/// do not parse (a `#` or `/` left unencoded in the password, a bad port, a broken IPv6 host):
+/// everything between the first `:` after `://` and the last `@` goes, and so does the value
+/// of any `password=` (or `sslpassword=`, `pass=` …) anywhere in the text.
 pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
+    let mut out = match url.split_once("://") {
+        Some((scheme, rest)) => match (rest.rfind('@'), rest.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                format!("{scheme}://{}:***{}", &rest[..colon], &rest[at..])
+            }
+            _ => url.to_owned(),
+        },
+        None => url.to_owned(),
+    };
+    let mut from = 0;
+    while let Some(found) = out[from..].to_ascii_lowercase().find("pass") {
+        let start = from + found;
+        let Some(eq) = out[start..].find('=').map(|i| start + i) else {
+            break;
+        };
+        let key = &out[start..eq];
+        if !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            from = start + 4;
+            continue;
         }
-        _ => url.to_owned(),
+        let end = out[eq + 1..]
+            .find(['&', ' ', ';', '#'])
+            .map_or(out.len(), |i| eq + 1 + i);
+        out.replace_range(eq + 1..end, "***");
+        from = eq + 4;
     }
+    out
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -1051,6 +1075,47 @@ mod tests {
             "postgres://orca@db/orca"
         );
         assert_eq!(redact_url("sqlite://orca.db"), "sqlite://orca.db");
+    }
+
+    #[test]
+    fn urls_that_do_not_parse_lose_their_password_too() {
+        let cases = [
+            (
+                "postgres://orca:Pw#SECRET@127.0.0.1:5432/orca",
+                "postgres://orca:***@127.0.0.1:5432/orca",
+            ),
+            (
+                "postgres://orca:Pw/SECRET@127.0.0.1/orca",
+                "postgres://orca:***@127.0.0.1/orca",
+            ),
+            (
+                "postgres://orca:SECRET@127.0.0.1:99999999/orca",
+                "postgres://orca:***@127.0.0.1:99999999/orca",
+            ),
+            (
+                "postgres://orca:SECRET@[::1/orca",
+                "postgres://orca:***@[::1/orca",
+            ),
+            (
+                "postgres://orca@127.0.0.1/orca?sslmode=require&password=SECRET&x=1",
+                "postgres://orca@127.0.0.1/orca?sslmode=require&password=***&x=1",
+            ),
+            (
+                "postgres://127.0.0.1/orca?PassWord=SECRET",
+                "postgres://127.0.0.1/orca?PassWord=***",
+            ),
+            (
+                "host=db user=orca password=SECRET dbname=orca",
+                "host=db user=orca password=*** dbname=orca",
+            ),
+            ("postgres://a:b:c@d@host/db", "postgres://a:***@host/db"),
+            ("sqlite://pass.db", "sqlite://pass.db"),
+        ];
+        for (url, want) in cases {
+            let got = redact_url(url);
+            assert_eq!(got, want, "{url}");
+            assert!(!got.contains("SECRET"), "{url}");
+        }
     }
 
     #[test]

@@ -22,14 +22,13 @@ const SHARED_TENANT: &str = "";
 pub enum Registry {
     Workflows,
     Agents,
-    /// HTTP tools declared through the API, all under [`http_tools_tenant`].
+    /// HTTP tools declared through the API, each under the tenant that declared it.
     HttpTools,
 }
 
-/// The one tenant HTTP tools are stored under: they are shared by every tenant.
-pub fn http_tools_tenant() -> Tenant {
-    Tenant("*".into())
-}
+/// The tenant HTTP tools were stored under before they belonged to the declaring tenant
+/// (they were shared by every tenant then); such rows are no longer served.
+const UNOWNED_HTTP_TOOLS: &str = "*";
 
 impl Registry {
     fn table(self) -> &'static str {
@@ -138,6 +137,18 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(record_from_row).collect()
+    }
+
+    /// The names of HTTP tools stored before declared tools belonged to a tenant, which no
+    /// tenant may call any more (the start-up log names them).
+    pub async fn unowned_http_tools(&self) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT name FROM http_tools WHERE tenant = $1 ORDER BY name")
+            .bind(UNOWNED_HTTP_TOOLS)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>("name").map_err(Into::into))
+            .collect()
     }
 
     /// Deletes the tenant's own definition `name`; false if it has none (shared ones are never

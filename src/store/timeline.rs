@@ -114,6 +114,7 @@ mod tests {
             metadata: Default::default(),
             session_id: None,
             instructions: None,
+            declared_tools: Vec::new(),
         };
         let run = Run {
             id: RunId::new(),

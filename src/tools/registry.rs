@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -43,13 +43,37 @@ struct Entry {
 
 /// Every callable tool by name. Cloning is cheap (two `Arc`s). The tools registered at start
 /// are copy-on-write, so registering after clones were handed out does not change what those
-/// clones see; tools declared at run time ([`ToolRegistry::declare`]) are shared by every
-/// clone at once.
+/// clones see. Tools a tenant declared at run time join a view of the registry made for that
+/// tenant or run ([`ToolRegistry::with_declared`]); the registry itself never changes under
+/// a running run.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     /// A `BTreeMap` so that listing is sorted by name without a sort on every request.
     tools: Arc<BTreeMap<String, Arc<Entry>>>,
-    declared: Arc<RwLock<BTreeMap<String, Arc<Entry>>>>,
+    declared: Arc<BTreeMap<String, Arc<Entry>>>,
+}
+
+/// A tool ready to join a view of the registry: its schema compiled once, so views built for
+/// many runs share the compiled validator.
+#[derive(Clone)]
+pub struct Declared(Arc<Entry>);
+
+impl Declared {
+    /// Compiles the tool's schema; an error when it does not compile.
+    pub fn new(tool: Arc<dyn Tool>) -> Result<Declared, String> {
+        let schema = tool.input_schema();
+        let validator = jsonschema::draft202012::new(&schema).map_err(|e| e.to_string())?;
+        let info = ToolInfo {
+            name: tool.name().to_owned(),
+            description: tool.description().to_owned(),
+            input_schema: schema,
+        };
+        Ok(Declared(Arc::new(Entry {
+            tool,
+            info,
+            validator,
+        })))
+    }
 }
 
 impl fmt::Debug for ToolRegistry {
@@ -106,55 +130,31 @@ impl ToolRegistry {
     }
 
     /// Whether `name` was registered at start (built-in, MCP or configured), so that it cannot
-    /// be declared or removed at run time.
+    /// be declared or removed through the API.
     pub fn is_fixed(&self, name: &str) -> bool {
         self.tools.contains_key(name)
     }
 
-    /// Adds or replaces a tool at run time, for every clone of this registry; the schema must
-    /// compile. Tools registered at start cannot be replaced.
-    pub fn declare(&self, tool: Arc<dyn Tool>) -> Result<(), String> {
-        let name = tool.name().to_owned();
-        if self.is_fixed(&name) {
-            return Err(format!("`{name}` is a tool orca was started with"));
+    /// This registry with `declared` beside the tools it was started with (a tenant's or a
+    /// run's view); a declared tool never shadows one of those.
+    pub fn with_declared(&self, declared: impl IntoIterator<Item = Declared>) -> ToolRegistry {
+        let declared = declared
+            .into_iter()
+            .filter(|d| !self.is_fixed(&d.0.info.name))
+            .map(|d| (d.0.info.name.clone(), d.0))
+            .collect();
+        ToolRegistry {
+            tools: self.tools.clone(),
+            declared: Arc::new(declared),
         }
-        let schema = tool.input_schema();
-        let validator = jsonschema::draft202012::new(&schema).map_err(|e| e.to_string())?;
-        let info = ToolInfo {
-            name: name.clone(),
-            description: tool.description().to_owned(),
-            input_schema: schema,
-        };
-        let entry = Arc::new(Entry {
-            tool,
-            info,
-            validator,
-        });
-        self.declared_mut().insert(name, entry);
-        Ok(())
-    }
-
-    /// Removes a tool declared at run time; false if there was none of that name.
-    pub fn undeclare(&self, name: &str) -> bool {
-        self.declared_mut().remove(name).is_some()
-    }
-
-    fn declared_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Entry>>> {
-        // A panic while holding the lock leaves the map whole (inserts and removes are atomic).
-        self.declared.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn declared(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
-        self.declared.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every tool, sorted by name.
     pub fn list(&self) -> Vec<ToolInfo> {
-        let declared = self.declared();
         let mut all: Vec<ToolInfo> = self
             .tools
             .values()
-            .chain(declared.values())
+            .chain(self.declared.values())
             .map(|e| e.info.clone())
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
@@ -196,7 +196,7 @@ impl ToolRegistry {
         self.tools
             .get(name)
             .cloned()
-            .or_else(|| self.declared().get(name).cloned())
+            .or_else(|| self.declared.get(name).cloned())
             .ok_or_else(|| ToolError::NotFound(name.to_owned()))
     }
 }
@@ -626,6 +626,42 @@ mod tests {
         };
         assert_eq!(call(registry).await, json!(2));
         assert_eq!(call(before).await, json!(1));
+    }
+
+    #[tokio::test]
+    async fn declared_tools_join_a_view_and_never_shadow_a_started_one() {
+        let custom = |name: &'static str, answer: i64| Custom {
+            name,
+            schema: json!({"type": "object"}),
+            answer: json!(answer),
+        };
+        let mut registry = ToolRegistry::new();
+        registry.register(Arc::new(custom("test.fixed", 1)));
+        let view = registry.with_declared([
+            Declared::new(Arc::new(custom("test.fixed", 2))).unwrap(),
+            Declared::new(Arc::new(custom("test.mine", 3))).unwrap(),
+        ]);
+        let cancel = CancellationToken::new();
+        let fixed = view.invoke("test.fixed", json!({}), &cancel).await;
+        assert_eq!(fixed.unwrap(), json!(1));
+        assert_eq!(
+            view.invoke("test.mine", json!({}), &cancel).await.unwrap(),
+            json!(3)
+        );
+        assert!(
+            !registry.contains("test.mine"),
+            "the registry itself is unchanged"
+        );
+        let names: Vec<String> = view.list().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["test.fixed", "test.mine"]);
+        assert!(
+            Declared::new(Arc::new(Custom {
+                name: "test.broken",
+                schema: json!({"type": "objekt"}),
+                answer: json!(null),
+            }))
+            .is_err()
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use orca::config::Config;
+use orca::config::{ApiKey, Config, Secret};
 use orca::tools::http::HttpToolSpec;
 use serde_json::{Value, json};
 
@@ -35,6 +35,10 @@ async fn target() -> (String, String) {
         axum::serve(other, Router::new().route("/", get(|| async { "reached" }))).await
     });
     let to_other = format!("http://{other_addr}/");
+    let to_other_name = format!(
+        "http://localhost:{}/",
+        other_addr.rsplit(':').next().unwrap()
+    );
     let app = Router::new()
         .route(
             "/weather/{city}",
@@ -76,6 +80,14 @@ async fn target() -> (String, String) {
                 (StatusCode::FOUND, [(header::LOCATION, to_other)]).into_response()
             }),
         )
+        .route(
+            "/to-other-name",
+            get(move || async move {
+                (StatusCode::FOUND, [(header::LOCATION, to_other_name)]).into_response()
+            }),
+        )
+        .route("/deep/{p}/x", get(|Path(p): Path<String>| async move { p }))
+        .route("/x", get(|| async { "climbed out of the segment" }))
         .route(
             "/to-weather",
             get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/weather/Oslo")]) }),
@@ -329,6 +341,7 @@ async fn tools_declared_through_the_api_are_checked_stored_and_survive_a_restart
 
     let app = spawn_app(|c| {
         c.tools.http_api = true;
+        c.tools.http_api_env = vec![SECRET_VAR.into()];
         c.tools.http_allow = vec![addr.clone()];
     })
     .await;
@@ -347,6 +360,8 @@ async fn tools_declared_through_the_api_are_checked_stored_and_survive_a_restart
             json!({"url": "http://example.com/", "headers": {"Host": "x"}}),
             "/headers/Host",
         ),
+        (json!({"url": "http://example.com/a/../b"}), "/url"),
+        (json!({"url": "http://example.com/a/%2E/b"}), "/url"),
         (
             json!({"url": "http://example.com/", "timeout_ms": 0}),
             "/timeout_ms",
@@ -380,6 +395,7 @@ async fn tools_declared_through_the_api_are_checked_stored_and_survive_a_restart
     let dir = app.stop().await;
     let app = spawn_app_in(dir, |c| {
         c.tools.http_api = true;
+        c.tools.http_api_env = vec![SECRET_VAR.into()];
         c.tools.http_allow = vec![addr.clone()];
     })
     .await;
@@ -398,4 +414,246 @@ async fn tools_declared_through_the_api_are_checked_stored_and_survive_a_restart
     assert_eq!(status, 404);
     let (status, _) = plan_status(&app, "weather.api", json!({"city": "Cusco"})).await;
     assert_eq!(status, 422, "a removed tool is unknown to new plans");
+}
+
+#[tokio::test]
+async fn a_name_allowed_with_a_port_opens_that_port_only() {
+    let (addr, other) = target().await;
+    let port = addr.rsplit(':').next().unwrap().to_owned();
+    let other_port = other.rsplit(':').next().unwrap().to_owned();
+    let app = spawn_app(|c| {
+        c.tools.http_allow = vec![format!("localhost:{port}")];
+        c.tools.http = vec![
+            spec(
+                "named.allowed",
+                "GET",
+                format!("http://localhost:{port}/weather/named"),
+                no_args(),
+            ),
+            spec(
+                "named.other_port",
+                "GET",
+                format!("http://localhost:{other_port}/"),
+                no_args(),
+            ),
+            spec(
+                "named.redirect",
+                "GET",
+                format!("http://localhost:{port}/to-other-name"),
+                no_args(),
+            ),
+            spec(
+                "named.default_port",
+                "GET",
+                "http://localhost/".to_owned(),
+                no_args(),
+            ),
+        ];
+    })
+    .await;
+    let fin = call(&app, "named.allowed", json!({})).await;
+    assert_eq!(fin["output"]["city"], "named", "the listed port: {fin}");
+    for tool in ["named.other_port", "named.redirect", "named.default_port"] {
+        let fin = call(&app, tool, json!({})).await;
+        assert_eq!(
+            fin["error"]["code"], "destination_not_allowed",
+            "{tool}: {fin}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_argument_never_leaves_its_path_segment() {
+    let (addr, _) = target().await;
+    let schema =
+        json!({"type": "object", "required": ["p"], "properties": {"p": {"type": "string"}}});
+    let pair =
+        json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}});
+    let app = spawn_app(|c| {
+        c.tools.http_allow = vec![addr.clone()];
+        c.tools.http = vec![
+            spec(
+                "deep.get",
+                "GET",
+                format!("http://{addr}/deep/{{p}}/x"),
+                schema,
+            ),
+            spec(
+                "deep.pair",
+                "GET",
+                format!("http://{addr}/deep/{{a}}{{b}}/x"),
+                pair,
+            ),
+        ];
+    })
+    .await;
+    for p in ["..", ".", "%2e%2e", "...", "../x", "a.b"] {
+        let fin = call(&app, "deep.get", json!({"p": p})).await;
+        if matches!(p, ".." | ".") {
+            assert_eq!(fin["status"], "failed", "{p}: {fin}");
+            assert_eq!(fin["error"]["code"], "invalid_tool_arguments", "{p}: {fin}");
+        } else {
+            assert_eq!(fin["output"], p, "{p} stays one segment: {fin}");
+        }
+    }
+    let fin = call(&app, "deep.pair", json!({"a": ".", "b": "."})).await;
+    assert_eq!(
+        fin["error"]["code"], "invalid_tool_arguments",
+        "two values that make `..` together: {fin}"
+    );
+    let fin = call(&app, "deep.pair", json!({"a": "v", "b": "."})).await;
+    assert_eq!(fin["output"], "v.");
+}
+
+const KEY_A: &str = "key-for-team-a-0123456789";
+const KEY_B: &str = "key-for-team-b-0123456789";
+
+/// Two tenants, `a` and `b`, each with its key; declared tools on, reading only SECRET_VAR.
+fn two_tenants(c: &mut Config, addr: &str, env: &[&str]) {
+    c.auth.api_keys = [("a", KEY_A), ("b", KEY_B)]
+        .into_iter()
+        .map(|(tenant, key)| ApiKey {
+            key: Secret::new(key),
+            tenant: tenant.into(),
+        })
+        .collect();
+    c.tools.http_api = true;
+    c.tools.http_api_env = env.iter().map(|v| v.to_string()).collect();
+    c.tools.http_allow = vec![addr.to_owned()];
+}
+
+/// A request with a tenant's key: the status and the JSON body (null when there is none).
+async fn as_tenant(
+    app: &TestApp,
+    key: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let mut request = app.client.request(method, app.url(path)).bearer_auth(key);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A run of tenant `key` whose plan calls `tool`, nested in a `sequential` step, read to its
+/// end: the run's final data.
+async fn nested_call(app: &TestApp, key: &str, tool: &str, arguments: Value) -> Value {
+    let plan = json!({"steps": [{"id": "outer", "kind": "sequential", "input": {"steps": [
+        {"id": "call", "kind": "tool", "input": {"tool": tool, "arguments": arguments}}]}}]});
+    let body = json!({"input": "x", "orchestration": "fixed", "plan": plan});
+    let (status, run) = as_tenant(app, key, reqwest::Method::POST, "/v1/runs", Some(&body)).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let events = app
+        .client
+        .get(app.url(&format!("/v1/runs/{id}/events")))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    let events = crate::support::app::SseReader::new(events)
+        .read_to_final()
+        .await;
+    let all: String = events.iter().map(|e| e.data.clone()).collect();
+    assert!(!all.contains(&secret()), "the secret reached the events");
+    final_data(&events)
+}
+
+#[tokio::test]
+async fn a_declared_tool_reads_only_listed_variables_and_belongs_to_its_tenant() {
+    use reqwest::Method;
+    let (addr, _) = target().await;
+    let app = spawn_app(|c| two_tenants(c, &addr, &[SECRET_VAR])).await;
+    let url = format!("http://{addr}/weather/{{city}}");
+    let city =
+        json!({"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}});
+
+    // The server's secrets are not a key holder's to read.
+    let probe = json!({"url": url, "input_schema": city, "headers": {
+        "X-A": "${OPENAI_API_KEY}", "X-B": "prefix ${ORCA_AUTH__API_KEYS}", "X-C": "${DATABASE_URL}",
+        "X-D": format!("${{{SECRET_VAR}}}")}});
+    let (status, problem) =
+        as_tenant(&app, KEY_B, Method::PUT, "/v1/tools/probe.x", Some(&probe)).await;
+    assert_eq!(status, 422, "{problem}");
+    let pointers: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        pointers,
+        ["/headers/X-A", "/headers/X-B", "/headers/X-C"],
+        "{problem}"
+    );
+    assert!(
+        problem["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tools.http_api_env")
+    );
+
+    // A listed variable is fine; the tool is b's alone.
+    let weather = json!({"url": url, "input_schema": city,
+        "headers": {"Authorization": format!("Bearer ${{{SECRET_VAR}}}")}});
+    let (status, detail) = as_tenant(
+        &app,
+        KEY_B,
+        Method::PUT,
+        "/v1/tools/team.weather",
+        Some(&weather),
+    )
+    .await;
+    assert_eq!(status, 201, "{detail}");
+    let fin = nested_call(&app, KEY_B, "team.weather", json!({"city": "Lima"})).await;
+    assert_eq!(
+        fin["output"],
+        json!({"city": "Lima", "authorized": true}),
+        "{fin}"
+    );
+
+    let (status, _) = as_tenant(&app, KEY_A, Method::GET, "/v1/tools/team.weather", None).await;
+    assert_eq!(status, 404, "a's view has no b's tool");
+    let (_, listed) = as_tenant(&app, KEY_A, Method::GET, "/v1/tools", None).await;
+    assert!(!listed.to_string().contains("team.weather"), "{listed}");
+    let (_, listed) = as_tenant(&app, KEY_B, Method::GET, "/v1/tools", None).await;
+    assert!(listed.to_string().contains("team.weather"), "{listed}");
+    let plan = json!({"steps": [{"id": "call", "kind": "tool",
+        "input": {"tool": "team.weather", "arguments": {"city": "x"}}}]});
+    let body = json!({"input": "x", "orchestration": "fixed", "plan": plan});
+    let (status, problem) = as_tenant(&app, KEY_A, Method::POST, "/v1/runs", Some(&body)).await;
+    assert_eq!(status, 422, "a cannot run b's tool: {problem}");
+    let body = json!({"input": "x", "tools": ["team.weather"]});
+    let (status, _) = as_tenant(&app, KEY_A, Method::POST, "/v1/runs", Some(&body)).await;
+    assert_eq!(status, 422, "nor allow it for a simple run");
+    let (status, _) = as_tenant(&app, KEY_A, Method::DELETE, "/v1/tools/team.weather", None).await;
+    assert_eq!(status, 404, "nor delete it");
+
+    // a's own tool of the same name is another tool.
+    let mut own = weather.clone();
+    own["url"] = json!(format!("http://{addr}/deep/{{city}}/x"));
+    let (status, _) = as_tenant(
+        &app,
+        KEY_A,
+        Method::PUT,
+        "/v1/tools/team.weather",
+        Some(&own),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let fin = nested_call(&app, KEY_A, "team.weather", json!({"city": "Quito"})).await;
+    assert_eq!(fin["output"], "Quito", "{fin}");
+    let fin = nested_call(&app, KEY_B, "team.weather", json!({"city": "Lima"})).await;
+    assert_eq!(fin["output"]["city"], "Lima", "b's is untouched: {fin}");
+
+    // The operator takes the variable off the list: a tool declared while it was on no longer
+    // reads it.
+    let dir = app.stop().await;
+    let app = spawn_app_in(dir, |c| two_tenants(c, &addr, &[])).await;
+    let fin = nested_call(&app, KEY_B, "team.weather", json!({"city": "Lima"})).await;
+    assert_eq!(fin["error"]["code"], "secret_not_allowed", "{fin}");
 }

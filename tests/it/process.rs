@@ -97,6 +97,19 @@ async fn a_database_orca_cannot_open_is_a_clear_error_without_its_password() {
             ],
         ),
     ];
+    // URLs that do not parse: the password must go all the same.
+    let unparsable = [
+        "postgres://orca:Pw#hunter2@127.0.0.1:1/orca",
+        "postgres://orca:Pw/hunter2@127.0.0.1:1/orca",
+        "postgres://orca:hunter2@127.0.0.1:99999999/orca",
+        "postgres://orca:hunter2@[::1/orca",
+        "postgres://orca@127.0.0.1:1/orca?password=hunter2",
+    ];
+    let cases = cases.into_iter().chain(
+        unparsable
+            .into_iter()
+            .map(|url| (url, vec!["database.url", "***"])),
+    );
     for (url, wanted) in cases {
         let mut cmd = orca(&dir);
         cmd.args(["serve", "--database-url", url]);

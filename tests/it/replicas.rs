@@ -731,3 +731,86 @@ async fn renewing_leases_never_deadlocks_with_history_writes() {
         assert_eq!(store.last_seq(*run).await.unwrap(), batches);
     }
 }
+
+/// A loopback server for declared tools: `/echo/{word}` answers the word and counts calls.
+async fn echo_target() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let app = axum::Router::new().route(
+        "/echo/{word}",
+        axum::routing::get(
+            move |axum::extract::Path(word): axum::extract::Path<String>| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move { axum::Json(json!({ "echo": word })) }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, calls)
+}
+
+/// A tool declared on one replica is every replica's: listed, run and removed through
+/// another, and called by the replica that takes a run over after the first one stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_declared_on_one_replica_is_known_to_every_replica() {
+    let pg = PgServer::start();
+    let (target, calls) = echo_target().await;
+    let allow = format!("[\"{target}\"]");
+    let (mut servers, _dirs) = replicas(
+        &pg,
+        2,
+        &[
+            ("ORCA_TOOLS__HTTP_API", "true"),
+            ("ORCA_TOOLS__HTTP_ALLOW", &allow),
+        ],
+    )
+    .await;
+    let declared = json!({ "url": format!("http://{target}/echo/{{word}}"), "input_schema": {
+        "type": "object", "required": ["word"], "properties": { "word": { "type": "string" } } } });
+    let put = servers[0]
+        .client
+        .put(servers[0].url("/v1/tools/shared.echo"))
+        .json(&declared)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let listed = get(&servers[1], "/v1/tools/shared.echo").await;
+    assert_eq!(listed["name"], "shared.echo");
+
+    let echo = |word: &str| {
+        json!({ "id": "echo", "kind": "tool", "depends_on": ["w"],
+                "input": { "tool": "shared.echo", "arguments": { "word": word } } })
+    };
+    let plan = |word: &str, wait_ms: u64| {
+        json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+            { "id": "w", "kind": "wait", "input": { "duration_ms": wait_ms } }, echo(word) ] } })
+    };
+    let id = post_run(&servers[1], &plan("on-b", 1)).await;
+    let last = complete(&id, &stream(&servers[1], &id).await.read_to_final().await);
+    assert_eq!(last["output"], json!({ "echo": "on-b" }), "{last}");
+
+    // A run sent to A, handed back at A's stop while it waits, ends on B with the tool.
+    let id = post_run(&servers[0], &plan("handed-back", 1500)).await;
+    let mut reader = stream(&servers[1], &id).await;
+    skip_to(&mut reader, "step", 1).await;
+    let status = servers.remove(0).terminate();
+    assert!(status.success(), "{status:?}");
+    let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("B takes the run over and ends it");
+    let last = complete(&id, &events);
+    assert_eq!(last["status"], "succeeded", "{last}");
+    assert_eq!(last["output"], json!({ "echo": "handed-back" }), "{last}");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    let b = &servers[0];
+    let gone = b.client.delete(b.url("/v1/tools/shared.echo")).send().await;
+    assert_eq!(gone.unwrap().status(), 204);
+    let after = b.client.get(b.url("/v1/tools/shared.echo")).send().await;
+    assert_eq!(after.unwrap().status(), 404);
+}

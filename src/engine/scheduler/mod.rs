@@ -767,6 +767,7 @@ mod tests {
     use crate::store::Store;
     use crate::stream::EventHub;
     use crate::tools::ToolRegistry;
+    use crate::tools::http::declared::DeclaredTools;
 
     /// A run context on a fresh SQLite file, with the built-in tools and the offline model.
     async fn context(dir: &tempfile::TempDir) -> RunContext {
@@ -786,6 +787,7 @@ mod tests {
             context: Arc::new(config.context.clone()),
             selector: Default::default(),
             telemetry: Default::default(),
+            declared: DeclaredTools::new(&config.tools).unwrap(),
         };
         let spec = RunSpec {
             input: json!("go"),
@@ -798,6 +800,7 @@ mod tests {
             metadata: Default::default(),
             session_id: None,
             instructions: None,
+            declared_tools: Vec::new(),
         };
         let run = Run {
             id: RunId::new(),

@@ -86,7 +86,7 @@ impl Destinations {
         let ip = match url.host() {
             Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
             Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
-            Some(url::Host::Domain(_)) => return Ok(()),
+            Some(url::Host::Domain(name)) => return self.check_name_port(name, port),
             None => return Err(Refused("the URL has no host".into())),
         };
         if self.ip_allowed(ip, port) {
@@ -96,6 +96,29 @@ impl Destinations {
                 "{ip} is not a public address (allow it with tools.http_allow)"
             )))
         }
+    }
+
+    /// A name listed only with ports (`localhost:9000`) is allowed on those ports alone. The
+    /// resolver below learns a name without its port, so the port is judged here, before the
+    /// request and at every redirect: a listed name on another port is refused outright.
+    fn check_name_port(&self, name: &str, port: Option<u16>) -> Result<(), Refused> {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let listed: Vec<Option<u16>> = self
+            .allow
+            .iter()
+            .filter_map(|a| match a {
+                Allowed::Host(h, p) if *h == name => Some(*p),
+                _ => None,
+            })
+            .collect();
+        if listed.is_empty() || listed.iter().any(|p| p.is_none() || *p == port) {
+            return Ok(());
+        }
+        let open: Vec<String> = listed.iter().flatten().map(u16::to_string).collect();
+        Err(Refused(format!(
+            "`{name}` is allowed on port {} only (tools.http_allow)",
+            open.join(", ")
+        )))
     }
 
     /// Checks what a name resolved to: every address must be allowed, or the name itself.
@@ -346,6 +369,22 @@ mod tests {
             one_port.check_url(&url("http://2130706433:8080/")).is_ok(),
             "the same address"
         );
+        let named = Destinations::new(false, &["localhost:9000".into()]).unwrap();
+        assert!(named.check_url(&url("http://localhost:9000/x")).is_ok());
+        assert!(named.check_url(&url("http://LOCALHOST.:9000/x")).is_ok());
+        for other in [
+            "http://localhost:9001/",
+            "http://localhost/",
+            "https://localhost/",
+            "http://localhost.:9001/",
+        ] {
+            assert!(named.check_url(&url(other)).is_err(), "{other}");
+        }
+        let two = Destinations::new(false, &["db.lan:1".into(), "db.lan:2".into()]).unwrap();
+        assert!(two.check_url(&url("http://db.lan:2/")).is_ok());
+        assert!(two.check_url(&url("http://db.lan:3/")).is_err());
+        let all_ports = Destinations::new(false, &["db.lan".into(), "db.lan:1".into()]).unwrap();
+        assert!(all_ports.check_url(&url("http://db.lan:3/")).is_ok());
         let net = Destinations::new(false, &["10.0.0.0/8".into()]).unwrap();
         assert!(net.check_url(&url("http://10.9.9.9/")).is_ok());
         assert!(

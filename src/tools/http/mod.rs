@@ -6,9 +6,10 @@
 //! only resolver refuses non-public addresses, whose redirects are checked hop by hop, and
 //! which ignores proxy settings (a proxy would resolve names where the guard cannot see).
 
+pub mod declared;
 pub mod guard;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +65,48 @@ fn default_timeout() -> u64 {
 }
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// The first path segment of `url` (written out, not yet parsed) that URL parsing would
+/// treat as `.` or `..`, which would move the request to another path.
+fn dot_segment(url: &str) -> Option<&str> {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[after_scheme..];
+    let path_start = rest.find('/')?;
+    let path = &rest[path_start..];
+    let path = &path[..path.find(['?', '#']).unwrap_or(path.len())];
+    path.split('/').find(|segment| {
+        let plain = segment.to_ascii_lowercase().replace("%2e", ".");
+        plain == "." || plain == ".."
+    })
+}
+
+/// The environment variables a header value names as `${NAME}`.
+fn env_names(template: &str) -> impl Iterator<Item = &str> {
+    template
+        .split("${")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
+}
+
+/// Which environment variables a tool's headers may read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EnvAccess {
+    /// Any: the operator declared the tool in the config.
+    Any,
+    /// Only these (`tools.http_api_env`): a tenant declared the tool through the API, and the
+    /// server's environment (provider keys, other tenants' API keys, the database URL) is not
+    /// its to read.
+    Only(Arc<BTreeSet<String>>),
+}
+
+impl EnvAccess {
+    fn allows(&self, name: &str) -> bool {
+        match self {
+            EnvAccess::Any => true,
+            EnvAccess::Only(names) => names.contains(name),
+        }
+    }
+}
 
 /// The `{name}` placeholders of a URL template, in order; an error for a malformed one.
 fn placeholders(template: &str) -> Result<Vec<String>, String> {
@@ -164,6 +207,12 @@ impl HttpToolSpec {
         let sample = names
             .iter()
             .fold(self.url.clone(), |u, n| u.replace(&format!("{{{n}}}"), "x"));
+        if let Some(segment) = dot_segment(&self.url) {
+            bad(
+                "/url",
+                format!("no `{segment}` path segments: write the path they lead to"),
+            );
+        }
         match Url::parse(&sample) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
                 if !u.username().is_empty() || u.password().is_some() {
@@ -194,6 +243,20 @@ impl HttpToolSpec {
         }
     }
 
+    /// The headers that name a variable `access` does not allow, as (JSON Pointer, message).
+    pub fn env_problems(&self, access: &EnvAccess) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (header, value) in &self.headers {
+            for name in env_names(value).filter(|n| !access.allows(n)) {
+                out.push((
+                    format!("/headers/{}", header.replace('~', "~0").replace('/', "~1")),
+                    format!("`${{{name}}}` is not in tools.http_api_env: a tool declared through the API may read only the variables the operator lists there"),
+                ));
+            }
+        }
+        out
+    }
+
     /// The declaration as shown to API clients: header values hidden.
     pub fn redacted(&self) -> Value {
         let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
@@ -211,11 +274,18 @@ pub struct HttpTool {
     spec: HttpToolSpec,
     client: reqwest::Client,
     policy: Arc<Destinations>,
+    env: EnvAccess,
 }
 
 impl HttpTool {
     /// Builds the tool's client; the declaration must have no [`HttpToolSpec::problems`].
-    pub fn new(spec: HttpToolSpec, policy: Arc<Destinations>) -> anyhow::Result<HttpTool> {
+    /// `env` is checked again at every call, so a variable the operator has since taken off
+    /// `tools.http_api_env` is not read by a tool declared while it was on.
+    pub fn new(
+        spec: HttpToolSpec,
+        policy: Arc<Destinations>,
+        env: EnvAccess,
+    ) -> anyhow::Result<HttpTool> {
         let redirects = policy.clone();
         let client = reqwest::Client::builder()
             .dns_resolver(GuardedResolver::new(policy.clone()))
@@ -235,6 +305,7 @@ impl HttpTool {
             spec,
             client,
             policy,
+            env,
         })
     }
 
@@ -249,6 +320,16 @@ impl HttpTool {
             let encoded: String = form_urlencoded::byte_serialize(value.as_bytes()).collect();
             url = url.replace(&format!("{{{name}}}"), &encoded.replace('+', "%20"));
         }
+        if let Some(segment) = dot_segment(&url) {
+            // `..` (or `%2e%2e`) would climb out of the value's segment once the URL is
+            // parsed, and no encoding keeps a dot segment literal: refuse it.
+            return Err(ToolError::failed(
+                ErrorCode::InvalidToolArguments,
+                format!(
+                    "an argument makes the URL path segment `{segment}`; `.` and `..` may not stand alone in a path segment"
+                ),
+            ));
+        }
         let url = Url::parse(&url).map_err(|e| {
             ToolError::failed(
                 ErrorCode::Other("invalid_url".into()),
@@ -262,6 +343,14 @@ impl HttpTool {
     fn headers(&self) -> Result<HeaderMap, ToolError> {
         let mut out = HeaderMap::new();
         for (name, template) in &self.spec.headers {
+            if let Some(var) = env_names(template).find(|v| !self.env.allows(v)) {
+                return Err(ToolError::failed(
+                    ErrorCode::SecretNotAllowed,
+                    format!(
+                        "header `{name}` names `${{{var}}}`, which is not in tools.http_api_env"
+                    ),
+                ));
+            }
             let value = super::mcp::expand_env(template).map_err(|e| {
                 ToolError::failed(ErrorCode::SecretMissing, format!("header `{name}`: {e}"))
             })?;
@@ -415,39 +504,11 @@ pub fn register_configured(
         if registry.contains(&spec.name) {
             anyhow::bail!("tools.http: `{}` is already a tool", spec.name);
         }
-        registry.register(Arc::new(HttpTool::new(spec.clone(), policy.clone())?));
+        registry.register(Arc::new(HttpTool::new(
+            spec.clone(),
+            policy.clone(),
+            EnvAccess::Any,
+        )?));
     }
     Ok(())
-}
-
-/// Declares the HTTP tools stored through the API at earlier starts.
-pub async fn load_declared(
-    config: &crate::config::ToolsConfig,
-    store: &crate::store::Store,
-    registry: &super::ToolRegistry,
-) -> anyhow::Result<usize> {
-    let policy = destinations(config)?;
-    let tenant = crate::store::http_tools_tenant();
-    let records = store
-        .list_entries(crate::store::Registry::HttpTools, &tenant)
-        .await?;
-    let mut loaded = 0;
-    for record in records {
-        let spec: HttpToolSpec = match serde_json::from_value(record.definition) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(tool = %record.name, error = %e, "skipping a stored HTTP tool");
-                continue;
-            }
-        };
-        if registry.is_fixed(&spec.name) {
-            tracing::warn!(tool = %spec.name, "a stored HTTP tool has the name of a configured one; the configured one wins");
-            continue;
-        }
-        registry
-            .declare(Arc::new(HttpTool::new(spec, policy.clone())?))
-            .map_err(anyhow::Error::msg)?;
-        loaded += 1;
-    }
-    Ok(loaded)
 }
