@@ -55,8 +55,9 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
         .into_response())
 }
 
-/// Every tool the caller may use, with the JSON Schema of its arguments: the tools orca
-/// started with and the caller's own declared ones.
+/// Every tool the caller may use, with the JSON Schema of its arguments.
+///
+/// The tools orca started with and the caller's own declared HTTP tools.
 #[utoipa::path(get, path = "/v1/tools", tag = "tools", responses((status = 200, body = Vec<ToolInfo>)))]
 pub async fn list_tools(
     State(state): State<AppState>,
