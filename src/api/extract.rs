@@ -13,6 +13,7 @@ use axum::http::request::Parts;
 use jsonschema::Validator;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::error::{ApiError, FieldError};
 
@@ -55,14 +56,30 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .get::<BodyLimit>()
             .map_or(usize::MAX, |l| l.0);
         let deadline = req.extensions().get::<BodyTimeout>().map(|t| t.0);
+        let stop = req
+            .extensions()
+            .get::<ServerStop>()
+            .map_or_else(CancellationToken::new, |s| s.0.clone());
         let read = Bytes::from_request(req, state);
         // The whole body within the deadline, not each piece: a client trickling a byte at a
         // time must not hold its connection (and a descriptor) open for ever.
-        let read = match deadline {
-            Some(d) => tokio::time::timeout(d, read)
-                .await
-                .map_err(|_| ApiError::RequestTimeout(d))?,
-            None => read.await,
+        let read = async {
+            match deadline {
+                Some(d) => tokio::time::timeout(d, read)
+                    .await
+                    .map_err(|_| ApiError::RequestTimeout(d)),
+                None => Ok(read.await),
+            }
+        };
+        // Nor past a server stop: the request has done nothing yet, and a client told 503 can
+        // send it again to a server that is running.
+        let read = tokio::select! {
+            r = read => r?,
+            () = stop.cancelled() => {
+                return Err(ApiError::Unavailable(
+                    "the server is stopping; send the request again".into(),
+                ))
+            }
         };
         let bytes = read.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
@@ -82,6 +99,11 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .map_err(|e| ApiError::InvalidJson(e.to_string()))
     }
 }
+
+/// The server's stop token, put in request extensions next to [`BodyTimeout`]: a body still
+/// arriving when the server stops is not waited for (the request is answered 503 at once).
+#[derive(Clone)]
+pub struct ServerStop(pub CancellationToken);
 
 /// The configured body limit, put in request extensions so rejections can name it.
 #[derive(Clone, Copy)]

@@ -37,7 +37,7 @@ use crate::store::Store;
 use crate::stream::EventHub;
 
 use error::ApiError;
-use extract::{BodyLimit, BodyTimeout};
+use extract::{BodyLimit, BodyTimeout, ServerStop};
 
 /// What handlers share: handles, not locks. Runs are started, answered and cancelled through
 /// the engine; their history is read from the store; their event streams come from the hub.
@@ -170,6 +170,7 @@ fn cors_layer(config: &crate::config::CorsConfig) -> Option<CorsLayer> {
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config.server.body_limit_bytes;
     let body_timeout = std::time::Duration::from_secs(state.config.server.body_read_timeout_secs);
+    let stop = state.shutdown.clone();
     let cors = cors_layer(&state.config.server.cors);
     let v1 = Router::new()
         .route("/runs", post(runs::create_run).get(runs::list_runs))
@@ -227,10 +228,14 @@ pub fn router(state: AppState) -> Router {
         })
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn(move |mut req: Request, next: Next| async move {
-            req.extensions_mut().insert(BodyLimit(body_limit));
-            req.extensions_mut().insert(BodyTimeout(body_timeout));
-            next.run(req).await
+        .layer(middleware::from_fn(move |mut req: Request, next: Next| {
+            let stop = ServerStop(stop.clone());
+            async move {
+                req.extensions_mut().insert(BodyLimit(body_limit));
+                req.extensions_mut().insert(BodyTimeout(body_timeout));
+                req.extensions_mut().insert(stop);
+                next.run(req).await
+            }
         }))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(

@@ -9,16 +9,23 @@
 //!   kernel's accept queue, so clients can never exhaust the process's file descriptors;
 //! - a bounded stop: once `stop` fires nothing new is accepted, open connections finish the
 //!   response in hand and close, and whatever is still open after the grace period is dropped.
+//!   A request with no response in hand is not waited for: a connection that has not yet
+//!   sent a whole request head is closed at once (hyper would wait for the head), and a
+//!   request still sending its body is answered 503 at once (the body reader watches the stop,
+//!   [`super::extract::ServerStop`]).
 //!
 //! Request bodies are timed by the JSON extractor ([`super::extract`]), the only body reader.
 //! This module knows connections, not routes: it serves whatever router it is given.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+use axum::http::Request;
 use axum::http::{HeaderValue, header};
 use axum::response::IntoResponse;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -26,6 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use super::error::ApiError;
 use crate::config::ServerConfig;
@@ -126,6 +134,10 @@ pub async fn serve(
             },
             served => served,
         };
+        // Set once hyper hands the connection's first request to the router. hyper's
+        // graceful shutdown closes a connection between requests at once, but waits for the
+        // first request's head however long it takes to arrive.
+        let started = Arc::new(AtomicBool::new(false));
         let (builder, service, permit) = match slot {
             Slot::Served(p) => (&http, router.clone(), p),
             Slot::Overflow(p) => {
@@ -140,6 +152,11 @@ pub async fn serve(
                 (&http_busy, busy.clone(), p)
             }
         };
+        let first = started.clone();
+        let service = service.map_request(move |req: Request<Incoming>| {
+            first.store(true, Ordering::Relaxed);
+            req
+        });
         let conn = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
         let stop = stop.clone();
         connections.spawn(async move {
@@ -147,10 +164,15 @@ pub async fn serve(
             let ended = tokio::select! {
                 r = conn.as_mut() => r,
                 _ = stop.cancelled() => {
-                    // Finish the response in hand (event streams end on the same token),
-                    // then close; an idle connection closes at once.
-                    conn.as_mut().graceful_shutdown();
-                    conn.as_mut().await
+                    if started.load(Ordering::Relaxed) {
+                        // Finish the response in hand (event streams end on the same token),
+                        // then close; a connection between requests closes at once.
+                        conn.as_mut().graceful_shutdown();
+                        conn.as_mut().await
+                    } else {
+                        // No request yet, or half of its head: nothing to finish.
+                        Ok(())
+                    }
                 }
             };
             if let Err(e) = ended {
