@@ -76,14 +76,14 @@ impl App {
         let selector = Selector::from_config(&config.selector)
             .map_err(|p| anyhow::anyhow!("invalid {}: {}", p.key, p.message))?;
         let busy = Duration::from_millis(config.database.busy_timeout_ms);
-        let store =
-            Store::connect_with(&config.database.url, config.database.max_connections, busy)
-                .await
-                .with_context(|| {
-                    let url = crate::store::redact_url(&config.database.url);
-                    format!("opening the database {url} (database.url)")
-                })?
-                .with_lease_ttl(Duration::from_millis(config.database.lease_ttl_ms));
+        let lease = Duration::from_millis(config.database.lease_ttl_ms);
+        let db = &config.database;
+        let store = Store::connect_with(&db.url, db.max_connections, busy, lease)
+            .await
+            .with_context(|| {
+                let url = crate::store::redact_url(&db.url);
+                format!("opening the database {url} (database.url)")
+            })?;
         let declared = crate::tools::http::declared::DeclaredTools::new(&config.tools)?;
         let unowned = store.unowned_http_tools().await?;
         if !unowned.is_empty() {
@@ -139,6 +139,11 @@ impl App {
             selector: Arc::new(selector),
             telemetry: telemetry.clone(),
             declared,
+            lease: if store.shared() {
+                crate::engine::lease::LeaseGate::leased(store.lease_ttl())
+            } else {
+                crate::engine::lease::LeaseGate::open()
+            },
         };
         let engine = Engine::new(services, tracker.clone(), shutdown.clone());
         tracker.spawn(engine.clone().supervise_store());

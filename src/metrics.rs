@@ -115,7 +115,13 @@ impl Metrics {
     }
 
     /// The text exposition, with scrape-time gauges appended.
-    pub fn render(&self, runs_by_status: &[(String, i64)], open_streams: usize) -> String {
+    pub fn render(
+        &self,
+        runs_by_status: &[(String, i64)],
+        open_streams: usize,
+        run_tasks: usize,
+        lease_held: usize,
+    ) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.inner.registry);
@@ -134,6 +140,14 @@ impl Metrics {
             "# HELP orca_open_streams Open event streams.\n# TYPE orca_open_streams gauge\n",
         );
         out.push_str(&format!("orca_open_streams {open_streams}\n"));
+        out.push_str(
+            "# HELP orca_run_tasks Runs this replica is running now (waiting for a slot included).\n# TYPE orca_run_tasks gauge\n",
+        );
+        out.push_str(&format!("orca_run_tasks {run_tasks}\n"));
+        out.push_str(
+            "# HELP orca_lease_held_actions Steps, tool and model calls waiting for this replica to renew its leases.\n# TYPE orca_lease_held_actions gauge\n",
+        );
+        out.push_str(&format!("orca_lease_held_actions {lease_held}\n"));
         let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
     }

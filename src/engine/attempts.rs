@@ -220,6 +220,7 @@ impl RunContext {
         new: NewAttempt<'_>,
         sink: &mut EventSink,
     ) -> Result<AttemptKey, RunError> {
+        self.lease_ready().await;
         self.take_step()?;
         let attempt = {
             let mut numbers = self.attempt_numbers.lock().expect("attempts lock");

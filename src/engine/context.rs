@@ -64,6 +64,8 @@ pub struct Services {
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// The HTTP tools tenants declare through the API: built on demand for a tenant's view.
     pub declared: DeclaredTools,
+    /// Whether this replica surely still holds its leases: passed before every action.
+    pub lease: super::lease::LeaseGate,
 }
 
 impl RunContext {
@@ -158,6 +160,9 @@ pub struct RunContext {
     pub plan: Option<Arc<ValidPlan>>,
     pub limits: EffectiveLimits,
     pub cancel: CancellationToken,
+    /// Fires when the run must be left as it is: the server stops, or another replica took
+    /// it over. The run task watches it; the lease gate never opens once it fired.
+    pub stop: CancellationToken,
     pub services: Services,
     /// The run's time limit, paused while it waits for a human.
     pub clock: RunClock,
@@ -242,7 +247,12 @@ impl RunContext {
         *self.slot.held.lock().expect("slot lock") = Some((slots, Some(permit)));
     }
 
-    pub fn new(seed: RunSeed, cancel: CancellationToken, services: Services) -> Self {
+    pub fn new(
+        seed: RunSeed,
+        cancel: CancellationToken,
+        stop: CancellationToken,
+        services: Services,
+    ) -> Self {
         RunContext {
             run_id: seed.run.id,
             tenant: seed.tenant,
@@ -255,6 +265,7 @@ impl RunContext {
             resumed: seed.last_seq > 0,
             limits: seed.limits,
             cancel,
+            stop,
             services,
             seq: AtomicU64::new(seed.last_seq),
             checkpoints: AtomicU64::new(0),
@@ -271,6 +282,13 @@ impl RunContext {
             session: std::sync::OnceLock::new(),
             trace: Mutex::new(None),
         }
+    }
+
+    /// Waits until this replica may act for the run: it surely still holds the run's lease
+    /// ([`super::lease`]). Every step attempt, tool call and model call passes here first;
+    /// for a run this replica lost, it never returns.
+    pub async fn lease_ready(&self) {
+        self.services.lease.ready(&self.stop).await;
     }
 
     /// Builds the next event of this run (taking the next seq) without queueing it.

@@ -28,6 +28,7 @@ pub mod converse;
 pub mod executor;
 pub mod fixed;
 pub mod input;
+pub mod lease;
 pub mod middleware;
 pub mod model;
 pub mod planner;
@@ -194,9 +195,13 @@ impl Engine {
     /// The Prometheus text of the engine's metrics, with the run counts by status given.
     pub fn render_metrics(&self, runs_by_status: &[(String, i64)]) -> String {
         let services = &self.inner.services;
-        services
-            .metrics
-            .render(runs_by_status, services.hub.open_streams())
+        let run_tasks = self.inner.live.lock().expect("live lock").len();
+        services.metrics.render(
+            runs_by_status,
+            services.hub.open_streams(),
+            run_tasks,
+            services.lease.held(),
+        )
     }
 
     /// Number of runs waiting for a slot.
@@ -314,11 +319,13 @@ impl Engine {
             return;
         }
         let every = store.lease_ttl() / 3;
+        let gate = &self.inner.services.lease;
         loop {
             tokio::select! {
                 _ = self.inner.shutdown.cancelled() => return,
                 _ = tokio::time::sleep(every) => {}
                 _ = self.inner.claim_now.notified() => {}
+                _ = gate.renewal_asked() => {}
             }
             if let Err(e) = self.tend_leases().await {
                 tracing::warn!(error = ?e, "tending run leases failed; trying again");
@@ -334,6 +341,8 @@ impl Engine {
             let live = self.inner.live.lock().expect("live lock");
             live.keys().copied().collect()
         };
+        // Taken before the renewal is sent: the database dates the lease later than this.
+        let sent = tokio::time::Instant::now();
         let held = store.renew_leases().await?;
         let ids: HashSet<RunId> = held.iter().map(|(id, _)| *id).collect();
         let mut lost = Vec::new();
@@ -362,6 +371,8 @@ impl Engine {
         for cancel in cancels {
             cancel.cancel();
         }
+        // Only now, with the lost runs' tasks stopped, may their gates open again.
+        self.inner.services.lease.renewed(sent);
         for (id, _) in &held {
             self.take_stored_answer(*id).await;
         }
@@ -620,6 +631,7 @@ impl Engine {
         last_seq: u64,
         plan: Option<Arc<ValidPlan>>,
         cancel: CancellationToken,
+        stop: CancellationToken,
     ) -> RunContext {
         let seed = RunSeed {
             run: stored.run.clone(),
@@ -634,7 +646,7 @@ impl Engine {
             .inner
             .services
             .for_tenant(&stored.tenant, &stored.spec.declared_tools);
-        RunContext::new(seed, cancel, services)
+        RunContext::new(seed, cancel, stop, services)
     }
 
     /// Starts the task of a stored run, unless it has one already.
@@ -656,7 +668,7 @@ impl Engine {
             cancel.cancel();
         }
         self.inner.queued.fetch_add(1, Ordering::SeqCst);
-        let ctx = self.context(&stored, last_seq, plan, cancel);
+        let ctx = self.context(&stored, last_seq, plan, cancel, stop.clone());
         let engine = self.clone();
         let span = tracing::info_span!("run", run_id = %stored.run.id, tenant = %stored.tenant.0);
         self.inner.tracker.spawn(

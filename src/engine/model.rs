@@ -144,6 +144,7 @@ async fn call_target(
     text_kind: TextKind,
     filter: Option<Box<dyn TextFilter>>,
 ) -> Result<ModelReply, Failure> {
+    ctx.lease_ready().await;
     request.model = target.model.clone();
     request.temperature = request.temperature.or(target.temperature);
     request.max_tokens = request.max_tokens.or(target.max_tokens);

@@ -62,6 +62,7 @@ pub async fn call_tool(
     call: ToolCall<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
+    ctx.lease_ready().await;
     let announced = ToolCallData {
         call_id: call.call_id.to_owned(),
         tool: call.tool.to_owned(),

@@ -270,15 +270,21 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database and applies pending migrations.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Store> {
-        Store::connect_with(url, max_connections, Duration::from_secs(5)).await
+        let (busy, lease) = (Duration::from_secs(5), Duration::from_secs(15));
+        Store::connect_with(url, max_connections, busy, lease).await
     }
 
     /// [`Self::connect`], with how long a statement waits for another writer's lock before
-    /// it fails (SQLite's busy timeout, Postgres's `lock_timeout`).
+    /// it fails (SQLite's busy timeout, Postgres's `lock_timeout`), and the length of run
+    /// leases. On PostgreSQL a session left idle inside a transaction for a lease's length
+    /// is ended by the server (`idle_in_transaction_session_timeout`): a replica frozen
+    /// mid-transaction (a stop-the-world pause, SIGSTOP) would otherwise hold its row locks,
+    /// and the runs they lock could not be taken over (claims skip locked rows) until it woke.
     pub async fn connect_with(
         url: &str,
         max_connections: u32,
         busy_timeout: Duration,
+        lease_ttl: Duration,
     ) -> Result<Store> {
         sqlx::any::install_default_drivers();
         let backend = Backend::of_url(url).ok_or_else(|| {
@@ -287,6 +293,7 @@ impl Store {
             ))
         })?;
         let ms = busy_timeout.as_millis();
+        let lease_ms = lease_ttl.as_millis();
         let pool = match backend {
             Backend::Sqlite => {
                 // The file is created and put in WAL mode (a property of the file) once, with
@@ -330,6 +337,10 @@ impl Store {
                         Box::pin(async move {
                             conn.execute(AssertSqlSafe(format!("SET lock_timeout = {ms}")))
                                 .await?;
+                            conn.execute(AssertSqlSafe(format!(
+                                "SET idle_in_transaction_session_timeout = {lease_ms}"
+                            )))
+                            .await?;
                             Ok(())
                         })
                     })
@@ -355,15 +366,9 @@ impl Store {
             pool,
             backend,
             replica: uuid::Uuid::now_v7().simple().to_string().into(),
-            lease_ttl: Duration::from_secs(15),
+            lease_ttl,
             channels: cluster::Channels::for_schema(&schema).into(),
         })
-    }
-
-    /// The store with leases of `ttl`.
-    pub fn with_lease_ttl(mut self, ttl: Duration) -> Store {
-        self.lease_ttl = ttl;
-        self
     }
 
     pub fn backend(&self) -> Backend {

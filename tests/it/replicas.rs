@@ -814,3 +814,97 @@ async fn a_tool_declared_on_one_replica_is_known_to_every_replica() {
     let after = b.client.get(b.url("/v1/tools/shared.echo")).send().await;
     assert_eq!(after.unwrap().status(), 404);
 }
+
+/// A replica paused past its lease (SIGSTOP) while a run waits wakes up after another
+/// replica took the run over and finished it. Its lease keeper cannot
+/// renew yet (the test holds the `runs` table locked), so nothing tells it the run is gone
+/// but its own clock: it must not start the next step or call the tool. It holds the action
+/// at the lease gate, and once the renewal goes through it stops the run's task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_past_its_lease_does_not_act_for_a_run_taken_over() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let pg = PgServer::start();
+    let (target, calls) = echo_target().await;
+    let allow = format!("[\"{target}\"]");
+    let (servers, dirs) = replicas(
+        &pg,
+        2,
+        &[
+            ("ORCA_TOOLS__HTTP_API", "true"),
+            ("ORCA_TOOLS__HTTP_ALLOW", &allow),
+        ],
+    )
+    .await;
+    let (a, b) = (&servers[0], &servers[1]);
+    let declared = json!({ "url": format!("http://{target}/echo/{{word}}"), "input_schema": {
+        "type": "object", "required": ["word"], "properties": { "word": { "type": "string" } } } });
+    let put = a.client.put(a.url("/v1/tools/side.effect")).json(&declared);
+    assert_eq!(put.send().await.unwrap().status(), 201);
+    let body = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "w", "kind": "wait", "input": { "duration_ms": 1500 } },
+        { "id": "seq", "kind": "sequential", "depends_on": ["w"], "input": { "steps": [
+            { "id": "effect", "kind": "tool", "input": { "tool": "side.effect",
+              "arguments": { "word": "once" } } } ] } } ] } });
+    let id = post_run(a, &body).await;
+    let mut reader = stream(b, &id).await;
+    // `w` running: A is inside the wait. Freeze it a third of the way in, as a
+    // stop-the-world pause would, with its writes of the step's start long done. (A pause
+    // that catches A inside a transaction is another story: PostgreSQL ends that session
+    // after a lease's length, A's next write fails, and A stops all its runs until its store
+    // is back; see `store::Store::connect_with`.)
+    skip_to(&mut reader, "step", 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.pause();
+    let events = tokio::time::timeout(PATIENCE, reader.read_to_final())
+        .await
+        .expect("B takes the run over and ends it");
+    let last = complete(&id, &events);
+    assert_eq!(last["output"], json!({ "echo": "once" }), "{last}");
+    assert_eq!(calls.load(SeqCst), 1);
+
+    // A wakes with the wait long over, and cannot renew while the table is locked: without
+    // the gate it would start `seq` and call the tool inside it at once.
+    let db = crate::support::db::pool_on(&database_url_on(&pg.url, dirs[0].path())).await;
+    let mut lock = db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE runs IN EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    a.resume();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while a.gauge("orca_lease_held_actions").await < 1.0 {
+        assert_eq!(
+            calls.load(SeqCst),
+            1,
+            "the woken replica called the tool again"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never held its action"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    lock.rollback().await.unwrap();
+    // The renewal goes through, finds the run gone, and A's task stops without acting.
+    while a.gauge("orca_run_tasks").await > 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's task never stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        calls.load(SeqCst),
+        1,
+        "the woken replica called the tool again"
+    );
+    let steps = get(b, &format!("/v1/runs/{id}/steps")).await;
+    let effects: Vec<&Value> = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["step_id"] == "effect")
+        .collect();
+    assert_eq!(effects.len(), 1, "{steps}");
+    assert_eq!(effects[0]["status"], "completed");
+}

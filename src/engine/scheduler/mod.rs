@@ -788,6 +788,7 @@ mod tests {
             selector: Default::default(),
             telemetry: Default::default(),
             declared: DeclaredTools::new(&config.tools).unwrap(),
+            lease: Default::default(),
         };
         let spec = RunSpec {
             input: json!("go"),
@@ -835,7 +836,12 @@ mod tests {
             counters: Default::default(),
             last_seq: 0,
         };
-        RunContext::new(seed, CancellationToken::new(), services)
+        RunContext::new(
+            seed,
+            CancellationToken::new(),
+            CancellationToken::new(),
+            services,
+        )
     }
 
     fn calc(id: &str, deps: &[&str], expression: &str) -> serde_json::Value {

@@ -179,6 +179,31 @@ impl Server {
         self.child.wait().unwrap();
     }
 
+    /// Freezes the process (SIGSTOP), as a stop-the-world pause would.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused process go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: sending a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// A gauge of the server's `/metrics`.
+    pub async fn gauge(&self, name: &str) -> f64 {
+        let text = self.client.get(self.url("/metrics")).send().await.unwrap();
+        let text = text.text().await.unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no gauge {name} in {text}"))
+    }
+
     /// Asks the server to stop (SIGTERM) and waits until it has.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id() as libc::pid_t;
