@@ -146,6 +146,13 @@ async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         }
         Command::Serve(args) => {
             init_tracing(log_format);
+            // A file size limit (`ulimit -f`) reached makes a write fail with EFBIG, which
+            // the store survives like a full disk, instead of killing the process mid-write.
+            #[cfg(unix)]
+            // SAFETY: only sets the signal's disposition to "ignore"; no handler runs.
+            unsafe {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            }
             let config = args.load()?;
             if !config.uses_openai() {
                 tracing::warn!(

@@ -146,7 +146,9 @@ pub(super) async fn start_run(
         .create_run(tenant, spec, plan, key.as_deref())
         .await
         .map_err(|e| match e {
-            engine::Error::Overloaded => ApiError::Unavailable(e.to_string()),
+            engine::Error::Overloaded | engine::Error::StoreDown => {
+                ApiError::Unavailable(e.to_string())
+            }
             engine::Error::Store(e) => {
                 // Logged with its cause; the caller learns only that it may try again.
                 tracing::error!(error = ?e, "storing a new run failed");

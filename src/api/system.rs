@@ -31,11 +31,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
             "the store refuses writes; runs resume once it takes them again".into(),
         ));
     }
+    // A write, not a read: a full disk or a read-only file system still answers reads.
     state
         .store
-        .ping()
+        .probe_write()
         .await
-        .map_err(|_| ApiError::Unavailable("the store is unreachable".into()))?;
+        .map_err(|_| ApiError::Unavailable("the store does not take writes".into()))?;
     Ok(Json(json!({ "status": "ready" })))
 }
 

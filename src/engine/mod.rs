@@ -44,6 +44,7 @@ pub mod tool_call;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -68,6 +69,10 @@ pub use executor::{Executor, Outcome};
 pub enum Error {
     #[error("too many runs are waiting; try again later")]
     Overloaded,
+    /// The store refuses writes (a full disk, a database that went away): a run accepted now
+    /// could not be stored.
+    #[error("the store refuses writes; try again later")]
+    StoreDown,
     #[error("run not found")]
     NotFound,
     #[error("the run is already {0}")]
@@ -95,6 +100,8 @@ struct Inner {
     shutdown: CancellationToken,
     /// Wakes [`Engine::keep_leases`] early: another replica handed runs back.
     claim_now: tokio::sync::Notify,
+    /// Wakes [`Engine::supervise_store`]: a run task stopped for the store has ended.
+    resume_now: tokio::sync::Notify,
 }
 
 /// A live run task's tokens.
@@ -155,6 +162,7 @@ impl Engine {
                 tracker,
                 shutdown,
                 claim_now: tokio::sync::Notify::new(),
+                resume_now: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -220,6 +228,11 @@ impl Engine {
     ) -> Result<Created, Error> {
         if self.queued() >= self.inner.services.config.max_queued_runs {
             return Err(Error::Overloaded);
+        }
+        // Nothing is acknowledged that cannot be stored: while the writer fails, the run's
+        // row might be taken but none of its events.
+        if !self.inner.services.hub.is_healthy() {
+            return Err(Error::StoreDown);
         }
         // The request as it came, before the selector may add a rule's workflow plan to it.
         let fingerprint = idempotency_key.map(|_| spec.fingerprint());
@@ -419,27 +432,46 @@ impl Engine {
         }
     }
 
-    /// Watches the store: each time it takes writes again after refusing them, waits until
-    /// everything queued meanwhile is written, then resumes the runs that stopped. Runs until
-    /// the server stops; the caller tracks the task.
+    /// Watches the store: each time it takes writes again after refusing them (the store
+    /// itself opens fresh connections then, see `Store::renew_connections`), waits until
+    /// everything queued meanwhile is written, then
+    /// resumes the runs that stopped — tried again with backoff until it succeeds, and again
+    /// whenever a run task that stopped for the store ends after that. Runs until the server
+    /// stops; the caller tracks the task.
     pub async fn supervise_store(self) {
         let hub = self.inner.services.hub.clone();
+        let shutdown = &self.inner.shutdown;
         let mut health = hub.health();
         loop {
-            tokio::select! {
-                _ = self.inner.shutdown.cancelled() => return,
-                _ = health.down() => {}
-            }
-            tokio::select! {
-                _ = self.inner.shutdown.cancelled() => return,
-                _ = health.up() => {}
+            let outage = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = health.down() => true,
+                _ = self.inner.resume_now.notified() => !hub.is_healthy(),
+            };
+            if outage {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = health.up() => {}
+                }
             }
             hub.flush().await;
-            match self.resume_unfinished().await {
-                Ok(n) => tracing::info!(runs = n, "the store is back: stopped runs resume"),
-                Err(e) => {
-                    tracing::error!(error = ?e, "resuming runs after the store came back failed")
+            let mut delay = Duration::from_millis(100);
+            loop {
+                match self.resume_unfinished().await {
+                    Ok(n) => {
+                        tracing::info!(runs = n, "the store is back: stopped runs resume");
+                        break;
+                    }
+                    Err(e) => tracing::warn!(
+                        error = ?e,
+                        "resuming runs after the store came back failed; trying again"
+                    ),
                 }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
     }
@@ -674,8 +706,13 @@ impl Engine {
         self.inner.tracker.spawn(
             async move {
                 let id = stored.run.id;
-                run::drive(&engine.inner, ctx, stop).await;
+                let left = run::drive(&engine.inner, ctx, stop).await;
                 engine.inner.live.lock().expect("live lock").remove(&id);
+                if left == run::Left::ForTheStore {
+                    // Its task is gone only now: the supervisor resumes it (at once if the
+                    // store is already back).
+                    engine.inner.resume_now.notify_one();
+                }
             }
             .instrument(span),
         );

@@ -25,11 +25,20 @@ pub(super) enum Ending {
     TimedOut(Duration),
 }
 
+/// How a run task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Left {
+    /// Finalized, or left for later on a stop.
+    Done,
+    /// Stopped because the store refused writes: to be resumed once it takes them again.
+    ForTheStore,
+}
+
 /// One run's whole life, from waiting for a slot to its final event, under its trace span.
 ///
 /// `stop` fires when the run must be left as it is for later: the server stops, or another
 /// replica took the run over.
-pub(super) async fn drive(inner: &Inner, ctx: RunContext, stop: CancellationToken) {
+pub(super) async fn drive(inner: &Inner, ctx: RunContext, stop: CancellationToken) -> Left {
     let run = ctx.run();
     let span = ctx.services.telemetry.start_run(
         &ctx.run_id.to_string(),
@@ -38,16 +47,17 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext, stop: CancellationToke
         ctx.resumed,
     );
     *ctx.trace.lock().expect("trace lock") = span;
-    live(inner, &ctx, &stop).await;
+    let left = live(inner, &ctx, &stop).await;
     // Not finalized (the server stopped, or the store went down): the run resumes later, in a
     // new trace.
-    let left = ctx.trace.lock().expect("trace lock").take();
+    let trace = ctx.trace.lock().expect("trace lock").take();
     let stopped = opentelemetry::KeyValue::new("orca.run.status", "interrupted");
-    crate::telemetry::annotate(left.as_ref(), vec![stopped]);
-    crate::telemetry::end(left, None);
+    crate::telemetry::annotate(trace.as_ref(), vec![stopped]);
+    crate::telemetry::end(trace, None);
+    left
 }
 
-async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) {
+async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left {
     if !ctx.resumed {
         ctx.emit(None, Payload::status(RunStatus::Queued)).await;
     }
@@ -56,15 +66,17 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) {
         _ = ctx.cancel.cancelled() => {
             inner.queued.fetch_sub(1, Ordering::SeqCst);
             finalize(ctx, Ending::Cancelled).await;
-            return;
+            return Left::Done;
         }
         _ = stop.cancelled() => {
             inner.queued.fetch_sub(1, Ordering::SeqCst);
-            return;
+            return Left::Done;
         }
     };
     inner.queued.fetch_sub(1, Ordering::SeqCst);
-    let Ok(permit) = permit else { return };
+    let Ok(permit) = permit else {
+        return Left::Done;
+    };
     ctx.hold_slot(inner.slots.clone(), permit);
 
     ctx.update_run(|r| {
@@ -90,14 +102,14 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) {
             // Leave the run as it is; the next start (or another replica) resumes it.
             inner.services.inputs.forget(ctx.run_id);
             inner.services.hub.flush().await;
-            return;
+            return Left::Done;
         }
         _ = health.down() => {
             // The store refuses writes: stop where the run is, as for a server stop. What it
             // queued is written once the store is back, and the engine resumes it then.
             inner.services.inputs.forget(ctx.run_id);
             tracing::warn!("the store is down: the run stops until it is back");
-            return;
+            return Left::ForTheStore;
         }
     };
     // A cancel also reaches the executor through its token and may make it fail first;
@@ -108,6 +120,7 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) {
         ending
     };
     finalize(ctx, ending).await;
+    Left::Done
 }
 
 async fn execute(ctx: &RunContext) -> Outcome {
@@ -220,14 +233,32 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     let hub = &ctx.services.hub;
     hub.flush().await;
     let final_event = Arc::new(ctx.next_event(None, &Payload::Final(data)));
-    match hub.store().finish_run(&run, &final_event).await {
-        Ok(()) => hub.publish_persisted(final_event),
-        Err(crate::store::Error::LeaseLost) => {
-            tracing::warn!("another replica took the run over before it ended here; it ends there");
-            return;
+    // Tried until it is stored: a run whose end could not be written must not stay
+    // `running` with no task. Unless the run is left for later meanwhile (the server stops,
+    // another replica took it): then whoever resumes it ends it.
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match hub.store().finish_run(&run, &final_event).await {
+            Ok(()) => break hub.publish_persisted(final_event),
+            Err(crate::store::Error::LeaseLost) => {
+                tracing::warn!(
+                    "another replica took the run over before it ended here; it ends there"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = ?e, "could not store the end of the run; trying again");
+                tokio::select! {
+                    () = ctx.stop.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(MAX_END_RETRY_DELAY);
+            }
         }
-        Err(e) => tracing::error!(error = ?e, "could not store the end of the run"),
     }
     ctx.services.metrics.run_finished(status.as_str());
     tracing::info!(status = status.as_str(), "run finished");
 }
+
+/// Longest pause between two tries of storing a run's end.
+const MAX_END_RETRY_DELAY: Duration = Duration::from_secs(2);

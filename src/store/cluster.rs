@@ -255,7 +255,7 @@ impl Store {
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(&*self.replica)
             .bind(self.lease_ttl_ms())
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await?;
         rows.iter()
             .map(|r| {
@@ -317,7 +317,7 @@ impl Store {
         if !every {
             q = q.bind(i64::from(limit));
         }
-        let rows = q.fetch_all(&self.pool).await?;
+        let rows = q.fetch_all(&self.pool()).await?;
         let mut runs = rows
             .iter()
             .map(stored_run_from_row)
@@ -339,7 +339,7 @@ impl Store {
             .bind(&*self.replica)
             .bind(self.lease_ttl_ms())
             .bind(id.to_string())
-            .execute(&self.pool)
+            .execute(&self.pool())
             .await?;
         Ok(res.rows_affected() == 1)
     }
@@ -353,7 +353,7 @@ impl Store {
         );
         let res = sqlx::query(AssertSqlSafe(sql))
             .bind(&*self.replica)
-            .execute(&self.pool)
+            .execute(&self.pool())
             .await?;
         if res.rows_affected() > 0 {
             self.notify(&Notice::Released).await?;
@@ -369,7 +369,7 @@ impl Store {
             )
             .bind(id.to_string())
             .bind(&*self.replica)
-            .execute(&self.pool)
+            .execute(&self.pool())
             .await?;
         }
         Ok(())
@@ -379,7 +379,7 @@ impl Store {
     pub async fn request_cancel(&self, id: RunId) -> Result<()> {
         sqlx::query("UPDATE runs SET cancel_requested = 1 WHERE id = $1")
             .bind(id.to_string())
-            .execute(&self.pool)
+            .execute(&self.pool())
             .await?;
         Ok(())
     }
@@ -393,7 +393,7 @@ impl Store {
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(&self.channels.control)
                 .bind(payload)
-                .execute(&self.pool)
+                .execute(&self.pool())
                 .await?;
         }
         Ok(())
@@ -509,7 +509,7 @@ mod tests {
         let db_now = || async {
             let sql = format!("SELECT {}", Backend::Sqlite.now_ms_sql());
             sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql))
-                .fetch_one(&store.pool)
+                .fetch_one(&store.pool())
                 .await
                 .unwrap()
         };
@@ -529,7 +529,7 @@ mod tests {
         )
         .bind(RunId::new().to_string())
         .bind(before - 1)
-        .execute(&store.pool)
+        .execute(&store.pool())
         .await
         .unwrap();
         let claimed = store.claim_runs(Claim::Free, 10).await.unwrap();
@@ -539,7 +539,7 @@ mod tests {
             "a lease that lapsed by the database's clock"
         );
         let expires: i64 = sqlx::query_scalar("SELECT lease_expires_at FROM runs")
-            .fetch_one(&store.pool)
+            .fetch_one(&store.pool())
             .await
             .unwrap();
         let after = db_now().await;

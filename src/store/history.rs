@@ -64,7 +64,7 @@ impl Store {
         .bind(reason)
         .bind(to_json(plan))
         .bind(fmt_time(Utc::now()))
-        .execute(&self.pool)
+        .execute(&self.pool())
         .await?;
         Ok(())
     }
@@ -73,7 +73,7 @@ impl Store {
     pub async fn list_plans(&self, run: RunId) -> Result<Vec<PlanRecord>> {
         let rows = sqlx::query("SELECT * FROM plans WHERE run_id = $1 ORDER BY version")
             .bind(run.to_string())
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await?;
         rows.iter()
             .map(|r| {
@@ -108,6 +108,7 @@ impl Store {
     /// Stores a request for a new plan, in its own transaction (the API acknowledges it only
     /// once this returned); its number among the run's requests, from 1.
     pub async fn save_replan_request(&self, run: RunId, message: &str) -> Result<u64> {
+        let pool = self.pool();
         next_numbered(|| {
             sqlx::query_scalar(
                 "INSERT INTO replan_requests (run_id, seq, message, created_at)
@@ -118,7 +119,7 @@ impl Store {
             .bind(run.to_string())
             .bind(message)
             .bind(fmt_time(Utc::now()))
-            .fetch_one(&self.pool)
+            .fetch_one(&pool)
         })
         .await
     }
@@ -134,7 +135,7 @@ impl Store {
         )
         .bind(run.to_string())
         .bind(after as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         rows.iter()
             .map(|r| Ok((r.try_get::<i64, _>("seq")? as u64, r.try_get("message")?)))
@@ -155,7 +156,7 @@ impl Store {
         .bind(step_key)
         .bind(to_json(value))
         .bind(fmt_time(Utc::now()))
-        .execute(&self.pool)
+        .execute(&self.pool())
         .await?;
         Ok(())
     }
@@ -177,7 +178,7 @@ impl Store {
         .bind(step_key)
         .bind(to_json(value))
         .bind(fmt_time(Utc::now()))
-        .execute(&self.pool)
+        .execute(&self.pool())
         .await?;
         Ok(res.rows_affected() == 1)
     }
@@ -189,7 +190,7 @@ impl Store {
              ORDER BY seq DESC LIMIT 1",
         )
         .bind(run.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await?;
         row.map(|r| super::event_from_row(run, &r)).transpose()
     }
@@ -201,7 +202,7 @@ impl Store {
         )
         .bind(run.to_string())
         .bind(step_key)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await?;
         text.map(|t| parse_json(&t)).transpose()
     }
@@ -215,6 +216,7 @@ impl Store {
         plan_version: u32,
         state: &Value,
     ) -> Result<u64> {
+        let pool = self.pool();
         next_numbered(|| {
             sqlx::query_scalar(
                 "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at)
@@ -226,7 +228,7 @@ impl Store {
             .bind(plan_version as i64)
             .bind(to_json(state))
             .bind(fmt_time(Utc::now()))
-            .fetch_one(&self.pool)
+            .fetch_one(&pool)
         })
         .await
     }
@@ -235,7 +237,7 @@ impl Store {
     pub async fn list_checkpoints(&self, run: RunId) -> Result<Vec<Checkpoint>> {
         let rows = sqlx::query("SELECT * FROM checkpoints WHERE run_id = $1 ORDER BY id")
             .bind(run.to_string())
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await?;
         rows.iter().map(checkpoint_from_row).collect()
     }
@@ -255,7 +257,7 @@ impl Store {
         .bind(run.to_string())
         .bind(after)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         rows.iter().map(checkpoint_from_row).collect()
     }
@@ -265,7 +267,7 @@ impl Store {
         let row =
             sqlx::query("SELECT * FROM checkpoints WHERE run_id = $1 ORDER BY id DESC LIMIT 1")
                 .bind(run.to_string())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.pool())
                 .await?;
         row.as_ref().map(checkpoint_from_row).transpose()
     }

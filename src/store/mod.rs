@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -247,6 +248,28 @@ pub struct Idempotency<'a> {
     pub fingerprint: &'a str,
 }
 
+/// The pool of connections to a SQLite file already in WAL mode: each connection sets what
+/// is per connection.
+async fn sqlite_pool(url: &str, max_connections: u32, busy_timeout: Duration) -> Result<AnyPool> {
+    let ms = busy_timeout.as_millis();
+    Ok(AnyPoolOptions::new()
+        .max_connections(max_connections)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                // WAL + NORMAL: a committed transaction survives a process crash; only an OS
+                // crash can lose the last few, which the fsync cost per event would not be
+                // worth.
+                conn.execute("PRAGMA synchronous = NORMAL").await?;
+                conn.execute("PRAGMA foreign_keys = ON").await?;
+                conn.execute(AssertSqlSafe(format!("PRAGMA busy_timeout = {ms}")))
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await?)
+}
+
 /// Outcome of [`Store::insert_run`].
 pub enum Inserted {
     New,
@@ -256,7 +279,15 @@ pub enum Inserted {
 
 #[derive(Clone)]
 pub struct Store {
-    pool: AnyPool,
+    /// Replaced whole by [`Store::renew_connections`] after a store outage (SQLite). A std
+    /// lock: read (an `Arc` clone) once per statement, written once per outage.
+    pool: Arc<RwLock<AnyPool>>,
+    /// What the pool was opened with, to open it again.
+    url: Arc<str>,
+    max_connections: u32,
+    busy_timeout: Duration,
+    /// A write failed since the connections were last opened: the next success renews them.
+    troubled: Arc<std::sync::atomic::AtomicBool>,
     backend: Backend,
     /// This process's id as a lease owner: the runs it creates or takes over are leased to
     /// it (see `cluster.rs`).
@@ -305,22 +336,7 @@ impl Store {
                     .connect()
                     .await?;
                 first.close().await?;
-                AnyPoolOptions::new()
-                    .max_connections(max_connections)
-                    .after_connect(move |conn, _| {
-                        Box::pin(async move {
-                            // WAL + NORMAL: a committed transaction survives a process crash;
-                            // only an OS crash can lose the last few, which the fsync cost per
-                            // event would not be worth.
-                            conn.execute("PRAGMA synchronous = NORMAL").await?;
-                            conn.execute("PRAGMA foreign_keys = ON").await?;
-                            conn.execute(AssertSqlSafe(format!("PRAGMA busy_timeout = {ms}")))
-                                .await?;
-                            Ok(())
-                        })
-                    })
-                    .connect(url)
-                    .await?
+                sqlite_pool(url, max_connections, busy_timeout).await?
             }
             Backend::Postgres => {
                 // One connection first, so an unreachable server or a refused login fails the
@@ -363,12 +379,41 @@ impl Store {
             }
         };
         Ok(Store {
-            pool,
+            pool: Arc::new(RwLock::new(pool)),
+            url: url.into(),
+            max_connections,
+            busy_timeout,
+            troubled: Default::default(),
             backend,
             replica: uuid::Uuid::now_v7().simple().to_string().into(),
             lease_ttl,
             channels: cluster::Channels::for_schema(&schema).into(),
         })
+    }
+
+    /// The connection pool now.
+    fn pool(&self) -> AnyPool {
+        self.pool.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// After an outage (a full disk, an I/O error), opens fresh connections for everything
+    /// that follows and closes the old ones as they come back. On SQLite a connection that
+    /// lived through an I/O error can be left inside a read snapshot of before the outage:
+    /// it then reads old rows and every write through it fails "database is locked". On
+    /// PostgreSQL the server ends failed sessions itself; nothing to do.
+    pub async fn renew_connections(&self) -> Result<()> {
+        if self.backend != Backend::Sqlite {
+            return Ok(());
+        }
+        let fresh = sqlite_pool(&self.url, self.max_connections, self.busy_timeout).await?;
+        let old = std::mem::replace(
+            &mut *self.pool.write().unwrap_or_else(|p| p.into_inner()),
+            fresh,
+        );
+        // Closing marks the old pool closed at once: connections still lent out are closed
+        // when they come back. Waiting for them is not needed.
+        let _ = tokio::time::timeout(Duration::from_secs(1), old.close()).await;
+        Ok(())
     }
 
     pub fn backend(&self) -> Backend {
@@ -396,12 +441,49 @@ impl Store {
     }
 
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&self.pool()).await?;
         Ok(())
     }
 
+    /// Writes one small row: whether the store takes writes now (`GET /readyz`).
+    pub async fn probe_write(&self) -> Result<()> {
+        let written = sqlx::query(
+            "INSERT INTO readiness (id, checked_at) VALUES (1, $1)
+             ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at",
+        )
+        .bind(fmt_time(Utc::now()))
+        .execute(&self.pool())
+        .await;
+        self.after_write(written.map(|_| ()).map_err(Into::into))
+            .await
+    }
+
+    /// Notes how a write went: after a failure, the first success opens fresh connections
+    /// ([`Store::renew_connections`]) so none that lived through the failure is used again.
+    async fn after_write<T>(&self, result: Result<T>) -> Result<T> {
+        match result {
+            Ok(v) => {
+                if self
+                    .troubled
+                    .swap(false, std::sync::atomic::Ordering::SeqCst)
+                    && let Err(e) = self.renew_connections().await
+                {
+                    tracing::warn!(error = ?e, "opening fresh connections to the store failed");
+                    self.troubled
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                self.troubled
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.pool().close().await;
     }
 
     // ---- runs ---------------------------------------------------------------------------
@@ -441,7 +523,7 @@ impl Store {
             // Leased to this replica, which starts its task.
             .bind(&*self.replica)
             .bind(self.lease_ttl_ms())
-            .execute(&self.pool)
+            .execute(&self.pool())
             .await?;
         if res.rows_affected() == 1 {
             return Ok(Inserted::New);
@@ -452,7 +534,7 @@ impl Store {
         let row = sqlx::query("SELECT * FROM runs WHERE tenant = $1 AND idempotency_key = $2")
             .bind(&tenant.0)
             .bind(key)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await?;
         Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?)))
     }
@@ -470,7 +552,7 @@ impl Store {
         )
         .bind(id.to_string())
         .bind(&tenant.0)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await?;
         let Some(row) = row else { return Ok(None) };
         if row
@@ -491,14 +573,14 @@ impl Store {
         let row = sqlx::query("SELECT * FROM runs WHERE id = $1 AND tenant = $2")
             .bind(id.to_string())
             .bind(&tenant.0)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.pool())
             .await?;
         row.as_ref().map(stored_run_from_row).transpose()
     }
 
     /// Writes every mutable field of a run (status, output, usage, times...).
     pub async fn save_run(&self, run: &Run) -> Result<()> {
-        save_run_with(&self.pool, run).await
+        save_run_with(&self.pool(), run).await
     }
 
     pub async fn list_runs(&self, tenant: &Tenant, f: &RunFilter) -> Result<Vec<Run>> {
@@ -554,7 +636,7 @@ impl Store {
             q = q.bind(id.to_string());
         }
         q = q.bind(f.limit as i64);
-        let rows = q.fetch_all(&self.pool).await?;
+        let rows = q.fetch_all(&self.pool()).await?;
         rows.iter()
             .map(|r| stored_run_from_row(r).map(|s| s.run))
             .collect()
@@ -562,7 +644,7 @@ impl Store {
 
     pub async fn count_runs_by_status(&self) -> Result<Vec<(String, i64)>> {
         let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM runs GROUP BY status")
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("status")?, r.try_get("n")?)))
@@ -573,7 +655,7 @@ impl Store {
 
     /// Appends events in one transaction.
     pub async fn append_events(&self, events: &[std::sync::Arc<Event>]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         for ev in events {
             insert_event(&mut *tx, ev).await?;
         }
@@ -589,7 +671,12 @@ impl Store {
     /// and what a replica that lost a lease still had queued is dropped instead of colliding
     /// with the new owner's. Returns the runs whose records were dropped so.
     pub async fn append(&self, records: &[Record]) -> Result<HashSet<RunId>> {
-        let mut tx = self.pool.begin().await?;
+        let written = self.append_once(records).await;
+        self.after_write(written).await
+    }
+
+    async fn append_once(&self, records: &[Record]) -> Result<HashSet<RunId>> {
+        let mut tx = self.pool().begin().await?;
         let fenced;
         let mut lost = HashSet::new();
         let records = if self.shared() {
@@ -691,7 +778,7 @@ impl Store {
     /// only while this replica holds the run's lease ([`Error::LeaseLost`] otherwise); the
     /// lease ends with the run.
     pub async fn finish_run(&self, run: &Run, final_event: &Event) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         self.fence(&mut tx, run.id).await?;
         insert_event(&mut *tx, final_event).await?;
         save_run_with(&mut *tx, run).await?;
@@ -710,7 +797,7 @@ impl Store {
         .bind(run.to_string())
         .bind(seq_bound(after))
         .bind(limit as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         rows.iter().map(|r| event_from_row(run, r)).collect()
     }
@@ -723,7 +810,7 @@ impl Store {
              FROM runs WHERE id = $1",
         )
         .bind(run.to_string())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await?;
         let Some(row) = row else { return Ok(None) };
         let status: String = row.try_get("status")?;
@@ -737,7 +824,7 @@ impl Store {
     pub async fn last_seq(&self, run: RunId) -> Result<u64> {
         let n: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE run_id = $1")
             .bind(run.to_string())
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await?;
         Ok(n.unwrap_or(0) as u64)
     }
@@ -745,7 +832,7 @@ impl Store {
     // ---- steps --------------------------------------------------------------------------
 
     pub async fn upsert_step_attempt(&self, run: RunId, a: &StepAttempt) -> Result<()> {
-        upsert_attempt(&self.pool, run, a).await
+        upsert_attempt(&self.pool(), run, a).await
     }
 
     pub async fn step_attempts(&self, run: RunId) -> Result<Vec<StepAttempt>> {
@@ -754,7 +841,7 @@ impl Store {
              ORDER BY started_at, plan_version, step_id, attempt",
         )
         .bind(run.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         rows.iter().map(step_attempt_from_row).collect()
     }

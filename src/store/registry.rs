@@ -68,7 +68,7 @@ impl Store {
         name: &str,
         definition: &Value,
     ) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         let created = upsert(&mut tx, registry, &tenant.0, name, definition).await?;
         tx.commit().await?;
         Ok(created)
@@ -78,7 +78,7 @@ impl Store {
     /// the directory is the source of truth, so a file removed since the last start stops
     /// being served, and a start that fails part-way changes nothing.
     pub async fn sync_shared(&self, registry: Registry, entries: &[(String, Value)]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         for (name, definition) in entries {
             upsert(&mut tx, registry, SHARED_TENANT, name, definition).await?;
         }
@@ -116,7 +116,7 @@ impl Store {
         .bind(&tenant.0)
         .bind(SHARED_TENANT)
         .bind(SHARED_TENANT)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await?;
         row.as_ref().map(record_from_row).transpose()
     }
@@ -134,7 +134,7 @@ impl Store {
         ))
         .bind(&tenant.0)
         .bind(SHARED_TENANT)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         rows.iter().map(record_from_row).collect()
     }
@@ -144,7 +144,7 @@ impl Store {
     pub async fn unowned_http_tools(&self) -> Result<Vec<String>> {
         let rows = sqlx::query("SELECT name FROM http_tools WHERE tenant = $1 ORDER BY name")
             .bind(UNOWNED_HTTP_TOOLS)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await?;
         rows.iter()
             .map(|r| r.try_get::<String, _>("name").map_err(Into::into))
@@ -165,7 +165,7 @@ impl Store {
         let res = sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = $1 AND name = $2"))
             .bind(&tenant.0)
             .bind(name)
-            .execute(&self.pool)
+            .execute(&self.pool())
             .await?;
         Ok(res.rows_affected() > 0)
     }
@@ -184,7 +184,7 @@ impl Store {
 
     /// Stores a workflow every tenant can read.
     pub async fn put_shared_workflow(&self, name: &str, definition: &Value) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         upsert(
             &mut tx,
             Registry::Workflows,

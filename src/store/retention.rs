@@ -40,7 +40,7 @@ impl Store {
         let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(sql))
             .bind(fmt_time(cutoff))
             .bind(limit as i64)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await?;
         ids.iter()
             .map(|id| {
@@ -56,7 +56,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         // One transaction: a reader sees the run with all its history or none of it.
         for table in RUN_TABLES {
             delete_where_in(table, "run_id", ids)

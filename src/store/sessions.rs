@@ -41,7 +41,7 @@ impl Store {
         )
         .bind(&tenant.0)
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         rows.iter()
             .map(|r| {
@@ -61,7 +61,7 @@ impl Store {
         written_by: RunId,
     ) -> Result<()> {
         let now = fmt_time(Utc::now());
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         self.fence(&mut tx, written_by).await?;
         for (name, value) in values {
             sqlx::query(
@@ -106,7 +106,7 @@ impl Store {
         .bind(before.to_string())
         .bind(after.map(|a| a.to_string()).unwrap_or_default())
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await?;
         let mut turns = rows
             .iter()
@@ -136,7 +136,7 @@ impl Store {
         )
         .bind(&tenant.0)
         .bind(session_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await?;
         let Some(r) = row else {
             return Ok(None);
@@ -161,7 +161,7 @@ impl Store {
         summary: &SessionSummary,
         made_by: RunId,
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         self.fence(&mut tx, made_by).await?;
         sqlx::query(
             "INSERT INTO session_summaries

@@ -33,7 +33,7 @@ impl Store {
         id: RunId,
         skip: &[EventKind],
     ) -> Result<Option<RunHistory>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().begin().await?;
         if self.backend == super::Backend::Postgres {
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 .execute(&mut *tx)

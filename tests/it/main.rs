@@ -18,6 +18,7 @@ mod loops;
 mod mcp;
 mod models;
 mod offline_samples;
+mod outage;
 mod planning;
 mod posture;
 mod process;

@@ -571,6 +571,19 @@ async fn until_status(app: &TestApp, path: &str, status: u16) {
     }
 }
 
+/// Waits until the app runs no run (`orca_run_tasks 0`).
+async fn until_no_run_tasks(app: &TestApp) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let text = app.client.get(app.url("/metrics")).send().await.unwrap();
+        if text.text().await.unwrap().contains("\norca_run_tasks 0\n") {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run never stopped");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_store_that_refuses_writes_stops_runs_which_resume_once_it_is_back() {
     let app = spawn_app(|c| c.database.busy_timeout_ms = 20).await;
@@ -597,6 +610,8 @@ async fn a_store_that_refuses_writes_stops_runs_which_resume_once_it_is_back() {
     };
     sqlx::raw_sql(take_lock).execute(&mut *lock).await.unwrap();
     until_status(&app, "/readyz", 503).await;
+    // The run's writes fail until the writer calls the store down and the run stops.
+    until_no_run_tasks(&app).await;
     let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
     assert!(
         ["running", "waiting_input"].contains(&run["status"].as_str().unwrap()),

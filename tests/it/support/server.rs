@@ -60,7 +60,7 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orca"))
             .args([
                 "serve",
                 "--bind",
@@ -68,7 +68,6 @@ impl Server {
                 "--database-url",
                 db,
             ])
-            .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
                 std::env::var("ORCA_TEST_SERVER_LOG").unwrap_or("warn".into()),
@@ -77,9 +76,16 @@ impl Server {
                 "ORCA_DATABASE__LEASE_TTL_MS",
                 super::db::TEST_LEASE_TTL_MS.to_string(),
             )
+            // After the defaults above, so a test may set its own.
+            .envs(env.iter().copied())
             .current_dir(dir)
+            // Through a pipe, not the test's own stderr (which may be a file): a test that
+            // caps the server's file sizes must not cap its logs.
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        let mut logs = child.stderr.take().expect("piped");
+        std::thread::spawn(move || std::io::copy(&mut logs, &mut std::io::stderr()));
         let server = Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
@@ -193,6 +199,19 @@ impl Server {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: sending a signal to our own child process.
         assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// Caps the size of the files the server may write (RLIMIT_FSIZE, as `ulimit -f` would),
+    /// or lifts the cap: a write past it fails as on a full disk.
+    pub fn limit_file_size(&self, bytes: Option<u64>) {
+        let limit = libc::rlimit {
+            rlim_cur: bytes.unwrap_or(libc::RLIM_INFINITY),
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: prlimit only reads the struct we pass; the process is our own child.
+        let done = unsafe { libc::prlimit(pid, libc::RLIMIT_FSIZE, &limit, std::ptr::null_mut()) };
+        assert_eq!(done, 0, "prlimit: {}", std::io::Error::last_os_error());
     }
 
     /// A gauge of the server's `/metrics`.
