@@ -39,6 +39,21 @@ async fn stream(server: &Server, id: &str) -> SseReader {
     SseReader::new(resp.send().await.unwrap())
 }
 
+/// The id of the run a `POST /v1/runs` created.
+async fn created(resp: reqwest::Response) -> String {
+    assert_eq!(resp.status(), 201);
+    let run: Value = resp.json().await.unwrap();
+    run["id"].as_str().unwrap().to_owned()
+}
+
+/// A new run is taken and succeeds.
+async fn runs_to_success(server: &Server) {
+    let id = created(post(server, &plan()).await).await;
+    let events = to_final(stream(server, &id).await).await;
+    let last: Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
+    assert_eq!(last["data"]["status"], "succeeded", "{last}");
+}
+
 fn plan() -> Value {
     let calc = |id: &str, expression: &str| {
         json!({ "id": id, "kind": "tool", "input": { "tool": "math.calculate",
@@ -56,12 +71,7 @@ async fn a_store_that_fills_up_mid_run_refuses_new_runs_and_heals_when_space_ret
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("orca.db").display());
     let server = Server::start_on(dir.path(), &db, &[("ORCA_LLM__PROVIDER", "offline")]).await;
-    let resp = post(&server, &plan()).await;
-    assert_eq!(resp.status(), 201);
-    let id = resp.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = created(post(&server, &plan()).await).await;
     let mut reader = stream(&server, &id).await;
     skip_to(&mut reader, "step", 1).await;
 
@@ -97,14 +107,7 @@ async fn a_store_that_fills_up_mid_run_refuses_new_runs_and_heals_when_space_ret
     assert_eq!((completed("a"), completed("b")), (1, 1), "{steps}");
 
     // And a new run is taken again.
-    let resp = post(&server, &plan()).await;
-    assert_eq!(resp.status(), 201);
-    let id = resp.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let events = to_final(stream(&server, &id).await).await;
-    assert!(events.last().unwrap().data.contains("succeeded"));
+    runs_to_success(&server).await;
 
     // A second outage, with no run writing: `/readyz` finds it by itself, and heals again.
     server.limit_file_size(Some(0));
@@ -112,14 +115,7 @@ async fn a_store_that_fills_up_mid_run_refuses_new_runs_and_heals_when_space_ret
     assert_eq!(post(&server, &plan()).await.status(), 503);
     server.limit_file_size(None);
     until_ready_is(&server, 200).await;
-    let resp = post(&server, &plan()).await;
-    assert_eq!(resp.status(), 201);
-    let id = resp.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let events = to_final(stream(&server, &id).await).await;
-    assert!(events.last().unwrap().data.contains("succeeded"));
+    runs_to_success(&server).await;
     let (_, listed) = get(&server, "/v1/runs?status=running").await;
     assert_eq!(listed["runs"], json!([]), "no run is left running");
 }

@@ -579,7 +579,10 @@ async fn until_no_run_tasks(app: &TestApp) {
         if text.text().await.unwrap().contains("\norca_run_tasks 0\n") {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "the run never stopped");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never stopped"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
