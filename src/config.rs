@@ -608,6 +608,14 @@ impl Default for McpServerConfig {
     }
 }
 
+/// `NAME`: a letter or `_`, then letters, digits and `_`.
+fn is_env_name(name: &str) -> bool {
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 impl Default for ToolsConfig {
     fn default() -> Self {
         ToolsConfig {
@@ -940,12 +948,7 @@ impl Config {
             &self.tools.http_allow,
         )
         .map_err(|m| invalid("tools.http_allow", &m))?;
-        if let Some(bad) = self.tools.http_api_env.iter().find(|n| {
-            !n.chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        }) {
+        if let Some(bad) = self.tools.http_api_env.iter().find(|n| !is_env_name(n)) {
             return Err(invalid(
                 "tools.http_api_env",
                 &format!("`{bad}` is not an environment variable name (letters, digits, `_`)"),
@@ -1362,6 +1365,11 @@ mod tests {
             ),
             ("[database]\nurl = \"mysql://x\"\n", "database.url"),
             ("[database]\nlease_ttl_ms = 100\n", "database.lease_ttl_ms"),
+            (
+                "[tools]\nhttp_api_env = [\"API-KEY\"]\n",
+                "tools.http_api_env",
+            ),
+            ("[tools]\nhttp_api_env = [\"\"]\n", "tools.http_api_env"),
             (
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",
                 "auth.api_keys",
