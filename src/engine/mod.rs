@@ -434,10 +434,9 @@ impl Engine {
 
     /// Watches the store: each time it takes writes again after refusing them (the store
     /// itself opens fresh connections then, see `Store::renew_connections`), waits until
-    /// everything queued meanwhile is written, then
-    /// resumes the runs that stopped — tried again with backoff until it succeeds, and again
-    /// whenever a run task that stopped for the store ends after that. Runs until the server
-    /// stops; the caller tracks the task.
+    /// everything queued meanwhile is written, then resumes the runs that stopped — tried
+    /// again with backoff until it succeeds, and again whenever a run task that stopped for
+    /// the store ends after that. Runs until the server stops; the caller tracks the task.
     pub async fn supervise_store(self) {
         let hub = self.inner.services.hub.clone();
         let shutdown = &self.inner.shutdown;
