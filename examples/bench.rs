@@ -8,10 +8,19 @@
 //! Usage: `cargo build --release && cargo run --release --example bench -- [--rounds 5]
 //! [--runs 400] [--concurrency 16] [--bin target/release/orca]`
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+
+#[path = "common/server.rs"]
+mod server;
+use server::start;
+
+/// What this benchmark sets beside the offline provider.
+const ENV: &[(&str, &str)] = &[
+    ("ORCA_LLM__OFFLINE_TOKEN_DELAY_MS", "0"),
+    ("ORCA_ENGINE__MAX_RUNNING_RUNS", "256"),
+];
 
 struct Args {
     rounds: usize,
@@ -41,64 +50,6 @@ fn args() -> Args {
         i += 2;
     }
     a
-}
-
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start(bin: &str) -> Server {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    // The server runs in the temp dir, so a relative binary path must be resolved first.
-    let bin = std::fs::canonicalize(bin)
-        .unwrap_or_else(|e| panic!("{bin}: {e} (run `cargo build --release` first)"));
-    let child = Command::new(&bin)
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-        .arg("--database-url")
-        .arg(format!(
-            "sqlite://{}",
-            dir.path().join("bench.db").display()
-        ))
-        .env("ORCA_LLM__PROVIDER", "offline")
-        .env("ORCA_LLM__OFFLINE_TOKEN_DELAY_MS", "0")
-        .env("ORCA_ENGINE__MAX_RUNNING_RUNS", "256")
-        .env("RUST_LOG", "warn")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    for _ in 0..200 {
-        if client.get(format!("{base}/healthz")).send().await.is_ok() {
-            return Server {
-                child,
-                base,
-                _dir: dir,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let mut child = child;
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the server did not become healthy");
 }
 
 /// Streams one run to `final`; returns (time to first event, events seen).
@@ -163,7 +114,7 @@ fn summary(name: &str, unit: &str, mut xs: Vec<f64>) {
 #[tokio::main]
 async fn main() {
     let a = args();
-    let server = start(&a.bin).await;
+    let server = start(&a.bin, ENV).await;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(a.concurrency)
         .build()

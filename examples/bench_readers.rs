@@ -13,12 +13,18 @@
 //! Usage: `cargo build --release && cargo run --release --example bench_readers --
 //! [--short 1000] [--long 50] [--bin target/release/orca]`
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[path = "common/server.rs"]
+mod server;
+use server::start;
+
+/// What this benchmark sets beside the offline provider.
+const ENV: &[(&str, &str)] = &[("ORCA_SERVER__MAX_CONNECTIONS", "4096")];
 
 struct Args {
     short: usize,
@@ -43,62 +49,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start(bin: &str) -> Server {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let bin = std::fs::canonicalize(bin)
-        .unwrap_or_else(|e| panic!("{bin}: {e} (run `cargo build --release` first)"));
-    let child = Command::new(&bin)
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-        .arg("--database-url")
-        .arg(format!(
-            "sqlite://{}",
-            dir.path().join("bench.db").display()
-        ))
-        .env("ORCA_LLM__PROVIDER", "offline")
-        .env("ORCA_SERVER__MAX_CONNECTIONS", "4096")
-        .env("RUST_LOG", "warn")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    for _ in 0..200 {
-        if client.get(format!("{base}/healthz")).send().await.is_ok() {
-            return Server {
-                child,
-                base,
-                _dir: dir,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let mut child = child;
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the server did not become healthy");
 }
 
 /// Streams one short run to `final`: POST → final.
@@ -195,7 +145,7 @@ async fn setup(
     long: usize,
     readers: Option<bool>,
 ) -> (f64, f64, Option<f64>) {
-    let server = start(bin).await;
+    let server = start(bin, ENV).await;
     let client = reqwest::Client::new();
     let mut longs = Vec::new();
     if let Some(slow) = readers {
