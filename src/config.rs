@@ -367,6 +367,9 @@ pub struct ModelAlias {
     /// Deadline of one whole call (retries and streaming included); none when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// What the model can do, where it differs from its provider kind's defaults.
+    #[serde(default, skip_serializing_if = "ModelCapabilities::is_empty")]
+    pub capabilities: ModelCapabilities,
     /// Another alias tried when this one fails unavailable (429, 5xx, timeout, unreachable)
     /// after its own retries, before any text streamed. Never on a rejection (4xx) or a
     /// cancellation. Chains are allowed; cycles are refused at start.
@@ -383,7 +386,36 @@ impl ModelAlias {
             max_tokens: None,
             timeout_ms: None,
             fallback: None,
+            capabilities: ModelCapabilities::default(),
         }
+    }
+}
+
+/// `[llm.models.ALIAS.capabilities]`: what one model can do. Each unset field takes the
+/// provider's setting, else the default of the provider's kind (see
+/// [`crate::llm::Capabilities::for_kind`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelCapabilities {
+    /// How structured answers are asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<StructuredOutput>,
+    /// Whether the model may ask for several tool calls in one answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    /// The model's context window in tokens: prompts estimated above it fail before the call
+    /// (`llm_rejected`), and Ollama is asked for a window this large (`num_ctx`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
+    /// Whether the server reports token usage at the end of a stream when asked
+    /// (`stream_options.include_usage`); servers that refuse the option need `false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_usage: Option<bool>,
+}
+
+impl ModelCapabilities {
+    pub fn is_empty(&self) -> bool {
+        *self == ModelCapabilities::default()
     }
 }
 
@@ -391,8 +423,12 @@ impl ModelAlias {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
-    /// An OpenAI-compatible endpoint.
+    /// An OpenAI-compatible endpoint (`/chat/completions`).
     Openai,
+    /// Anthropic's Messages API (`/v1/messages`).
+    Anthropic,
+    /// Ollama's own API (`/api/chat`), for `num_ctx` and the full schema as `format`.
+    Ollama,
     /// The built-in offline provider.
     Offline,
 }
@@ -425,8 +461,11 @@ pub struct ProviderConfig {
     pub retry_initial_delay_ms: u64,
     #[serde(default = "defaults::retry_max_delay_ms")]
     pub retry_max_delay_ms: u64,
-    #[serde(default)]
-    pub structured_output: StructuredOutput,
+    /// How this provider's models are asked for structured answers; the kind's default
+    /// (`strict` for `openai`, `json_schema` otherwise) when absent. A model's
+    /// `capabilities.structured_output` wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<StructuredOutput>,
 }
 
 mod defaults {
@@ -460,7 +499,7 @@ impl ProviderConfig {
             max_retries: defaults::max_retries(),
             retry_initial_delay_ms: defaults::retry_initial_delay_ms(),
             retry_max_delay_ms: defaults::retry_max_delay_ms(),
-            structured_output: StructuredOutput::JsonSchema,
+            structured_output: None,
         }
     }
 
@@ -474,7 +513,9 @@ impl ProviderConfig {
             max_retries: self.max_retries,
             retry_initial_delay_ms: self.retry_initial_delay_ms,
             retry_max_delay_ms: self.retry_max_delay_ms,
-            structured_output: self.structured_output,
+            structured_output: self
+                .structured_output
+                .unwrap_or(crate::llm::Capabilities::for_kind(self.kind).structured_output),
         }
     }
 }
@@ -496,13 +537,21 @@ pub struct OpenAiConfig {
     pub structured_output: StructuredOutput,
 }
 
-/// How an OpenAI-compatible server is asked for JSON that follows a schema. orca checks every
-/// answer against the schema itself, whichever is used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// How a model is asked for JSON that follows a schema, strongest first. orca checks every
+/// answer against the full schema itself (and asks for a repair where the caller allows),
+/// whichever is used; a provider that refuses a mode with a 400 is asked again once in the
+/// next weaker one, and that choice is remembered per provider and model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
-    /// `response_format: {"type": "json_schema", ...}` (OpenAI, vLLM, recent Ollama).
+    /// OpenAI's Structured Outputs: the schema projected to the strict subset
+    /// (`crate::llm::schema`), `strict: true` when the projection is faithful. For kinds
+    /// other than `openai`, the same as `json_schema`.
     #[default]
+    Strict,
+    /// The schema as written, as a hint the server may enforce: `response_format` json_schema
+    /// with `strict: false` (vLLM, llama.cpp, LiteLLM, Ollama's compatible API), a forced tool
+    /// (Anthropic), `format` (Ollama).
     JsonSchema,
     /// `response_format: {"type": "json_object"}`, the schema in the system prompt (servers
     /// with JSON mode but no schemas).
@@ -521,7 +570,7 @@ impl Default for OpenAiConfig {
             max_retries: 3,
             retry_initial_delay_ms: 500,
             retry_max_delay_ms: 8_000,
-            structured_output: StructuredOutput::JsonSchema,
+            structured_output: StructuredOutput::Strict,
         }
     }
 }

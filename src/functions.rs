@@ -272,18 +272,32 @@ fn builtins() -> Vec<(&'static str, FunctionConfig)> {
     ]
 }
 
-/// What the re-planner answers: the strategy it used, why, and the new plan.
+/// What the re-planner answers: the strategy it used, why, and the new plan (an AgentPlan,
+/// its schema embedded so a provider can hold the model to it); `plan` may be left out for
+/// `retry` and `restore`, which name no new plan.
 pub fn replan_schema() -> Value {
+    let mut plan = shipped(AGENT_PLAN_SCHEMA);
+    let mut defs = serde_json::Map::new();
+    if let Value::Object(map) = &mut plan {
+        if let Some(Value::Object(own)) = map.remove("$defs") {
+            defs = own;
+        }
+        for key in ["$schema", "$id", "$comment"] {
+            map.remove(key);
+        }
+    }
+    defs.insert("agentPlan".into(), plan);
     serde_json::json!({
         "type": "object",
         "additionalProperties": false,
-        "required": ["strategy", "reason", "plan"],
+        "required": ["strategy", "reason"],
         "properties": {
             "strategy": { "enum": ["retry", "alternative", "partial", "complete", "restore"] },
             "reason": { "type": "string" },
             "restore_version": { "type": "integer", "minimum": 1 },
-            "plan": { "type": "object" }
-        }
+            "plan": { "$ref": "#/$defs/agentPlan" }
+        },
+        "$defs": defs,
     })
 }
 

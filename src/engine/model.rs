@@ -326,10 +326,8 @@ pub async fn ask(ctx: &RunContext, step_id: &str, prompt: Prompt<'_>) -> Result<
     let mut request = ChatRequest::new(route.alias(), messages);
     let text_kind = match prompt.output_schema {
         Some(schema) => {
-            request.response_schema = Some(ResponseSchema {
-                name: "step_output".into(),
-                schema: schema.schema.clone(),
-            });
+            request.response_schema =
+                Some(ResponseSchema::new("step_output", schema.schema.clone()));
             TextKind::Json
         }
         None => TextKind::Prose,

@@ -248,10 +248,8 @@ pub(super) async fn ask(
         .map_err(|e| e.to_run_error())?;
     let mut request = ChatRequest::new(route.alias(), messages.to_vec());
     if let Some(schema) = &function.output_schema {
-        request.response_schema = Some(ResponseSchema {
-            name: call.schema_name.into(),
-            schema: schema.schema.clone(),
-        });
+        request.response_schema =
+            Some(ResponseSchema::new(call.schema_name, schema.schema.clone()));
     }
     let reply = call_model(ctx, &route, request, call.step, TextKind::Json).await;
     let end = match &reply {

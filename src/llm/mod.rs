@@ -7,6 +7,7 @@
 
 pub mod providers;
 pub mod router;
+pub mod schema;
 pub mod tokens;
 
 use std::time::Duration;
@@ -17,9 +18,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{ModelCapabilities, ProviderKind, StructuredOutput};
 use crate::domain::{ErrorCode, RunError};
 
 pub use router::LlmRouter;
+pub use schema::SchemaDialect;
 
 /// One message of a conversation, in our own shape (not any provider's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,11 +64,77 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
-/// Ask the model for JSON held to this schema (OpenAI `response_format: json_schema`).
+/// Ask the model for JSON held to this schema, in the way [`Capabilities::structured_output`]
+/// says. The engine hands a provider the schema already projected to the provider's
+/// [`SchemaDialect`], and restores the answer to the full schema's shape itself.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ResponseSchema {
     pub name: String,
     pub schema: Value,
+    /// Whether the provider may enforce the schema exactly (OpenAI `strict: true`): set when
+    /// the projection lost nothing a valid answer needs.
+    pub strict: bool,
+}
+
+impl ResponseSchema {
+    /// A schema sent as written, not strict.
+    pub fn new(name: impl Into<String>, schema: Value) -> Self {
+        ResponseSchema {
+            name: name.into(),
+            schema,
+            strict: false,
+        }
+    }
+}
+
+/// What one model can do, resolved from `[llm.models.ALIAS.capabilities]`, its provider's
+/// settings and the provider kind's defaults: the engine and the provider choose how to ask by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    pub structured_output: StructuredOutput,
+    pub parallel_tool_calls: bool,
+    /// Tokens the model can take in (prompt and answer); `None`: unknown, not checked.
+    pub context_window: Option<u32>,
+    /// Whether the server reports usage at the end of a stream when asked.
+    pub stream_usage: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities::for_kind(ProviderKind::Openai)
+    }
+}
+
+impl Capabilities {
+    /// The defaults of a provider kind.
+    pub fn for_kind(kind: ProviderKind) -> Capabilities {
+        Capabilities {
+            structured_output: match kind {
+                ProviderKind::Openai => StructuredOutput::Strict,
+                _ => StructuredOutput::JsonSchema,
+            },
+            parallel_tool_calls: true,
+            context_window: None,
+            stream_usage: true,
+        }
+    }
+
+    /// These capabilities with a model's own settings laid over them.
+    pub fn with(mut self, model: &ModelCapabilities) -> Capabilities {
+        if let Some(mode) = model.structured_output {
+            self.structured_output = mode;
+        }
+        if let Some(parallel) = model.parallel_tool_calls {
+            self.parallel_tool_calls = parallel;
+        }
+        if model.context_window.is_some() {
+            self.context_window = model.context_window;
+        }
+        if let Some(usage) = model.stream_usage {
+            self.stream_usage = usage;
+        }
+        self
+    }
 }
 
 /// One chat completion request.
@@ -78,6 +147,8 @@ pub struct ChatRequest {
     pub response_schema: Option<ResponseSchema>,
     pub temperature: Option<f32>,
     pub max_tokens: Option<u32>,
+    /// The target model's capabilities (set by the engine for each target it tries).
+    pub capabilities: Capabilities,
 }
 
 impl ChatRequest {
@@ -89,6 +160,7 @@ impl ChatRequest {
             response_schema: None,
             temperature: None,
             max_tokens: None,
+            capabilities: Capabilities::default(),
         }
     }
 }
@@ -118,6 +190,13 @@ pub type LlmStream = BoxStream<'static, Result<LlmEvent, Error>>;
 pub trait LlmProvider: Send + Sync + 'static {
     /// A short name for logs and metrics, e.g. `openai` or `offline`.
     fn name(&self) -> &str;
+
+    /// The schema dialect this provider takes for structured answers asked for in `mode`:
+    /// the engine projects every response schema to it before the call.
+    fn schema_dialect(&self, mode: StructuredOutput) -> SchemaDialect {
+        let _ = mode;
+        SchemaDialect::AsWritten
+    }
 
     /// Starts one completion. Errors before the first byte (connect, HTTP status) come back
     /// here; errors mid-stream come back as stream items.

@@ -14,7 +14,7 @@ use crate::config::{Config, ProviderKind};
 
 use super::providers::offline::{self, OfflineProvider};
 use super::providers::openai::OpenAiProvider;
-use super::{Error, LlmProvider};
+use super::{Capabilities, Error, LlmProvider};
 
 /// Where one alias goes and how calls through it are made.
 #[derive(Clone)]
@@ -28,6 +28,8 @@ pub struct Target {
     pub max_tokens: Option<u32>,
     /// Deadline of one whole call through this alias.
     pub timeout: Option<Duration>,
+    /// What the model can do: how structured answers are asked for, and more.
+    pub capabilities: Capabilities,
 }
 
 /// What one alias resolves to: its own target, then its fallbacks in order (never empty).
@@ -63,25 +65,62 @@ pub struct LlmRouter {
     default_alias: String,
 }
 
+/// One built provider and the capabilities its models have unless they say otherwise.
+struct Built {
+    provider: Arc<dyn LlmProvider>,
+    capabilities: Capabilities,
+}
+
 /// The providers by name: `openai` (when configured), `offline`, and `[llm.providers]`.
-fn build_providers(config: &Config) -> Result<BTreeMap<String, Arc<dyn LlmProvider>>, String> {
+fn build_providers(config: &Config) -> Result<BTreeMap<String, Built>, String> {
     let offline: Arc<dyn LlmProvider> = Arc::new(OfflineProvider::with_token_delay(
         Duration::from_millis(config.llm.offline_token_delay_ms),
     ));
+    let offline_built = || Built {
+        provider: offline.clone(),
+        capabilities: Capabilities::for_kind(ProviderKind::Offline),
+    };
     let mut providers = BTreeMap::new();
-    providers.insert("offline".to_owned(), offline.clone());
+    providers.insert("offline".to_owned(), offline_built());
     if config.uses_openai() {
-        let openai: Arc<dyn LlmProvider> = Arc::new(OpenAiProvider::new(&config.llm.openai)?);
-        providers.insert("openai".to_owned(), openai);
+        let mut capabilities = Capabilities::for_kind(ProviderKind::Openai);
+        capabilities.structured_output = config.llm.openai.structured_output;
+        let provider = Arc::new(OpenAiProvider::new(&config.llm.openai)?);
+        providers.insert(
+            "openai".to_owned(),
+            Built {
+                provider,
+                capabilities,
+            },
+        );
     }
     for (name, p) in &config.llm.providers {
         // `llm.provider = "offline"` sends everything to the offline provider.
-        let provider = if p.kind == ProviderKind::Offline || !config.uses_any_endpoint() {
-            offline.clone()
-        } else {
-            Arc::new(OpenAiProvider::named(name, &p.as_openai())?) as Arc<dyn LlmProvider>
+        if p.kind == ProviderKind::Offline || !config.uses_any_endpoint() {
+            providers.insert(name.clone(), offline_built());
+            continue;
+        }
+        let mut capabilities = Capabilities::for_kind(p.kind);
+        if let Some(mode) = p.structured_output {
+            capabilities.structured_output = mode;
+        }
+        let provider: Arc<dyn LlmProvider> = match p.kind {
+            ProviderKind::Openai => Arc::new(OpenAiProvider::named(name, &p.as_openai())?),
+            ProviderKind::Anthropic | ProviderKind::Ollama => {
+                return Err(format!(
+                    "llm.providers.{name}.kind: `{:?}` is not available yet",
+                    p.kind
+                ));
+            }
+            ProviderKind::Offline => unreachable!("handled above"),
         };
-        providers.insert(name.clone(), provider);
+        providers.insert(
+            name.clone(),
+            Built {
+                provider,
+                capabilities,
+            },
+        );
     }
     Ok(providers)
 }
@@ -94,14 +133,14 @@ impl LlmRouter {
     /// failing on a missing key.
     pub fn from_config(config: &Config) -> Result<LlmRouter, String> {
         let providers = build_providers(config)?;
-        let offline = providers["offline"].clone();
+        let offline = &providers["offline"];
         let mut routes = BTreeMap::new();
         for (alias, target) in &config.llm.models {
-            let (provider, model) = match providers.get(&target.provider) {
-                Some(p) if target.provider != "offline" => (p.clone(), target.model.clone()),
+            let (built, model) = match providers.get(&target.provider) {
+                Some(p) if target.provider != "offline" => (p, target.model.clone()),
                 // Unconfigured `openai`, or `offline` itself.
-                None if target.provider == "openai" => (offline.clone(), offline::MODEL.into()),
-                Some(_) => (offline.clone(), offline::MODEL.into()),
+                None if target.provider == "openai" => (offline, offline::MODEL.into()),
+                Some(_) => (offline, offline::MODEL.into()),
                 None => {
                     return Err(format!(
                         "llm.models.{alias}.provider: unknown provider `{}`",
@@ -111,11 +150,12 @@ impl LlmRouter {
             };
             let target_ = Target {
                 alias: alias.clone(),
-                provider,
+                provider: built.provider.clone(),
                 model,
                 temperature: target.temperature,
                 max_tokens: target.max_tokens,
                 timeout: target.timeout_ms.map(Duration::from_millis),
+                capabilities: built.capabilities.with(&target.capabilities),
             };
             let route = Route {
                 target: target_,
@@ -151,6 +191,7 @@ impl LlmRouter {
                     temperature: None,
                     max_tokens: None,
                     timeout: None,
+                    capabilities: Capabilities::default(),
                 },
                 fallback: None,
             },

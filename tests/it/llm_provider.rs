@@ -200,6 +200,7 @@ async fn tool_results_and_structured_output_go_out_in_openai_shape() {
     request.response_schema = Some(orca::llm::ResponseSchema {
         name: "selector".into(),
         schema: schema.clone(),
+        strict: true,
     });
 
     let events = run(&provider(&llm), request).await.expect("answer");

@@ -325,10 +325,7 @@ async fn call(
         .map_err(|e| e.to_run_error())?;
     let mut request = ChatRequest::new(route.alias(), messages);
     if let Some(schema) = &function.output_schema {
-        request.response_schema = Some(ResponseSchema {
-            name: RESPONSE_NAME.into(),
-            schema: schema.schema.clone(),
-        });
+        request.response_schema = Some(ResponseSchema::new(RESPONSE_NAME, schema.schema.clone()));
     }
     let reply = call_model(ctx, &route, request, SELECTOR_STEP, TextKind::Json).await?;
     let value = match &function.output_schema {

@@ -1062,10 +1062,7 @@ mod tests {
             description: "the time".into(),
             parameters: json!({"type": "object"}),
         }];
-        request.response_schema = Some(ResponseSchema {
-            name: "answer.v1".into(),
-            schema: json!({"type": "object"}),
-        });
+        request.response_schema = Some(ResponseSchema::new("answer.v1", json!({"type": "object"})));
         request.max_tokens = Some(64);
         let names = ToolNames::new(&request.tools);
         let body = serde_json::to_value(wire::Request::new(&request, &names)).unwrap();

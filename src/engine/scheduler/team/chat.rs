@@ -263,10 +263,7 @@ impl Chat<'_, '_> {
         let mut problem = String::new();
         for _ in 0..=step.selector.retries {
             let mut request = ChatRequest::new(route.alias(), messages.clone());
-            request.response_schema = Some(ResponseSchema {
-                name: SPEAKER_SCHEMA.into(),
-                schema: schema.clone(),
-            });
+            request.response_schema = Some(ResponseSchema::new(SPEAKER_SCHEMA, schema.clone()));
             let reply = call_model(ctx, &route, request, event_key, TextKind::Quiet).await?;
             match named(&reply.text, &step.participants) {
                 Ok(name) => return Ok(Ok(name)),

@@ -191,10 +191,10 @@ fn turn_setup(
         max_rounds: ctx.services.config.max_tool_rounds,
         plan_version: frame.plan_version,
         path: path.to_owned(),
-        response_schema: agent.output_schema.as_ref().map(|s| ResponseSchema {
-            name: "agent_output".into(),
-            schema: s.schema.clone(),
-        }),
+        response_schema: agent
+            .output_schema
+            .as_ref()
+            .map(|s| ResponseSchema::new("agent_output", s.schema.clone())),
         slots: Some(frame.slots.clone()),
     })
 }

@@ -870,11 +870,11 @@ mod tests {
             );
         }
         let mut request = ask("pick one", tools());
-        request.response_schema = Some(ResponseSchema {
-            name: "selector".into(),
-            schema: json!({"type": "object", "required": ["orchestrationType"],
+        request.response_schema = Some(ResponseSchema::new(
+            "selector",
+            json!({"type": "object", "required": ["orchestrationType"],
                 "properties": {"orchestrationType": {"enum": ["simple", "fixed"]}}}),
-        });
+        ));
         assert_eq!(
             answer(&request),
             Answer::Json("{\"orchestrationType\":\"simple\"}".into())
