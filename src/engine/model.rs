@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::domain::event::{ErrorData, UsageData};
 use crate::domain::{ErrorCode, Payload, RunError};
 use crate::llm::router::{ModelRoute, Target};
+use crate::llm::schema::Projection;
 use crate::llm::{self, ChatRequest, LlmEvent, Message, ResponseSchema};
 use crate::plan::JsonSchema;
 
@@ -148,6 +149,25 @@ async fn call_target(
     request.model = target.model.clone();
     request.temperature = request.temperature.or(target.temperature);
     request.max_tokens = request.max_tokens.or(target.max_tokens);
+    request.capabilities = target.capabilities;
+    // The schema as this provider takes it; the answer is restored to the full shape below.
+    let projection = request.response_schema.as_mut().map(|asked| {
+        let mode = target.capabilities.structured_output;
+        let dialect = target.provider.schema_dialect(mode);
+        let projection = Projection::new(&asked.schema, dialect);
+        if !projection.changes.is_empty() {
+            tracing::debug!(
+                schema = %asked.name,
+                model = %target.alias,
+                faithful = projection.faithful,
+                changes = ?projection.changes,
+                "response schema projected for the provider"
+            );
+        }
+        asked.schema = projection.schema.clone();
+        asked.strict = projection.faithful;
+        projection
+    });
     let mut streamed = false;
     let out = Out {
         step_id,
@@ -189,7 +209,11 @@ async fn call_target(
         },
     };
     crate::telemetry::end(span, result.as_ref().err());
-    result.map_err(|error| Failure { error, streamed })
+    let mut reply = result.map_err(|error| Failure { error, streamed })?;
+    if let Some(text) = projection.and_then(|p| p.restore_text(&reply.text)) {
+        reply.text = text;
+    }
+    Ok(reply)
 }
 
 /// Where one call's text goes: the events of `step_id`, through the filter if there is one.

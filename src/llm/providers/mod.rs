@@ -4,6 +4,7 @@
 //! Each provider owns its wire format; nothing provider-shaped may leave this module, and no
 //! provider may know about runs, events or the store.
 
+pub(crate) mod http;
 pub mod offline;
 pub mod openai;
 

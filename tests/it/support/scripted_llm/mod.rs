@@ -25,6 +25,8 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+mod openai;
+
 /// Longest `wait_for_*` waits before failing the test instead of hanging the suite.
 const WAIT_LIMIT: Duration = Duration::from_secs(20);
 
@@ -263,7 +265,7 @@ impl ScriptedLlm {
             streams_changed: Notify::new(),
         });
         let app = Router::new()
-            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/chat/completions", post(openai::chat_completions))
             .fallback(not_found)
             .with_state(shared.clone());
         let stop = CancellationToken::new();
@@ -402,204 +404,8 @@ async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
 }
 
-async fn chat_completions(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let body: Value = serde_json::from_slice(&body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    let include_usage = body
-        .pointer("/stream_options/include_usage")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("scripted")
-        .to_owned();
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-
-    let (reply, frames) = {
-        let mut script = shared.lock();
-        let system = system_text(&body);
-        script.requests.push(RecordedRequest {
-            body,
-            authorization,
-        });
-        let routed = script
-            .routes
-            .iter_mut()
-            .find(|(marker, queue)| !queue.is_empty() && system.contains(marker.as_str()))
-            .and_then(|(_, queue)| queue.pop_front());
-        let reply = match routed.or_else(|| script.queue.pop_front()) {
-            Some(reply) => reply,
-            None => script.default_reply.clone(),
-        };
-        let frames = sse_frames(&reply, &model, include_usage, &mut script);
-        (reply, frames)
-    };
-    shared.requests_changed.notify_waiters();
-
-    if !reply.delay_before_headers.is_zero() {
-        tokio::time::sleep(reply.delay_before_headers).await;
-    }
-    if let Kind::Status(status) = reply.kind {
-        return status_response(status, &reply);
-    }
-
-    let mut frames = frames;
-    if let Some(n) = reply.stall_after {
-        frames.truncate(n);
-    }
-    let body = SseBody {
-        frames: frames.into(),
-        first_delay: reply.delay_before_first_chunk,
-        chunk_delay: reply.chunk_delay,
-        started: false,
-        stall: reply.stall_after.is_some(),
-        guard: StreamGuard {
-            shared,
-            completed: false,
-        },
-    };
-    let stream = futures::stream::unfold(body, |mut body| async move {
-        let frame = body.next().await?;
-        Some((Ok::<_, Infallible>(Bytes::from(frame)), body))
-    });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(stream))
-        .expect("a valid response")
-}
-
-fn status_response(status: u16, reply: &Reply) -> Response {
-    let status = StatusCode::from_u16(status).expect("a valid status code");
-    let message = reply
-        .error_message
-        .clone()
-        .unwrap_or_else(|| format!("scripted error {}", status.as_u16()));
-    let kind = if status.is_server_error() {
-        "server_error"
-    } else {
-        "invalid_request_error"
-    };
-    let mut response = (
-        status,
-        axum::Json(json!({"error": {"message": message, "type": kind, "code": null}})),
-    )
-        .into_response();
-    let headers = response.headers_mut();
-    if let Some(secs) = reply.retry_after {
-        headers.insert(header::RETRY_AFTER, secs.into());
-    }
-    if let Some(ms) = reply.retry_after_ms {
-        headers.insert("retry-after-ms", ms.into());
-    }
-    response
-}
-
-/// The SSE frames of a streamed reply (none for a status reply).
-fn sse_frames(reply: &Reply, model: &str, include_usage: bool, script: &mut Script) -> Vec<String> {
-    let id = format!("chatcmpl-scripted-{}", script.next_completion_id);
-    script.next_completion_id += 1;
-    let chunk = |delta: Value, finish_reason: Option<&str>| {
-        json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": 1_700_000_000,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
-        })
-        .to_string()
-    };
-    let content = |text: &str| chunk(json!({"content": text}), None);
-
-    let mut payloads = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
-    let mut content_chunks = 0u64;
-    let finish_reason = match &reply.kind {
-        Kind::Status(_) => return Vec::new(),
-        Kind::Raw(raw) => return raw.iter().map(|p| frame(p)).collect(),
-        Kind::Malformed => {
-            payloads.push(content("Hel"));
-            payloads.push("{\"choices\": [{\"delta\": {\"content\": \"lo\"".to_owned());
-            payloads.push("[DONE]".to_owned());
-            return payloads.iter().map(|p| frame(p)).collect();
-        }
-        Kind::Truncated => {
-            payloads.push(content("Hello "));
-            payloads.push(content("wor"));
-            return payloads.iter().map(|p| frame(p)).collect();
-        }
-        Kind::Text(text) => {
-            for piece in words(text) {
-                payloads.push(content(&piece));
-                content_chunks += 1;
-            }
-            "stop"
-        }
-        Kind::Json(value) => {
-            for piece in pieces(&value.to_string(), 6) {
-                payloads.push(content(&piece));
-                content_chunks += 1;
-            }
-            "stop"
-        }
-        Kind::ToolCalls { text, calls } => {
-            for piece in text.iter().flat_map(|t| words(t)) {
-                payloads.push(content(&piece));
-                content_chunks += 1;
-            }
-            for (index, (name, arguments)) in calls.iter().enumerate() {
-                let call_id = format!("call_scripted_{}", script.next_call_id);
-                script.next_call_id += 1;
-                payloads.push(chunk(
-                    json!({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                        "function": {"name": name, "arguments": ""}}]}),
-                    None,
-                ));
-                for piece in pieces(arguments, 5) {
-                    payloads.push(chunk(
-                        json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
-                        None,
-                    ));
-                    content_chunks += 1;
-                }
-            }
-            "tool_calls"
-        }
-    };
-    payloads.push(chunk(json!({}), Some(finish_reason)));
-    if include_usage {
-        let (prompt, completion) = reply.usage.unwrap_or((10, content_chunks));
-        payloads.push(
-            json!({
-                "id": id,
-                "object": "chat.completion.chunk",
-                "created": 1_700_000_000,
-                "model": model,
-                "choices": [],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion},
-            })
-            .to_string(),
-        );
-    }
-    payloads.push("[DONE]".to_owned());
-    payloads.iter().map(|p| frame(p)).collect()
-}
-
-fn frame(payload: &str) -> String {
-    format!("data: {payload}\n\n")
-}
-
 /// Each word with its trailing whitespace, so the pieces concatenate back to `text`.
-fn words(text: &str) -> Vec<String> {
+pub(super) fn words(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = String::new();
     for c in text.chars() {
@@ -614,7 +420,7 @@ fn words(text: &str) -> Vec<String> {
     out
 }
 
-fn pieces(text: &str, size: usize) -> Vec<String> {
+pub(super) fn pieces(text: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
@@ -674,16 +480,4 @@ impl Drop for StreamGuard {
         }
         self.shared.streams_changed.notify_waiters();
     }
-}
-
-/// The text of a request's system messages.
-fn system_text(body: &Value) -> String {
-    body.get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|m| m["role"] == "system")
-        .filter_map(|m| m["content"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
