@@ -622,7 +622,9 @@ async fn llm_steps_stream_text_and_hold_json_to_a_schema() {
     let llm = ScriptedLlm::start().await;
     // Slow enough that an attempt's start and end reach the store in different batches.
     llm.push(Reply::text("a short summary").delay_before_first_chunk(50));
-    llm.push(Reply::json(json!({ "title": 7 }))); // breaks the schema: retried
+    // Breaks the schema where a strict provider cannot hold the model (minLength is outside
+    // OpenAI's strict subset): orca's own check catches it, and the step is retried.
+    llm.push(Reply::json(json!({ "title": "F" })));
     llm.push(Reply::json(json!({ "title": "Fixed" })));
     let app = spawn_app(|c| use_scripted(c, &llm)).await;
     let plan = json!({ "steps": [
@@ -630,7 +632,7 @@ async fn llm_steps_stream_text_and_hold_json_to_a_schema() {
         { "id": "meta", "kind": "llm", "depends_on": ["summary"],
           "retry_policy": { "max_attempts": 2, "initial_delay_ms": 1, "retryable_errors": ["invalid_llm_output"] },
           "input": { "prompt": "Title for: {{ steps.summary.output }}",
-                     "output_schema": { "type": "object", "required": ["title"], "properties": { "title": { "type": "string" } } } } },
+                     "output_schema": { "type": "object", "required": ["title"], "properties": { "title": { "type": "string", "minLength": 2 } } } } },
     ], "output": { "summary": "{{ steps.summary.output }}", "title": "{{ steps.meta.output.title }}" } });
     let events = run_plan(&app, plan, json!({ "text": "a long text" })).await;
     let fin = final_data(&events);

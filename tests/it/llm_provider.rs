@@ -196,6 +196,7 @@ async fn tool_results_and_structured_output_go_out_in_openai_shape() {
     });
     request.tools = vec![tool("clock.now")];
     let schema = json!({"type": "object", "required": ["orchestrationType"],
+        "additionalProperties": false,
         "properties": {"orchestrationType": {"enum": ["simple", "planner"]}}});
     request.response_schema = Some(orca::llm::ResponseSchema {
         name: "selector".into(),

@@ -29,6 +29,7 @@ mod retention;
 mod scripted_runs;
 mod selector;
 mod stream_end;
+mod structured;
 mod teams;
 mod teams_handoff;
 mod teams_middleware;

@@ -39,6 +39,8 @@ pub struct Reply {
     retry_after: Option<u64>,
     retry_after_ms: Option<u64>,
     error_message: Option<String>,
+    /// The `error.param` of a status reply.
+    error_param: Option<String>,
     delay_before_headers: Duration,
     delay_before_first_chunk: Duration,
     chunk_delay: Duration,
@@ -71,6 +73,7 @@ impl Reply {
             retry_after: None,
             retry_after_ms: None,
             error_message: None,
+            error_param: None,
             delay_before_headers: Duration::ZERO,
             delay_before_first_chunk: Duration::ZERO,
             chunk_delay: Duration::ZERO,
@@ -178,6 +181,12 @@ impl Reply {
         self
     }
 
+    /// The `error.param` of a status reply (the request field OpenAI blames).
+    pub fn param(mut self, param: impl Into<String>) -> Self {
+        self.error_param = Some(param.into());
+        self
+    }
+
     /// Wait before answering at all (no headers yet).
     pub fn delay_before_headers(mut self, ms: u64) -> Self {
         self.delay_before_headers = Duration::from_millis(ms);
@@ -236,6 +245,10 @@ struct Script {
     routes: Vec<(String, VecDeque<Reply>)>,
     default_reply: Reply,
     requests: Vec<RecordedRequest>,
+    /// Why each refused request was refused (400 before any reply was taken), oldest first.
+    refusals: Vec<String>,
+    /// Whether the test expects refusals; otherwise any refusal fails the test at drop.
+    refusals_expected: bool,
     /// Streamed replies the client hung up on before their end.
     aborted_streams: usize,
     completed_streams: usize,
@@ -256,6 +269,8 @@ impl ScriptedLlm {
                 routes: Vec::new(),
                 default_reply: Reply::text("This is the scripted default reply."),
                 requests: Vec::new(),
+                refusals: Vec::new(),
+                refusals_expected: false,
                 aborted_streams: 0,
                 completed_streams: 0,
                 next_call_id: 1,
@@ -329,6 +344,18 @@ impl ScriptedLlm {
         self.shared.lock().requests.clone()
     }
 
+    /// Why each request the server refused (as the real provider would) was refused.
+    pub fn refusals(&self) -> Vec<String> {
+        self.shared.lock().refusals.clone()
+    }
+
+    /// Lets this test's requests be refused. Without it, a server that refused anything fails
+    /// the test when dropped: orca must send only what the real provider accepts.
+    pub fn expect_refusals(&self) -> &Self {
+        self.shared.lock().refusals_expected = true;
+        self
+    }
+
     pub fn request_count(&self) -> usize {
         self.shared.lock().requests.len()
     }
@@ -389,6 +416,14 @@ impl Drop for ScriptedLlm {
         self.stop.cancel();
         // Streams stalled on purpose would keep a graceful shutdown waiting forever.
         self.task.abort();
+        let script = self.shared.lock();
+        if !script.refusals_expected && !script.refusals.is_empty() && !std::thread::panicking() {
+            panic!(
+                "the scripted provider refused {} request(s) the real one would refuse too: {:#?}",
+                script.refusals.len(),
+                script.refusals
+            );
+        }
     }
 }
 
