@@ -48,6 +48,7 @@ pub struct App {
 impl App {
     /// Builds the app from a configuration, with the built-in LLM providers and tools.
     pub async fn build(config: Config) -> anyhow::Result<App> {
+        crate::llm::tokens::use_tokenizer(config.llm.tokenizer);
         let llm = LlmRouter::from_config(&config).map_err(anyhow::Error::msg)?;
         // Checked again by `build_with`; first here, so a bad file starts no MCP server.
         config.validate()?;

@@ -329,6 +329,9 @@ pub struct LlmConfig {
     /// Pause between the offline provider's streamed pieces, so demos look like a real model
     /// streaming; 0 for benchmarks.
     pub offline_token_delay_ms: u64,
+    /// How tokens are counted where a budget is checked before a call: `estimate` (no memory)
+    /// or `o200k_base` (exact for GPT-4o-class models, ~40 MB once used).
+    pub tokenizer: crate::llm::tokens::Tokenizer,
 }
 
 impl Default for LlmConfig {
@@ -346,6 +349,7 @@ impl Default for LlmConfig {
             providers: BTreeMap::new(),
             models,
             offline_token_delay_ms: 5,
+            tokenizer: crate::llm::tokens::Tokenizer::Estimate,
         }
     }
 }

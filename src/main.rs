@@ -160,6 +160,9 @@ async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
                 );
             }
             let console = config.server.console;
+            // Before anything listens: a SIGTERM must never meet the default action (exit
+            // at once) while the server already answers.
+            let stop = stop_signal();
             let app = App::build(config).await?;
             // `replica`: on a shared PostgreSQL, the id this process's leases carry
             // (`runs.owner`); absent on SQLite.
@@ -172,7 +175,7 @@ async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
                 // On standard output, for the person who just started it: where to click.
                 println!("orca console: http://{}/", app.local_addr());
             }
-            app.run_until_stopped(stop_signal()).await?;
+            app.run_until_stopped(stop).await?;
             tracing::info!("stopped");
             Ok(())
         }
@@ -180,24 +183,31 @@ async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Ctrl-C or SIGTERM.
-async fn stop_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Ctrl-C or SIGTERM. The handlers are installed when this is called, not when the future is
+/// first polled.
+fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut interrupt = signal(SignalKind::interrupt()).ok();
+        async move {
+            async fn received(signal: &mut Option<Signal>) {
+                match signal {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
             }
-            Err(_) => std::future::pending::<()>().await,
+            tokio::select! {
+                _ = received(&mut term) => {},
+                _ = received(&mut interrupt) => {},
+            }
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

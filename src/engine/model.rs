@@ -150,6 +150,12 @@ async fn call_target(
     request.temperature = request.temperature.or(target.temperature);
     request.max_tokens = request.max_tokens.or(target.max_tokens);
     request.capabilities = target.capabilities;
+    if let Some(window) = target.capabilities.context_window {
+        fits_window(&request, window, &target.alias).map_err(|error| Failure {
+            error,
+            streamed: false,
+        })?;
+    }
     // The schema as this provider takes it; the answer is restored to the full shape below.
     let projection = request.response_schema.as_mut().map(|asked| {
         let mode = target.capabilities.structured_output;
@@ -214,6 +220,29 @@ async fn call_target(
         reply.text = text;
     }
     Ok(reply)
+}
+
+/// Refuses a prompt estimated larger than the model's context window before sending it:
+/// servers that truncate silently (Ollama) would otherwise answer a prompt they never read.
+fn fits_window(request: &ChatRequest, window: u32, alias: &str) -> Result<(), RunError> {
+    let mut prompt = llm::tokens::count_messages(&request.messages);
+    for tool in &request.tools {
+        let text = format!("{} {} {}", tool.name, tool.description, tool.parameters);
+        prompt = prompt.saturating_add(llm::tokens::count(&text));
+    }
+    if let Some(schema) = &request.response_schema {
+        prompt = prompt.saturating_add(llm::tokens::count(&schema.schema.to_string()));
+    }
+    if prompt <= window {
+        return Ok(());
+    }
+    Err(RunError::new(
+        ErrorCode::LlmRejected,
+        format!(
+            "the prompt (about {prompt} tokens, estimated) does not fit the context window of \
+             model `{alias}` ({window} tokens)"
+        ),
+    ))
 }
 
 /// Where one call's text goes: the events of `step_id`, through the filter if there is one.

@@ -1,27 +1,105 @@
-//! Counting tokens with a real tokenizer: OpenAI's `o200k_base` byte-pair encoding (the
-//! GPT-4o family's), from `tiktoken-rs`, whose vocabulary ships inside the crate (no download).
+//! Counting tokens where a budget must be checked before a call (a session's history, a
+//! model's context window) and where no provider reports them (the offline provider).
+//! Everything else counts the usage the provider reported.
 //!
-//! Other models split text differently, so counts are an estimate for them, but a far better
-//! one than characters or words: orca uses them to keep a session's history within its token
-//! budget. The encoding is built once, on first use (a few hundred milliseconds).
+//! By default counts are a cheap estimate that costs no memory: word pieces, digit groups,
+//! punctuation and non-ASCII characters, about what GPT-4o-class encodings give for English
+//! and code. `llm.tokenizer = "o200k_base"` counts with OpenAI's `o200k_base` byte-pair
+//! encoding instead (from `tiktoken-rs`, vocabulary inside the crate): exact for the GPT-4o
+//! family, but building it takes a few hundred milliseconds and ~40 MB of memory, so it is
+//! built only when configured, on first use.
+//!
+//! The choice is process-wide ([`use_tokenizer`], set once at start): counting is a pure
+//! function everywhere else.
 
-use tiktoken_rs::CoreBPE;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
 
 use super::Message;
 
 /// Tokens OpenAI's chat format adds around each message (role and separators).
 const PER_MESSAGE: u32 = 3;
 
-fn encoding() -> &'static CoreBPE {
-    tiktoken_rs::o200k_base_singleton()
+/// How tokens are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// A cheap estimate, no memory.
+    #[default]
+    Estimate,
+    /// OpenAI's `o200k_base` encoding (~40 MB, built on first use).
+    O200kBase,
+}
+
+static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
+
+/// Chooses how this process counts; the first call wins (the configuration is read once).
+pub fn use_tokenizer(tokenizer: Tokenizer) {
+    let _ = TOKENIZER.set(tokenizer);
+}
+
+fn tokenizer() -> Tokenizer {
+    TOKENIZER.get().copied().unwrap_or_default()
 }
 
 /// The number of tokens in `text`.
 pub fn count(text: &str) -> u32 {
+    count_with(tokenizer(), text)
+}
+
+/// The number of tokens in `text` counted by `tokenizer`.
+pub fn count_with(tokenizer: Tokenizer, text: &str) -> u32 {
     if text.is_empty() {
         return 0;
     }
-    u32::try_from(encoding().encode_ordinary(text).len()).unwrap_or(u32::MAX)
+    let n = match tokenizer {
+        Tokenizer::Estimate => estimate(text),
+        Tokenizer::O200kBase => tiktoken_rs::o200k_base_singleton()
+            .encode_ordinary(text)
+            .len(),
+    };
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The estimate: a run of ASCII letters is one token per started six letters after the first,
+/// a run of digits one per three, a run of ASCII punctuation one per two, every other
+/// non-space character one.
+fn estimate(text: &str) -> usize {
+    #[derive(PartialEq, Clone, Copy)]
+    enum Run {
+        None,
+        Letters,
+        Digits,
+        Punctuation,
+    }
+    let cost = |run: Run, n: usize| match run {
+        Run::None => 0,
+        Run::Letters => 1 + (n - 1) / 6,
+        Run::Digits => n.div_ceil(3),
+        Run::Punctuation => n.div_ceil(2),
+    };
+    let (mut tokens, mut run, mut n) = (0, Run::None, 0);
+    for c in text.chars() {
+        let kind = if c.is_ascii_alphabetic() {
+            Run::Letters
+        } else if c.is_ascii_digit() {
+            Run::Digits
+        } else if c.is_ascii_punctuation() {
+            Run::Punctuation
+        } else {
+            Run::None
+        };
+        if kind != run {
+            tokens += cost(run, n);
+            (run, n) = (kind, 0);
+        }
+        n += 1;
+        if kind == Run::None && !c.is_whitespace() {
+            tokens += 1;
+        }
+    }
+    tokens + cost(run, n)
 }
 
 /// The tokens one message takes in a prompt: its text, its tool calls, and the framing.
@@ -52,18 +130,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_tokens_not_characters() {
-        assert_eq!(count(""), 0);
-        assert_eq!(count("hello"), 1);
-        assert_eq!(count("hello world"), 2);
-        // A long word of common letters is a few tokens, far fewer than its characters.
-        let word = "internationalization";
-        let n = count(word);
-        assert!(n > 1 && (n as usize) < word.len() / 3, "{n}");
-        // Many repeats of a short word are about one token each.
-        let text = "cat ".repeat(100);
-        let n = count(&text);
-        assert!((95..=105).contains(&n), "{n}");
+    fn both_count_tokens_not_characters() {
+        for tokenizer in [Tokenizer::Estimate, Tokenizer::O200kBase] {
+            let count = |text: &str| count_with(tokenizer, text);
+            assert_eq!(count(""), 0);
+            assert_eq!(count("hello"), 1, "{tokenizer:?}");
+            assert_eq!(count("hello world"), 2, "{tokenizer:?}");
+            // A long word of common letters is a few tokens, far fewer than its characters.
+            let word = "internationalization";
+            let n = count(word);
+            assert!(n > 1 && (n as usize) < word.len() / 3, "{tokenizer:?}: {n}");
+            // Many repeats of a short word are about one token each.
+            let n = count(&"cat ".repeat(100));
+            assert!((95..=105).contains(&n), "{tokenizer:?}: {n}");
+        }
+    }
+
+    #[test]
+    fn the_estimate_stays_near_the_real_encoding() {
+        let samples = [
+            "The quick brown fox jumps over the lazy dog.",
+            "fn main() { println!(\"{}\", 6 * 7); }",
+            "{\"steps\": [{\"id\": \"calc\", \"kind\": \"tool\", \"input\": {\"tool\": \"math.calculate\"}}]}",
+            "Orchestration of language-model agents over HTTP, streamed as Server-Sent Events.",
+            "1234567890 and 3.14159",
+        ];
+        for text in samples {
+            let real = f64::from(count_with(Tokenizer::O200kBase, text));
+            let guess = f64::from(count_with(Tokenizer::Estimate, text));
+            let ratio = guess / real;
+            assert!((0.7..=1.5).contains(&ratio), "{text}: {guess} vs {real}");
+        }
     }
 
     #[test]

@@ -294,3 +294,36 @@ async fn the_auto_selector_records_the_fallback_that_answered_it() {
         "{selector:?}"
     );
 }
+
+#[tokio::test]
+async fn a_prompt_past_the_context_window_is_refused_before_the_call() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| {
+        use_scripted(c, &llm);
+        let mut small = orca::config::ModelAlias::new("openai", "small-model");
+        small.capabilities.context_window = Some(1500);
+        c.llm.models.insert("small".into(), small);
+    })
+    .await;
+    let long = "Tell me about orcas. ".repeat(400);
+    let fin = final_data(
+        &app.stream_run(json!({ "input": long, "model": "small" }))
+            .await,
+    );
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "llm_rejected");
+    let message = fin["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("context window of model `small` (1500 tokens)"),
+        "{message}"
+    );
+    assert_eq!(llm.request_count(), 0, "nothing was sent");
+
+    // A short prompt fits and is sent.
+    let fin = final_data(
+        &app.stream_run(json!({ "input": "Orcas?", "model": "small" }))
+            .await,
+    );
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(llm.request_count(), 1);
+}

@@ -164,3 +164,47 @@ async fn logs_are_plain_text_on_a_non_terminal_stderr() {
     assert!(listening, "the start is logged on stderr: {text}");
     assert!(!text.contains('\x1b'), "ANSI escapes in {text:?}");
 }
+
+/// Resident memory after a first model call (design 001: under 50 MB), and what the exact
+/// tokenizer would add: the default counts tokens without loading a vocabulary.
+#[tokio::test]
+async fn memory_after_the_first_model_call_stays_under_50_mb() {
+    const MB: u64 = 1024 * 1024;
+    let mut rss = Vec::new();
+    for tokenizer in ["estimate", "o200k_base"] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = [
+            ("ORCA_LLM__PROVIDER", "offline"),
+            ("ORCA_LLM__OFFLINE_TOKEN_DELAY_MS", "0"),
+            ("ORCA_LLM__TOKENIZER", tokenizer),
+        ];
+        let server = crate::support::server::Server::start_with(dir.path(), &env).await;
+        let text = server
+            .client
+            .post(server.url("/v1/runs"))
+            .header("accept", "text/event-stream")
+            .json(&serde_json::json!({ "input": "Say hello to the orcas." }))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(text.contains("\"succeeded\""), "{text}");
+        rss.push(server.rss_bytes());
+    }
+    let (estimate, bpe) = (rss[0], rss[1]);
+    eprintln!(
+        "RSS after the first call: {} MB (estimate), {} MB (o200k_base)",
+        estimate / MB,
+        bpe / MB
+    );
+    assert!(estimate < 50 * MB, "RSS {} MB", estimate / MB);
+    // The measurement can tell: the BPE, when configured, is loaded by the same call.
+    assert!(
+        bpe > estimate + 20 * MB,
+        "{} vs {} MB",
+        bpe / MB,
+        estimate / MB
+    );
+}

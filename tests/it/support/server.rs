@@ -109,6 +109,18 @@ impl Server {
         format!("{}{}", self.base, path)
     }
 
+    /// The server's resident memory in bytes (Linux: `VmRSS` of `/proc/PID/status`).
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/PID/status");
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kb * 1024
+    }
+
     /// Starts a fixed run of `plan`; its id.
     pub async fn start_plan(&self, plan: Value) -> String {
         let body = json!({ "input": "x", "orchestration": "fixed", "plan": plan });
