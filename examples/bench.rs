@@ -3,7 +3,7 @@
 //! - simple runs per second (streamed to `final`, `--concurrency` at a time),
 //! - POST-to-first-event latency (p50, p99),
 //! - events per second delivered to one SSE client (one run with a long answer),
-//! - the server's peak resident memory (VmHWM).
+//! - the server's resident memory after its first run (VmRSS) and its peak (VmHWM).
 //!
 //! Usage: `cargo build --release && cargo run --release --example bench -- [--rounds 5]
 //! [--runs 400] [--concurrency 16] [--bin target/release/orca]`
@@ -86,11 +86,17 @@ async fn stream_run(client: &reqwest::Client, base: &str, input: &str) -> (Durat
     panic!("stream ended before final");
 }
 
+/// The server's peak resident memory (`VmHWM`).
 fn peak_rss_mib(pid: u32) -> f64 {
+    memory_mib(pid, "VmHWM:")
+}
+
+/// A memory figure of `/proc/PID/status` in MiB (`VmRSS:`, `VmHWM:`).
+fn memory_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
@@ -121,6 +127,9 @@ async fn main() {
         .expect("client");
     let base = server.base.clone();
 
+    // Design 001: under 50 MB resident after the first model call.
+    stream_run(&client, &base, "10 + 20 계산해줘").await;
+    let after_first = memory_mib(server.child.id(), "VmRSS:");
     // Warm-up.
     for _ in 0..20 {
         stream_run(&client, &base, "10 + 20 계산해줘").await;
@@ -170,6 +179,7 @@ async fn main() {
     summary("POST → first event, p50", "ms", p50s);
     summary("POST → first event, p99", "ms", p99s);
     summary("events per second to one SSE client", "events/s", eps);
+    println!("| server memory (VmRSS) after the first run | {after_first:.1} MiB | |");
     println!(
         "| server peak memory (VmHWM) | {:.1} MiB | |",
         peak_rss_mib(server.child.id())
