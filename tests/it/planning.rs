@@ -119,7 +119,7 @@ async fn a_bad_function_in_the_configuration_stops_the_start_naming_its_key() {
     );
 }
 
-fn count_plan() -> Value {
+pub(crate) fn count_plan() -> Value {
     json!({ "steps": [
         { "id": "calc", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
         { "id": "more", "kind": "tool", "depends_on": ["calc"],

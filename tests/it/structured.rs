@@ -11,16 +11,9 @@ use orca::llm::{ChatRequest, LlmEvent, LlmProvider, Message, ResponseSchema};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::planning::count_plan;
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
 use crate::support::*;
-
-fn count_plan() -> Value {
-    json!({ "steps": [
-        { "id": "calc", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
-        { "id": "more", "kind": "tool", "depends_on": ["calc"],
-          "input": { "tool": "math.calculate", "arguments": { "expression": "{{ steps.calc.output.result }} + 1" } } },
-    ], "output": "{{ steps.more.output.result }}" })
-}
 
 /// The text a step streamed as `json_partial`, joined.
 fn streamed_json(events: &[SseMessage], step: &str) -> String {
