@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::config::{Config, ProviderKind};
 
+use super::providers::anthropic::AnthropicProvider;
 use super::providers::offline::{self, OfflineProvider};
 use super::providers::openai::OpenAiProvider;
 use super::{Capabilities, Error, LlmProvider};
@@ -106,7 +107,8 @@ fn build_providers(config: &Config) -> Result<BTreeMap<String, Built>, String> {
         }
         let provider: Arc<dyn LlmProvider> = match p.kind {
             ProviderKind::Openai => Arc::new(OpenAiProvider::named(name, &p.as_openai())?),
-            ProviderKind::Anthropic | ProviderKind::Ollama => {
+            ProviderKind::Anthropic => Arc::new(AnthropicProvider::named(name, &p.as_openai())?),
+            ProviderKind::Ollama => {
                 return Err(format!(
                     "llm.providers.{name}.kind: `{:?}` is not available yet",
                     p.kind

@@ -1,10 +1,12 @@
 //! Black-box tests: the real server on a random loopback port, a temp SQLite file, and a scripted
-//! OpenAI-compatible server on loopback for the provider.
+//! model server on loopback for the provider (OpenAI's dialect, or Anthropic's with
+//! `ORCA_TEST_LLM=anthropic`).
 
 mod support;
 
 mod agents;
 mod agui;
+mod anthropic;
 mod api_errors;
 mod cli;
 mod connections;

@@ -327,3 +327,29 @@ async fn a_prompt_past_the_context_window_is_refused_before_the_call() {
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(llm.request_count(), 1);
 }
+
+/// The provider configurations the README shows load as written, and start a router.
+#[tokio::test]
+async fn the_readme_provider_configs_load() {
+    let readme = include_str!("../../README.md");
+    let from = readme
+        .find("Working configurations:")
+        .expect("the README shows provider configurations");
+    let block = readme[from..]
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a toml block");
+    let env = [
+        ("ANTHROPIC_API_KEY", "sk-ant-test"),
+        ("LITELLM_KEY", "sk-lite"),
+    ];
+    let llm = load_llm(block, &env).unwrap_or_else(|e| panic!("{e}\n{block}"));
+    for alias in ["default", "fast", "claude", "local", "qwen", "mixed"] {
+        assert!(llm.models.contains_key(alias), "{alias}");
+    }
+    assert_eq!(llm.models["local"].capabilities.context_window, Some(32768));
+    let mut config = orca::config::Config::default();
+    config.llm = llm;
+    orca::llm::LlmRouter::from_config(&config).expect("a router for every provider kind");
+}

@@ -153,7 +153,7 @@ async fn sequential_accumulate_history() {
     ]});
     let fin = final_data(&run_fixed(&app, plan, json!("brainstorm")).await);
     assert_eq!(fin["status"], "succeeded", "{fin}");
-    let c = &asked(&llm, "agent c")[0];
+    let c = &after_opening(&asked(&llm, "agent c")[0]);
     let roles: Vec<&str> = c.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["system", "assistant", "assistant", "user"]);
     assert_eq!(c[1]["content"], "first idea");
@@ -162,7 +162,11 @@ async fn sequential_accumulate_history() {
         c[3]["content"], "brainstorm",
         "the run input is the default prompt"
     );
-    assert_eq!(asked(&llm, "agent b")[0].len(), 3, "b saw a's answer only");
+    assert_eq!(
+        after_opening(&asked(&llm, "agent b")[0]).len(),
+        3,
+        "b saw a's answer only"
+    );
 }
 
 #[tokio::test]

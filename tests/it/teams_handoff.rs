@@ -456,7 +456,7 @@ async fn handoff_context_policies() {
         "{iso:?}"
     );
     // last_n 2: iso's reply and the transfer's result, then the note.
-    let last = &asked(&llm, "agent last")[0];
+    let last = &after_opening(&asked(&llm, "agent last")[0]);
     let roles: Vec<&str> = last.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["system", "assistant", "tool", "user"]);
     assert_eq!(last[1]["content"], "thinking");

@@ -2,18 +2,25 @@
 //! into short messages, key redaction, tool names made valid for the wire, and the schema moved
 //! into the prompt for servers without schema support.
 //!
+//! It also reads streamed bodies for every provider but OpenAI's (which predates it): frames
+//! in, a provider's [`Decode`] in the middle, [`LlmEvent`]s out, under the read timeout and the
+//! cancellation token.
+//!
 //! Nothing here knows a provider's wire format beyond the common error body shapes.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
 use std::time::Duration;
 
-use futures::StreamExt;
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{OpenAiConfig, Secret, StructuredOutput};
-use crate::llm::{ChatRequest, Error, Message, ToolSpec};
+use crate::llm::{ChatRequest, Error, LlmEvent, LlmStream, Message, ToolSpec};
 
 /// Error messages taken from a provider's body are cut to this many characters: enough to say
 /// what went wrong, short enough for an event or a log line.
@@ -27,7 +34,6 @@ pub(crate) enum Auth {
     /// `Authorization: Bearer KEY` (OpenAI and the servers that copy it).
     Bearer,
     /// The key alone in this header (`x-api-key` for Anthropic).
-    #[allow(dead_code)] // The Anthropic provider's, on its way.
     Header(&'static str),
 }
 
@@ -85,13 +91,12 @@ impl Endpoint {
     }
 
     /// Sends this header with every request.
-    #[allow(dead_code)] // The Anthropic provider's, on its way.
     pub(crate) fn with_header(mut self, name: &'static str, value: &'static str) -> Self {
         self.headers.push((name, value));
         self
     }
 
-    #[allow(dead_code)] // The Anthropic provider's, on its way.
+    #[cfg(test)]
     pub(crate) fn url(&self) -> &str {
         &self.url
     }
@@ -401,19 +406,33 @@ impl ToolNames {
             if names.to_wire.contains_key(&tool.name) {
                 continue;
             }
-            let base = wire_name(&tool.name);
-            let mut candidate = base.clone();
-            let mut n = 2;
-            while names.from_wire.contains_key(&candidate) {
-                let suffix = format!("_{n}");
-                let keep = 64usize.saturating_sub(suffix.len()).min(base.len());
-                candidate = format!("{}{suffix}", &base[..keep]);
-                n += 1;
-            }
-            names.to_wire.insert(tool.name.clone(), candidate.clone());
-            names.from_wire.insert(candidate, tool.name.clone());
+            let wire = names.unused_wire_name(&tool.name);
+            names.to_wire.insert(tool.name.clone(), wire.clone());
+            names.from_wire.insert(wire, tool.name.clone());
         }
         names
+    }
+
+    /// A wire name for something offered like a tool that is not one of ours (Anthropic's
+    /// answer tool): valid, and unlike every name given so far, so no tool call can be
+    /// mistaken for it. Asking again gives another name.
+    pub(crate) fn reserve(&mut self, name: &str) -> String {
+        let wire = self.unused_wire_name(name);
+        self.from_wire.insert(wire.clone(), name.to_owned());
+        wire
+    }
+
+    fn unused_wire_name(&self, name: &str) -> String {
+        let base = wire_name(name);
+        let mut candidate = base.clone();
+        let mut n = 2;
+        while self.from_wire.contains_key(&candidate) {
+            let suffix = format!("_{n}");
+            let keep = 64usize.saturating_sub(suffix.len()).min(base.len());
+            candidate = format!("{}{suffix}", &base[..keep]);
+            n += 1;
+        }
+        candidate
     }
 
     pub(crate) fn wire<'a>(&'a self, name: &'a str) -> Cow<'a, str> {
@@ -432,6 +451,123 @@ impl ToolNames {
     }
 }
 
+/// The frames of a streamed body (an SSE event's data, an NDJSON line), or why the body broke.
+pub(crate) type Frames = Pin<Box<dyn Stream<Item = Result<String, Error>> + Send>>;
+
+/// A provider's reading of its own streamed frames into [`LlmEvent`]s.
+pub(crate) trait Decode: Send + 'static {
+    /// Decodes one frame, queueing what it yields in `out`; `Ok(true)` when it was the last.
+    fn decode(&mut self, frame: &str, out: &mut VecDeque<LlmEvent>) -> Result<bool, Error>;
+
+    /// What a body that ended before its last frame means: an error, or (for lenient dialects)
+    /// an end, with what is left queued in `out`.
+    fn ended_early(&mut self, out: &mut VecDeque<LlmEvent>) -> Result<(), Error>;
+}
+
+/// The SSE events of `response` as frames (their `data`), with transport failures redacted.
+pub(crate) fn sse_frames(response: reqwest::Response, key: &Secret) -> Frames {
+    let key = key.clone();
+    let frames = response.bytes_stream().eventsource().map(move |event| {
+        event.map(|e| e.data).map_err(|e| match e {
+            EventStreamError::Transport(e) => broken_body(&key, e),
+            EventStreamError::Utf8(_) => Error::Malformed("the stream is not UTF-8".into()),
+            EventStreamError::Parser(_) => {
+                Error::Malformed("the stream is not valid Server-Sent Events".into())
+            }
+        })
+    });
+    Box::pin(frames)
+}
+
+/// The connection failing once the body has started.
+pub(crate) fn broken_body(key: &Secret, e: reqwest::Error) -> Error {
+    let detail = error_chain(&e.without_url());
+    Error::Connect(redact(
+        key,
+        format!("the connection broke mid-stream: {detail}"),
+    ))
+}
+
+/// The provider stream of `frames` read by `decoder`: it stops with `Cancelled` as soon as
+/// `cancel` fires and with `Timeout` after `read_timeout` without a frame, and yields nothing
+/// after its first error.
+pub(crate) fn decoded_stream(
+    frames: Frames,
+    decoder: impl Decode,
+    cancel: CancellationToken,
+    read_timeout: Duration,
+) -> LlmStream {
+    let state = Decoding {
+        frames,
+        decoder,
+        cancel,
+        read_timeout,
+        pending: VecDeque::new(),
+        finished: false,
+    };
+    let stream = futures::stream::unfold(state, |mut state| async move {
+        let item = state.next_item().await?;
+        Some((item, state))
+    });
+    stream.boxed()
+}
+
+struct Decoding<D> {
+    frames: Frames,
+    decoder: D,
+    cancel: CancellationToken,
+    read_timeout: Duration,
+    /// Events decoded and not handed out yet.
+    pending: VecDeque<LlmEvent>,
+    /// Set after the last frame, the end of the body, or an error: nothing more is read.
+    finished: bool,
+}
+
+impl<D: Decode> Decoding<D> {
+    async fn next_item(&mut self) -> Option<Result<LlmEvent, Error>> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(Ok(event));
+            }
+            if self.finished {
+                return None;
+            }
+            let next = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => Err(Error::Cancelled),
+                next = tokio::time::timeout(self.read_timeout, self.frames.next()) => {
+                    next.map_err(|_| Error::Timeout(format!(
+                        "no data from the provider for {} ms",
+                        self.read_timeout.as_millis()
+                    )))
+                }
+            };
+            let step = match next {
+                Err(e) | Ok(Some(Err(e))) => Err(e),
+                Ok(None) => self.decoder.ended_early(&mut self.pending).map(|()| true),
+                Ok(Some(Ok(frame))) => self.decoder.decode(&frame, &mut self.pending),
+            };
+            match step {
+                Ok(last) => self.finished = last,
+                Err(e) => {
+                    self.finished = true;
+                    self.pending.clear();
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// A short, redacted message a provider reported inside its stream.
+pub(crate) fn stream_error_message(key: &Secret, message: &str) -> String {
+    let message = redact(key, collapse_whitespace(message));
+    truncate_chars(&message, MAX_ERROR_MESSAGE_CHARS)
+}
+
+/// For modes without schema support on the wire (`json_object`, `prompt`): the request with
+/// its response schema moved into the system prompt, and whether JSON mode should be asked
+/// for. Other modes, and requests without a schema, come back unchanged.
 pub(crate) fn schema_in_prompt(
     mut request: ChatRequest,
     mode: StructuredOutput,

@@ -1,12 +1,14 @@
 //! The providers behind [`LlmProvider`](super::LlmProvider): an OpenAI-compatible client over
-//! HTTP and the offline demonstration provider.
+//! HTTP, Anthropic's Messages API, and the offline demonstration provider.
 //!
 //! Each provider owns its wire format; nothing provider-shaped may leave this module, and no
 //! provider may know about runs, events or the store.
 
+pub mod anthropic;
 pub(crate) mod http;
 pub mod offline;
 pub mod openai;
 
+pub use anthropic::AnthropicProvider;
 pub use offline::OfflineProvider;
 pub use openai::OpenAiProvider;

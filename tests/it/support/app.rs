@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use orca::app::App;
-use orca::config::{Config, ProviderChoice, Secret};
+use orca::config::{Config, ModelAlias, ProviderChoice, ProviderConfig, ProviderKind, Secret};
 use serde_json::Value;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -42,16 +42,88 @@ pub fn test_config(dir: &TempDir) -> Config {
     c
 }
 
-/// Points the config at a scripted OpenAI-compatible server, with fast retries and timeouts.
+/// Which dialect of the scripted server `use_scripted` points the `default` alias at: env
+/// `ORCA_TEST_LLM`, `openai` (the default) or `anthropic`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestLlm {
+    OpenAi,
+    Anthropic,
+}
+
+/// The dialect this test run uses; panics on an unknown `ORCA_TEST_LLM`, so a typo cannot
+/// quietly test the default.
+pub fn test_llm() -> TestLlm {
+    match std::env::var("ORCA_TEST_LLM").as_deref() {
+        Err(_) | Ok("" | "openai") => TestLlm::OpenAi,
+        Ok("anthropic") => TestLlm::Anthropic,
+        Ok(other) => panic!("ORCA_TEST_LLM={other}: expected `openai` or `anthropic`"),
+    }
+}
+
+/// Points the config at a scripted server, with fast retries and timeouts. The `openai`
+/// provider always points at its OpenAI dialect (tests add aliases on it); with
+/// `ORCA_TEST_LLM=anthropic` the `default` alias goes to the provider `scripted` of kind
+/// `anthropic` on the same server and script instead.
 pub fn use_scripted(c: &mut Config, llm: &ScriptedLlm) {
     c.llm.provider = ProviderChoice::Openai;
     c.llm.openai.base_url = llm.base_url();
-    c.llm.openai.api_key = Secret::new("sk-test-secret-key-0123456789");
+    c.llm.openai.api_key = Secret::new(TEST_KEY);
     c.llm.openai.max_retries = 2;
     c.llm.openai.retry_initial_delay_ms = 10;
     c.llm.openai.retry_max_delay_ms = 50;
     c.llm.openai.read_timeout_ms = 2_000;
     c.llm.openai.connect_timeout_ms = 1_000;
+    let (kind, base_url, model) = match test_llm() {
+        TestLlm::OpenAi => return,
+        TestLlm::Anthropic => (
+            ProviderKind::Anthropic,
+            llm.anthropic_base_url(),
+            "claude-test",
+        ),
+    };
+    let provider = ProviderConfig {
+        kind,
+        api_key: Secret::new(TEST_KEY),
+        max_retries: 2,
+        retry_initial_delay_ms: 10,
+        retry_max_delay_ms: 50,
+        read_timeout_ms: 2_000,
+        connect_timeout_ms: 1_000,
+        ..ProviderConfig::openai(base_url)
+    };
+    c.llm.providers.insert("scripted".into(), provider);
+    c.llm
+        .models
+        .insert("default".into(), ModelAlias::new("scripted", model));
+}
+
+const TEST_KEY: &str = "sk-test-secret-key-0123456789";
+
+/// A request's messages (OpenAI-shaped) without the opening user turn the Anthropic provider
+/// adds before a conversation that starts with the assistant (the Messages API requires a
+/// user turn first), so tests about history can assert one conversation for both dialects.
+/// In anthropic mode it checks that the opening is there; otherwise the messages are returned
+/// as they are.
+pub fn after_opening(messages: &[Value]) -> Vec<Value> {
+    let mut messages = messages.to_vec();
+    if test_llm() == TestLlm::Anthropic {
+        let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+        assert_eq!(
+            roles.get(1..3),
+            Some(&["user", "assistant"][..]),
+            "the opening user turn: {roles:?}"
+        );
+        messages.remove(1);
+    }
+    messages
+}
+
+/// Sets how structured answers are asked for on the provider the `default` alias uses.
+pub fn set_structured_output(c: &mut Config, mode: orca::config::StructuredOutput) {
+    c.llm.openai.structured_output = mode;
+    if let Some(p) = c.llm.providers.get_mut("scripted") {
+        p.structured_output = Some(mode);
+    }
 }
 
 pub fn workspace(dir: &TempDir) -> PathBuf {

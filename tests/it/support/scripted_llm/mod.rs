@@ -1,13 +1,16 @@
-//! A scripted OpenAI-compatible chat server on loopback, standing in for a real model in every
-//! integration test.
+//! A scripted chat server on loopback, standing in for a real model in every integration test.
+//! It speaks two dialects on the same script: OpenAI's (`POST /v1/chat/completions`,
+//! `openai.rs`) and Anthropic's (`POST /v1/messages`, `anthropic.rs`).
 //!
-//! Tests push [`Reply`]s into a FIFO; each `POST /v1/chat/completions` takes the next one (or the
-//! default reply when the queue is empty, so a run never hangs on a missing script) and answers
-//! it as OpenAI would: `chat.completion.chunk` SSE frames ending in `data: [DONE]`, or an error
-//! status with an OpenAI-style error body. Every request body is recorded, and tests await
-//! requests and hang-ups through [`Notify`] instead of sleeping.
+//! Tests push [`Reply`]s into a FIFO; each request takes the next one (or the default reply
+//! when the queue is empty, so a run never hangs on a missing script) and answers it as the
+//! provider would: streamed frames, or an error status with the provider's error body. Every
+//! request is recorded in OpenAI's shape (the Anthropic dialect translates), so assertions hold
+//! for both; the raw bodies are kept too. Tests await requests and hang-ups through [`Notify`]
+//! instead of sleeping.
 //!
-//! It must stay a faithful, boring OpenAI imitation: no orca types, no knowledge of runs.
+//! Each dialect must stay a faithful, boring imitation, at least as strict as the real API: no
+//! orca types, no knowledge of runs.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -25,6 +28,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+mod anthropic;
 mod openai;
 
 /// Longest `wait_for_*` waits before failing the test instead of hanging the suite.
@@ -63,6 +67,12 @@ enum Kind {
     Truncated,
     /// These `data:` payloads, verbatim.
     Raw(Vec<String>),
+    /// Some text, then the provider reports an error inside the stream (Anthropic's `error`
+    /// event of this type; OpenAI's `{"error": ...}` chunk).
+    StreamError {
+        text: String,
+        error_type: String,
+    },
 }
 
 impl Reply {
@@ -152,6 +162,15 @@ impl Reply {
         Self::text("never sent").stall_after(0)
     }
 
+    /// Some text, then an error of this type inside the stream (`overloaded_error`,
+    /// `api_error`, `rate_limit_error`, `invalid_request_error`, ...).
+    pub fn stream_error(text: impl Into<String>, error_type: impl Into<String>) -> Self {
+        Self::new(Kind::StreamError {
+            text: text.into(),
+            error_type: error_type.into(),
+        })
+    }
+
     /// These `data:` payloads verbatim (add `"[DONE]"` yourself if you want it).
     pub fn raw<S: Into<String>>(payloads: impl IntoIterator<Item = S>) -> Self {
         Self::new(Kind::Raw(payloads.into_iter().map(Into::into).collect()))
@@ -205,7 +224,9 @@ impl Reply {
         self
     }
 
-    /// Send `frames` frames of the reply, then nothing until the client disconnects.
+    /// Send `frames` frames of the reply, then nothing until the client disconnects. Frames
+    /// are counted as OpenAI's (an opening, then one per piece of content); other dialects
+    /// stall after the same content.
     pub fn stall_after(mut self, frames: usize) -> Self {
         self.stall_after = Some(frames);
         self
@@ -215,10 +236,23 @@ impl Reply {
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
-    /// The JSON body (a JSON string holding the raw text if it was not JSON).
+    /// The JSON body in OpenAI's chat-completions shape, whichever dialect it came in (a JSON
+    /// string holding the raw text if it was not JSON).
     pub body: Value,
+    /// The body exactly as sent.
+    pub wire: Value,
+    /// Which endpoint took it.
+    pub dialect: Dialect,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The `x-api-key` header (Anthropic's), if any.
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    OpenAi,
+    Anthropic,
 }
 
 /// The running server. Dropping it stops the server.
@@ -281,6 +315,7 @@ impl ScriptedLlm {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai::chat_completions))
+            .route("/v1/messages", post(anthropic::messages))
             .fallback(not_found)
             .with_state(shared.clone());
         let stop = CancellationToken::new();
@@ -301,6 +336,11 @@ impl ScriptedLlm {
     /// `http://127.0.0.1:PORT/v1`, what `OPENAI_BASE_URL` would be.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT`, the base URL of an `anthropic` provider.
+    pub fn anthropic_base_url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// Queues a reply for the next request that has none yet.
@@ -337,6 +377,11 @@ impl ScriptedLlm {
     /// Every request body so far, oldest first.
     pub fn requests(&self) -> Vec<Value> {
         self.recorded().into_iter().map(|r| r.body).collect()
+    }
+
+    /// Every request body exactly as sent, oldest first.
+    pub fn wire_requests(&self) -> Vec<Value> {
+        self.recorded().into_iter().map(|r| r.wire).collect()
     }
 
     /// Every request with its headers of interest, oldest first.
@@ -432,6 +477,84 @@ impl Shared {
         // A test that panicked while holding the lock poisons it; the data is still usable.
         self.script.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Records `request` and takes its reply: from the queue of the first marker found in
+    /// `system` (the request's system text), else the shared queue, else the default.
+    fn take_reply(
+        &self,
+        request: RecordedRequest,
+        system: &str,
+    ) -> (Reply, MutexGuard<'_, Script>) {
+        let mut script = self.lock();
+        script.requests.push(request);
+        let routed = script
+            .routes
+            .iter_mut()
+            .find(|(marker, queue)| !queue.is_empty() && system.contains(marker.as_str()))
+            .and_then(|(_, queue)| queue.pop_front());
+        let reply = match routed.or_else(|| script.queue.pop_front()) {
+            Some(reply) => reply,
+            None => script.default_reply.clone(),
+        };
+        (reply, script)
+    }
+}
+
+/// The streamed answer of `reply`: headers at once, then `frames` with the scripted pacing
+/// (or as many as `stall_after` allows, then silence).
+fn streamed_response(shared: Arc<Shared>, reply: &Reply, mut frames: Vec<String>) -> Response {
+    if let Some(n) = reply.stall_after {
+        frames.truncate(n);
+    }
+    let body = SseBody {
+        frames: frames.into(),
+        first_delay: reply.delay_before_first_chunk,
+        chunk_delay: reply.chunk_delay,
+        started: false,
+        stall: reply.stall_after.is_some(),
+        guard: StreamGuard {
+            shared,
+            completed: false,
+        },
+    };
+    let stream = futures::stream::unfold(body, |mut body| async move {
+        let frame = body.next().await?;
+        Some((Ok::<_, Infallible>(Bytes::from(frame)), body))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("a valid response")
+}
+
+/// An error status with `body` and the reply's retry headers.
+fn status_response(status: StatusCode, reply: &Reply, body: Value) -> Response {
+    let mut response = (status, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    if let Some(secs) = reply.retry_after {
+        headers.insert(header::RETRY_AFTER, secs.into());
+    }
+    if let Some(ms) = reply.retry_after_ms {
+        headers.insert("retry-after-ms", ms.into());
+    }
+    response
+}
+
+/// The error message of a status reply: the scripted one, or a default naming the status.
+fn error_message(reply: &Reply, status: StatusCode) -> String {
+    reply
+        .error_message
+        .clone()
+        .unwrap_or_else(|| format!("scripted error {}", status.as_u16()))
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 async fn not_found() -> Response {

@@ -369,11 +369,6 @@ pub(super) async fn chat_completions(
         .and_then(Value::as_str)
         .unwrap_or("scripted")
         .to_owned();
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-
     if let Some((message, param)) = refusal(&body) {
         shared.lock().refusals.push(message.clone());
         shared.requests_changed.notify_waiters();
@@ -381,23 +376,17 @@ pub(super) async fn chat_completions(
                                      "param": param, "code": null}});
         return (StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
     }
+    let system = system_text(&body);
+    let schema = body.pointer("/response_format").cloned();
+    let request = RecordedRequest {
+        wire: body.clone(),
+        body,
+        dialect: Dialect::OpenAi,
+        authorization: header_text(&headers, header::AUTHORIZATION.as_str()),
+        api_key: header_text(&headers, "x-api-key"),
+    };
     let (reply, frames) = {
-        let mut script = shared.lock();
-        let system = system_text(&body);
-        let schema = body.pointer("/response_format").cloned();
-        script.requests.push(RecordedRequest {
-            body,
-            authorization,
-        });
-        let routed = script
-            .routes
-            .iter_mut()
-            .find(|(marker, queue)| !queue.is_empty() && system.contains(marker.as_str()))
-            .and_then(|(_, queue)| queue.pop_front());
-        let reply = match routed.or_else(|| script.queue.pop_front()) {
-            Some(reply) => reply,
-            None => script.default_reply.clone(),
-        };
+        let (reply, mut script) = shared.take_reply(request, &system);
         let reply = as_a_strict_model_writes(reply, schema.as_ref());
         let frames = sse_frames(&reply, &model, include_usage, &mut script);
         (reply, frames)
@@ -408,61 +397,22 @@ pub(super) async fn chat_completions(
         tokio::time::sleep(reply.delay_before_headers).await;
     }
     if let Kind::Status(status) = reply.kind {
-        return status_response(status, &reply);
+        return openai_status(status, &reply);
     }
-
-    let mut frames = frames;
-    if let Some(n) = reply.stall_after {
-        frames.truncate(n);
-    }
-    let body = SseBody {
-        frames: frames.into(),
-        first_delay: reply.delay_before_first_chunk,
-        chunk_delay: reply.chunk_delay,
-        started: false,
-        stall: reply.stall_after.is_some(),
-        guard: StreamGuard {
-            shared,
-            completed: false,
-        },
-    };
-    let stream = futures::stream::unfold(body, |mut body| async move {
-        let frame = body.next().await?;
-        Some((Ok::<_, Infallible>(Bytes::from(frame)), body))
-    });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(stream))
-        .expect("a valid response")
+    streamed_response(shared, &reply, frames)
 }
 
-fn status_response(status: u16, reply: &Reply) -> Response {
+fn openai_status(status: u16, reply: &Reply) -> Response {
     let status = StatusCode::from_u16(status).expect("a valid status code");
-    let message = reply
-        .error_message
-        .clone()
-        .unwrap_or_else(|| format!("scripted error {}", status.as_u16()));
     let kind = if status.is_server_error() {
         "server_error"
     } else {
         "invalid_request_error"
     };
-    let mut response = (
-        status,
-        axum::Json(json!({"error": {"message": message, "type": kind,
-                                     "param": reply.error_param, "code": null}})),
-    )
-        .into_response();
-    let headers = response.headers_mut();
-    if let Some(secs) = reply.retry_after {
-        headers.insert(header::RETRY_AFTER, secs.into());
-    }
-    if let Some(ms) = reply.retry_after_ms {
-        headers.insert("retry-after-ms", ms.into());
-    }
-    response
+    let message = error_message(reply, status);
+    let body = json!({"error": {"message": message, "type": kind,
+                                "param": reply.error_param, "code": null}});
+    status_response(status, reply, body)
 }
 
 /// The SSE frames of a streamed reply (none for a status reply).
@@ -490,6 +440,13 @@ fn sse_frames(reply: &Reply, model: &str, include_usage: bool, script: &mut Scri
             payloads.push(content("Hel"));
             payloads.push("{\"choices\": [{\"delta\": {\"content\": \"lo\"".to_owned());
             payloads.push("[DONE]".to_owned());
+            return payloads.iter().map(|p| frame(p)).collect();
+        }
+        Kind::StreamError { text, error_type } => {
+            payloads.push(content(text));
+            let error =
+                json!({"error": {"message": "scripted mid-stream error", "type": error_type}});
+            payloads.push(error.to_string());
             return payloads.iter().map(|p| frame(p)).collect();
         }
         Kind::Truncated => {
