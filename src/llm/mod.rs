@@ -1,6 +1,6 @@
 //! The LLM layer: one provider-neutral conversation shape, a streaming provider trait, the
-//! providers (OpenAI-compatible and Anthropic over HTTP, and the offline demonstration
-//! provider) and the router from model aliases to providers.
+//! providers (OpenAI-compatible, Anthropic and Ollama over HTTP, and the offline
+//! demonstration provider) and the router from model aliases to providers.
 //!
 //! Provider wire shapes stay inside `providers/*`: everything that leaves this module is one of
 //! the types below, so runs and history never store a provider's JSON.

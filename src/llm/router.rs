@@ -14,6 +14,7 @@ use crate::config::{Config, ProviderKind};
 
 use super::providers::anthropic::AnthropicProvider;
 use super::providers::offline::{self, OfflineProvider};
+use super::providers::ollama::OllamaProvider;
 use super::providers::openai::OpenAiProvider;
 use super::{Capabilities, Error, LlmProvider};
 
@@ -108,12 +109,7 @@ fn build_providers(config: &Config) -> Result<BTreeMap<String, Built>, String> {
         let provider: Arc<dyn LlmProvider> = match p.kind {
             ProviderKind::Openai => Arc::new(OpenAiProvider::named(name, &p.as_openai())?),
             ProviderKind::Anthropic => Arc::new(AnthropicProvider::named(name, &p.as_openai())?),
-            ProviderKind::Ollama => {
-                return Err(format!(
-                    "llm.providers.{name}.kind: `{:?}` is not available yet",
-                    p.kind
-                ));
-            }
+            ProviderKind::Ollama => Arc::new(OllamaProvider::named(name, &p.as_openai())?),
             ProviderKind::Offline => unreachable!("handled above"),
         };
         providers.insert(

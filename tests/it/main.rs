@@ -1,6 +1,6 @@
 //! Black-box tests: the real server on a random loopback port, a temp SQLite file, and a scripted
-//! model server on loopback for the provider (OpenAI's dialect, or Anthropic's with
-//! `ORCA_TEST_LLM=anthropic`).
+//! model server on loopback for the provider (OpenAI's dialect, or Anthropic's or Ollama's with
+//! `ORCA_TEST_LLM=anthropic` / `ollama`).
 
 mod support;
 
@@ -20,6 +20,7 @@ mod loops;
 mod mcp;
 mod models;
 mod offline_samples;
+mod ollama;
 mod outage;
 mod planning;
 mod posture;

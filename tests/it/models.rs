@@ -349,7 +349,9 @@ async fn the_readme_provider_configs_load() {
         assert!(llm.models.contains_key(alias), "{alias}");
     }
     assert_eq!(llm.models["local"].capabilities.context_window, Some(32768));
-    let mut config = orca::config::Config::default();
-    config.llm = llm;
+    let config = orca::config::Config {
+        llm,
+        ..Default::default()
+    };
     orca::llm::LlmRouter::from_config(&config).expect("a router for every provider kind");
 }

@@ -40,7 +40,14 @@ fn announced(events: &[SseMessage]) -> Vec<Value> {
 
 /// Whether a scripted request was the selector's (structured output named for it).
 fn is_selector_request(request: &Value) -> bool {
-    request["response_format"]["json_schema"]["name"] == "orchestration_type"
+    let format = &request["response_format"]["json_schema"];
+    // Ollama's `format` is the schema alone, without a name: there it is known by its `$id`.
+    let by_id = || {
+        format["schema"]["$id"]
+            .as_str()
+            .is_some_and(|id| id.ends_with("/OrchestrationType.schema.json"))
+    };
+    format["name"] == "orchestration_type" || (test_llm() == TestLlm::Ollama && by_id())
 }
 
 #[tokio::test]

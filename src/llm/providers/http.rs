@@ -479,6 +479,62 @@ pub(crate) fn sse_frames(response: reqwest::Response, key: &Secret) -> Frames {
     Box::pin(frames)
 }
 
+/// The lines of a newline-delimited JSON body as frames (blank lines skipped; a last line
+/// without its newline still counts), with transport failures redacted.
+pub(crate) fn ndjson_frames(response: reqwest::Response, key: &Secret) -> Frames {
+    let state = Lines {
+        bytes: Box::pin(response.bytes_stream()),
+        buffer: Vec::new(),
+        ended: false,
+        key: key.clone(),
+    };
+    let frames = futures::stream::unfold(state, |mut state| async move {
+        let line = state.next_line().await?;
+        Some((line, state))
+    });
+    Box::pin(frames)
+}
+
+struct Lines<S> {
+    bytes: Pin<Box<S>>,
+    /// Bytes read and not yet handed out as a line.
+    buffer: Vec<u8>,
+    ended: bool,
+    key: Secret,
+}
+
+impl<S, B> Lines<S>
+where
+    S: Stream<Item = Result<B, reqwest::Error>>,
+    B: AsRef<[u8]>,
+{
+    async fn next_line(&mut self) -> Option<Result<String, Error>> {
+        loop {
+            let cut = match self.buffer.iter().position(|b| *b == b'\n') {
+                Some(at) => Some(at + 1),
+                None if self.ended => Some(self.buffer.len()),
+                None => None,
+            };
+            if let Some(cut) = cut {
+                if cut == 0 {
+                    return None;
+                }
+                let line: Vec<u8> = self.buffer.drain(..cut).collect();
+                match String::from_utf8(line) {
+                    Ok(line) if line.trim().is_empty() => continue,
+                    Ok(line) => return Some(Ok(line)),
+                    Err(_) => return Some(Err(Error::Malformed("the stream is not UTF-8".into()))),
+                }
+            }
+            match self.bytes.next().await {
+                Some(Ok(chunk)) => self.buffer.extend_from_slice(chunk.as_ref()),
+                Some(Err(e)) => return Some(Err(broken_body(&self.key, e))),
+                None => self.ended = true,
+            }
+        }
+    }
+}
+
 /// The connection failing once the body has started.
 pub(crate) fn broken_body(key: &Secret, e: reqwest::Error) -> Error {
     let detail = error_chain(&e.without_url());

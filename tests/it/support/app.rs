@@ -43,11 +43,12 @@ pub fn test_config(dir: &TempDir) -> Config {
 }
 
 /// Which dialect of the scripted server `use_scripted` points the `default` alias at: env
-/// `ORCA_TEST_LLM`, `openai` (the default) or `anthropic`.
+/// `ORCA_TEST_LLM`, `openai` (the default), `anthropic` or `ollama`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestLlm {
     OpenAi,
     Anthropic,
+    Ollama,
 }
 
 /// The dialect this test run uses; panics on an unknown `ORCA_TEST_LLM`, so a typo cannot
@@ -56,14 +57,15 @@ pub fn test_llm() -> TestLlm {
     match std::env::var("ORCA_TEST_LLM").as_deref() {
         Err(_) | Ok("" | "openai") => TestLlm::OpenAi,
         Ok("anthropic") => TestLlm::Anthropic,
-        Ok(other) => panic!("ORCA_TEST_LLM={other}: expected `openai` or `anthropic`"),
+        Ok("ollama") => TestLlm::Ollama,
+        Ok(other) => panic!("ORCA_TEST_LLM={other}: expected `openai`, `anthropic` or `ollama`"),
     }
 }
 
 /// Points the config at a scripted server, with fast retries and timeouts. The `openai`
 /// provider always points at its OpenAI dialect (tests add aliases on it); with
-/// `ORCA_TEST_LLM=anthropic` the `default` alias goes to the provider `scripted` of kind
-/// `anthropic` on the same server and script instead.
+/// `ORCA_TEST_LLM=anthropic` (or `ollama`) the `default` alias goes to the provider `scripted`
+/// of that kind on the same server and script instead.
 pub fn use_scripted(c: &mut Config, llm: &ScriptedLlm) {
     c.llm.provider = ProviderChoice::Openai;
     c.llm.openai.base_url = llm.base_url();
@@ -80,6 +82,7 @@ pub fn use_scripted(c: &mut Config, llm: &ScriptedLlm) {
             llm.anthropic_base_url(),
             "claude-test",
         ),
+        TestLlm::Ollama => (ProviderKind::Ollama, llm.ollama_base_url(), "llama-test"),
     };
     let provider = ProviderConfig {
         kind,

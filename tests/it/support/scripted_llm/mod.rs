@@ -1,6 +1,7 @@
 //! A scripted chat server on loopback, standing in for a real model in every integration test.
-//! It speaks two dialects on the same script: OpenAI's (`POST /v1/chat/completions`,
-//! `openai.rs`) and Anthropic's (`POST /v1/messages`, `anthropic.rs`).
+//! It speaks three dialects on the same script: OpenAI's (`POST /v1/chat/completions`,
+//! `openai.rs`), Anthropic's (`POST /v1/messages`, `anthropic.rs`) and Ollama's native one
+//! (`POST /api/chat`, `ollama.rs`).
 //!
 //! Tests push [`Reply`]s into a FIFO; each request takes the next one (or the default reply
 //! when the queue is empty, so a run never hangs on a missing script) and answers it as the
@@ -29,6 +30,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod anthropic;
+mod ollama;
 mod openai;
 
 /// Longest `wait_for_*` waits before failing the test instead of hanging the suite.
@@ -253,6 +255,7 @@ pub struct RecordedRequest {
 pub enum Dialect {
     OpenAi,
     Anthropic,
+    Ollama,
 }
 
 /// The running server. Dropping it stops the server.
@@ -316,6 +319,7 @@ impl ScriptedLlm {
         let app = Router::new()
             .route("/v1/chat/completions", post(openai::chat_completions))
             .route("/v1/messages", post(anthropic::messages))
+            .route("/api/chat", post(ollama::chat))
             .fallback(not_found)
             .with_state(shared.clone());
         let stop = CancellationToken::new();
@@ -340,6 +344,11 @@ impl ScriptedLlm {
 
     /// `http://127.0.0.1:PORT`, the base URL of an `anthropic` provider.
     pub fn anthropic_base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT`, the base URL of an `ollama` provider.
+    pub fn ollama_base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
