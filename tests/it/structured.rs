@@ -33,7 +33,7 @@ fn streamed_json(events: &[SseMessage], step: &str) -> String {
 async fn a_plan_written_as_a_strict_model_writes_it_runs() {
     let llm = ScriptedLlm::start().await;
     llm.push(Reply::json(count_plan()));
-    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let app = spawn_app(|c| use_scripted_openai(c, &llm)).await;
     let events = app
         .stream_run(json!({ "input": "count", "orchestration": "planner" }))
         .await;
@@ -79,7 +79,7 @@ async fn a_plan_written_as_a_strict_model_writes_it_runs() {
 async fn a_typed_agent_with_an_optional_field_gets_its_answer_without_it() {
     let llm = ScriptedLlm::start().await;
     llm.push(Reply::json(json!({ "title": "Orcas" })));
-    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let app = spawn_app(|c| use_scripted_openai(c, &llm)).await;
     let schema = json!({ "type": "object", "required": ["title"], "properties": {
         "title": { "type": "string" },
         "tags": { "type": "array", "items": { "type": "string" }, "uniqueItems": true } } });
@@ -103,7 +103,7 @@ async fn a_model_may_ask_with_the_schema_as_written_and_without_parallel_calls_o
     let llm = ScriptedLlm::start().await;
     llm.push(Reply::json(count_plan()));
     let app = spawn_app(|c| {
-        use_scripted(c, &llm);
+        use_scripted_openai(c, &llm);
         let mut alias = ModelAlias::new("openai", "local-model");
         alias.capabilities.structured_output = Some(StructuredOutput::JsonSchema);
         alias.capabilities.parallel_tool_calls = Some(false);

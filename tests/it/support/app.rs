@@ -67,14 +67,7 @@ pub fn test_llm() -> TestLlm {
 /// `ORCA_TEST_LLM=anthropic` (or `ollama`) the `default` alias goes to the provider `scripted`
 /// of that kind on the same server and script instead.
 pub fn use_scripted(c: &mut Config, llm: &ScriptedLlm) {
-    c.llm.provider = ProviderChoice::Openai;
-    c.llm.openai.base_url = llm.base_url();
-    c.llm.openai.api_key = Secret::new(TEST_KEY);
-    c.llm.openai.max_retries = 2;
-    c.llm.openai.retry_initial_delay_ms = 10;
-    c.llm.openai.retry_max_delay_ms = 50;
-    c.llm.openai.read_timeout_ms = 2_000;
-    c.llm.openai.connect_timeout_ms = 1_000;
+    use_scripted_openai(c, llm);
     let (kind, base_url, model) = match test_llm() {
         TestLlm::OpenAi => return,
         TestLlm::Anthropic => (
@@ -98,6 +91,19 @@ pub fn use_scripted(c: &mut Config, llm: &ScriptedLlm) {
     c.llm
         .models
         .insert("default".into(), ModelAlias::new("scripted", model));
+}
+
+/// [`use_scripted`] with the OpenAI dialect whatever `ORCA_TEST_LLM` says, for tests of
+/// OpenAI's own rules.
+pub fn use_scripted_openai(c: &mut Config, llm: &ScriptedLlm) {
+    c.llm.provider = ProviderChoice::Openai;
+    c.llm.openai.base_url = llm.base_url();
+    c.llm.openai.api_key = Secret::new(TEST_KEY);
+    c.llm.openai.max_retries = 2;
+    c.llm.openai.retry_initial_delay_ms = 10;
+    c.llm.openai.retry_max_delay_ms = 50;
+    c.llm.openai.read_timeout_ms = 2_000;
+    c.llm.openai.connect_timeout_ms = 1_000;
 }
 
 const TEST_KEY: &str = "sk-test-secret-key-0123456789";
