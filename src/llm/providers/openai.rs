@@ -9,21 +9,17 @@
 //! or anything else that can leave the process.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-use std::pin::Pin;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use eventsource_stream::{Event as SseEvent, EventStreamError, Eventsource};
-use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::http::{
-    Auth, Endpoint, Failure, MAX_ERROR_MESSAGE_CHARS, ToolNames, collapse_whitespace, error_chain,
-    redact, schema_in_prompt, truncate_chars, wire_name,
+    Auth, Decode, Endpoint, Failure, MAX_ERROR_MESSAGE_CHARS, ToolNames, collapse_whitespace,
+    decoded_stream, redact, schema_in_prompt, sse_frames, truncate_chars, wire_name,
 };
 use crate::config::{OpenAiConfig, Secret, StructuredOutput};
 use crate::llm::{
@@ -185,34 +181,25 @@ impl LlmProvider for OpenAiProvider {
             _ = cancel.cancelled() => return Err(Error::Cancelled),
             result = send => result?,
         };
-        let state = ChunkStream {
-            events: Box::pin(response.bytes_stream().eventsource()),
-            cancel,
-            read_timeout: self.endpoint.read_timeout,
-            api_key: self.endpoint.key().clone(),
+        let key = self.endpoint.key().clone();
+        let chunks = Chunks {
+            api_key: key.clone(),
             names,
             tool_calls: BTreeMap::new(),
             usage: None,
             saw_finish_reason: false,
-            pending: Default::default(),
-            finished: false,
         };
-        let stream = futures::stream::unfold(state, |mut state| async move {
-            let item = state.next_item().await?;
-            Some((item, state))
-        });
-        Ok(stream.boxed())
+        Ok(decoded_stream(
+            sse_frames(response, &key),
+            chunks,
+            cancel,
+            self.endpoint.read_timeout,
+        ))
     }
 }
 
-type SseStream =
-    Pin<Box<dyn Stream<Item = Result<SseEvent, EventStreamError<reqwest::Error>>> + Send>>;
-
-/// The state of one streamed answer: SSE events in, [`LlmEvent`]s out.
-struct ChunkStream {
-    events: SseStream,
-    cancel: CancellationToken,
-    read_timeout: Duration,
+/// One streamed answer's `chat.completion.chunk`s read into [`LlmEvent`]s.
+struct Chunks {
     api_key: Secret,
     names: ToolNames,
     /// Tool calls being assembled, by their `index` in the deltas.
@@ -220,10 +207,6 @@ struct ChunkStream {
     /// The last usage seen; yielded once, at the end, so it is always the final event.
     usage: Option<Usage>,
     saw_finish_reason: bool,
-    /// Events decoded from one chunk and not yet handed out.
-    pending: std::collections::VecDeque<LlmEvent>,
-    /// Set after `[DONE]`, the end of the body, or an error: nothing more will be read.
-    finished: bool,
 }
 
 #[derive(Debug, Default)]
@@ -233,69 +216,31 @@ struct PartialToolCall {
     arguments: String,
 }
 
-impl ChunkStream {
-    async fn next_item(&mut self) -> Option<Result<LlmEvent, Error>> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Some(Ok(event));
-            }
-            if self.finished {
-                return None;
-            }
-            let next = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return self.fail(Error::Cancelled),
-                next = tokio::time::timeout(self.read_timeout, self.events.next()) => next,
-            };
-            let result = match next {
-                Err(_) => Err(Error::Timeout(format!(
-                    "no data from the provider for {} ms",
-                    self.read_timeout.as_millis()
-                ))),
-                Ok(None) if self.saw_finish_reason => {
-                    // Lenient: some servers end the body after finish_reason without `[DONE]`.
-                    self.finish()
-                }
-                Ok(None) => Err(Error::Malformed(
-                    "the stream ended before `[DONE]` or a finish_reason".into(),
-                )),
-                Ok(Some(Err(e))) => Err(self.stream_error(e)),
-                Ok(Some(Ok(event))) => self.handle(&event.data),
-            };
-            if let Err(e) = result {
-                return self.fail(e);
-            }
+impl Decode for Chunks {
+    fn decode(&mut self, frame: &str, out: &mut VecDeque<LlmEvent>) -> Result<bool, Error> {
+        if frame.trim() == "[DONE]" {
+            self.finish(out)?;
+            return Ok(true);
         }
+        self.handle(frame, out)?;
+        Ok(false)
     }
 
-    fn fail(&mut self, error: Error) -> Option<Result<LlmEvent, Error>> {
-        self.finished = true;
-        self.pending.clear();
-        Some(Err(error))
-    }
-
-    fn stream_error(&self, e: EventStreamError<reqwest::Error>) -> Error {
-        match e {
-            EventStreamError::Transport(e) => Error::Connect(redact(
-                &self.api_key,
-                format!(
-                    "the connection broke mid-stream: {}",
-                    error_chain(&e.without_url())
-                ),
-            )),
-            EventStreamError::Utf8(_) => Error::Malformed("the stream is not UTF-8".into()),
-            EventStreamError::Parser(_) => {
-                Error::Malformed("the stream is not valid Server-Sent Events".into())
-            }
+    fn ended_early(&mut self, out: &mut VecDeque<LlmEvent>) -> Result<(), Error> {
+        if self.saw_finish_reason {
+            // Lenient: some servers end the body after finish_reason without `[DONE]`.
+            return self.finish(out);
         }
+        Err(Error::Malformed(
+            "the stream ended before `[DONE]` or a finish_reason".into(),
+        ))
     }
+}
 
-    /// Decodes one `data:` payload into pending events.
-    fn handle(&mut self, data: &str) -> Result<(), Error> {
+impl Chunks {
+    /// Decodes one `data:` payload into `out`.
+    fn handle(&mut self, data: &str, out: &mut VecDeque<LlmEvent>) -> Result<(), Error> {
         let data = data.trim();
-        if data == "[DONE]" {
-            return self.finish();
-        }
         let chunk: wire::Chunk = serde_json::from_str(data).map_err(|e| {
             // Redact before cutting, so no part of a key can survive in the snippet.
             let snippet = redact(&self.api_key, data.to_owned());
@@ -326,7 +271,7 @@ impl ChunkStream {
             if let Some(delta) = choice.delta {
                 for text in [delta.content, delta.refusal].into_iter().flatten() {
                     if !text.is_empty() {
-                        self.pending.push_back(LlmEvent::TextDelta(text));
+                        out.push_back(LlmEvent::TextDelta(text));
                     }
                 }
                 for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
@@ -349,14 +294,14 @@ impl ChunkStream {
             }
             if choice.finish_reason.is_some() {
                 self.saw_finish_reason = true;
-                self.flush_tool_calls()?;
+                self.flush_tool_calls(out)?;
             }
         }
         Ok(())
     }
 
     /// Queues every assembled tool call, in index order.
-    fn flush_tool_calls(&mut self) -> Result<(), Error> {
+    fn flush_tool_calls(&mut self, out: &mut VecDeque<LlmEvent>) -> Result<(), Error> {
         for (index, call) in std::mem::take(&mut self.tool_calls) {
             if call.name.is_empty() {
                 return Err(Error::Malformed(format!(
@@ -368,7 +313,7 @@ impl ChunkStream {
             } else {
                 call.id
             };
-            self.pending.push_back(LlmEvent::ToolCall(ToolCall {
+            out.push_back(LlmEvent::ToolCall(ToolCall {
                 id,
                 name: self.names.ours(&call.name),
                 arguments: call.arguments,
@@ -377,13 +322,12 @@ impl ChunkStream {
         Ok(())
     }
 
-    /// The answer is complete: queue what is left and stop reading.
-    fn finish(&mut self) -> Result<(), Error> {
-        self.flush_tool_calls()?;
+    /// The answer is complete: queue what is left.
+    fn finish(&mut self, out: &mut VecDeque<LlmEvent>) -> Result<(), Error> {
+        self.flush_tool_calls(out)?;
         if let Some(usage) = self.usage.take() {
-            self.pending.push_back(LlmEvent::Usage(usage));
+            out.push_back(LlmEvent::Usage(usage));
         }
-        self.finished = true;
         Ok(())
     }
 }
