@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use orca::config::{OpenAiConfig, Secret};
+use orca::config::OpenAiConfig;
 use orca::llm::providers::AnthropicProvider;
 use orca::llm::{
     Capabilities, ChatRequest, Error, LlmEvent, LlmProvider, Message, ResponseSchema, ToolCall,
@@ -15,24 +15,15 @@ use orca::llm::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::support::conformance::{
+    self, PROMPTLY, READ_TIMEOUT_MS, run, text_deltas, tool, tool_calls,
+};
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
 
 const KEY: &str = "sk-ant-orca-test-key-0123456789abcdef";
-/// Short enough that the timeout tests stay fast, long enough for a loaded machine.
-const READ_TIMEOUT_MS: u64 = 300;
-const PROMPTLY: Duration = Duration::from_secs(2);
 
 fn config(llm: &ScriptedLlm) -> OpenAiConfig {
-    OpenAiConfig {
-        base_url: llm.anthropic_base_url(),
-        api_key: Secret::new(KEY),
-        connect_timeout_ms: 1_000,
-        read_timeout_ms: READ_TIMEOUT_MS,
-        max_retries: 2,
-        retry_initial_delay_ms: 10,
-        retry_max_delay_ms: 50,
-        ..Default::default()
-    }
+    conformance::config(llm.anthropic_base_url(), KEY)
 }
 
 fn provider_with(cfg: OpenAiConfig) -> AnthropicProvider {
@@ -44,54 +35,7 @@ fn provider(llm: &ScriptedLlm) -> AnthropicProvider {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest::new(
-        "claude-test",
-        vec![
-            Message::System {
-                content: "Be brief.".into(),
-            },
-            Message::User {
-                content: "Say hello.".into(),
-            },
-        ],
-    )
-}
-
-fn tool(name: &str) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: format!("the {name} tool"),
-        parameters: json!({"type": "object"}),
-    }
-}
-
-async fn run(provider: &AnthropicProvider, request: ChatRequest) -> Result<Vec<LlmEvent>, Error> {
-    let mut stream = provider.stream(request, CancellationToken::new()).await?;
-    let mut events = Vec::new();
-    while let Some(item) = stream.next().await {
-        events.push(item?);
-    }
-    Ok(events)
-}
-
-fn text(events: &[LlmEvent]) -> Vec<&str> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            LlmEvent::TextDelta(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn tool_calls(events: &[LlmEvent]) -> Vec<&ToolCall> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            LlmEvent::ToolCall(c) => Some(c),
-            _ => None,
-        })
-        .collect()
+    conformance::request("claude-test")
 }
 
 #[tokio::test]
@@ -101,7 +45,7 @@ async fn streamed_text_arrives_in_deltas_then_usage() {
 
     let events = run(&provider(&llm), request()).await.expect("answer");
 
-    let deltas = text(&events);
+    let deltas = text_deltas(&events);
     assert!(deltas.len() >= 4, "{deltas:?}");
     assert_eq!(deltas.concat(), "Hello world from orca");
     assert_eq!(
@@ -146,7 +90,7 @@ async fn parallel_tool_calls_are_assembled_and_named_back() {
 
     let events = run(&provider(&llm), request).await.expect("answer");
 
-    assert_eq!(text(&events).concat(), "Checking.");
+    assert_eq!(text_deltas(&events).concat(), "Checking.");
     let calls = tool_calls(&events);
     assert_eq!(calls.len(), 2, "{events:?}");
     assert_eq!(calls[0].name, "clock.now");
@@ -222,7 +166,7 @@ async fn tool_results_go_back_as_tool_result_blocks() {
     ]);
 
     let events = run(&provider(&llm), request).await.expect("accepted");
-    assert!(!text(&events).is_empty());
+    assert!(!text_deltas(&events).is_empty());
 
     let wire = &llm.wire_requests()[0];
     assert_eq!(
@@ -270,7 +214,7 @@ async fn a_structured_answer_comes_through_a_forced_tool_as_text() {
 
     for tools in [vec![], vec![tool("clock.now")]] {
         let events = run(&provider, structured(tools)).await.expect("answer");
-        let deltas = text(&events);
+        let deltas = text_deltas(&events);
         assert!(deltas.len() > 1, "the answer streams in pieces: {deltas:?}");
         assert_eq!(
             serde_json::from_str::<Value>(&deltas.concat()).unwrap(),
@@ -334,7 +278,7 @@ async fn rate_limits_wait_for_retry_after_and_overload_is_retried() {
     let events = run(&provider, request()).await.expect("answer");
 
     assert!(started.elapsed() >= Duration::from_millis(950));
-    assert_eq!(text(&events).concat(), "after the wait");
+    assert_eq!(text_deltas(&events).concat(), "after the wait");
     assert_eq!(llm.request_count(), 3);
 }
 
@@ -402,7 +346,7 @@ async fn errors_inside_the_stream_are_mapped_and_not_retried() {
                 None => panic!("{kind}: the stream ended without the error"),
             }
         };
-        assert_eq!(text(&seen).concat(), "Partial answer", "{kind}");
+        assert_eq!(text_deltas(&seen).concat(), "Partial answer", "{kind}");
         assert!(expected(&err), "{kind}: {err:?}");
         assert!(
             stream.next().await.is_none(),

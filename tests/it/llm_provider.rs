@@ -6,30 +6,19 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use orca::config::{OpenAiConfig, Secret};
 use orca::llm::providers::OpenAiProvider;
-use orca::llm::{ChatRequest, Error, LlmEvent, LlmProvider, Message, ToolCall, ToolSpec, Usage};
+use orca::llm::{ChatRequest, Error, LlmEvent, LlmProvider, Message, ToolCall, Usage};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::support::conformance::{
+    self, PROMPTLY, READ_TIMEOUT_MS, run, text_deltas, tool, tool_calls,
+};
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
 
 const KEY: &str = "sk-orca-test-key-0123456789abcdef";
-/// The read timeout of the test configs: long enough for a loaded CI machine to send a chunk,
-/// short enough that the timeout tests stay fast.
-const READ_TIMEOUT_MS: u64 = 300;
-/// How long "promptly" is allowed to be.
-const PROMPTLY: Duration = Duration::from_secs(2);
 
 fn config(llm: &ScriptedLlm) -> OpenAiConfig {
-    OpenAiConfig {
-        base_url: llm.base_url(),
-        api_key: Secret::new(KEY),
-        connect_timeout_ms: 1_000,
-        read_timeout_ms: READ_TIMEOUT_MS,
-        max_retries: 2,
-        retry_initial_delay_ms: 10,
-        retry_max_delay_ms: 50,
-        ..Default::default()
-    }
+    conformance::config(llm.base_url(), KEY)
 }
 
 fn provider(llm: &ScriptedLlm) -> OpenAiProvider {
@@ -37,55 +26,7 @@ fn provider(llm: &ScriptedLlm) -> OpenAiProvider {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest::new(
-        "gpt-test",
-        vec![
-            Message::System {
-                content: "Be brief.".into(),
-            },
-            Message::User {
-                content: "Say hello.".into(),
-            },
-        ],
-    )
-}
-
-fn tool(name: &str) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: format!("the {name} tool"),
-        parameters: json!({"type": "object"}),
-    }
-}
-
-/// The whole answer, or the first error (from `stream()` itself or from the stream).
-async fn run(provider: &OpenAiProvider, request: ChatRequest) -> Result<Vec<LlmEvent>, Error> {
-    let mut stream = provider.stream(request, CancellationToken::new()).await?;
-    let mut events = Vec::new();
-    while let Some(item) = stream.next().await {
-        events.push(item?);
-    }
-    Ok(events)
-}
-
-fn text_deltas(events: &[LlmEvent]) -> Vec<&str> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            LlmEvent::TextDelta(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn tool_calls(events: &[LlmEvent]) -> Vec<&ToolCall> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            LlmEvent::ToolCall(c) => Some(c),
-            _ => None,
-        })
-        .collect()
+    conformance::request("gpt-test")
 }
 
 #[tokio::test]

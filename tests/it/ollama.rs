@@ -3,35 +3,25 @@
 //! before the first byte, errors in the stream, timeouts, cancellation, keeping the key
 //! secret; and the scripted dialect refusing what Ollama refuses.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
-use orca::config::{OpenAiConfig, Secret, StructuredOutput};
+use orca::config::{OpenAiConfig, StructuredOutput};
 use orca::llm::providers::OllamaProvider;
 use orca::llm::{
     Capabilities, ChatRequest, Error, LlmEvent, LlmProvider, Message, ResponseSchema, ToolCall,
-    ToolSpec, Usage,
+    Usage,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::support::conformance::{self, PROMPTLY, run, tool};
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
 
 const KEY: &str = "sk-ollama-proxy-key-0123456789abcdef";
-const READ_TIMEOUT_MS: u64 = 300;
-const PROMPTLY: Duration = Duration::from_secs(2);
 
 fn config(llm: &ScriptedLlm) -> OpenAiConfig {
-    OpenAiConfig {
-        base_url: llm.ollama_base_url(),
-        api_key: Secret::new(KEY),
-        connect_timeout_ms: 1_000,
-        read_timeout_ms: READ_TIMEOUT_MS,
-        max_retries: 2,
-        retry_initial_delay_ms: 10,
-        retry_max_delay_ms: 50,
-        ..Default::default()
-    }
+    conformance::config(llm.ollama_base_url(), KEY)
 }
 
 fn provider_with(cfg: OpenAiConfig) -> OllamaProvider {
@@ -43,34 +33,7 @@ fn provider(llm: &ScriptedLlm) -> OllamaProvider {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest::new(
-        "llama-test",
-        vec![
-            Message::System {
-                content: "Be brief.".into(),
-            },
-            Message::User {
-                content: "Say hello.".into(),
-            },
-        ],
-    )
-}
-
-fn tool(name: &str) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: format!("the {name} tool"),
-        parameters: json!({"type": "object"}),
-    }
-}
-
-async fn run(provider: &OllamaProvider, request: ChatRequest) -> Result<Vec<LlmEvent>, Error> {
-    let mut stream = provider.stream(request, CancellationToken::new()).await?;
-    let mut events = Vec::new();
-    while let Some(item) = stream.next().await {
-        events.push(item?);
-    }
-    Ok(events)
+    conformance::request("llama-test")
 }
 
 fn text(events: &[LlmEvent]) -> String {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod app;
+pub mod conformance;
 pub mod db;
 pub mod node;
 pub mod scripted_llm;
