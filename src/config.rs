@@ -442,7 +442,9 @@ pub enum ProviderKind {
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     pub kind: ProviderKind,
-    /// The OpenAI-compatible base URL, e.g. `http://127.0.0.1:11434/v1` (kind `openai`).
+    /// Where the provider answers: for kind `openai` the base of `/chat/completions`
+    /// (`https://api.openai.com/v1`, `http://127.0.0.1:8000/v1`); for `anthropic` the root
+    /// (`https://api.anthropic.com`); for `ollama` the root (`http://127.0.0.1:11434`).
     #[serde(default)]
     pub base_url: String,
     /// The NAME of the environment variable holding the key: keys never sit in config files.

@@ -146,6 +146,20 @@ impl LlmRouter {
                     ));
                 }
             };
+            let ollama = config
+                .llm
+                .providers
+                .get(&target.provider)
+                .is_some_and(|p| p.kind == ProviderKind::Ollama);
+            if ollama && target.capabilities.context_window.is_none() && config.uses_any_endpoint()
+            {
+                tracing::warn!(
+                    alias = %alias,
+                    "llm.models.{alias}: an Ollama model without capabilities.context_window \
+                     answers within Ollama's default window (a few thousand tokens) and cuts \
+                     longer prompts silently; set it to the window the model supports"
+                );
+            }
             let target_ = Target {
                 alias: alias.clone(),
                 provider: built.provider.clone(),
