@@ -4,8 +4,8 @@
 //!   ([`RunContext::load_session`]); written by a plan's `session_variables` when it completes
 //!   ([`render_writes`], [`store_variables`]). An unset variable reads as null.
 //! - **History**: the input and output of the session's earlier succeeded runs, given to a
-//!   simple run as earlier turns of its conversation ([`history`]). Counted with a real
-//!   tokenizer ([`crate::llm::tokens`]); when the turns (with the stored summary) pass
+//!   simple run as earlier turns of its conversation ([`history`]). Counted by
+//!   [`crate::llm::tokens`] (an estimate, or a real tokenizer when configured); when the turns (with the stored summary) pass
 //!   `context.session_token_budget`, the older ones are summarised by the `summarizer`
 //!   function and the summary is stored with the last turn it covers. Later runs reuse it and
 //!   summarise only turns after it. The summariser's call is an attempt of the step
