@@ -52,6 +52,11 @@ pub fn step_key(path: &str, step_id: &str) -> String {
     }
 }
 
+/// The step id of a step key (`path/id` or `id`).
+pub fn id_of(key: &str) -> &str {
+    key.rsplit_once('/').map_or(key, |(_, id)| id)
+}
+
 /// The key an attempt record's events carry (see [`RunContext::next_event`]).
 fn record_key(record: &StepAttempt) -> Option<String> {
     Some(step_key(

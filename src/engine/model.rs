@@ -110,7 +110,7 @@ pub async fn call_model_filtered(
                     target.alias, failure.error.message, next.alias
                 ),
             ),
-            step_id: Some(step_id.to_owned()),
+            step_id: Some(super::attempts::id_of(step_id).to_owned()),
         };
         ctx.emit(Some(step_id), told).await;
     }

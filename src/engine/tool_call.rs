@@ -46,7 +46,8 @@ impl ToolArguments {
 
 /// One tool call.
 pub struct ToolCall<'a> {
-    /// The step the call belongs to (events carry it).
+    /// The step the call belongs to: its id, or its key (`path/id`) when nested; events carry
+    /// both.
     pub step_id: &'a str,
     /// Pairs the `tool_call` event with its `tool_result`.
     pub call_id: &'a str,
@@ -105,7 +106,7 @@ pub async fn call_tool(
     if let Some(looped) = ctx.note_tool_result(call.tool, &shown_args, &result) {
         let told = ErrorData {
             error: looped.clone(),
-            step_id: Some(call.step_id.to_owned()),
+            step_id: Some(super::attempts::id_of(call.step_id).to_owned()),
         };
         sink.emit(ctx, Some(call.step_id), told).await;
         return Err(looped);

@@ -14,6 +14,7 @@ mod console;
 mod context;
 mod fixed;
 mod history;
+mod honest;
 mod http_tools;
 mod llm_provider;
 mod loops;

@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 use crate::domain::{ErrorCode, RunError};
 use crate::plan::{JsonSchema, NoResults, Scope, StepSpec, Template};
 
+use super::super::super::attempts::step_key;
 use super::super::super::model::{Answer, Prompt, ask};
 use super::super::frame::{Frame, Locals, render_error};
 use super::StepIo;
@@ -38,7 +39,8 @@ pub(crate) async fn run(
         model: ask_.model,
         output_schema: ask_.output_schema,
     };
-    answered(ask(frame.ctx, spec.id.as_str(), prompt).await?, io)
+    let key = step_key(locals.path, spec.id.as_str());
+    answered(ask(frame.ctx, &key, prompt).await?, io)
 }
 
 /// A step calling the named `function` with `arguments`.
@@ -73,7 +75,8 @@ pub(crate) async fn call(
         model: f.model.as_deref(),
         output_schema: f.output_schema.as_ref(),
     };
-    answered(ask(ctx, spec.id.as_str(), prompt).await?, io)
+    let key = step_key(locals.path, spec.id.as_str());
+    answered(ask(ctx, &key, prompt).await?, io)
 }
 
 /// The answer's value; the step's input shows the fallback alias that gave it, if one did.

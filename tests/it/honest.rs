@@ -1,0 +1,93 @@
+//! What a run reports is what happened: every event of nested work carries its path, live and
+//! in history.
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// Steps at every nesting level, each calling a tool or the model: children of `sequential`,
+/// `parallel` and `loop`, and a step of a nested workflow.
+fn nested_plan() -> Value {
+    let calc = |id: &str, expression: &str| {
+        json!({ "id": id, "kind": "tool",
+                "input": { "tool": "math.calculate", "arguments": { "expression": expression } } })
+    };
+    json!({
+        "workflows": { "inner": { "name": "inner", "steps": [calc("w1", "3 + 3")] } },
+        "steps": [
+            { "id": "seq", "kind": "sequential", "input": { "steps": [
+                calc("t1", "1 + 1"),
+                { "id": "l1", "kind": "llm", "input": { "prompt": "say hi" } } ] } },
+            { "id": "par", "kind": "parallel", "input": { "steps": [calc("t2", "2 + 2")] } },
+            { "id": "lp", "kind": "loop", "input": { "for_each": [1, 2], "max_iterations": 2,
+              "steps": [calc("t3", "{{ item }} + 1")] } },
+            { "id": "wf", "kind": "workflow", "input": { "workflow": "inner" } },
+        ]
+    })
+}
+
+/// The nested steps' ids and the path their events must carry (a loop's children are below
+/// the iteration, `lp[<index>]`).
+fn expected_path(step_id: &str) -> Option<&'static str> {
+    match step_id {
+        "t1" | "l1" => Some("seq"),
+        "t2" => Some("par"),
+        "t3" => Some("lp["),
+        "w1" => Some("wf"),
+        _ => None,
+    }
+}
+
+/// Every event of a nested step, of every kind, carries its path.
+fn assert_nested_paths(events: &[Value]) {
+    let mut kinds_seen = std::collections::BTreeSet::new();
+    for event in events {
+        let Some(step_id) = event["step_id"].as_str() else {
+            continue;
+        };
+        let Some(want) = expected_path(step_id) else {
+            continue;
+        };
+        let kind = event["kind"].as_str().unwrap_or_default();
+        let path = event["path"].as_str().unwrap_or_else(|| {
+            panic!("a `{kind}` event of nested step `{step_id}` has no path: {event}")
+        });
+        assert!(
+            path.starts_with(want),
+            "{kind} of {step_id} at `{path}`: {event}"
+        );
+        kinds_seen.insert(kind.to_owned());
+    }
+    for kind in ["step", "tool_call", "tool_result", "token", "usage"] {
+        assert!(
+            kinds_seen.contains(kind),
+            "no `{kind}` event of a nested step: {kinds_seen:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_event_of_nested_work_carries_its_path_live_and_in_history() {
+    let app = spawn_app(|_| {}).await;
+    let events = app
+        .stream_run(json!({ "input": "go", "orchestration": "fixed", "plan": nested_plan() }))
+        .await;
+    let fin = final_data(&events);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let live: Vec<Value> = events.iter().map(|e| e.json()).collect();
+    assert_nested_paths(&live);
+
+    let id = live[0]["run_id"].as_str().unwrap();
+    let history: Vec<Value> = app
+        .client
+        .get(app.url(&format!("/v1/runs/{id}/events")))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_nested_paths(&history);
+    assert_eq!(history, live, "history tells what the stream told");
+}
