@@ -11,7 +11,8 @@
 //!    failure with how many there were.
 //!
 //! A run past its time limit ends `timeout` before this is asked; the run task then keeps
-//! what completed as the run's output ([`completed_outputs`]).
+//! what completed as the run's output ([`completed_outputs`]), as it does for a run that
+//! ends `error` on any other run limit (rule 1).
 
 use std::collections::BTreeMap;
 

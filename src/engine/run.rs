@@ -195,9 +195,15 @@ async fn completed_so_far(ctx: &RunContext) -> Option<serde_json::Value> {
 /// atomically, after every earlier event is durable, and only then broadcasts `final`.
 pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     ctx.services.inputs.forget(ctx.run_id);
-    // A plan run cut off by its time limit keeps what completed.
+    // A plan run cut off by its time limit or another run limit (steps, tokens, retries,
+    // re-plans, a detected loop) keeps what completed.
     let kept = match &ending {
         Ending::TimedOut(_) => completed_so_far(ctx).await,
+        Ending::Done(Outcome::Failed(err))
+            if ctx.breached().is_some_and(|b| b.code == err.code) =>
+        {
+            completed_so_far(ctx).await
+        }
         _ => None,
     };
     let (completion, output, error) = conclude(ending);

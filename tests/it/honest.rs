@@ -91,3 +91,55 @@ async fn every_event_of_nested_work_carries_its_path_live_and_in_history() {
     assert_nested_paths(&history);
     assert_eq!(history, live, "history tells what the stream told");
 }
+
+fn calc(id: &str, expression: &str) -> Value {
+    json!({ "id": id, "kind": "tool",
+            "input": { "tool": "math.calculate", "arguments": { "expression": expression } } })
+}
+
+/// A run ended by a limit keeps, in its final event and its run object, the outputs of the
+/// steps that completed before it.
+#[tokio::test]
+async fn a_run_ended_by_a_limit_keeps_what_completed() {
+    let app = spawn_app(|_| {}).await;
+    let mut b = calc("b", "{{ steps.a.output.result }} + 1");
+    b["depends_on"] = json!(["a"]);
+    let mut c = calc("c", "{{ steps.b.output.result }} + 1");
+    c["depends_on"] = json!(["b"]);
+    let seq = json!({ "id": "seq", "kind": "sequential", "depends_on": ["a"],
+        "input": { "steps": [calc("s1", "10 + 1"), calc("s2", "10 + 2")] } });
+    let cases = [
+        // At the top level: a and b completed, c is one step too many.
+        (
+            json!({ "steps": [calc("a", "1 + 1"), b, c] }),
+            2,
+            json!(["a", "b"]),
+        ),
+        // Inside a sequential step: the limit falls on its second child.
+        (
+            json!({ "steps": [calc("a", "1 + 1"), seq] }),
+            3,
+            json!(["a"]),
+        ),
+    ];
+    for (plan, max_steps, kept) in cases {
+        let events = app
+            .stream_run(
+                json!({ "input": "go", "orchestration": "fixed", "plan": plan,
+                                "limits": { "max_steps": max_steps } }),
+            )
+            .await;
+        let fin = final_data(&events);
+        assert_eq!(fin["status"], "failed", "{fin}");
+        assert_eq!(fin["error"]["code"], "step_limit_exceeded", "{fin}");
+        let output = fin["output"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no output: {fin}"));
+        let ids: Vec<&String> = output.keys().collect();
+        assert_eq!(json!(ids), kept, "{fin}");
+        assert_eq!(fin["output"]["a"]["result"], 2);
+        let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+        let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+        assert_eq!(run["output"], fin["output"], "the run object keeps it too");
+    }
+}
