@@ -455,11 +455,22 @@ async fn handoff_context_policies() {
         iso[2].contains("r3") && !iso.iter().any(|c| c.contains("SUMMARY")),
         "{iso:?}"
     );
-    // last_n 2: iso's reply and the transfer's result, then the note.
-    let last = &after_opening(&asked(&llm, "agent last")[0]);
+    // last_n 2: the last two turns of the conversation — the note iso was handed with and
+    // its reply — then the new note. The transfer call and its result are no turns: they
+    // neither count nor go along.
+    let last = &asked(&llm, "agent last")[0];
     let roles: Vec<&str> = last.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["system", "assistant", "tool", "user"]);
-    assert_eq!(last[1]["content"], "thinking");
+    assert_eq!(roles, ["system", "user", "assistant", "user"], "{last:?}");
+    assert!(
+        last[1]["content"].as_str().unwrap().contains("r3"),
+        "{last:?}"
+    );
+    assert_eq!(last[2]["content"], "thinking");
+    assert!(last[2].get("tool_calls").is_none(), "{last:?}");
+    assert!(
+        last[3]["content"].as_str().unwrap().contains("r4"),
+        "{last:?}"
+    );
     // Each turn's attempt shows what it received and by which policy.
     let id = run_id(&events);
     for (turn, context, received) in [
@@ -877,4 +888,27 @@ async fn handoff_waiting_for_a_human_resumes_without_asking_the_agent_again() {
         1,
         "the agent's turn was not taken again"
     );
+}
+
+#[tokio::test]
+async fn handoff_last_n_one_hands_over_the_last_turn_not_the_transfer() {
+    let llm = ScriptedLlm::start().await;
+    llm.push_for("agent triage", transfer("billing", "a refund"));
+    llm.push_for("agent billing", Reply::text("refunded"));
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let team = agents(&[
+        (
+            "triage",
+            json!([{ "to": "billing", "context": "last_n", "last_n": 1 }]),
+        ),
+        ("billing", json!([])),
+    ]);
+    let plan = handoff_plan(team, json!({ "start": "triage" }));
+    let events = app.stream_run(run_body(plan, "MY ORDER #7")).await;
+    assert_eq!(final_data(&events)["output"], "refunded");
+    // The last turn of the conversation is the user's request; then the handoff note.
+    let billing = contents(&asked(&llm, "agent billing")[0]);
+    assert_eq!(billing.len(), 3, "{billing:?}");
+    assert_eq!(billing[1], "MY ORDER #7");
+    assert!(billing[2].contains("a refund"), "{billing:?}");
 }

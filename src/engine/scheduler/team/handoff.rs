@@ -280,15 +280,47 @@ async fn context_for(
     })
 }
 
-/// The last `n` messages, without tool results whose call was cut off (a model may not see a
-/// result without its call).
+/// The last `n` turns of the conversation: user messages and assistant answers, an answer
+/// kept together with the results of the tools it called. Hand-offs (`transfer_to_*` calls
+/// and their results) are no part of the conversation: they neither count nor go along (the
+/// target gets its own note), and a result whose call is not there is dropped.
 fn last_n(transcript: &[Message], n: usize) -> Vec<Message> {
-    let tail = &transcript[transcript.len().saturating_sub(n)..];
-    let first = tail
-        .iter()
-        .position(|m| !matches!(m, Message::Tool { .. }))
-        .unwrap_or(tail.len());
-    tail[first..].to_vec()
+    let is_transfer = |name: &str| name.starts_with("transfer_to_");
+    let mut turns: Vec<Vec<Message>> = Vec::new();
+    for message in transcript {
+        match message {
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                let kept: Vec<_> = tool_calls
+                    .iter()
+                    .filter(|c| !is_transfer(&c.name))
+                    .cloned()
+                    .collect();
+                if content.is_empty() && kept.is_empty() {
+                    continue;
+                }
+                turns.push(vec![Message::Assistant {
+                    content: content.clone(),
+                    tool_calls: kept,
+                }]);
+            }
+            Message::Tool { call_id, .. } => {
+                let answered = turns.last_mut().filter(|turn| {
+                    matches!(&turn[0], Message::Assistant { tool_calls, .. }
+                        if tool_calls.iter().any(|c| &c.id == call_id))
+                });
+                // Else a transfer's result, or a result without its call: dropped.
+                if let Some(turn) = answered {
+                    turn.push(message.clone());
+                }
+            }
+            other => turns.push(vec![other.clone()]),
+        }
+    }
+    let skip = turns.len().saturating_sub(n);
+    turns.into_iter().skip(skip).flatten().collect()
 }
 
 /// The user message that tells the target it has control, and why.
@@ -518,7 +550,7 @@ mod tests {
     }
 
     #[test]
-    fn last_n_drops_results_cut_from_their_calls() {
+    fn last_n_counts_turns_keeps_calls_with_results_and_leaves_transfers_out() {
         let call = ModelToolCall {
             id: "c1".into(),
             name: "transfer_to_b".into(),
@@ -536,9 +568,40 @@ mod tests {
             },
             user("more"),
         ];
-        assert_eq!(last_n(&t, 2), vec![user("more")]);
-        assert_eq!(last_n(&t, 3).len(), 3);
-        assert_eq!(last_n(&t, 10).len(), 4);
+        // The transfer and its result are no turn of the conversation.
+        assert_eq!(last_n(&t, 1), vec![user("more")]);
+        assert_eq!(last_n(&t, 2), vec![user("hi"), user("more")]);
+        assert_eq!(last_n(&t, 10), vec![user("hi"), user("more")]);
+        // A tool call stays with its result, and counts as one turn with it.
+        let clock = ModelToolCall {
+            id: "c2".into(),
+            name: "clock_now".into(),
+            arguments: "{}".into(),
+        };
+        let asked = Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![clock],
+        };
+        let result = Message::Tool {
+            call_id: "c2".into(),
+            content: "09:00".into(),
+        };
+        let answer = Message::Assistant {
+            content: "It is nine.".into(),
+            tool_calls: vec![],
+        };
+        let timed = vec![user("time?"), asked.clone(), result.clone(), answer.clone()];
+        assert_eq!(last_n(&timed, 2), vec![asked, result, answer.clone()]);
+        assert_eq!(last_n(&timed, 1), vec![answer]);
+        // A result whose call is not there is dropped.
+        let orphan = vec![
+            Message::Tool {
+                call_id: "zz".into(),
+                content: "x".into(),
+            },
+            user("u"),
+        ];
+        assert_eq!(last_n(&orphan, 5), vec![user("u")]);
         let edges = vec![HandoffEdge {
             to: "b".into(),
             context: ContextPolicy::Inherit,
