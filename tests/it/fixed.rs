@@ -595,16 +595,7 @@ async fn a_killed_server_resumes_from_its_checkpoint() {
     let fin = server.answered_to_final(&id, 2, "wait", json!("yes")).await;
     assert_eq!(fin["status"], "succeeded", "{fin}");
     assert_eq!(fin["output"]["result"], 43);
-    let history: Vec<Value> = server
-        .client
-        .get(server.url(&format!("/v1/runs/{id}/events")))
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history = server.stored_events(&id).await;
     let first_runs = history
         .iter()
         .filter(|e| {

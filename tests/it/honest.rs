@@ -78,16 +78,7 @@ async fn every_event_of_nested_work_carries_its_path_live_and_in_history() {
     assert_nested_paths(&live);
 
     let id = live[0]["run_id"].as_str().unwrap();
-    let history: Vec<Value> = app
-        .client
-        .get(app.url(&format!("/v1/runs/{id}/events")))
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history = app.stored_events(id).await;
     assert_nested_paths(&history);
     assert_eq!(history, live, "history tells what the stream told");
 }

@@ -1310,16 +1310,7 @@ async fn a_chat_and_a_handoff_killed_mid_turn_resume_without_repeating_finished_
         "b's cut turns were taken again"
     );
     // The announcements were not repeated.
-    let history: Vec<Value> = server
-        .client
-        .get(server.url(&format!("/v1/runs/{id}/events")))
-        .header("accept", "application/json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history = server.stored_events(&id).await;
     let count = |kind: &str| history.iter().filter(|e| e["kind"] == kind).count();
     assert_eq!(count("handoff"), 1);
     assert_eq!(count("speaker"), 2);

@@ -329,6 +329,12 @@ impl TestApp {
             .expect("events array")
     }
 
+    /// The run's stored events, as JSON.
+    pub async fn stored_events(&self, id: &str) -> Vec<Value> {
+        let url = self.url(&format!("/v1/runs/{id}/events"));
+        super::server::stored_events(&self.client, &url).await
+    }
+
     pub async fn get_json(&self, path: &str) -> (u16, Value) {
         let resp = self.client.get(self.url(path)).send().await.expect("GET");
         let status = resp.status().as_u16();

@@ -172,6 +172,11 @@ impl Server {
             .unwrap()
     }
 
+    /// The run's stored events, as JSON (`GET .../events` with `accept: application/json`).
+    pub async fn stored_events(&self, id: &str) -> Vec<Value> {
+        stored_events(&self.client, &self.url(&format!("/v1/runs/{id}/events"))).await
+    }
+
     /// Polls the run's step attempts until one of step `step_id` at `path` (`null`: the top
     /// level) is stored as `completed`; all of them then. Fails after the test's patience.
     pub async fn until_completed(&self, id: &str, path: Value, step_id: &str) -> Vec<Value> {
@@ -249,4 +254,17 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The stored events at `url` (a run's `/events`), as JSON.
+pub(crate) async fn stored_events(client: &reqwest::Client, url: &str) -> Vec<Value> {
+    client
+        .get(url)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
