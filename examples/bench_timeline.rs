@@ -233,6 +233,8 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         id: RunId::new(),
         status: RunStatus::Queued,
         completion: None,
+        completion_reason: None,
+        step_counts: None,
         orchestration: Orchestration::Fixed,
         selected: None,
         input: json!("bench"),
@@ -321,6 +323,8 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
     let fin = Payload::Final(FinalData {
         status: run.status,
         completion: Completion::Success,
+        completion_reason: None,
+        step_counts: None,
         output: None,
         usage: run.usage,
         error: None,

@@ -290,10 +290,14 @@ pub fn replan_schema() -> Value {
     serde_json::json!({
         "type": "object",
         "additionalProperties": false,
-        "required": ["strategy", "reason"],
+        "required": ["strategy", "reason", "completes_task"],
         "properties": {
             "strategy": { "enum": ["retry", "alternative", "partial", "complete", "restore"] },
             "reason": { "type": "string" },
+            "completes_task": {
+                "type": "boolean",
+                "description": "true when the new plan still does the whole task; false when it does only part of it or only says what could not be done"
+            },
             "restore_version": { "type": "integer", "minimum": 1 },
             "plan": { "$ref": "#/$defs/agentPlan" }
         },
@@ -317,7 +321,8 @@ Limits: {{ input.limits }}";
 
 const REPLANNER_SYSTEM: &str = "You are the re-planner of orca. A running plan needs a new \
 version. Choose one of the allowed strategies and answer with JSON: {\"strategy\", \"reason\", \
-\"plan\"}. Completed steps must keep their ids and are not run again; their outputs stay \
+\"completes_task\", \"plan\"}; completes_task is false when the new plan does only part of the \
+task or only says what could not be done. Completed steps must keep their ids and are not run again; their outputs stay \
 available as {{ steps.ID.output }}. Use only the tools and functions listed.";
 
 const REPLANNER_PROMPT: &str = "Task: {{ input.task }}

@@ -523,6 +523,10 @@ fn print_run(r: &Value) {
         "finished_at",
     ] {
         println!("{name:<14}{}", field(name));
+        if name == "completion" {
+            println!("{:<14}{}", "reason", field("completion_reason"));
+            println!("{:<14}{}", "steps", field("step_counts"));
+        }
     }
     let u = &r["usage"];
     println!(

@@ -91,6 +91,9 @@ error_codes! {
     LoopDetected = "loop_detected", false;
     /// A reactive run needed a new plan past its `max_replans`.
     ReplanLimitExceeded = "replan_limit_exceeded", false;
+    /// A new plan version did only part of the task (its re-planner said so), for a reason
+    /// that was not a step's failure (e.g. a run wrapped up near its limit).
+    TaskIncomplete = "task_incomplete", false;
     /// A `handoff` step's agents handed off more than its `max_transitions`.
     HandoffLimitExceeded = "handoff_limit_exceeded", false;
     // Models.

@@ -329,6 +329,12 @@ pub struct ErrorData {
 pub struct FinalData {
     pub status: RunStatus,
     pub completion: Completion,
+    /// Why the run ended with its `completion`, in a sentence.
+    #[serde(default)]
+    pub completion_reason: Option<String>,
+    /// What the plan's top-level steps came to (`null` for runs that ran no plan).
+    #[serde(default)]
+    pub step_counts: Option<super::run::StepCounts>,
     pub output: Option<Value>,
     pub usage: Usage,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -24,5 +24,6 @@ pub use history::StepAttempt;
 pub use ids::{RunId, StepId, Tenant};
 pub use plan::{BackoffStrategy, Plan, PlanSettings, RetryPolicy, Step, StepKind, StepStatus};
 pub use run::{
-    Completion, Counters, Limits, Orchestration, Run, RunStatus, SelectedBy, Selection, Usage,
+    Completion, Counters, Limits, Orchestration, Run, RunStatus, SelectedBy, Selection, StepCounts,
+    Usage,
 };

@@ -176,6 +176,15 @@ pub struct PlanChange {
     /// For `restore`: the version gone back to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_version: Option<u32>,
+    /// The re-planner's word on whether the new version still does the whole task (`false`:
+    /// it does part of it, or only says what could not be done). Versions stored before it
+    /// was asked read `true`.
+    #[serde(default = "whole_task")]
+    pub completes_task: bool,
+}
+
+fn whole_task() -> bool {
+    true
 }
 
 #[cfg(test)]

@@ -277,6 +277,16 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
+/// What a plan run's top-level steps came to, over all its plan versions: each step id counts
+/// once, by how its last attempt ended. A step dropped by a new plan version before it ended,
+/// cut off, or never started counts as skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StepCounts {
+    pub completed: u32,
+    pub failed: u32,
+    pub skipped: u32,
+}
+
 /// The run object of the API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Run {
@@ -284,6 +294,11 @@ pub struct Run {
     pub id: RunId,
     pub status: RunStatus,
     pub completion: Option<Completion>,
+    /// Why the run ended with its `completion`, in a sentence (set when terminal).
+    pub completion_reason: Option<String>,
+    /// What its plan's top-level steps came to (set when a plan run ends; `null` for runs
+    /// that ran no plan).
+    pub step_counts: Option<StepCounts>,
     /// The orchestration running the run: the request's, or what `auto` resolved to (`auto`
     /// only while the model is still to be asked).
     pub orchestration: Orchestration,

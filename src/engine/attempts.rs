@@ -422,6 +422,7 @@ impl RunContext {
                 "the server stopped during this attempt",
             )),
         );
+        let mut given_back = 0;
         for mut record in open {
             let result = match record.path.as_deref().unwrap_or_default() {
                 "" => kept.steps.get(&record.step_id),
@@ -434,7 +435,10 @@ impl RunContext {
                 Some(r) if r.status == StepStatus::Failed => {
                     AttemptEnd::closed(StepStatus::Failed, r.error.clone())
                 }
-                _ => interrupted.clone(),
+                _ => {
+                    given_back += 1;
+                    interrupted.clone()
+                }
             };
             let ran = (crate::domain::now() - record.started_at)
                 .to_std()
@@ -442,6 +446,12 @@ impl RunContext {
             let event = end_record(&mut record, &end, ran, Duration::ZERO);
             self.store_attempt(&record).await;
             self.emit(record_key(&record).as_deref(), event).await;
+        }
+        if given_back > 0 {
+            // The step runs again as its next attempt: the stop, not the run, cost this one,
+            // so it does not count against `max_steps` twice.
+            self.give_back_steps(given_back);
+            self.save_counters().await;
         }
     }
 

@@ -496,6 +496,15 @@ impl RunContext {
             .is_ok()
     }
 
+    /// Takes back `n` counted step attempts (attempts a stop interrupted, which run again).
+    pub(super) fn give_back_steps(&self, n: u64) {
+        let _ = self
+            .steps_started
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |m| {
+                Some(m.saturating_sub(n))
+            });
+    }
+
     /// Counts one step attempt against `max_steps`; an error once the limit is passed.
     pub(super) fn take_step(&self) -> Result<(), RunError> {
         let taken = self

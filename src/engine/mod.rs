@@ -243,6 +243,8 @@ impl Engine {
             id: RunId::new(),
             status: RunStatus::Queued,
             completion: None,
+            completion_reason: None,
+            step_counts: None,
             orchestration: selected
                 .as_ref()
                 .map_or(Orchestration::Auto, |s| s.orchestration),

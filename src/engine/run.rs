@@ -191,6 +191,26 @@ async fn completed_so_far(ctx: &RunContext) -> Option<serde_json::Value> {
     }
 }
 
+/// What a plan run's stored history says about its end (see [`completion::account`]);
+/// `None` for a run that ran no plan, or whose history could not be read (logged).
+async fn account_of(ctx: &RunContext) -> Option<completion::Account> {
+    // Attempts closed just now, and everything queued before, are read back.
+    ctx.services.hub.flush().await;
+    let store = ctx.services.store();
+    let read = async {
+        let plans = store.list_plans(ctx.run_id).await?;
+        if plans.is_empty() {
+            return Ok(None);
+        }
+        let attempts = store.step_attempts(ctx.run_id).await?;
+        Ok::<_, crate::store::Error>(Some(completion::account(&plans, &attempts)))
+    };
+    read.await.unwrap_or_else(|e| {
+        tracing::warn!(error = ?e, "could not read the run's history to count its steps");
+        None
+    })
+}
+
 /// Ends a run: closes open step attempts, then writes the terminal row with its `final` event
 /// atomically, after every earlier event is durable, and only then broadcasts `final`.
 pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
@@ -206,7 +226,7 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
         }
         _ => None,
     };
-    let (completion, output, error) = conclude(ending);
+    let (mut completion, output, mut error) = conclude(ending);
     let output = output.or(kept);
     if let Some(err) = &error {
         let step_status = match completion {
@@ -215,11 +235,24 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
         };
         ctx.close_open_attempts(step_status, err).await;
     }
+    let account = account_of(ctx).await;
+    if completion == Completion::Success
+        && let Some(short) = account.as_ref().and_then(|a| a.short.clone())
+    {
+        completion = Completion::Partial;
+        error = Some(short);
+    }
+    let reason = match &error {
+        Some(err) => err.message.clone(),
+        None => completion::success_reason(account.as_ref()),
+    };
     let status = completion.status();
     ctx.emit(None, Payload::status(status)).await;
     let mut run = ctx.run();
     run.status = status;
     run.completion = Some(completion);
+    run.completion_reason = Some(reason);
+    run.step_counts = account.map(|a| a.counts);
     run.output = output;
     run.error = error;
     run.finished_at = Some(crate::domain::now());
@@ -232,6 +265,8 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     let data = FinalData {
         status,
         completion,
+        completion_reason: run.completion_reason.clone(),
+        step_counts: run.step_counts,
         output: run.output.clone(),
         usage: run.usage,
         error: run.error.clone(),

@@ -32,6 +32,9 @@ pub struct PlanRecord {
     pub diff: Option<PlanDiff>,
     /// For `restore`: the version gone back to.
     pub restored_version: Option<u32>,
+    /// The re-planner's word on whether this version still does the whole task (`null` for
+    /// the first).
+    pub completes_task: Option<bool>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -78,6 +81,7 @@ impl Store {
         rows.iter()
             .map(|r| {
                 let change: Option<PlanChange> = parse_opt_json(r.try_get("change")?)?;
+                let completes_task = change.as_ref().map(|c| c.completes_task);
                 let (trigger, strategy, explanation, diff, restored_version) = match change {
                     Some(c) => (
                         Some(c.trigger),
@@ -97,6 +101,7 @@ impl Store {
                     explanation,
                     diff,
                     restored_version,
+                    completes_task,
                     created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
                 })
             })

@@ -1022,8 +1022,9 @@ where
     sqlx::query(
         "UPDATE runs SET status = $1, completion = $2, orchestration = $3, selection = $4, output = $5,
             error = $6, plan_version = $7, prompt_tokens = $8, completion_tokens = $9, llm_calls = $10,
-            tool_calls = $11, started_at = $12, finished_at = $13
-         WHERE id = $14",
+            tool_calls = $11, started_at = $12, finished_at = $13, completion_reason = $14,
+            step_counts = $15
+         WHERE id = $16",
     )
     .bind(run.status.as_str())
     .bind(run.completion.map(|c| c.as_str()))
@@ -1038,6 +1039,8 @@ where
     .bind(run.usage.tool_calls as i64)
     .bind(run.started_at.map(fmt_time))
     .bind(run.finished_at.map(fmt_time))
+    .bind(&run.completion_reason)
+    .bind(run.step_counts.as_ref().map(to_json))
     .bind(run.id.to_string())
     .execute(exec)
     .await?;
@@ -1067,6 +1070,8 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
         id,
         status,
         completion,
+        completion_reason: r.try_get("completion_reason")?,
+        step_counts: parse_opt_json(r.try_get("step_counts")?)?,
         orchestration,
         selected: parse_opt_json::<Selection>(r.try_get("selection")?)?,
         input: parse_json(&r.try_get::<String, _>("input")?)?,

@@ -120,6 +120,8 @@ mod tests {
             id: RunId::new(),
             status: RunStatus::Running,
             completion: None,
+            completion_reason: None,
+            step_counts: None,
             orchestration: Orchestration::Simple,
             selected: None,
             input: json!("x"),

@@ -38,6 +38,8 @@ impl Fixture {
             id: RunId::new(),
             status: RunStatus::Running,
             completion: None,
+            completion_reason: None,
+            step_counts: None,
             orchestration: Orchestration::Fixed,
             selected: None,
             input: json!("x"),

@@ -1,8 +1,11 @@
 //! What a run reports is what happened: every event of nested work carries its path, live and
-//! in history.
+//! in history; a run's `completion`, its reason and its step counts follow from what its steps
+//! did, at every nesting level and across a kill -9; a limit keeps what completed.
 
 use serde_json::{Value, json};
 
+use crate::support::scripted_llm::{Reply, ScriptedLlm};
+use crate::support::server::Server;
 use crate::support::*;
 
 /// Steps at every nesting level, each calling a tool or the model: children of `sequential`,
@@ -133,4 +136,224 @@ async fn a_run_ended_by_a_limit_keeps_what_completed() {
         let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
         assert_eq!(run["output"], fin["output"], "the run object keeps it too");
     }
+}
+
+/// `completion`, `completion_reason` and `step_counts` agree in the final event and the run
+/// object; the final event's data.
+async fn final_and_run(app: &TestApp, body: Value) -> Value {
+    let events = app.stream_run(body).await;
+    let fin = final_data(&events);
+    let id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    for key in [
+        "completion",
+        "completion_reason",
+        "step_counts",
+        "output",
+        "error",
+    ] {
+        assert_eq!(
+            run[key], fin[key],
+            "{key}: the run object says what `final` said"
+        );
+    }
+    fin
+}
+
+fn counts(completed: u64, failed: u64, skipped: u64) -> Value {
+    json!({ "completed": completed, "failed": failed, "skipped": skipped })
+}
+
+/// The README's reactive example: `read` fails, the offline re-planner replaces it and all
+/// that needed it by one step that says what could not be done. That is not the task done.
+#[tokio::test]
+async fn a_recovery_answer_standing_in_for_the_task_is_partial_and_says_why() {
+    let app = spawn_app(|_| {}).await;
+    let fin = final_and_run(
+        &app,
+        json!({ "input": "read missing.txt, analyse it, then write a summary",
+                "orchestration": "reactive" }),
+    )
+    .await;
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    assert_eq!(fin["completion"], "partial", "{fin}");
+    assert_eq!(fin["error"]["code"], "file_not_found", "{fin}");
+    let reason = fin["completion_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("not done") && reason.contains("`read`") && reason.contains("version 2"),
+        "{reason}"
+    );
+    // read failed; measure, analyse, summarise and answer never ran; recover completed.
+    assert_eq!(fin["step_counts"], counts(1, 1, 4), "{fin}");
+}
+
+/// A failure is `partial` under continue-on-failure wherever it happens: a top-level step, or
+/// a child of `sequential`, `parallel`, `loop` or a nested workflow failing its parent. A
+/// branch not taken is not a failure.
+#[tokio::test]
+async fn completion_and_counts_say_what_happened_at_every_nesting_level() {
+    let app = spawn_app(|_| {}).await;
+    let bad = calc("bad", "1 / 0");
+    let after = json!({ "id": "after", "kind": "tool", "depends_on": ["failing"],
+        "input": { "tool": "math.calculate", "arguments": { "expression": "1" } } });
+    let nestings = [
+        bad.clone(),
+        json!({ "id": "seq", "kind": "sequential", "input": { "steps": [calc("ok", "1"), bad.clone()] } }),
+        json!({ "id": "par", "kind": "parallel", "input": { "steps": [calc("ok", "1"), bad.clone()] } }),
+        json!({ "id": "lp", "kind": "loop", "input": { "for_each": [1], "max_iterations": 1,
+            "steps": [bad.clone()] } }),
+        json!({ "id": "wf", "kind": "workflow", "input": { "workflow": "inner" } }),
+    ];
+    for failing in nestings {
+        let mut failing = failing;
+        let where_ = failing["id"].as_str().unwrap().to_owned();
+        failing["id"] = json!("failing");
+        let plan = json!({
+            "settings": { "stop_on_first_failure": false },
+            "workflows": { "inner": { "name": "inner", "steps": [calc("w", "1"), bad.clone()] } },
+            "steps": [calc("first", "2 + 2"), failing, after.clone()],
+            "output": "{{ steps.first.output.result }}",
+        });
+        let fin = final_and_run(
+            &app,
+            json!({ "input": "go", "orchestration": "fixed", "plan": plan }),
+        )
+        .await;
+        assert_eq!(fin["completion"], "partial", "{where_}: {fin}");
+        assert_eq!(fin["output"], 4, "{where_}: {fin}");
+        assert_eq!(fin["error"]["code"], "math_error", "{where_}: {fin}");
+        let reason = fin["completion_reason"].as_str().unwrap();
+        assert!(reason.contains("`failing`"), "{where_}: {reason}");
+        // first completed; failing failed; after, which needed it, was skipped.
+        assert_eq!(fin["step_counts"], counts(1, 1, 1), "{where_}: {fin}");
+    }
+
+    let branching = json!({ "steps": [
+        { "id": "pick", "kind": "branch", "input": { "condition": "1 == 1",
+          "then": ["yes"], "else": ["no"] } },
+        { "id": "yes", "kind": "tool", "depends_on": ["pick"],
+          "input": { "tool": "math.calculate", "arguments": { "expression": "1" } } },
+        { "id": "no", "kind": "tool", "depends_on": ["pick"],
+          "input": { "tool": "math.calculate", "arguments": { "expression": "2" } } },
+    ] });
+    let fin = final_and_run(
+        &app,
+        json!({ "input": "go", "orchestration": "fixed", "plan": branching }),
+    )
+    .await;
+    assert_eq!(fin["completion"], "success", "{fin}");
+    assert_eq!(fin["step_counts"], counts(2, 0, 1), "{fin}");
+    assert_eq!(
+        fin["completion_reason"], "2 steps completed, 1 skipped",
+        "{fin}"
+    );
+
+    let simple = final_and_run(&app, json!({ "input": "hello", "orchestration": "simple" })).await;
+    assert_eq!(simple["completion"], "success", "{simple}");
+    assert_eq!(
+        simple["step_counts"],
+        Value::Null,
+        "a run with no plan has no steps to count"
+    );
+    assert_eq!(
+        simple["completion_reason"], "the model answered",
+        "{simple}"
+    );
+}
+
+/// A re-planner's answer says whether the new plan does the whole task; the run is judged on
+/// its whole history after a kill -9 and a resume, and a limit keeps what completed then too.
+#[tokio::test]
+async fn completion_and_limits_hold_across_a_kill_9() {
+    let llm = ScriptedLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
+    let base = llm.base_url();
+    let env = [
+        ("ORCA_LLM__PROVIDER", "openai"),
+        ("OPENAI_BASE_URL", base.as_str()),
+        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
+    ];
+    let server = Server::start_with(dir.path(), &env).await;
+    let read = json!({ "id": "read", "kind": "tool", "depends_on": ["fact"],
+        "input": { "tool": "fs.read", "arguments": { "path": "missing.txt" } } });
+    let ask = json!({ "id": "ask", "kind": "user_input", "depends_on": ["fact"],
+        "input": { "prompt": "The file is missing. Say so?" } });
+    let v1 = json!({ "steps": [calc("fact", "6 * 7"), read] });
+    let start = |body: Value| {
+        let resp = server
+            .client
+            .post(server.url("/v1/runs"))
+            .json(&body)
+            .send();
+        async move {
+            let run: Value = resp.await.unwrap().json().await.unwrap();
+            run["id"].as_str().unwrap().to_owned()
+        }
+    };
+    // Two reactive runs whose step `read` failed; each re-planner answer puts a question in
+    // its place, once as the whole task and once as a stand-in for it.
+    let mut waiting = Vec::new();
+    for (completes_task, completion) in [(false, "partial"), (true, "success")] {
+        llm.push(Reply::json(
+            json!({ "strategy": "alternative", "reason": "ask instead",
+            "completes_task": completes_task,
+            "plan": { "steps": [calc("fact", "6 * 7"), ask.clone()] } }),
+        ));
+        let id = start(json!({ "input": "x", "orchestration": "reactive", "plan": v1 })).await;
+        drop(server.until_asked(&id, 1).await);
+        waiting.push((id, completion));
+    }
+    // A fixed plan that passes its step limit after the question.
+    let mut b = calc("b", "1 + 1");
+    b["depends_on"] = json!(["ask"]);
+    let mut c = calc("c", "2 + 2");
+    c["depends_on"] = json!(["b"]);
+    let mut asked = ask.clone();
+    asked["depends_on"] = json!(["a"]);
+    let limited = start(json!({ "input": "x", "orchestration": "fixed",
+        "plan": { "steps": [calc("a", "1"), asked, b, c] }, "limits": { "max_steps": 3 } }))
+    .await;
+    drop(server.until_asked(&limited, 1).await);
+    server.kill();
+
+    let server = Server::start_with(dir.path(), &env).await;
+    let run_of = |id: &str| {
+        let resp = server
+            .client
+            .get(server.url(&format!("/v1/runs/{id}")))
+            .send();
+        async move { resp.await.unwrap().json::<Value>().await.unwrap() }
+    };
+    for (id, completion) in waiting {
+        let fin = server.answered_to_final(&id, 1, "ask", json!("yes")).await;
+        assert_eq!(fin["completion"], completion, "{fin}");
+        // fact completed (kept by version 2), read failed, ask completed.
+        assert_eq!(fin["step_counts"], counts(2, 1, 0), "{fin}");
+        let reason = fin["completion_reason"].as_str().unwrap();
+        if completion == "partial" {
+            assert_eq!(fin["error"]["code"], "file_not_found", "{fin}");
+            assert!(
+                reason.contains("does only part of it (ask instead)"),
+                "{reason}"
+            );
+        } else {
+            assert_eq!(
+                reason,
+                "2 steps completed; plan version 2 did the whole task after 1 step failed in an earlier version"
+            );
+        }
+        let run = run_of(&id).await;
+        for key in ["completion", "completion_reason", "step_counts"] {
+            assert_eq!(run[key], fin[key], "{key}");
+        }
+    }
+    let fin = server
+        .answered_to_final(&limited, 1, "ask", json!("yes"))
+        .await;
+    assert_eq!(fin["error"]["code"], "step_limit_exceeded", "{fin}");
+    let kept: Vec<&String> = fin["output"].as_object().unwrap().keys().collect();
+    assert_eq!(kept, ["a", "ask", "b"], "{fin}");
+    assert_eq!(fin["step_counts"], counts(3, 0, 1), "{fin}");
+    assert_eq!(run_of(&limited).await["output"], fin["output"]);
 }

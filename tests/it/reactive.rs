@@ -12,7 +12,8 @@ use crate::support::*;
 
 fn replan(strategy: &str, plan: Value) -> Reply {
     Reply::json(
-        json!({ "strategy": strategy, "reason": format!("{strategy} it is"), "plan": plan }),
+        json!({ "strategy": strategy, "reason": format!("{strategy} it is"), "completes_task": true,
+                "plan": plan }),
     )
 }
 
@@ -299,7 +300,7 @@ async fn the_user_asks_for_a_new_plan_while_the_run_waits_for_input() {
 async fn the_same_failure_after_a_retry_ends_the_run_as_a_loop_keeping_what_completed() {
     let llm = ScriptedLlm::start().await;
     llm.push(Reply::json(
-        json!({ "strategy": "retry", "reason": "maybe it was passing" }),
+        json!({ "strategy": "retry", "reason": "maybe it was passing", "completes_task": true }),
     ));
     let app = spawn_app(|c| use_scripted(c, &llm)).await;
     let v1 = json!({ "steps": [calc("ok", &[], "1 + 1"), read("bad", &["ok"], "missing.txt")] });
@@ -397,7 +398,7 @@ async fn an_answer_breaking_the_rules_is_sent_back_and_repaired() {
     let llm = ScriptedLlm::start().await;
     // Not allowed for a failure by this policy.
     llm.push(Reply::json(
-        json!({ "strategy": "retry", "reason": "again" }),
+        json!({ "strategy": "retry", "reason": "again", "completes_task": true }),
     ));
     // Changes a completed step.
     llm.push(replan(
@@ -460,7 +461,7 @@ async fn restore_goes_back_to_an_earlier_version() {
         "alternative",
         json!({ "steps": [calc("ok", &[], "1 + 1"), read("other", &["ok"], "missing.txt")] }),
     ));
-    llm.push(Reply::json(json!({ "strategy": "restore", "reason": "the first plan was better", "restore_version": 1 })));
+    llm.push(Reply::json(json!({ "strategy": "restore", "reason": "the first plan was better", "completes_task": true, "restore_version": 1 })));
     let app = spawn_probed_app(None, &probe, |c| use_scripted(c, &llm)).await;
     let events = run_plan(&app, "reactive", &v1, json!({})).await;
     let fin = final_data(&events);
@@ -632,6 +633,9 @@ async fn the_offline_model_re_plans_after_a_failure_and_on_the_users_word() {
         .await;
     let fin = final_data(&events);
     assert_eq!(fin["status"], "succeeded", "{fin}");
+    // A recovery answer stands in for the task: the run says so.
+    assert_eq!(fin["completion"], "partial", "{fin}");
+    assert_eq!(fin["error"]["code"], "file_not_found", "{fin}");
     let output = fin["output"].as_str().unwrap();
     assert!(
         output.contains("could not finish") && output.contains("`read`"),
@@ -661,6 +665,8 @@ async fn the_offline_model_re_plans_after_a_failure_and_on_the_users_word() {
     assert_eq!(status, 202);
     let fin = final_data(&to_final(reader).await);
     assert_eq!(fin["status"], "succeeded", "{fin}");
+    // The user's word redefines the task: the revised plan does all of it.
+    assert_eq!(fin["completion"], "success", "{fin}");
     let output = fin["output"].as_str().unwrap();
     assert!(
         output.starts_with("Revised as you asked. just tell me the fact"),

@@ -430,6 +430,7 @@ fn version_of(record: PlanRecord) -> Version {
             explanation: record.explanation.unwrap_or_default(),
             diff,
             restored_version: record.restored_version,
+            completes_task: record.completes_task.unwrap_or(true),
         }),
         _ => None,
     };

@@ -50,6 +50,9 @@ struct Answer {
     plan: Option<Value>,
     #[serde(default)]
     restore_version: Option<u32>,
+    /// Whether the new version still does the whole task; asked for, never assumed.
+    #[serde(default)]
+    completes_task: Option<bool>,
 }
 
 /// Asks for the version after `versions.last()`, answering `trigger`. `Ok(Err(problems))`
@@ -113,7 +116,7 @@ fn read_answer(doc: &Value) -> Result<Answer, Problem> {
         Problem::new(
             "",
             format!(
-                "the answer must be {{\"strategy\", \"reason\", \"plan\" or \"restore_version\"}}: {e}"
+                "the answer must be {{\"strategy\", \"reason\", \"completes_task\", \"plan\" or \"restore_version\"}}: {e}"
             ),
         )
     })
@@ -179,6 +182,13 @@ impl Rules<'_> {
                 ),
             )]);
         }
+        let Some(completes_task) = answer.completes_task else {
+            return Err(vec![Problem::new(
+                "/completes_task",
+                "say whether the new plan still does the whole task (`true`) or only part of it, \
+                 or only what could not be done (`false`)",
+            )]);
+        };
         let current = self.versions.last().expect("a run re-plans a plan it has");
         let (doc, restored_version) = self.new_document(&answer, current)?;
         let plan = plan::validate_plan(&doc, self.ctx.services.catalog()).map_err(|problems| {
@@ -194,6 +204,7 @@ impl Rules<'_> {
             explanation: answer.reason,
             diff: PlanDiff::between(&current.doc, &doc),
             restored_version,
+            completes_task,
         };
         Ok(Replanned { doc, plan, change })
     }

@@ -807,6 +807,8 @@ mod tests {
             id: RunId::new(),
             status: RunStatus::Running,
             completion: None,
+            completion_reason: None,
+            step_counts: None,
             orchestration: Orchestration::Fixed,
             selected: None,
             input: spec.input.clone(),

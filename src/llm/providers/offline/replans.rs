@@ -8,6 +8,9 @@
 //!   completed steps are kept and the rest replaced by one `revise` step that answers the
 //!   request from what was done.
 //!
+//! Only a plan for the user's word says it completes the task (`completes_task`): a recovery
+//! step stands in for work it does not do, and a plan wrapped up near a limit leaves work out.
+//!
 //! Everything here is a pure function of the prompt.
 
 use std::collections::BTreeSet;
@@ -49,18 +52,27 @@ pub fn replan_for(prompt: &str) -> Value {
             recovered(&plan, failed, trigger),
         )
     };
+    // A recovery step only says what could not be done, and a plan wrapped up early near a
+    // limit leaves work out: neither does the whole task. The user's word redefines the task.
+    let completes_task = kind == "user";
     match strategy.as_deref() {
-        Some("retry") => {
-            json!({ "strategy": "retry", "reason": "The failure may pass; trying again." })
-        }
+        Some("retry") => json!({
+            "strategy": "retry",
+            "reason": "The failure may pass; trying again.",
+            "completes_task": true,
+        }),
         Some(strategy) => json!({
             "strategy": strategy,
             "reason": format!("A new plan for: {trigger}"),
+            "completes_task": completes_task,
             "plan": new_plan,
         }),
-        None => {
-            json!({ "strategy": "restore", "reason": "Going back to the first plan.", "restore_version": 1 })
-        }
+        None => json!({
+            "strategy": "restore",
+            "reason": "Going back to the first plan.",
+            "completes_task": true,
+            "restore_version": 1,
+        }),
     }
 }
 
@@ -208,6 +220,10 @@ mod tests {
             .map(id_of)
             .collect();
         assert_eq!(ids, ["recover"]);
+        assert_eq!(
+            answer["completes_task"], false,
+            "a recovery step stands in for the task"
+        );
         let prompt_text = answer["plan"]["steps"][0]["input"]["prompt"]
             .as_str()
             .unwrap();
@@ -215,7 +231,8 @@ mod tests {
         let only_retry = replan_for(&prompt(trigger, r#"["retry"]"#, &five(), &json!({})));
         assert_eq!(
             only_retry,
-            json!({ "strategy": "retry", "reason": "The failure may pass; trying again." })
+            json!({ "strategy": "retry", "reason": "The failure may pass; trying again.",
+                    "completes_task": true })
         );
     }
 
