@@ -455,6 +455,29 @@ impl RunContext {
         }
     }
 
+    /// The input of the last completed attempt of the step `step_id` at `path` (`""`: the top
+    /// level), read back from the store once what is queued is written: how a finished step
+    /// was asked, for a later step that needs it, after a restart too.
+    pub async fn completed_input(&self, path: &str, step_id: &str) -> Option<serde_json::Value> {
+        self.services.hub.flush().await;
+        let attempts = match self.services.store().step_attempts(self.run_id).await {
+            Ok(attempts) => attempts,
+            Err(e) => {
+                tracing::warn!(error = ?e, step_id, "could not read a finished step's input");
+                return None;
+            }
+        };
+        attempts
+            .into_iter()
+            .filter(|a| {
+                a.step_id == step_id
+                    && a.path.as_deref().unwrap_or_default() == path
+                    && a.status == StepStatus::Completed
+            })
+            .max_by_key(|a| (a.plan_version, a.attempt))
+            .and_then(|a| a.input)
+    }
+
     async fn store_attempt(&self, record: &StepAttempt) {
         self.record(Record::Attempt(self.run_id, Box::new(record.clone())))
             .await;

@@ -357,3 +357,96 @@ async fn completion_and_limits_hold_across_a_kill_9() {
     assert_eq!(fin["step_counts"], counts(3, 0, 1), "{fin}");
     assert_eq!(run_of(&limited).await["output"], fin["output"]);
 }
+
+/// An agent's `history` hands over whole exchanges (each earlier agent's prompt, then its
+/// answer), at the top level and inside a `sequential` and a `loop` step, and after a kill -9
+/// between the draft and the edit (the draft's prompt is read back from the stored history).
+#[tokio::test]
+async fn an_agents_history_is_whole_exchanges_at_every_level_and_after_a_kill_9() {
+    let llm = ScriptedLlm::start().await;
+    for draft in ["draft one", "draft two", "draft three"] {
+        llm.push_for("You are the writer", Reply::text(draft));
+    }
+    for edit in ["edit one", "edit two", "edit three"] {
+        llm.push_for("You are the editor", Reply::text(edit));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let base = llm.base_url();
+    let env = [
+        ("ORCA_LLM__PROVIDER", "openai"),
+        ("OPENAI_BASE_URL", base.as_str()),
+        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
+    ];
+    let server = Server::start_with(dir.path(), &env).await;
+    let agent = |id: &str, who: &str, prompt: &str, history: &[&str]| {
+        json!({ "id": id, "kind": "agent",
+                "input": { "agent": who, "prompt": prompt, "history": history } })
+    };
+    let with_deps = |mut step: Value, deps: &[&str]| {
+        step["depends_on"] = json!(deps);
+        step
+    };
+    let plan = json!({
+        "agents": {
+            "writer": { "description": "Writes.", "instructions": "You are the writer." },
+            "editor": { "description": "Edits.", "instructions": "You are the editor." },
+        },
+        "steps": [
+            agent("w", "writer", "Draft a line about {{ input }}", &[]),
+            { "id": "ask", "kind": "user_input", "depends_on": ["w"], "input": { "prompt": "Edit?" } },
+            with_deps(agent("e", "editor", "Tighten it", &["w"]), &["ask"]),
+            { "id": "seq", "kind": "sequential", "depends_on": ["e"], "input": { "steps": [
+                agent("w2", "writer", "Draft another", &[]),
+                agent("e2", "editor", "Tighten that one", &["w2"]) ] } },
+            { "id": "lp", "kind": "loop", "depends_on": ["seq"], "input": {
+                "for_each": ["rain"], "max_iterations": 1, "steps": [
+                agent("w3", "writer", "Draft about {{ local.item }}", &[]),
+                agent("e3", "editor", "Tighten the {{ local.item }} one", &["w3"]) ] } },
+        ]
+    });
+    let body = json!({ "input": "the sea", "orchestration": "fixed", "plan": plan });
+    let resp = server
+        .client
+        .post(server.url("/v1/runs"))
+        .json(&body)
+        .send();
+    let id = resp.await.unwrap().json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    drop(server.until_asked(&id, 1).await);
+    server.kill();
+
+    let server = Server::start_with(dir.path(), &env).await;
+    let fin = server.answered_to_final(&id, 1, "ask", json!("yes")).await;
+    assert_eq!(fin["completion"], "success", "{fin}");
+    let edits: Vec<Vec<(String, String)>> = llm
+        .requests()
+        .iter()
+        .filter(|r| r["messages"][0]["content"] == "You are the editor.")
+        .map(|r| {
+            r["messages"].as_array().unwrap()[1..]
+                .iter()
+                .map(|m| {
+                    let text = m["content"].as_str().unwrap_or_default().to_owned();
+                    (m["role"].as_str().unwrap().to_owned(), text)
+                })
+                .collect()
+        })
+        .collect();
+    let exchange = |asked: &str, draft: &str, now: &str| {
+        vec![
+            ("user".to_owned(), asked.to_owned()),
+            ("assistant".to_owned(), draft.to_owned()),
+            ("user".to_owned(), now.to_owned()),
+        ]
+    };
+    assert_eq!(
+        edits,
+        [
+            exchange("Draft a line about the sea", "draft one", "Tighten it"),
+            exchange("Draft another", "draft two", "Tighten that one"),
+            exchange("Draft about rain", "draft three", "Tighten the rain one"),
+        ]
+    );
+}

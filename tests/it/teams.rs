@@ -153,19 +153,31 @@ async fn sequential_accumulate_history() {
     ]});
     let fin = final_data(&run_fixed(&app, plan, json!("brainstorm")).await);
     assert_eq!(fin["status"], "succeeded", "{fin}");
-    let c = &after_opening(&asked(&llm, "agent c")[0]);
+    // Whole exchanges: each earlier agent's prompt (the run input by default) and answer.
+    let c = &asked(&llm, "agent c")[0];
     let roles: Vec<&str> = c.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["system", "assistant", "assistant", "user"]);
-    assert_eq!(c[1]["content"], "first idea");
-    assert_eq!(c[2]["content"], "second idea");
     assert_eq!(
-        c[3]["content"], "brainstorm",
-        "the run input is the default prompt"
+        roles,
+        ["system", "user", "assistant", "user", "assistant", "user"]
+    );
+    let contents: Vec<&str> = c[1..]
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            "brainstorm",
+            "first idea",
+            "brainstorm",
+            "second idea",
+            "brainstorm"
+        ]
     );
     assert_eq!(
-        after_opening(&asked(&llm, "agent b")[0]).len(),
-        3,
-        "b saw a's answer only"
+        asked(&llm, "agent b")[0].len(),
+        4,
+        "b saw a's exchange only"
     );
 }
 

@@ -36,15 +36,20 @@ pub(crate) async fn run(
         Some(t) => frame.resolve_text(locals, t)?,
         None => input_text(&frame.input),
     };
-    // A sequential team's history: what the earlier agents answered, oldest first.
+    // A sequential team's history: the earlier agents' exchanges (how each was asked, what it
+    // answered), oldest first.
     let mut messages = Vec::new();
     for id in &step.history {
-        if let Some(output) = frame.output_of(locals, id.as_str()) {
-            messages.push(Message::Assistant {
-                content: text_of(&output),
-                tool_calls: Vec::new(),
-            });
+        let Some(output) = frame.output_of(locals, id.as_str()) else {
+            continue;
+        };
+        if let Some(asked) = asked_of(frame, locals, id.as_str()).await {
+            messages.push(Message::User { content: asked });
         }
+        messages.push(Message::Assistant {
+            content: text_of(&output),
+            tool_calls: Vec::new(),
+        });
     }
     messages.push(Message::User {
         content: prompt.clone(),
@@ -73,6 +78,17 @@ pub(crate) async fn run(
         input.insert("audit".into(), Value::Array(end.audit));
     }
     Ok(end.value)
+}
+
+/// The prompt an earlier agent step `id` was given: it sits beside this step (at
+/// `locals.path`) or at the top level.
+async fn asked_of(frame: &Frame<'_>, locals: Locals<'_>, id: &str) -> Option<String> {
+    let ctx = frame.ctx;
+    let mut input = ctx.completed_input(locals.path, id).await;
+    if input.is_none() && !locals.path.is_empty() {
+        input = ctx.completed_input("", id).await;
+    }
+    input?.get("prompt")?.as_str().map(str::to_owned)
 }
 
 pub(crate) async fn workflow(
