@@ -317,6 +317,7 @@ async fn completion_and_limits_hold_across_a_kill_9() {
     drop(server.until_asked(&limited, 1).await);
     server.kill();
 
+    // Resumed, each run asks again (its second `input_required`) before it takes the answer.
     let server = Server::start_with(dir.path(), &env).await;
     let run_of = |id: &str| {
         let resp = server
@@ -326,7 +327,7 @@ async fn completion_and_limits_hold_across_a_kill_9() {
         async move { resp.await.unwrap().json::<Value>().await.unwrap() }
     };
     for (id, completion) in waiting {
-        let fin = server.answered_to_final(&id, 1, "ask", json!("yes")).await;
+        let fin = server.answered_to_final(&id, 2, "ask", json!("yes")).await;
         assert_eq!(fin["completion"], completion, "{fin}");
         // fact completed (kept by version 2), read failed, ask completed.
         assert_eq!(fin["step_counts"], counts(2, 1, 0), "{fin}");
@@ -349,7 +350,7 @@ async fn completion_and_limits_hold_across_a_kill_9() {
         }
     }
     let fin = server
-        .answered_to_final(&limited, 1, "ask", json!("yes"))
+        .answered_to_final(&limited, 2, "ask", json!("yes"))
         .await;
     assert_eq!(fin["error"]["code"], "step_limit_exceeded", "{fin}");
     let kept: Vec<&String> = fin["output"].as_object().unwrap().keys().collect();
@@ -418,7 +419,7 @@ async fn an_agents_history_is_whole_exchanges_at_every_level_and_after_a_kill_9(
     server.kill();
 
     let server = Server::start_with(dir.path(), &env).await;
-    let fin = server.answered_to_final(&id, 1, "ask", json!("yes")).await;
+    let fin = server.answered_to_final(&id, 2, "ask", json!("yes")).await;
     assert_eq!(fin["completion"], "success", "{fin}");
     let edits: Vec<Vec<(String, String)>> = llm
         .requests()
