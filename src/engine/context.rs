@@ -190,6 +190,8 @@ pub struct RunContext {
     pub(super) session: std::sync::OnceLock<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// The last attempt number given, by step key (`path/id`). A std mutex: lookups only.
     pub(super) attempt_numbers: Mutex<HashMap<String, u32>>,
+    /// The buffered sinks of the run's steps (see [`super::sink`]).
+    pub(super) held: super::sink::HeldSinks,
     /// How often each (tool, canonical arguments, result) came back, for loop detection.
     /// A std mutex: short updates only.
     tool_repeats: Mutex<HashMap<u64, u32>>,
@@ -277,6 +279,7 @@ impl RunContext {
             run: Mutex::new(seed.run),
             open_attempts: Mutex::new(HashMap::new()),
             attempt_numbers: Mutex::new(HashMap::new()),
+            held: Default::default(),
             tool_repeats: Mutex::new(HashMap::new()),
             middleware: Default::default(),
             session: std::sync::OnceLock::new(),
@@ -312,8 +315,22 @@ impl RunContext {
     }
 
     /// Stamps and queues an event (persisted, then broadcast).
+    /// An event of a step first releases what is held for it and the steps enclosing it (see
+    /// [`super::sink`]), so events go out in causal order.
     pub async fn emit(&self, step_id: Option<&str>, payload: impl Into<Payload>) {
-        let ev = self.next_event(step_id, &payload.into());
+        if let Some(key) = step_id {
+            let held = self.held.enclosing(key);
+            if !held.is_empty() {
+                // Boxed: every future that emits would otherwise carry this one's size.
+                Box::pin(self.release_held(held)).await;
+            }
+        }
+        self.emit_now(step_id, payload.into()).await;
+    }
+
+    /// Stamps and queues one event, releasing nothing.
+    pub(super) async fn emit_now(&self, step_id: Option<&str>, payload: Payload) {
+        let ev = self.next_event(step_id, &payload);
         self.services.hub.append(Arc::new(ev)).await;
     }
 

@@ -7,6 +7,15 @@
 //! tool calls) writes to a live sink. Model text (`token`, `json_partial`), human-input
 //! requests and a team's `handoff` and `speaker` events never wait in a sink: they go out
 //! through [`RunContext::emit`] as they happen.
+//!
+//! Events go out in causal order all the same: every buffered sink is registered with the run
+//! under the key of the step it holds for (`path/id`), and an event that goes out live for a
+//! step first releases what the sinks of that step and of the steps enclosing it hold
+//! ([`RunContext::release_held`]). So the tool result a model round read comes before
+//! the tokens of its answer, and a child's `running` before its question, at every depth;
+//! sinks of unrelated steps (siblings in a `parallel`, other top-level steps) keep theirs.
+
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::domain::Payload;
 
@@ -17,20 +26,81 @@ use super::context::RunContext;
 pub enum EventSink {
     /// Stamped with the run's next seq and queued for persistence at once.
     Live,
-    /// Held, in order, until [`EventSink::release`] or [`EventSink::absorb`].
-    Buffered(Vec<Held>),
+    /// Held, in order, until [`EventSink::release`] or [`EventSink::absorb`], or until an
+    /// event of this step or one inside it goes out live.
+    Buffered(Arc<Held>),
+}
+
+/// The events a buffered sink holds for the step at `key`.
+#[derive(Debug)]
+pub struct Held {
+    key: String,
+    events: Mutex<Vec<HeldEvent>>,
 }
 
 /// One event held in a buffered sink.
 #[derive(Debug)]
-pub struct Held {
-    step_id: Option<String>,
-    payload: Payload,
+pub struct HeldEvent {
+    pub(super) step_id: Option<String>,
+    pub(super) payload: Payload,
+}
+
+impl Held {
+    /// Whether this sink holds for the step at `key` or for one enclosing it.
+    fn encloses(&self, key: &str) -> bool {
+        key.strip_prefix(self.key.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '[']))
+    }
+
+    fn take(&self) -> Vec<HeldEvent> {
+        std::mem::take(&mut *self.events.lock().expect("held events lock"))
+    }
+}
+
+/// The run's buffered sinks, oldest first (an enclosing step's before those inside it).
+#[derive(Debug, Default)]
+pub struct HeldSinks(Mutex<Vec<Weak<Held>>>);
+
+impl HeldSinks {
+    fn register(&self, held: &Arc<Held>) {
+        let mut sinks = self.0.lock().expect("held sinks lock");
+        sinks.retain(|w| w.strong_count() > 0);
+        sinks.push(Arc::downgrade(held));
+    }
+
+    /// The live sinks that hold for `key` or for a step enclosing it, outermost first.
+    pub(super) fn enclosing(&self, key: &str) -> Vec<Arc<Held>> {
+        let sinks = self.0.lock().expect("held sinks lock");
+        sinks
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|h| h.encloses(key))
+            .collect()
+    }
+}
+
+impl RunContext {
+    /// Sends out, in order, what `sinks` hold (those of a step and of the steps enclosing it,
+    /// [`HeldSinks::enclosing`]): everything that happened before an event of that step that
+    /// goes out now.
+    pub(super) async fn release_held(&self, sinks: Vec<Arc<Held>>) {
+        for held in sinks {
+            for h in held.take() {
+                self.emit_now(h.step_id.as_deref(), h.payload).await;
+            }
+        }
+    }
 }
 
 impl EventSink {
-    pub fn buffered() -> EventSink {
-        EventSink::Buffered(Vec::new())
+    /// A sink that holds the events of the step at `key` (its path and id).
+    pub fn buffered(ctx: &RunContext, key: &str) -> EventSink {
+        let held = Arc::new(Held {
+            key: key.to_owned(),
+            events: Mutex::new(Vec::new()),
+        });
+        ctx.held.register(&held);
+        EventSink::Buffered(held)
     }
 
     /// Emits `payload` now (live) or holds it (buffered).
@@ -42,10 +112,15 @@ impl EventSink {
     ) {
         match self {
             EventSink::Live => ctx.emit(step_id, payload).await,
-            EventSink::Buffered(held) => held.push(Held {
-                step_id: step_id.map(str::to_owned),
-                payload: payload.into(),
-            }),
+            EventSink::Buffered(held) => {
+                held.events
+                    .lock()
+                    .expect("held events lock")
+                    .push(HeldEvent {
+                        step_id: step_id.map(str::to_owned),
+                        payload: payload.into(),
+                    })
+            }
         }
     }
 
@@ -54,18 +129,42 @@ impl EventSink {
         let EventSink::Buffered(incoming) = other else {
             return;
         };
+        let incoming = incoming.take();
         match self {
             EventSink::Live => {
                 for h in incoming {
                     ctx.emit(h.step_id.as_deref(), h.payload).await;
                 }
             }
-            EventSink::Buffered(held) => held.extend(incoming),
+            EventSink::Buffered(held) => held
+                .events
+                .lock()
+                .expect("held events lock")
+                .extend(incoming),
         }
     }
 
     /// Emits every held event, in order.
     pub async fn release(self, ctx: &RunContext) {
         EventSink::Live.absorb(ctx, self).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sink_encloses_its_step_and_what_sits_inside_it_only() {
+        let held = Held {
+            key: "seq".into(),
+            events: Mutex::new(Vec::new()),
+        };
+        for inside in ["seq", "seq/l1", "seq/par/t2", "seq[0]/x"] {
+            assert!(held.encloses(inside), "{inside}");
+        }
+        for outside in ["se", "seq2", "seq2/l1", "other/seq", ""] {
+            assert!(!held.encloses(outside), "{outside}");
+        }
     }
 }

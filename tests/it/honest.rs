@@ -5,7 +5,6 @@
 use serde_json::{Value, json};
 
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
-use crate::support::server::Server;
 use crate::support::*;
 
 /// Steps at every nesting level, each calling a tool or the model: children of `sequential`,
@@ -450,4 +449,146 @@ async fn an_agents_history_is_whole_exchanges_at_every_level_and_after_a_kill_9(
             exchange("Draft about rain", "draft three", "Tighten the rain one"),
         ]
     );
+}
+
+/// Events are in causal order: every event of a step (its tokens, tool calls, questions, usage,
+/// children) comes after the step's `running` and before its end, a nested step runs inside
+/// its parent, and a tool result follows its call. Checked over a whole stream.
+fn assert_causal(events: &[Value]) {
+    let key_of = |e: &Value| -> Option<String> {
+        let id = e["step_id"].as_str()?;
+        Some(match e["path"].as_str() {
+            Some(path) => format!("{path}/{id}"),
+            None => id.to_owned(),
+        })
+    };
+    let mut open = std::collections::HashSet::new();
+    let mut calls = std::collections::HashSet::new();
+    for e in events {
+        let Some(key) = key_of(e) else { continue };
+        let (kind, seq) = (e["kind"].as_str().unwrap(), &e["seq"]);
+        if let Some(path) = e["path"].as_str() {
+            // A loop's children sit below the iteration: `lp[0]` is inside step `lp`.
+            let parent = match path.strip_suffix(']').and_then(|p| p.rsplit_once('[')) {
+                Some((step, _)) => step,
+                None => path,
+            };
+            assert!(
+                open.contains(parent),
+                "#{seq} {kind} of `{key}` outside its parent: {e}"
+            );
+        }
+        match (kind, e["data"]["status"].as_str()) {
+            ("step", Some("running")) => {
+                open.insert(key);
+            }
+            ("step", Some("skipped")) => {}
+            ("step", Some("completed" | "failed" | "cancelled")) => {
+                assert!(open.remove(&key), "#{seq} `{key}` ended before it ran: {e}");
+            }
+            _ => {
+                assert!(
+                    open.contains(&key),
+                    "#{seq} {kind} of `{key}` outside its run: {e}"
+                );
+                let call = e["data"]["call_id"].clone();
+                if kind == "tool_call" {
+                    calls.insert(call.to_string());
+                } else if kind == "tool_result" {
+                    assert!(
+                        calls.contains(&call.to_string()),
+                        "#{seq} result before its call: {e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn example(path: &str) -> Value {
+    let file = format!("{}/examples/{path}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
+}
+
+/// The team examples (a handoff whose billing desk answers from a tool result, a sequential
+/// team, a group chat) and plans with model and tool work at every nesting level stream, and
+/// store, their events in causal order while tokens still stream live.
+#[tokio::test]
+async fn events_are_stored_and_streamed_in_causal_order_at_every_level() {
+    let app = spawn_app(|_| {}).await;
+    for a in ["tech", "billing", "triage"] {
+        let (status, body) = app
+            .put_json(
+                &format!("/v1/agents/{a}"),
+                &example(&format!("agents/{a}.json")),
+            )
+            .await;
+        assert!(status < 300, "{status} {body}");
+    }
+    let calc = |id: &str| calc(id, "40 + 2");
+    let with_deps = |mut step: Value, deps: &[&str]| {
+        step["depends_on"] = json!(deps);
+        step
+    };
+    let llm =
+        |id: &str, prompt: &str| json!({ "id": id, "kind": "llm", "input": { "prompt": prompt } });
+    let nested = json!({ "input": "go", "orchestration": "fixed", "plan": {
+        "workflows": { "inner": { "name": "inner",
+            "steps": [calc("w1"), with_deps(llm("w2", "say {{ steps.w1.output.result }}"), &["w1"])] } },
+        "steps": [
+            { "id": "seq", "kind": "sequential", "input": { "steps": [
+                calc("t1"), llm("l1", "say {{ steps.t1.output.result }}"),
+                { "id": "par", "kind": "parallel", "input": { "steps": [
+                    llm("l2", "hello"),
+                    { "id": "inner_seq", "kind": "sequential", "input": { "steps": [
+                        calc("t2"), llm("l3", "say {{ steps.t2.output.result }}")] } } ] } } ] } },
+            { "id": "lp", "kind": "loop", "input": { "for_each": [1, 2], "max_iterations": 2,
+              "steps": [calc("t3"), llm("l4", "say {{ local.item }}")] } },
+            { "id": "wf", "kind": "workflow", "input": { "workflow": "inner" } },
+        ] } });
+    let runs = [
+        example("teams/handoff.json"),
+        example("teams/sequential.json"),
+        example("teams/chat.json"),
+        nested,
+        json!({ "input": "What is 10 + 20?", "orchestration": "simple" }),
+    ];
+    for body in runs {
+        let events = app.stream_run(body.clone()).await;
+        let fin = final_data(&events);
+        assert_eq!(fin["completion"], "success", "{fin}");
+        let live: Vec<Value> = events.iter().map(|e| e.json()).collect();
+        assert!(
+            live.iter().any(|e| e["kind"] == "token"),
+            "tokens stream: {body}"
+        );
+        assert_causal(&live);
+        let id = live[0]["run_id"].as_str().unwrap();
+        assert_eq!(
+            app.stored_events(id).await,
+            live,
+            "history tells what the stream told"
+        );
+    }
+}
+
+/// A question inside a `sequential` step, after a tool: the step is announced running before
+/// it asks, and the tool it follows before both.
+#[tokio::test]
+async fn a_nested_question_comes_after_what_led_to_it() {
+    let app = spawn_app(|_| {}).await;
+    let plan = json!({ "steps": [{ "id": "seq", "kind": "sequential", "input": { "steps": [
+        calc("t1", "1 + 1"),
+        { "id": "ask", "kind": "user_input", "input": { "prompt": "Go on?" } } ] } }] });
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut reader = app.events(&id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    let answered = app.answer(&id, "ask", json!("yes")).await;
+    assert_eq!(answered.status(), 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["completion"], "success", "{fin}");
+    assert_causal(&app.stored_events(&id).await);
 }

@@ -686,13 +686,13 @@ async fn streaming_seq_streaming_events() {
     let events = run_fixed(&app, plan, json!("go")).await;
     assert_well_formed(&events, 1);
     let seen = shape(&events);
-    // Model text and usage go out live; the step's own record (its inner attempts, then its
-    // end) is released when it commits (ARCHITECTURE.md, "the plan scheduler commits ...").
+    // Model text and usage go out live, in causal order: what the step held before them (its
+    // model round's `running`) goes out first; the rest when it commits.
     let expected = [
         "step s1 running",
+        "step s1/llm-1 running",
         "token s1/llm-1",
         "usage s1/llm-1",
-        "step s1/llm-1 running",
         "step s1/llm-1 completed",
         "step s1 completed",
     ];

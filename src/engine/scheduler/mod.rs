@@ -412,7 +412,7 @@ impl<'a> Scheduler<'a> {
         self.in_flight.push_back(i);
         self.tasks.push(Box::pin(async move {
             let spec = &plan.specs()[i];
-            let mut events = EventSink::buffered();
+            let mut events = EventSink::buffered(frame.ctx, spec.id.as_str());
             let settled = settle(&frame, spec, Locals::default(), Some(key), &mut events).await;
             let (result, last) = match settled {
                 Ok(s) => (s.result, Some(s.last)),

@@ -348,6 +348,14 @@ impl TestApp {
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
     }
+
+    /// PUTs `body` as JSON; the status and the response body (`null` if not JSON).
+    pub async fn put_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        let resp = self.client.put(self.url(path)).json(body).send();
+        let resp = resp.await.expect("PUT");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
 }
 
 impl Drop for TestApp {

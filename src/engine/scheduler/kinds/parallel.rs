@@ -62,7 +62,8 @@ async fn run_children(
     let mut running = FuturesUnordered::new();
     for (k, child) in children.iter().enumerate() {
         running.push(async move {
-            let mut held = EventSink::buffered();
+            let key = step_key(locals.path, child.id.as_str());
+            let mut held = EventSink::buffered(frame.ctx, &key);
             let result = run_step(frame, child, locals, &mut held).await;
             (k, result, held)
         });
