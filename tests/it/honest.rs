@@ -343,6 +343,7 @@ async fn completion_and_limits_hold_across_a_kill_9() {
                 "2 steps completed; plan version 2 did the whole task after 1 step failed in an earlier version"
             );
         }
+        assert_causal(&server.stored_events(&id).await);
         let run = run_of(&id).await;
         for key in ["completion", "completion_reason", "step_counts"] {
             assert_eq!(run[key], fin[key], "{key}");
@@ -420,6 +421,7 @@ async fn an_agents_history_is_whole_exchanges_at_every_level_and_after_a_kill_9(
     let server = Server::start_with(dir.path(), &env).await;
     let fin = server.answered_to_final(&id, 2, "ask", json!("yes")).await;
     assert_eq!(fin["completion"], "success", "{fin}");
+    assert_causal(&server.stored_events(&id).await);
     let edits: Vec<Vec<(String, String)>> = llm
         .requests()
         .iter()
