@@ -77,6 +77,8 @@ async function liveRun(page) {
   expect(partialText.length < output.length, `the text seen while running (${partialText.length} chars) is not a part of the output (${output.length})`);
   expect(output.startsWith(partialText.trim().split(' ')[0]), 'the live text does not begin the output');
   expect(await page.evaluate(() => window.sameDocument === true), 'the page reloaded');
+  const facts = await page.locator('.facts').innerText();
+  expect(facts.includes('because the model answered'), `the run's reason is not shown: ${facts}`);
   report({ ok: 'live', run_id: runId, partial: partialText, output });
   return runId;
 }
@@ -105,6 +107,8 @@ async function humanRun(page) {
   await form.getByRole('button', { name: 'Send answer' }).click();
   await waitStatus(page, 'succeeded');
   expect((await page.locator('#run-output').innerText()).includes('approved for Q3'), 'the answer is not in the output');
+  const facts = await page.locator('.facts').innerText();
+  expect(/steps \d+ completed \/ 0 failed \/ \d+ skipped/.test(facts), `the step counts are not shown: ${facts}`);
   report({ ok: 'human', run_id: runId });
   return runId;
 }

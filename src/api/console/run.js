@@ -83,7 +83,10 @@ function apply(st, ev) {
     case 'error':
       return note(st, 'fail', `${d.step_id ? `${d.step_id}: ` : ''}${d.code}: ${d.message}`);
     case 'final':
-      Object.assign(run, { status: d.status, completion: d.completion, output: d.output, error: d.error || null });
+      Object.assign(run, {
+        status: d.status, completion: d.completion, output: d.output, error: d.error || null,
+        completion_reason: d.completion_reason || null, step_counts: d.step_counts || null,
+      });
       if (d.usage) run.usage = { ...run.usage, ...d.usage };
       if (!run.finished_at) run.finished_at = ev.ts;
       st.pending = null;
@@ -139,7 +142,14 @@ function facts(run) {
     item('model calls', u.llm_calls ?? '—'),
     item('tool calls', u.tool_calls ?? '—'),
     run.session_id ? item('session', run.session_id) : null,
-    run.completion ? item('completion', run.completion) : null);
+    run.completion ? item('completion', run.completion) : null,
+    run.completion_reason ? item('because', run.completion_reason) : null,
+    run.step_counts ? item('steps', stepCounts(run.step_counts)) : null);
+}
+
+/** `{completed, failed, skipped}` in words. */
+function stepCounts(c) {
+  return `${c.completed} completed / ${c.failed} failed / ${c.skipped} skipped`;
 }
 
 /** `#/runs/{id}[/tab]`. */
@@ -282,7 +292,7 @@ class RunPage {
   /** Plays the stored events back in time order, scaled, gaps capped at 400 ms. */
   async replay(speed) {
     const events = this.st.events.slice();
-    const run = { ...this.st.run, status: 'queued', output: null, error: null, completion: null, finished_at: null };
+    const run = { ...this.st.run, status: 'queued', output: null, error: null, completion: null, completion_reason: null, step_counts: null, finished_at: null };
     this.st = { ...freshState(run), stream: 'replay' };
     clear(this.transcript);
     this.switchTab('activity');
