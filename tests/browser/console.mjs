@@ -11,11 +11,20 @@
 // Prints one JSON line per finding; exits 1 on the first failed expectation.
 
 import { chromium } from 'playwright-core';
-import { mkdirSync } from 'node:fs';
+import { accessSync, constants, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 const [scenario, base, shots, arg] = process.argv.slice(2);
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+// CHROMIUM, else the usual places (the same list as .ci/setup's).
+const CHROMIUM = [process.env.CHROMIUM, '/usr/bin/chromium', '/usr/bin/chromium-browser',
+  '/usr/bin/google-chrome', '/usr/bin/google-chrome-stable', '/snap/bin/chromium']
+  .find((path) => {
+    try { return path && (accessSync(path, constants.X_OK), true); } catch { return false; }
+  });
+if (!CHROMIUM) {
+  console.log(JSON.stringify({ failed: 'no Chromium: run `bash .ci/setup`, or set CHROMIUM=/path/to/chrome' }));
+  process.exit(1);
+}
 const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const PATIENCE = 20_000;

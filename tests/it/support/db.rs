@@ -91,7 +91,7 @@ pub async fn pool_on(url: &str) -> sqlx::AnyPool {
 
 /// A Postgres server for tests that need one whatever the suite runs on (several replicas
 /// share one database): `ORCA_TEST_POSTGRES`, or a throwaway cluster of its own started by
-/// `.ci/postgres` (which installs PostgreSQL when it is missing) and stopped on drop.
+/// `.ci/postgres` (PostgreSQL's binaries from `bash .ci/setup`) and stopped on drop.
 pub struct PgServer {
     pub url: String,
     own: Option<String>,
@@ -139,7 +139,7 @@ impl Drop for PgServer {
 }
 
 /// The path of libfaketime, through which a test runs a replica with its clock off
-/// (`.ci/faketime` installs Debian's `faketime` when it is missing).
+/// (`.ci/faketime` finds it; `bash .ci/setup` installs Debian's `faketime`).
 pub fn faketime_library() -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/faketime");
     let out = std::process::Command::new("bash")
@@ -148,7 +148,7 @@ pub fn faketime_library() -> String {
         .expect("run .ci/faketime");
     assert!(
         out.status.success(),
-        "this test needs libfaketime: .ci/faketime could not find or install it: {}",
+        "this test needs libfaketime: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()

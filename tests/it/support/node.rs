@@ -1,5 +1,6 @@
 //! The JavaScript clients in `tests/browser/` (the console's browser script, the AG-UI client),
-//! run with Node.js. They need `npm ci --prefix tests/browser` first; without it a test fails
+//! run with Node.js. They need Node.js and `npm ci --prefix tests/browser` first (`bash
+//! .ci/setup` does both; `bash .ci/test` runs it before the suite); without them a test fails
 //! and says so.
 
 use std::path::Path;
@@ -10,14 +11,14 @@ pub async fn run(script: &str, args: &[&str]) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
     assert!(
         root.join("node_modules").exists(),
-        "the test clients are not installed: run `npm ci --prefix tests/browser` (README, Development)"
+        "the test clients are not installed: run `bash .ci/setup` (or `npm ci --prefix tests/browser`)"
     );
     let mut command = tokio::process::Command::new("node");
     command.arg(root.join(script)).args(args).kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(120), command.output())
         .await
         .unwrap_or_else(|_| panic!("{script} took over 2 minutes"))
-        .expect("node runs (is Node.js installed?)");
+        .expect("Node.js is missing: run `bash .ci/setup` (installs it), or see https://nodejs.org");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
