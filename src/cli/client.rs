@@ -16,7 +16,9 @@ pub enum Error {
     /// The server answered 4xx/5xx; the body is kept to print it readably.
     #[error("{}", Problem(.status, .body))]
     Status { status: StatusCode, body: Value },
-    #[error("cannot reach {url}: {source}")]
+    #[error(
+        "cannot reach {url}: is `orca serve` running there? (set --url or ORCA_URL) ({source})"
+    )]
     Connect {
         url: String,
         #[source]
@@ -178,6 +180,12 @@ impl Client {
 
     pub async fn put(&self, path: &str, body: &Value) -> Result<Value, Error> {
         self.json(self.request(Method::PUT, path).json(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<(), Error> {
+        self.send(self.request(Method::DELETE, path))
+            .await
+            .map(drop)
     }
 
     /// `POST /v1/runs` with `Accept: text/event-stream`: the run's events from the first.

@@ -1,9 +1,31 @@
-//! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, talking to a
+//! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, `agents …`, talking to a
 //! running server over its public HTTP API only (never the store or the engine).
 //!
 //! Exit codes: 0 the run succeeded (or the command did its job), 1 the run ended otherwise
 //! (failed, timed out, cancelled), 2 a usage error, a connection error or an error answer from
 //! the server (printed from its problem+json), 130 interrupted (Ctrl-C; the run goes on).
+
+/// Writes to standard output. A reader that went away (`orca runs list | head -1`) ends the
+/// command quietly with 141, as SIGPIPE ends other command-line tools, instead of a panic.
+fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(args)
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(141);
+    }
+}
+
+/// `println!` through [`write_out`].
+macro_rules! outln {
+    () => { $crate::cli::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `print!` through [`write_out`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!($($arg)*)) };
+}
 
 mod client;
 mod progress;
@@ -46,6 +68,12 @@ pub enum Command {
         #[command(subcommand)]
         command: WorkflowsCommand,
     },
+    /// Register, list, show or delete agents (for plans' `agent`, `handoff` and `group_chat`
+    /// steps).
+    Agents {
+        #[command(subcommand)]
+        command: AgentsCommand,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -61,39 +89,99 @@ pub struct RunArgs {
     /// A plan file (JSON, the AgentPlan schema) to run (implies `--orchestration fixed`).
     #[arg(long)]
     plan: Option<PathBuf>,
-    /// A configured model alias.
+    /// A configured model alias (`GET /v1/models` lists them; default: the server's).
     #[arg(long)]
     model: Option<String>,
+    /// A session id: runs of one session share their conversation history.
+    #[arg(long)]
+    session: Option<String>,
+    /// Metadata stored with the run, KEY=VALUE (repeat for more); `runs list --metadata`
+    /// filters by it.
+    #[arg(long, value_name = "KEY=VALUE")]
+    metadata: Vec<String>,
     #[command(flatten)]
     client: ClientArgs,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// Runs, newest first.
+    /// Runs, newest first, a page at a time (`--cursor` for the next).
     List {
-        #[arg(long)]
+        /// Only runs in this status.
+        #[arg(long, value_parser = ["queued", "running", "waiting_input", "succeeded", "failed", "cancelled", "timed_out"])]
         status: Option<String>,
+        /// Only runs of this orchestration.
+        #[arg(long, value_parser = ["auto", "simple", "fixed", "planner", "reactive"])]
+        orchestration: Option<String>,
+        /// Only runs whose metadata has KEY=VALUE (repeat: all of them).
+        #[arg(long, value_name = "KEY=VALUE")]
+        metadata: Vec<String>,
+        /// Only runs created at or after this time (RFC 3339).
+        #[arg(long, value_name = "TIME")]
+        created_after: Option<String>,
+        /// Only runs created before this time (RFC 3339).
+        #[arg(long, value_name = "TIME")]
+        created_before: Option<String>,
+        /// How many runs per page (at most 200; the server's default is 50).
         #[arg(long)]
         limit: Option<u32>,
+        /// The page after the one that printed this cursor.
+        #[arg(long)]
+        cursor: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// One run.
+    /// One run: status, completion and why, step counts, usage, input, output.
     Show {
+        /// The run's id.
         id: String,
         #[command(flatten)]
         client: ClientArgs,
     },
     /// Follow a run's events to its end, resuming after a dropped connection.
     Watch {
+        /// The run's id.
         id: String,
         #[command(flatten)]
         client: ClientArgs,
     },
     /// Ask a run to stop.
     Cancel {
+        /// The run's id.
         id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Register (or replace) an agent from a JSON file (`schemas/Agent.schema.json`).
+    Put {
+        /// The agent's JSON file, e.g. examples/agents/billing.json.
+        file: PathBuf,
+        /// The name to register it under (default: the file's `name`, else the file stem).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Registered agents.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// One agent with its definition.
+    Show {
+        /// The agent's name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Remove an agent.
+    Delete {
+        /// The agent's name.
+        name: String,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -101,8 +189,9 @@ pub enum RunsCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum WorkflowsCommand {
-    /// Register (or replace) a workflow from a JSON file.
+    /// Register (or replace) a workflow from a JSON file (`schemas/FixedWorkflow.schema.json`).
     Put {
+        /// The workflow's JSON file.
         file: PathBuf,
         /// The name to register it under (default: the file's `name`, else the file stem).
         #[arg(long)]
@@ -140,13 +229,14 @@ async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Run(args) => run(args).await,
         Command::Runs { command } => runs(command).await,
         Command::Workflows { command } => workflows(command).await,
+        Command::Agents { command } => agents(command).await,
     }
 }
 
 /// Prints the raw body for `--json`, else the human rendering.
 fn show(json: bool, body: &Value, human: impl FnOnce(&Value)) -> Result<ExitCode, Error> {
     if json {
-        println!("{body}");
+        outln!("{body}");
     } else {
         human(body);
     }
@@ -157,15 +247,31 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
     match command {
         RunsCommand::List {
             status,
+            orchestration,
+            metadata,
+            created_after,
+            created_before,
             limit,
+            cursor,
             client,
         } => {
             let mut query = form_urlencoded::Serializer::new(String::new());
-            if let Some(s) = &status {
-                query.append_pair("status", s);
+            let limit = limit.map(|n| n.to_string());
+            let pairs = [
+                ("status", status.as_deref()),
+                ("orchestration", orchestration.as_deref()),
+                ("created_after", created_after.as_deref()),
+                ("created_before", created_before.as_deref()),
+                ("limit", limit.as_deref()),
+                ("cursor", cursor.as_deref()),
+            ];
+            for (name, value) in pairs {
+                if let Some(v) = value {
+                    query.append_pair(name, v);
+                }
             }
-            if let Some(n) = limit {
-                query.append_pair("limit", &n.to_string());
+            for (key, value) in key_values(&metadata)? {
+                query.append_pair(&format!("metadata.{key}"), &value);
             }
             let query = query.finish();
             let path = if query.is_empty() {
@@ -191,7 +297,7 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
                 .post(&run_path(&id, "/cancel"), &json!({}))
                 .await?;
             show(client.json, &body, |_| {
-                println!("cancel requested for run {id}")
+                outln!("cancel requested for run {id}")
             })
         }
     }
@@ -203,21 +309,69 @@ async fn workflows(command: WorkflowsCommand) -> Result<ExitCode, Error> {
             let (name, definition) = workflow_file(&file, name)?;
             let path = format!("/v1/workflows/{}", encode(&name));
             let body = connect(&client)?.put(&path, &definition).await?;
-            show(client.json, &body, |_| {
-                println!("workflow {name} registered")
-            })
+            show(client.json, &body, |_| outln!("workflow {name} registered"))
         }
         WorkflowsCommand::List { client } => {
             let body = connect(&client)?.get("/v1/workflows").await?;
             show(client.json, &body, |body| {
                 for w in body.as_array().into_iter().flatten() {
-                    println!(
+                    outln!(
                         "{:<24} {:<8} {}",
                         w["name"].as_str().unwrap_or(""),
                         w["version"].as_str().unwrap_or("-"),
                         w["description"].as_str().unwrap_or("")
                     );
                 }
+            })
+        }
+    }
+}
+
+/// `KEY=VALUE` arguments, split at the first `=`.
+fn key_values(args: &[String]) -> Result<Vec<(String, String)>, Error> {
+    args.iter()
+        .map(|a| match a.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+            _ => Err(Error::Usage(format!("`{a}` is not KEY=VALUE"))),
+        })
+        .collect()
+}
+
+async fn agents(command: AgentsCommand) -> Result<ExitCode, Error> {
+    match command {
+        AgentsCommand::Put { file, name, client } => {
+            let (name, definition) = workflow_file(&file, name)?;
+            let path = format!("/v1/agents/{}", encode(&name));
+            let body = connect(&client)?.put(&path, &definition).await?;
+            show(client.json, &body, |_| outln!("agent {name} registered"))
+        }
+        AgentsCommand::List { client } => {
+            let body = connect(&client)?.get("/v1/agents").await?;
+            show(client.json, &body, |body| {
+                outln!("{:<24} {:<7} DESCRIPTION", "NAME", "SHARED");
+                for a in body.as_array().into_iter().flatten() {
+                    outln!(
+                        "{:<24} {:<7} {}",
+                        a["name"].as_str().unwrap_or(""),
+                        if a["shared"] == true { "yes" } else { "no" },
+                        a["description"].as_str().unwrap_or("")
+                    );
+                }
+            })
+        }
+        AgentsCommand::Show { name, client } => {
+            let path = format!("/v1/agents/{}", encode(&name));
+            let body = connect(&client)?.get(&path).await?;
+            show(client.json, &body, |body| {
+                let pretty = serde_json::to_string_pretty(body).unwrap_or_default();
+                outln!("{pretty}");
+            })
+        }
+        AgentsCommand::Delete { name, client } => {
+            let path = format!("/v1/agents/{}", encode(&name));
+            connect(&client)?.delete(&path).await?;
+            show(client.json, &json!({ "deleted": name }), |_| {
+                outln!("agent {name} deleted")
             })
         }
     }
@@ -281,6 +435,18 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
     }
     if let Some(m) = &args.model {
         body["model"] = json!(m);
+    }
+    if let Some(session) = &args.session {
+        body["session_id"] = json!(session);
+    }
+    if !args.metadata.is_empty() {
+        let pairs = key_values(&args.metadata)?;
+        body["metadata"] = Value::Object(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect(),
+        );
     }
     let client = connect(&args.client)?;
     let stream = client.start_run(&body).await?;
@@ -432,7 +598,7 @@ async fn ask(
         if view.mode() == Mode::Json {
             eprintln!("{text}");
         } else {
-            println!("{text}");
+            outln!("{text}");
         }
     };
     say(format!(
@@ -446,7 +612,7 @@ async fn ask(
         if view.mode() == Mode::Json {
             eprint!("> ");
         } else {
-            print!("> ");
+            out!("> ");
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -470,7 +636,7 @@ async fn ask(
         if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             say(text.to_owned());
         }
-        let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()));
+        let value = answer_value(text, d.get("schema"));
         let body = json!({ "step_id": step_id, "value": value });
         match client.post(&run_path(run_id, "/input"), &body).await {
             Ok(_) => return Ok(()),
@@ -486,14 +652,52 @@ async fn ask(
     }
 }
 
+/// What a typed answer stands for: JSON when it parses, else the text. A yes/no question (a
+/// boolean schema, or an object of one boolean property) also takes yes/no, y/n (any case).
+fn answer_value(text: &str, schema: Option<&Value>) -> Value {
+    let yes_no = match text.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Some(true),
+        "n" | "no" => Some(false),
+        _ => None,
+    };
+    if let (Some(yes), Some(schema)) = (yes_no, schema) {
+        if schema["type"] == "boolean" {
+            return Value::Bool(yes);
+        }
+        let properties = schema["properties"].as_object();
+        if let Some(props) = properties.filter(|p| p.len() == 1)
+            && let Some((name, property)) = props.iter().next()
+            && property["type"] == "boolean"
+        {
+            return json!({ name: yes });
+        }
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()))
+}
+
 fn print_runs(body: &Value) {
-    for r in body["runs"].as_array().into_iter().flatten() {
+    let runs = body["runs"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if runs.is_empty() {
+        outln!("no runs");
+    } else {
+        outln!(
+            "{:<36}  {:<13} {:<9} {:<27}  INPUT",
+            "ID",
+            "STATUS",
+            "ORCH",
+            "CREATED"
+        );
+    }
+    for r in runs {
         let input = match &r["input"] {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
         let input: String = input.chars().take(40).collect();
-        println!(
+        outln!(
             "{}  {:<13} {:<9} {}  {}",
             r["id"].as_str().unwrap_or(""),
             r["status"].as_str().unwrap_or(""),
@@ -503,7 +707,7 @@ fn print_runs(body: &Value) {
         );
     }
     if let Some(c) = body["next_cursor"].as_str() {
-        println!("(more: cursor {c})");
+        outln!("more: orca runs list --cursor {c}");
     }
 }
 
@@ -522,20 +726,24 @@ fn print_run(r: &Value) {
         "started_at",
         "finished_at",
     ] {
-        println!("{name:<14}{}", field(name));
+        outln!("{name:<14}{}", field(name));
         if name == "completion" {
-            println!("{:<14}{}", "reason", field("completion_reason"));
-            println!("{:<14}{}", "steps", field("step_counts"));
+            outln!("{:<14}{}", "reason", field("completion_reason"));
+            outln!("{:<14}{}", "steps", field("step_counts"));
         }
     }
     let u = &r["usage"];
-    println!(
+    outln!(
         "{:<14}{} prompt + {} completion tokens, {} LLM calls, {} tool calls",
-        "usage", u["prompt_tokens"], u["completion_tokens"], u["llm_calls"], u["tool_calls"]
+        "usage",
+        u["prompt_tokens"],
+        u["completion_tokens"],
+        u["llm_calls"],
+        u["tool_calls"]
     );
-    println!("{:<14}{}", "input", field("input"));
-    println!("{:<14}{}", "output", field("output"));
+    outln!("{:<14}{}", "input", field("input"));
+    outln!("{:<14}{}", "output", field("output"));
     if !r["error"].is_null() {
-        println!("{:<14}{}", "error", field("error"));
+        outln!("{:<14}{}", "error", field("error"));
     }
 }

@@ -96,12 +96,12 @@ impl View {
     fn line(&mut self, text: &str) {
         self.clear();
         self.end_tokens();
-        println!("{text}");
+        outln!("{text}");
     }
 
     fn end_tokens(&mut self) {
         if self.in_tokens {
-            println!();
+            outln!();
             self.in_tokens = false;
         }
     }
@@ -109,7 +109,7 @@ impl View {
     /// Removes the status line, e.g. before asking for input.
     pub fn clear(&mut self) {
         if self.status_drawn {
-            print!("\r\x1b[2K");
+            out!("\r\x1b[2K");
             self.status_drawn = false;
             let _ = std::io::stdout().flush();
         }
@@ -144,14 +144,14 @@ impl View {
         }
         self.frame = (self.frame + 1) % SPINNER.len();
         let line = format!("{} {}", SPINNER[self.frame], self.progress());
-        print!("\r\x1b[2K{}", self.paint("36", &line));
+        out!("\r\x1b[2K{}", self.paint("36", &line));
         self.status_drawn = true;
         let _ = std::io::stdout().flush();
     }
 
     pub fn event(&mut self, ev: &Event) {
         if self.mode == Mode::Json {
-            println!("{}", ev.body);
+            outln!("{}", ev.body);
             let _ = std::io::stdout().flush();
             return;
         }
@@ -160,7 +160,7 @@ impl View {
             "token" => {
                 let text = d["text"].as_str().unwrap_or("");
                 self.clear();
-                print!("{text}");
+                out!("{text}");
                 self.streamed.push_str(text);
                 self.in_tokens = true;
                 let _ = std::io::stdout().flush();
@@ -268,8 +268,8 @@ impl View {
         };
         if !shown {
             match output {
-                Value::String(s) => println!("{s}"),
-                other => println!(
+                Value::String(s) => outln!("{s}"),
+                other => outln!(
                     "{}",
                     serde_json::to_string_pretty(other).unwrap_or_default()
                 ),
@@ -286,7 +286,7 @@ impl View {
                 .unwrap_or_default();
             self.paint("31", &format!("✗ {status} after {secs:.1}s{why}"))
         };
-        println!("{line}");
+        outln!("{line}");
         let _ = std::io::stdout().flush();
     }
 }

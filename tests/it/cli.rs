@@ -499,3 +499,156 @@ async fn ctrl_c_while_asked_for_input_leaves_the_run_waiting_and_exits_130() {
     let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["status"], "waiting_input", "the run goes on");
 }
+
+/// `orca … | head -1`: the reader goes away and the command ends quietly (141, as SIGPIPE
+/// ends other tools), never with a panic.
+#[tokio::test]
+async fn a_closed_pipe_ends_the_command_quietly() {
+    let app = spawn_app(|_| {}).await;
+    app.create_run(json!({ "input": ARITHMETIC })).await;
+    for args in [&["runs", "list"][..], &["run", ARITHMETIC, "--json"][..]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+            .args(args)
+            .env("ORCA_URL", &app.base)
+            .env_remove("ORCA_API_KEY")
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn runs_list_has_a_header_pages_with_a_cursor_and_filters_by_metadata() {
+    let app = spawn_app(|_| {}).await;
+    let args = [
+        "run",
+        ARITHMETIC,
+        "--metadata",
+        "team=blue",
+        "--metadata",
+        "tier=1",
+        "--session",
+        "chat-1",
+        "--json",
+    ];
+    let out = orca(&app, &args, "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    for _ in 0..2 {
+        app.create_run(json!({ "input": "hello" })).await;
+    }
+    let out = orca(
+        &app,
+        &["runs", "list", "--metadata", "team=blue", "--json"],
+        "",
+    )
+    .await;
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = list["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{list}");
+    assert_eq!(runs[0]["metadata"], json!({ "team": "blue", "tier": "1" }));
+    assert_eq!(runs[0]["session_id"], "chat-1");
+
+    let out = orca(&app, &["runs", "list", "--limit", "2"], "").await;
+    let page = text(&out.stdout);
+    let lines: Vec<&str> = page.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("STATUS"),
+        "{page}"
+    );
+    assert_eq!(lines.len(), 4, "a header, two runs, the way on: {page}");
+    let cursor = lines[3]
+        .strip_prefix("more: orca runs list --cursor ")
+        .unwrap_or_else(|| panic!("{page}"));
+    let out = orca(
+        &app,
+        &["runs", "list", "--limit", "2", "--cursor", cursor],
+        "",
+    )
+    .await;
+    let rest = text(&out.stdout);
+    assert_eq!(rest.lines().count(), 2, "a header and the last run: {rest}");
+    assert!(
+        rest.contains(ARITHMETIC),
+        "the oldest run comes last: {rest}"
+    );
+    let out = orca(&app, &["runs", "list", "--metadata", "nokey"], "").await;
+    assert_eq!(code(&out), 2);
+    assert!(text(&out.stderr).contains("`nokey` is not KEY=VALUE"));
+}
+
+#[tokio::test]
+async fn agents_put_list_show_and_delete_round_trip() {
+    let app = spawn_app(|_| {}).await;
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agents/billing.json");
+    let out = orca(&app, &["agents", "put", file], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "agent billing registered");
+    let out = orca(&app, &["agents", "list"], "").await;
+    let table = text(&out.stdout);
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(
+        table.contains("billing") && table.contains("invoices"),
+        "{table}"
+    );
+    let out = orca(&app, &["agents", "show", "billing", "--json"], "").await;
+    let agent: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(agent["name"], "billing");
+    let out = orca(&app, &["agents", "delete", "billing"], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = orca(&app, &["agents", "show", "billing"], "").await;
+    assert_eq!(code(&out), 2);
+    assert!(text(&out.stderr).contains("404"), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn a_yes_no_question_takes_yes() {
+    let app = spawn_app(|_| {}).await;
+    let plan = write_json(app.dir.path(), "approval.json", &approval());
+    let out = orca(&app, &["run", "x", "--plan", &plan], "yes\n").await;
+    assert_eq!(
+        code(&out),
+        0,
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let answered = app
+        .history(&run_id_of(&app).await)
+        .await
+        .into_iter()
+        .find(|e| e["step_id"] == "approve" && e["data"]["status"] == "completed")
+        .unwrap();
+    assert_eq!(answered["data"]["output"], json!({ "approved": true }));
+}
+
+#[tokio::test]
+async fn with_no_server_it_asks_whether_orca_serve_is_running() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+        .args(["runs", "list", "--url", &format!("http://127.0.0.1:{port}")])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("is `orca serve` running there?"),
+        "{stderr}"
+    );
+}

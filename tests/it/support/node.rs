@@ -18,7 +18,9 @@ pub async fn run(script: &str, args: &[&str]) -> String {
     let output = tokio::time::timeout(Duration::from_secs(120), command.output())
         .await
         .unwrap_or_else(|_| panic!("{script} took over 2 minutes"))
-        .expect("Node.js is missing: run `bash .ci/setup` (installs it), or see https://nodejs.org");
+        .expect(
+            "Node.js is missing: run `bash .ci/setup` (installs it), or see https://nodejs.org",
+        );
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
