@@ -78,8 +78,13 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The run's input: text, or a JSON object when it parses as one.
-    input: String,
+    /// The run's input: text, or a JSON object when it parses as one (optional with
+    /// `--request`, whose `input` it replaces).
+    input: Option<String>,
+    /// A whole run request (the JSON body of `POST /v1/runs`, e.g. examples/teams/handoff.json);
+    /// the other flags override its fields.
+    #[arg(long, value_name = "FILE")]
+    request: Option<PathBuf>,
     /// How the run is orchestrated (the server's default is `auto`).
     #[arg(long, value_parser = ["auto", "simple", "fixed", "planner", "reactive"])]
     orchestration: Option<String>,
@@ -410,12 +415,41 @@ fn run_path(id: &str, tail: &str) -> String {
     format!("/v1/runs/{}{tail}", encode(id))
 }
 
+/// Reads a JSON file.
+fn json_file(file: &std::path::Path) -> Result<Value, Error> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::Usage(format!("reading {}: {e}", file.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::Usage(format!("{} is not valid JSON: {e}", file.display())))
+}
+
 async fn run(args: RunArgs) -> Result<ExitCode, Error> {
-    let input = match serde_json::from_str::<Value>(&args.input) {
-        Ok(v @ Value::Object(_)) => v,
-        _ => Value::String(args.input.clone()),
+    let mut body = match &args.request {
+        Some(file) => match json_file(file)? {
+            body @ Value::Object(_) => body,
+            _ => {
+                return Err(Error::Usage(format!(
+                    "{} is not a run request (a JSON object)",
+                    file.display()
+                )));
+            }
+        },
+        None => json!({}),
     };
-    let mut body = json!({ "input": input });
+    match &args.input {
+        Some(text) => {
+            body["input"] = match serde_json::from_str::<Value>(text) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => Value::String(text.clone()),
+            };
+        }
+        None if args.request.is_none() => {
+            return Err(Error::Usage(
+                "give the run's input (orca run \"what is 2 + 2?\"), or --request FILE".into(),
+            ));
+        }
+        None => {}
+    }
     let orchestration = args
         .orchestration
         .clone()
@@ -427,11 +461,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
         body["workflow"] = json!(w);
     }
     if let Some(file) = &args.plan {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| Error::Usage(format!("reading {}: {e}", file.display())))?;
-        let plan: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::Usage(format!("{} is not valid JSON: {e}", file.display())))?;
-        body["plan"] = plan;
+        body["plan"] = json_file(file)?;
     }
     if let Some(m) = &args.model {
         body["model"] = json!(m);

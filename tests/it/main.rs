@@ -12,6 +12,7 @@ mod cli;
 mod connections;
 mod console;
 mod context;
+mod examples;
 mod fixed;
 mod history;
 mod honest;

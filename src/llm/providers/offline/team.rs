@@ -69,7 +69,29 @@ pub fn chat_line(system: Option<&str>, messages: &[Message], topic: &str) -> Opt
         .filter(|m| matches!(m, Message::Assistant { .. }))
         .count();
     let topic: String = topic.trim().chars().take(60).collect();
-    Some(format!("{name} (turn {turn}): my take on \"{topic}\"."))
+    let mut line = format!("{name} (turn {turn}): my take on \"{topic}\".");
+    // A participant told to say a word when the matter is settled (`say DONE when …`) says it
+    // once two lines were spoken before its own: the chat's keyword termination then holds.
+    let spoken = messages
+        .iter()
+        .filter(|m| !matches!(m, Message::System { .. }))
+        .count()
+        .saturating_sub(1);
+    if let Some(word) = closing_word(system)
+        && spoken >= 2
+    {
+        line.push_str(&format!(" Settled: {word}"));
+    }
+    Some(line)
+}
+
+/// The word an agent's instructions ask it to say to close a discussion: `say WORD` with WORD
+/// in capitals (at least two letters).
+fn closing_word(system: &str) -> Option<&str> {
+    system.split("say ").skip(1).find_map(|rest| {
+        let word = rest.split(|c: char| !c.is_ascii_alphanumeric()).next()?;
+        (word.len() >= 2 && word.chars().all(|c| c.is_ascii_uppercase())).then_some(word)
+    })
 }
 
 /// The speaker selector's answer: the participant after the one `prompt` names as the last
