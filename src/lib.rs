@@ -20,6 +20,7 @@ pub mod retention;
 pub mod schema;
 pub mod store;
 pub mod stream;
+pub mod suggest;
 pub mod telemetry;
 pub mod timeline;
 pub mod tools;

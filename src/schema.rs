@@ -33,9 +33,13 @@ pub fn violations(validator: &Validator, value: &Value) -> Vec<SchemaViolation> 
 
 /// Like [`violations`], for orca's own schemas (request bodies, plans), whose readers fix a
 /// document by hand: a missing or unknown member is pointed at itself, with a message that
-/// names it, and `custom` may give a message of its own for the errors it knows.
+/// names it (and, for an unknown one, the nearest known name and the names there are, read
+/// from `document`, the schema `validator` was built from), a value outside an enum lists
+/// them all with the nearest, and `custom` may give a message of its own for the errors it
+/// knows.
 pub fn member_violations(
     validator: &Validator,
+    document: &Value,
     value: &Value,
     custom: impl Fn(&ValidationError<'_>) -> Option<String>,
 ) -> Vec<SchemaViolation> {
@@ -56,17 +60,77 @@ pub fn member_violations(
                 ));
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
+                let known = known_members(document, err.schema_path().as_str());
+                let known: Vec<&str> = known.iter().map(String::as_str).collect();
                 for name in unexpected {
-                    out.push(at(
-                        format!("{base}/{}", escape_pointer(name)),
-                        format!("`{name}` is not a known field"),
-                    ));
+                    let mut message = format!("`{name}` is not a known field");
+                    if !known.is_empty() {
+                        message.push_str(&crate::suggest::did_you_mean(name, known.clone()));
+                        message.push_str(&format!(
+                            " (known: {})",
+                            crate::suggest::listed(&known, 30, "see the schema")
+                        ));
+                    }
+                    out.push(at(format!("{base}/{}", escape_pointer(name)), message));
                 }
+            }
+            ValidationErrorKind::Enum { options } => {
+                let names: Vec<String> = options
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|o| o.as_str().map_or_else(|| o.to_string(), str::to_owned))
+                    .collect();
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                let shown = truncate_to(err.instance().to_string(), 60);
+                let wrong = err.instance().as_str().unwrap_or_default();
+                let message = format!(
+                    "{shown} is not one of {}{}",
+                    crate::suggest::listed(&names, 40, "see the schema"),
+                    crate::suggest::did_you_mean(wrong, names.clone())
+                );
+                out.push(at(base, message));
             }
             _ => out.push(at(base, message_of(&err))),
         }
     }
     out
+}
+
+/// The property names the object schema at the parent of `keyword` (the location of an
+/// `additionalProperties` keyword in `document`) declares, following local `$ref`s on the way;
+/// none when the location cannot be read.
+fn known_members(document: &Value, keyword: &str) -> Vec<String> {
+    let Some((parent, _)) = keyword.rsplit_once('/') else {
+        return Vec::new();
+    };
+    let mut node = document;
+    for segment in parent.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        if segment == "$ref" {
+            let target = node["$ref"].as_str().and_then(|r| r.strip_prefix('#'));
+            match target.and_then(|pointer| document.pointer(pointer)) {
+                Some(found) => node = found,
+                None => return Vec::new(),
+            }
+            continue;
+        }
+        node = match node {
+            Value::Object(map) => match map.get(&segment) {
+                Some(next) => next,
+                None => return Vec::new(),
+            },
+            Value::Array(items) => match segment.parse::<usize>().ok().and_then(|i| items.get(i)) {
+                Some(next) => next,
+                None => return Vec::new(),
+            },
+            _ => return Vec::new(),
+        };
+    }
+    node["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// The error's message, quoting the offending value when it is short. A long value (a
@@ -110,13 +174,44 @@ mod tests {
             "properties": {"a/b": {"type": "integer"}, "n": {"type": "integer"}}});
         let validator = jsonschema::validator_for(&schema).unwrap();
         let value = json!({"n": "x", "extra": 1});
-        let found = member_violations(&validator, &value, |_| None);
+        let found = member_violations(&validator, &schema, &value, |_| None);
         let pointers: Vec<&str> = found.iter().map(|v| v.pointer.as_str()).collect();
         assert!(pointers.contains(&"/a~1b"), "{found:?}");
         assert!(pointers.contains(&"/extra"), "{found:?}");
         assert!(pointers.contains(&"/n"), "{found:?}");
         let plain = violations(&validator, &value);
         assert!(plain.iter().any(|v| v.pointer.is_empty()), "{plain:?}");
+    }
+
+    #[test]
+    fn unknown_members_and_enum_values_name_what_there_is() {
+        let schema = json!({"$defs": {"limits": {"type": "object", "additionalProperties": false,
+                "properties": {"max_steps": {"type": "integer"}, "max_tokens": {"type": "integer"}}}},
+            "type": "object", "additionalProperties": false,
+            "properties": {"limits": {"$ref": "#/$defs/limits"},
+                "orchestration": {"enum": ["auto", "simple", "planner"]}}});
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let value = json!({"limit": 1, "orchestration": "planer", "limits": {"max_step": 2}});
+        let found = member_violations(&validator, &schema, &value, |_| None);
+        let message = |pointer: &str| {
+            found
+                .iter()
+                .find(|v| v.pointer == pointer)
+                .map(|v| v.message.clone())
+                .unwrap_or_else(|| panic!("{pointer}: {found:?}"))
+        };
+        assert_eq!(
+            message("/limit"),
+            "`limit` is not a known field: did you mean `limits`? (known: `limits` or `orchestration`)"
+        );
+        assert_eq!(
+            message("/limits/max_step"),
+            "`max_step` is not a known field: did you mean `max_steps`? (known: `max_steps` or `max_tokens`)"
+        );
+        assert_eq!(
+            message("/orchestration"),
+            "\"planer\" is not one of `auto`, `simple` or `planner`: did you mean `planner`?"
+        );
     }
 
     #[test]

@@ -77,8 +77,12 @@ impl From<RegistryRecord> for AgentDetail {
     }
 }
 
-fn not_found(name: &str) -> ApiError {
-    ApiError::NotFound(format!("no agent `{name}`"))
+/// 404, with the nearest name there is and the names (see [`super::unknown_entry`]).
+async fn not_found(state: &AppState, tenant: &Tenant, name: &str) -> ApiError {
+    match super::unknown_entry(state, crate::store::Registry::Agents, tenant, name).await {
+        Ok(message) => ApiError::NotFound(message),
+        Err(e) => e,
+    }
 }
 
 /// List the caller's agents and the shared ones, by name.
@@ -114,9 +118,10 @@ pub async fn get_agent(
         .store
         .get_entry(Registry::Agents, &tenant, &name)
         .await?;
-    found
-        .map(|a| Json(a.into()))
-        .ok_or_else(|| not_found(&name))
+    match found {
+        Some(a) => Ok(Json(a.into())),
+        None => Err(not_found(&state, &tenant, &name).await),
+    }
 }
 
 /// Create or replace one of the caller's agents.
@@ -217,6 +222,6 @@ pub async fn delete_agent(
             "agent `{name}` was loaded from the agents directory and cannot be deleted through \
              the API"
         ))),
-        _ => Err(not_found(&name)),
+        _ => Err(not_found(&state, &tenant, &name).await),
     }
 }

@@ -60,7 +60,10 @@ pub enum ApiError {
     /// would hand the caller a run it did not ask for.
     #[error("the Idempotency-Key was already used with a different request body")]
     IdempotencyKeyReused,
-    #[error("missing or invalid credentials")]
+    #[error(
+        "missing or invalid API key: send it as `Authorization: Bearer KEY` or `X-API-Key: KEY` \
+         (the keys are [[auth.api_keys]] in the server's configuration)"
+    )]
     Unauthorized,
     /// Authenticated, but the server's configuration does not let callers do this.
     #[error("{0}")]

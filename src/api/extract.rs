@@ -114,16 +114,27 @@ pub struct BodyLimit(pub usize);
 #[derive(Clone, Copy)]
 pub struct BodyTimeout(pub std::time::Duration);
 
+/// One of the schemas shipped in `schemas/`: its document (for messages that name what it
+/// allows) and its validator.
+pub struct ShippedSchema {
+    pub document: Value,
+    pub validator: Validator,
+}
+
 /// Compiles one of the schemas shipped in `schemas/`. They are part of the binary and checked
 /// by tests, so failing here is a build defect.
-pub fn compile_schema(text: &str) -> Validator {
-    let schema: Value = serde_json::from_str(text).expect("shipped schema is JSON");
-    jsonschema::validator_for(&schema).expect("shipped schema compiles")
+pub fn compile_schema(text: &str) -> ShippedSchema {
+    let document: Value = serde_json::from_str(text).expect("shipped schema is JSON");
+    let validator = jsonschema::validator_for(&document).expect("shipped schema compiles");
+    ShippedSchema {
+        document,
+        validator,
+    }
 }
 
 /// All schema violations of `value`, each with a JSON Pointer to the offending member.
-pub fn schema_errors(validator: &Validator, value: &Value) -> Vec<FieldError> {
-    crate::schema::member_violations(validator, value, |_| None)
+pub fn schema_errors(schema: &ShippedSchema, value: &Value) -> Vec<FieldError> {
+    crate::schema::member_violations(&schema.validator, &schema.document, value, |_| None)
         .into_iter()
         .map(|v| FieldError::new(v.pointer, v.message))
         .collect()
@@ -133,10 +144,10 @@ pub fn schema_errors(validator: &Validator, value: &Value) -> Vec<FieldError> {
 /// typed request cannot hold (an integer too large for its field, say) is reported at the
 /// member that holds it.
 pub fn parse_with_schema<T: DeserializeOwned>(
-    validator: &Validator,
+    schema: &ShippedSchema,
     value: Value,
 ) -> Result<T, ApiError> {
-    let errors = schema_errors(validator, &value);
+    let errors = schema_errors(schema, &value);
     if !errors.is_empty() {
         return Err(ApiError::validation_many(errors));
     }

@@ -22,7 +22,6 @@ use axum::http::{HeaderName, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use jsonschema::Validator;
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -47,7 +46,7 @@ pub struct AppState {
     pub store: Store,
     pub events: EventHub,
     pub config: Arc<Config>,
-    pub run_schema: Arc<Validator>,
+    pub run_schema: Arc<extract::ShippedSchema>,
     /// Fired on server stop: open event streams end so the server can drain.
     pub shutdown: CancellationToken,
 }
@@ -292,4 +291,31 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What a caller is told of a registry name that does not exist: the nearest name there is
+/// ("did you mean …?") and the names (or how many there are and how to list them), e.g. "no
+/// workflow `publsh`: did you mean `publish-report`? (known: `publish-report`)".
+pub(crate) async fn unknown_entry(
+    state: &AppState,
+    registry: crate::store::Registry,
+    tenant: &Tenant,
+    name: &str,
+) -> Result<String, ApiError> {
+    let (what, list) = match registry {
+        crate::store::Registry::Workflows => ("workflow", "GET /v1/workflows lists them"),
+        crate::store::Registry::Agents => ("agent", "GET /v1/agents lists them"),
+        _ => ("entry", "list them"),
+    };
+    let names = state.store.entry_names(registry, tenant).await?;
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let known = match names.len() {
+        0 => format!("there are no {what}s yet"),
+        n if n > 10 => format!("{n} exist: {list}"),
+        _ => format!("known: {}", crate::suggest::listed(&names, 10, list)),
+    };
+    Ok(format!(
+        "no {what} `{name}`{} ({known})",
+        crate::suggest::did_you_mean(name, names.iter().copied()),
+    ))
 }

@@ -262,10 +262,9 @@ async fn validate_run(
                 Value::String(name) => match state.store.get_workflow(tenant, name).await? {
                     Some(w) => Some(w.definition),
                     None => {
-                        errors.push(FieldError::new(
-                            "/workflow",
-                            format!("no workflow named `{name}`"),
-                        ));
+                        let registry = crate::store::Registry::Workflows;
+                        let message = super::unknown_entry(state, registry, tenant, name).await?;
+                        errors.push(FieldError::new("/workflow", message));
                         None
                     }
                 },

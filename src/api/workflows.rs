@@ -104,8 +104,12 @@ pub(super) fn valid_name(name: &str) -> Result<(), ApiError> {
     check_name(name).map_err(|message| ApiError::validation("/name", message))
 }
 
-fn not_found(name: &str) -> ApiError {
-    ApiError::NotFound(format!("no workflow `{name}`"))
+/// 404, with the nearest name there is and the names (see [`super::unknown_entry`]).
+async fn not_found(state: &AppState, tenant: &Tenant, name: &str) -> ApiError {
+    match super::unknown_entry(state, crate::store::Registry::Workflows, tenant, name).await {
+        Ok(message) => ApiError::NotFound(message),
+        Err(e) => e,
+    }
 }
 
 /// List the caller's workflows and the shared ones, by name.
@@ -138,9 +142,10 @@ pub async fn get_workflow(
 ) -> Result<Json<WorkflowDetail>, ApiError> {
     valid_name(&name)?;
     let found = state.store.get_workflow(&tenant, &name).await?;
-    found
-        .map(|w| Json(w.into()))
-        .ok_or_else(|| not_found(&name))
+    match found {
+        Some(w) => Ok(Json(w.into())),
+        None => Err(not_found(&state, &tenant, &name).await),
+    }
 }
 
 /// Create or replace one of the caller's workflows.
@@ -228,6 +233,6 @@ pub async fn delete_workflow(
             "workflow `{name}` was loaded from the workflows directory and cannot be deleted \
              through the API"
         ))),
-        _ => Err(not_found(&name)),
+        _ => Err(not_found(&state, &tenant, &name).await),
     }
 }

@@ -72,7 +72,7 @@ pub(crate) static FIXED_WORKFLOW: LazyLock<Shipped> = LazyLock::new(|| {
 
 /// Every schema error of `value`, each with the pointer of the offending member.
 pub(crate) fn problems(shipped: &Shipped, value: &Value) -> Vec<Problem> {
-    crate::schema::member_violations(&shipped.validator, value, custom_message)
+    crate::schema::member_violations(&shipped.validator, &shipped.document, value, custom_message)
         .into_iter()
         .map(|v| Problem::new(v.pointer, v.message))
         .collect()

@@ -165,10 +165,11 @@ impl Checker<'_> {
         if self.names.agents.contains(name) {
             return true;
         }
+        let near = crate::suggest::did_you_mean(name, self.names.agents.iter().map(|a| a.as_str()));
         self.problems.push(Problem::new(
             pointer,
             format!(
-                "no agent named `{name}` (define it in the plan's `agents` or PUT /v1/agents/{name})"
+                "no agent named `{name}`{near} (define it in the plan's `agents` or PUT /v1/agents/{name})"
             ),
         ));
         false

@@ -209,6 +209,19 @@ impl Store {
         self.get_entry(Registry::Workflows, tenant, name).await
     }
 
+    /// The names of the entries `tenant` can read (its own and the shared ones), sorted.
+    pub async fn entry_names(&self, registry: Registry, tenant: &Tenant) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .list_entries(registry, tenant)
+            .await?
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     pub async fn list_workflows(&self, tenant: &Tenant) -> Result<Vec<WorkflowRecord>> {
         self.list_entries(Registry::Workflows, tenant).await
     }

@@ -487,3 +487,96 @@ async fn no_operating_system_error_text_reaches_a_response() {
         assert!(!text.contains("os error"), "{text}");
     }
 }
+
+/// A mistake is answered with what would be right: every valid value with the nearest one, the
+/// nearest known field, the workflows and agents that exist, how to send a key.
+#[tokio::test]
+async fn errors_teach_what_is_right() {
+    let key = "k-0123456789abcdef";
+    let app = spawn_app(|c| {
+        c.auth.api_keys = vec![ApiKey {
+            key: orca::config::Secret::new(key),
+            tenant: "a".into(),
+        }];
+    })
+    .await;
+    let send = |req: reqwest::RequestBuilder| req.bearer_auth(key).send();
+    let message = |body: &Value, pointer: &str| -> String {
+        body["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["pointer"] == pointer)
+            .unwrap_or_else(|| panic!("{pointer}: {body}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    let typo = json!({ "input": "x", "orchestration": "planer", "limit": { "max_steps": 3 } });
+    let (status, body) = problem(
+        send(app.client.post(app.url("/v1/runs")).json(&typo))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 422);
+    let orchestration = message(&body, "/orchestration");
+    for value in ["auto", "simple", "fixed", "planner", "reactive"] {
+        assert!(
+            orchestration.contains(&format!("`{value}`")),
+            "{orchestration}"
+        );
+    }
+    assert!(
+        orchestration.ends_with("did you mean `planner`?"),
+        "{orchestration}"
+    );
+    let limit = message(&body, "/limit");
+    assert!(limit.contains("did you mean `limits`?"), "{limit}");
+
+    let workflow = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/workflows/publish-report.json"
+    ))
+    .unwrap();
+    let workflow: Value = serde_json::from_str(&workflow).unwrap();
+    let put = send(
+        app.client
+            .put(app.url("/v1/workflows/publish-report"))
+            .json(&workflow),
+    );
+    assert!(put.await.unwrap().status().is_success());
+    let run = json!({ "input": {}, "workflow": "publsh-report" });
+    let (_, body) = problem(
+        send(app.client.post(app.url("/v1/runs")).json(&run))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        message(&body, "/workflow"),
+        "no workflow `publsh-report`: did you mean `publish-report`? (known: `publish-report`)"
+    );
+
+    let agent = json!({ "description": "Bills.", "instructions": "You bill." });
+    let put = send(app.client.put(app.url("/v1/agents/billing")).json(&agent));
+    assert!(put.await.unwrap().status().is_success());
+    let (status, body) = problem(
+        send(app.client.get(app.url("/v1/agents/biling")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("did you mean `billing`?"), "{detail}");
+
+    let (status, body) = problem(app.client.get(app.url("/v1/runs")).send().await.unwrap()).await;
+    assert_eq!(status, 401);
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("Authorization: Bearer") && detail.contains("X-API-Key"),
+        "{detail}"
+    );
+}
