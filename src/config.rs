@@ -166,7 +166,7 @@ pub struct DatabaseConfig {
     pub url: String,
     pub max_connections: u32,
     /// How long a write waits for another process's lock on the database before it fails
-    /// (and is tried again; see the README's "When the store fails").
+    /// (and is tried again; see `docs/operating.md`, "When the store fails").
     pub busy_timeout_ms: u64,
     /// PostgreSQL with several replicas: how long a replica's lease on a run lasts unless
     /// renewed (every third of it). A replica that dies has its runs taken over this long

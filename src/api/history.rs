@@ -41,7 +41,7 @@ pub async fn run_plans(
 /// input and retry backoff; the critical path is the chain of what actually ran up to the
 /// end; the breakdown splits the run's time into model, tools, timers, human, backoff, queue
 /// and orchestrator; decisions are plans, re-plans, loop detection and status messages. Works for a run still going: what is open is measured up to `as_of`, the time of the
-/// answer. The README's "Timeline" section defines every figure.
+/// answer. `docs/api.md`, "Timeline", defines every figure.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/timeline", tag = "runs",
     params(("id" = String, Path, description = "Run id")),

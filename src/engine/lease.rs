@@ -15,8 +15,8 @@
 //!
 //! What remains possible: an action already in flight when the pause began (a tool call
 //! waiting for its answer) completes on the paused replica, while the replica that took the
-//! run over starts it again. Tools with side effects should take an idempotency key (README:
-//! "Replicas").
+//! run over starts it again. Tools with side effects should take an idempotency key
+//! (`docs/replicas.md`).
 //!
 //! On a single-process store (SQLite) leases are never contended and the gate is always open.
 

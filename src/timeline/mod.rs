@@ -5,7 +5,7 @@
 //! Pure: [`build`] reads the run row, its stored step attempts and its events (as the store
 //! returns them) and the time to treat as "now" for a run still going; it does no IO and
 //! decides nothing about runs. Every figure is defined where its field is declared below; the
-//! README repeats the definitions for users.
+//! `docs/api.md` repeats the definitions for users.
 //!
 //! Where the numbers come from, and why:
 //! - Timings come from the step attempts (started and completed as they happened, at every

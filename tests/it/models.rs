@@ -328,13 +328,13 @@ async fn a_prompt_past_the_context_window_is_refused_before_the_call() {
     assert_eq!(llm.request_count(), 1);
 }
 
-/// The provider configurations the README shows load as written, and start a router.
+/// The provider configurations docs/configuration.md shows load as written, and start a router.
 #[tokio::test]
-async fn the_readme_provider_configs_load() {
-    let readme = include_str!("../../README.md");
+async fn the_documented_provider_configs_load() {
+    let readme = include_str!("../../docs/configuration.md");
     let from = readme
         .find("Working configurations:")
-        .expect("the README shows provider configurations");
+        .expect("docs/configuration.md shows provider configurations");
     let block = readme[from..]
         .split("```toml\n")
         .nth(1)
