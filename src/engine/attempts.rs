@@ -14,6 +14,7 @@
 //! one a stopped server left open is closed after the restart by
 //! [`RunContext::restore_attempts`].
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -455,27 +456,33 @@ impl RunContext {
         }
     }
 
-    /// The input of the last completed attempt of the step `step_id` at `path` (`""`: the top
-    /// level), read back from the store once what is queued is written: how a finished step
-    /// was asked, for a later step that needs it, after a restart too.
-    pub async fn completed_input(&self, path: &str, step_id: &str) -> Option<serde_json::Value> {
+    /// The inputs of the run's finished steps, by step key (`path/id`; the last completed
+    /// attempt of each), read back from the store once what is queued is written: how a
+    /// finished step was asked, for a later step that needs it, after a restart too.
+    pub async fn completed_inputs(&self) -> HashMap<String, Value> {
         self.services.hub.flush().await;
         let attempts = match self.services.store().step_attempts(self.run_id).await {
             Ok(attempts) => attempts,
             Err(e) => {
-                tracing::warn!(error = ?e, step_id, "could not read a finished step's input");
-                return None;
+                tracing::warn!(error = ?e, "could not read the inputs of finished steps");
+                return HashMap::new();
             }
         };
-        attempts
+        let mut latest: HashMap<String, (u32, u32, Value)> = HashMap::new();
+        for a in attempts {
+            let (StepStatus::Completed, Some(input)) = (a.status, a.input) else {
+                continue;
+            };
+            let key = step_key(a.path.as_deref().unwrap_or_default(), &a.step_id);
+            let at = (a.plan_version, a.attempt);
+            if latest.get(&key).is_none_or(|(v, n, _)| (*v, *n) <= at) {
+                latest.insert(key, (at.0, at.1, input));
+            }
+        }
+        latest
             .into_iter()
-            .filter(|a| {
-                a.step_id == step_id
-                    && a.path.as_deref().unwrap_or_default() == path
-                    && a.status == StepStatus::Completed
-            })
-            .max_by_key(|a| (a.plan_version, a.attempt))
-            .and_then(|a| a.input)
+            .map(|(k, (_, _, input))| (k, input))
+            .collect()
     }
 
     async fn store_attempt(&self, record: &StepAttempt) {

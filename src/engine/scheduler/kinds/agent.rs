@@ -39,11 +39,16 @@ pub(crate) async fn run(
     // A sequential team's history: the earlier agents' exchanges (how each was asked, what it
     // answered), oldest first.
     let mut messages = Vec::new();
+    let inputs = if step.history.is_empty() {
+        Default::default()
+    } else {
+        frame.ctx.completed_inputs().await
+    };
     for id in &step.history {
         let Some(output) = frame.output_of(locals, id.as_str()) else {
             continue;
         };
-        if let Some(asked) = asked_of(frame, locals, id.as_str()).await {
+        if let Some(asked) = asked_of(&inputs, locals, id.as_str()) {
             messages.push(Message::User { content: asked });
         }
         messages.push(Message::Assistant {
@@ -80,15 +85,17 @@ pub(crate) async fn run(
     Ok(end.value)
 }
 
-/// The prompt an earlier agent step `id` was given: it sits beside this step (at
-/// `locals.path`) or at the top level.
-async fn asked_of(frame: &Frame<'_>, locals: Locals<'_>, id: &str) -> Option<String> {
-    let ctx = frame.ctx;
-    let mut input = ctx.completed_input(locals.path, id).await;
-    if input.is_none() && !locals.path.is_empty() {
-        input = ctx.completed_input("", id).await;
-    }
-    input?.get("prompt")?.as_str().map(str::to_owned)
+/// The prompt an earlier agent step `id` was given (`inputs`: the finished steps' inputs by
+/// key): it sits beside this step (at `locals.path`) or at the top level.
+fn asked_of(
+    inputs: &std::collections::HashMap<String, Value>,
+    locals: Locals<'_>,
+    id: &str,
+) -> Option<String> {
+    let input = inputs
+        .get(&step_key(locals.path, id))
+        .or_else(|| inputs.get(id))?;
+    input.get("prompt")?.as_str().map(str::to_owned)
 }
 
 pub(crate) async fn workflow(
