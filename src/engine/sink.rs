@@ -15,6 +15,7 @@
 //! the tokens of its answer, and a child's `running` before its question, at every depth;
 //! sinks of unrelated steps (siblings in a `parallel`, other top-level steps) keep theirs.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::domain::Payload;
@@ -35,7 +36,7 @@ pub enum EventSink {
 #[derive(Debug)]
 pub struct Held {
     key: String,
-    events: Mutex<Vec<HeldEvent>>,
+    events: Mutex<VecDeque<HeldEvent>>,
 }
 
 /// One event held in a buffered sink.
@@ -52,8 +53,12 @@ impl Held {
             .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '[']))
     }
 
-    fn take(&self) -> Vec<HeldEvent> {
+    fn take(&self) -> VecDeque<HeldEvent> {
         std::mem::take(&mut *self.events.lock().expect("held events lock"))
+    }
+
+    fn pop_front(&self) -> Option<HeldEvent> {
+        self.events.lock().expect("held events lock").pop_front()
     }
 }
 
@@ -68,13 +73,13 @@ impl HeldSinks {
         sinks.push(Arc::downgrade(held));
     }
 
-    /// The live sinks that hold for `key` or for a step enclosing it, outermost first.
+    /// The live sinks holding events for `key` or for a step enclosing it, outermost first.
     pub(super) fn enclosing(&self, key: &str) -> Vec<Arc<Held>> {
         let sinks = self.0.lock().expect("held sinks lock");
         sinks
             .iter()
             .filter_map(Weak::upgrade)
-            .filter(|h| h.encloses(key))
+            .filter(|h| h.encloses(key) && !h.events.lock().expect("held events lock").is_empty())
             .collect()
     }
 }
@@ -83,9 +88,14 @@ impl RunContext {
     /// Sends out, in order, what `sinks` hold (those of a step and of the steps enclosing it,
     /// [`HeldSinks::enclosing`]): everything that happened before an event of that step that
     /// goes out now.
+    ///
+    /// One event at a time, each taken off its sink and stamped in the same poll as it is
+    /// queued: another step that releases the same sink meanwhile (a sibling in a `parallel`,
+    /// releasing their common parent) takes the next one, so nothing it emits after can
+    /// overtake an event still held.
     pub(super) async fn release_held(&self, sinks: Vec<Arc<Held>>) {
         for held in sinks {
-            for h in held.take() {
+            while let Some(h) = held.pop_front() {
                 self.emit_now(h.step_id.as_deref(), h.payload).await;
             }
         }
@@ -97,7 +107,7 @@ impl EventSink {
     pub fn buffered(ctx: &RunContext, key: &str) -> EventSink {
         let held = Arc::new(Held {
             key: key.to_owned(),
-            events: Mutex::new(Vec::new()),
+            events: Mutex::new(VecDeque::new()),
         });
         ctx.held.register(&held);
         EventSink::Buffered(held)
@@ -116,7 +126,7 @@ impl EventSink {
                 held.events
                     .lock()
                     .expect("held events lock")
-                    .push(HeldEvent {
+                    .push_back(HeldEvent {
                         step_id: step_id.map(str::to_owned),
                         payload: payload.into(),
                     })
@@ -158,7 +168,7 @@ mod tests {
     fn a_sink_encloses_its_step_and_what_sits_inside_it_only() {
         let held = Held {
             key: "seq".into(),
-            events: Mutex::new(Vec::new()),
+            events: Mutex::new(VecDeque::new()),
         };
         for inside in ["seq", "seq/l1", "seq/par/t2", "seq[0]/x"] {
             assert!(held.encloses(inside), "{inside}");
