@@ -287,6 +287,14 @@ fn complete(doc: &mut Value) {
         "after",
         json!({ "type": "integer", "minimum": 0, "maximum": u64::MAX }),
     );
+    // The handler refuses a NUL (PostgreSQL text cannot hold one) as it refuses a long `q`.
+    param_schema(
+        doc,
+        "/v1/runs",
+        "get",
+        "q",
+        json!({ "type": "string", "maxLength": 200, "pattern": "^[^\\u0000]*$" }),
+    );
     param_schema(
         doc,
         "/v1/runs",

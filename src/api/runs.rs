@@ -381,10 +381,26 @@ pub async fn delete_run(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The longest `q` of `GET /v1/runs`, in characters.
+const MAX_SEARCH_CHARS: usize = 200;
+
+/// `q` of `GET /v1/runs` as the store takes it: None when empty (no filter).
+fn search_text(v: &str) -> Result<Option<String>, String> {
+    if v.chars().count() > MAX_SEARCH_CHARS {
+        return Err(format!("q must be at most {MAX_SEARCH_CHARS} characters"));
+    }
+    // PostgreSQL text cannot hold NUL, and no input contains one.
+    if v.contains('\0') {
+        return Err("q must not contain a NUL character".into());
+    }
+    Ok(Some(v.to_owned()).filter(|t| !t.is_empty()))
+}
+
 /// List runs, newest first.
 ///
 /// Filters: `status`, `orchestration`, `created_after`, `created_before` (RFC 3339),
-/// `metadata.KEY=VALUE`; `limit` (1-200, default 50); `cursor` from the previous page.
+/// `metadata.KEY=VALUE`, `q` (text the input contains, ignoring case; `%` and `_` match
+/// themselves); `limit` (1-200, default 50); `cursor` from the previous page.
 #[utoipa::path(
     get, path = "/v1/runs", tag = "runs",
     params(
@@ -392,6 +408,7 @@ pub async fn delete_run(
         ("orchestration" = Option<Orchestration>, Query),
         ("created_after" = Option<String>, Query, format = DateTime),
         ("created_before" = Option<String>, Query, format = DateTime),
+        ("q" = Option<String>, Query, max_length = 200, description = "Only runs whose input contains this text (a string input as the string, an object input as its JSON text), ignoring case (on SQLite, of ASCII letters only). `%` and `_` match themselves; empty means no filter."),
         ("limit" = Option<u32>, Query, maximum = 200, minimum = 1),
         ("cursor" = Option<String>, Query),
     ),
@@ -448,6 +465,10 @@ pub async fn list_runs(
                     pointer,
                     "limit must be an integer from 1 to 200",
                 )),
+            },
+            "q" => match search_text(v) {
+                Ok(text) => filter.text = text,
+                Err(message) => errors.push(FieldError::new(pointer, message)),
             },
             "cursor" => match RunId::parse(v) {
                 Some(id) => filter.before_id = Some(id),
