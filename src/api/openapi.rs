@@ -188,6 +188,15 @@ fn complete(doc: &mut Value) {
             any(),
         );
     }
+    // A run's request is a run request, in the schema the server checked it with.
+    set(
+        doc,
+        &format!("{schemas}/RunDetail/allOf/1/properties/request"),
+        json!({
+            "$ref": "#/components/schemas/RunRequest",
+            "description": "The body of `POST /v1/runs` that started the run, as accepted: what was given, with the orchestration as requested and a workflow by its name; posting it again starts the same run anew."
+        }),
+    );
 
     // Request bodies: the schemas the server validates with.
     set(

@@ -245,6 +245,75 @@ async fn runs_are_searched_by_their_input_text_within_the_callers_tenant() {
 }
 
 #[tokio::test]
+async fn a_run_shows_the_request_that_started_it_and_that_request_runs_again() {
+    let app = spawn_app(|_| {}).await;
+    let full = json!({
+        "input": "What is 6 times 7? Use a tool.",
+        "orchestration": "simple",
+        "model": "offline",
+        "tools": ["math.calculate"],
+        "limits": { "max_steps": 9, "max_tokens": 5000 },
+        "metadata": { "team": "search", "n": 3 },
+        "session_id": "session-again",
+        "instructions": "Answer in one line."
+    });
+    let workflow = json!({
+        "steps": [{ "id": "sum", "kind": "tool",
+                    "input": { "tool": "math.calculate", "arguments": { "expression": "{{ input.a }} + 1" } } }],
+        "output": { "sum": "{{ steps.sum.output.result }}" }
+    });
+    let (status, body) = app.put_json("/v1/workflows/add-one", &workflow).await;
+    assert!(status < 300, "{body}");
+    let plan = json!({ "steps": [{ "id": "four", "kind": "tool",
+                                   "input": { "tool": "math.calculate", "arguments": { "expression": "2 + 2" } } }] });
+    let cases = [
+        // What was given comes back as given, the orchestration as requested.
+        (full.clone(), full.clone()),
+        (
+            json!({ "input": "hello" }),
+            json!({ "input": "hello", "orchestration": "auto" }),
+        ),
+        // A workflow by name, not the plan orca resolved it to.
+        (
+            json!({ "input": { "a": 41 }, "workflow": "add-one" }),
+            json!({ "input": { "a": 41 }, "orchestration": "auto", "workflow": "add-one" }),
+        ),
+        (
+            json!({ "input": "add two and two", "orchestration": "fixed", "plan": plan }),
+            json!({ "input": "add two and two", "orchestration": "fixed", "plan": plan }),
+        ),
+    ];
+    for (body, want) in cases {
+        let run = app.create_run(body.clone()).await;
+        let id = run["id"].as_str().unwrap();
+        app.follow(id).await;
+        let (status, got) = app.get_json(&format!("/v1/runs/{id}")).await;
+        assert_eq!(status, 200);
+        assert_eq!(got["request"], want, "{body}");
+        // The run object is all there beside it.
+        assert_eq!(got["id"], id);
+        assert_eq!(got["status"], "succeeded", "{got}");
+
+        // Posted again: a new run with the same request, which ends the same way.
+        let again = app.create_run(got["request"].clone()).await;
+        let again_id = again["id"].as_str().unwrap();
+        assert_ne!(again_id, id);
+        app.follow(again_id).await;
+        let (_, again) = app.get_json(&format!("/v1/runs/{again_id}")).await;
+        assert_eq!(again["request"], want);
+        assert_eq!(again["status"], "succeeded", "{again}");
+        // (A session's second run has the first in its history, so only those without one
+        // must answer alike.)
+        if body.get("session_id").is_none() {
+            assert_eq!(again["output"], got["output"], "{body}");
+        }
+    }
+    // Lists stay lean: the request is on the run's own page only.
+    let (_, list) = app.get_json("/v1/runs").await;
+    assert!(list["runs"][0].get("request").is_none());
+}
+
+#[tokio::test]
 async fn an_idempotency_key_returns_the_first_run() {
     let app = spawn_app(|_| {}).await;
     let post = || {
