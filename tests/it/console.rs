@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use orca::config::{ApiKey, Secret};
 use serde_json::{Value, json};
 
-use crate::support::app::{TestApp, spawn_app, use_scripted};
+use crate::support::app::{TestApp, final_data, spawn_app, use_scripted};
 use crate::support::node;
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
 
@@ -148,6 +148,72 @@ async fn the_console_follows_answers_and_replays_runs_in_a_real_browser() {
     ] {
         assert_png(&screenshots().join("runs").join(format!("{page}.png")));
     }
+}
+
+#[tokio::test]
+async fn the_console_keeps_time_while_runs_wait_and_draws_failures_on_a_time_axis() {
+    let app = spawn_app(|_| {}).await;
+    put_workflow(&app, &approve_spend()).await;
+    // A finished run with Korean in its input and its transcript.
+    let first = app
+        .create_run(
+            json!({"input": "예산을 100% 늘려 줘: what is 17 * 23?", "orchestration": "simple"}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.follow(&first).await;
+    // A failure that takes no time, after a wait that does: a sliver on a plain chart.
+    let failed = app
+        .create_run(
+            json!({"input": "fail fast", "orchestration": "fixed", "plan": {"steps": [
+                {"id": "pause", "kind": "wait", "input": {"duration_ms": 600}},
+                {"id": "broken", "kind": "tool", "depends_on": ["pause"],
+                 "input": {"tool": "math.calculate", "arguments": {"expression": "1 +"}}}
+            ]}}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events = app.follow(&failed).await;
+    assert_eq!(final_data(&events)["status"], "failed");
+    let (_, steps) = app.get_json(&format!("/v1/runs/{failed}/steps")).await;
+    let broken: Vec<&Value> = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["step_id"] == "broken")
+        .collect();
+    assert!(
+        broken
+            .iter()
+            .all(|s| s["status"] == "failed" && s["duration_ms"].as_u64().is_some_and(|d| d < 10)),
+        "{steps}"
+    );
+    // A run that waits for a human.
+    let waiting = app
+        .create_run(json!({"input": {"amount": 5}, "workflow": "approve-spend"}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut stream = app.events(&waiting).await;
+    while let Some(event) = stream.next_event().await {
+        if event.kind() == "input_required" {
+            break;
+        }
+    }
+
+    let runs = json!({"first": first, "failed": failed, "waiting": waiting}).to_string();
+    let report = browser("papercuts", &app.base, Some(&runs)).await;
+
+    finding(&report, "fonts");
+    finding(&report, "ticking");
+    finding(&report, "stopped");
+    finding(&report, "axis");
+    assert_png(&screenshots().join("papercuts").join("timeline-axis.png"));
 }
 
 #[tokio::test]
