@@ -8,8 +8,8 @@
 // form, a waiting run is cancelled, a finished run replays, the plan, timeline, steps, list and registries render),
 // `plans` (a re-planned run's versions, trigger and diff), `key` (the console asks for the
 // API key and works once given the right one) and `papercuts` (CJK font fallbacks, a waiting
-// run's duration ticking, the timeline's axis and 0 ms failures; its argument is JSON naming
-// the runs the test made).
+// run's duration ticking, the timeline's axis and 0 ms failures, Run again, the model list,
+// the search box; its argument is JSON naming the runs the test made).
 // Prints one JSON line per finding; exits 1 on the first failed expectation.
 
 import { chromium } from 'playwright-core';
@@ -312,12 +312,73 @@ async function stoppedCheck(page, runId) {
   report({ ok: 'stopped', shown, took });
 }
 
+/** Run again starts a new run with this one's request and opens it. */
+async function againCheck(page, runId) {
+  await page.goto(`${base}/#/runs/${runId}`);
+  await waitStatus(page, 'succeeded');
+  const button = page.getByRole('button', { name: 'Run again' });
+  expect(await button.count() === 1, 'no Run again button');
+  await button.click();
+  await page.waitForURL((url) => /#\/runs\/[0-9a-f-]{36}$/.test(url.hash) && !url.hash.includes(runId), { timeout: PATIENCE });
+  const again = runIdOf(page);
+  await waitStatus(page, 'succeeded');
+  expect((await page.locator('h1').innerText()).includes(again.slice(0, 8)), 'the new run is not shown');
+  await shot(page, 'run-again');
+  report({ ok: 'again', run_id: again });
+}
+
+/** The model field lists the server's aliases, the server's default first as the empty choice. */
+async function modelCheck(page) {
+  await page.goto(`${base}/#/new`);
+  await page.locator('#n-input').waitFor({ timeout: PATIENCE });
+  const select = page.locator('select#n-model');
+  expect(await select.count() === 1, 'the model field is not a list');
+  await labelled(page, 'new run');
+  const options = await select.locator('option').evaluateAll((els) => els.map((o) => [o.value, o.textContent]));
+  expect(options[0][0] === '' && options[0][1].startsWith('server default'), `the first choice is not the server default: ${options[0]}`);
+  const aliases = options.slice(1).map(([v]) => v);
+  expect(JSON.stringify(aliases) === JSON.stringify(['alpha-large', 'default', 'offline', 'zeta-small']), `aliases: ${aliases}`);
+  await page.getByLabel('Input', { exact: true }).fill('hello there');
+  await page.getByLabel('Orchestration').selectOption('simple');
+  await page.getByLabel('Model alias').selectOption('zeta-small');
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await page.waitForURL(/#\/runs\/[0-9a-f-]{36}$/, { timeout: PATIENCE });
+  const runId = runIdOf(page);
+  await waitStatus(page, 'succeeded');
+  report({ ok: 'model', run_id: runId, options });
+}
+
+/** The search box puts `q` in the address and lists the runs whose input has the text. */
+async function searchCheck(page) {
+  await page.goto(`${base}/#/runs`);
+  await page.locator('tbody tr').first().waitFor({ timeout: PATIENCE });
+  await labelled(page, 'runs');
+  expect(await page.getByLabel('Search inputs').count() === 1, 'no search box');
+  // The new page's table, not this one, must be read after searching.
+  await page.evaluate(() => { document.querySelector('tbody').dataset.before = 'search'; });
+  await page.getByLabel('Search inputs').fill('100%');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await page.waitForFunction(() => document.querySelector('tbody:not([data-before])'), null, { timeout: PATIENCE });
+  expect(new URL(page.url()).hash.includes('q=100%25'), `the search is not in the address: ${page.url()}`);
+  expect(await page.getByLabel('Search inputs').inputValue() === '100%', 'the search box lost its text');
+  const rows = await page.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => ({
+    id: tr.querySelector('a').getAttribute('href').replace('#/runs/', ''),
+    input: tr.querySelectorAll('td')[3].getAttribute('title'),
+  })));
+  expect(rows.every((r) => r.input.includes('100%')), `a row without 100%: ${JSON.stringify(rows)}`);
+  await shot(page, 'search');
+  report({ ok: 'search', run_ids: rows.map((r) => r.id) });
+}
+
 async function papercutsScenario(page) {
   const runs = JSON.parse(arg);
   await fontsCheck(page, runs.first);
   await tickingCheck(page, runs.waiting);
   await stoppedCheck(page, runs.first);
   await axisCheck(page, runs.failed);
+  await againCheck(page, runs.first);
+  await modelCheck(page);
+  await searchCheck(page);
 }
 
 async function keyScenario(page) {

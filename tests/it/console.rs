@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use orca::config::{ApiKey, Secret};
+use orca::config::{ApiKey, ModelAlias, Secret};
 use serde_json::{Value, json};
 
 use crate::support::app::{TestApp, final_data, spawn_app, use_scripted};
@@ -151,19 +151,35 @@ async fn the_console_follows_answers_and_replays_runs_in_a_real_browser() {
 }
 
 #[tokio::test]
-async fn the_console_keeps_time_while_runs_wait_and_draws_failures_on_a_time_axis() {
-    let app = spawn_app(|_| {}).await;
+async fn the_console_searches_runs_again_picks_models_and_times_waits_and_failures() {
+    let app = spawn_app(|c| {
+        for alias in ["zeta-small", "alpha-large"] {
+            c.llm
+                .models
+                .insert(alias.into(), ModelAlias::new("offline", "offline"));
+        }
+    })
+    .await;
     put_workflow(&app, &approve_spend()).await;
-    // A finished run with Korean in its input and its transcript.
-    let first = app
-        .create_run(
-            json!({"input": "예산을 100% 늘려 줘: what is 17 * 23?", "orchestration": "simple"}),
-        )
-        .await["id"]
+    // A finished run with every part of a request a second run must repeat.
+    let request = json!({
+        "input": "예산을 100% 늘려 줘: what is 17 * 23?",
+        "orchestration": "simple",
+        "model": "alpha-large",
+        "limits": {"max_steps": 9},
+        "metadata": {"team": "search"},
+        "session_id": "papercuts"
+    });
+    let first = app.create_run(request.clone()).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
     app.follow(&first).await;
+    // `%` in a search is a percent sign: this one must not match "100%".
+    let other = app
+        .create_run(json!({"input": "raise it by 1000 won", "orchestration": "simple"}))
+        .await;
+    app.follow(other["id"].as_str().unwrap()).await;
     // A failure that takes no time, after a wait that does: a sliver on a plain chart.
     let failed = app
         .create_run(
@@ -213,7 +229,35 @@ async fn the_console_keeps_time_while_runs_wait_and_draws_failures_on_a_time_axi
     finding(&report, "ticking");
     finding(&report, "stopped");
     finding(&report, "axis");
-    assert_png(&screenshots().join("papercuts").join("timeline-axis.png"));
+    let again = finding(&report, "again")["run_id"].as_str().unwrap();
+    assert_ne!(again, first);
+    let (_, original) = app.get_json(&format!("/v1/runs/{first}")).await;
+    let (_, rerun) = app.get_json(&format!("/v1/runs/{again}")).await;
+    assert_eq!(original["request"], request);
+    assert_eq!(
+        rerun["request"], request,
+        "the second run asked for the same"
+    );
+    let picked = finding(&report, "model")["run_id"].as_str().unwrap();
+    let (_, run) = app.get_json(&format!("/v1/runs/{picked}")).await;
+    assert_eq!(run["request"]["model"], "zeta-small");
+    let search = finding(&report, "search");
+    let mut shown: Vec<&str> = search["run_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    shown.sort_unstable();
+    let mut want = vec![first.as_str(), again];
+    want.sort_unstable();
+    assert_eq!(
+        shown, want,
+        "the search shows the runs whose input has 100%"
+    );
+    for page in ["timeline-axis", "run-again", "search"] {
+        assert_png(&screenshots().join("papercuts").join(format!("{page}.png")));
+    }
 }
 
 #[tokio::test]

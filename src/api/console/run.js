@@ -272,12 +272,29 @@ class RunPage {
 
   buildHeader() {
     const run = this.st.run;
-    this.head = { status: h('span', { id: 'run-status' }), stream: h('span'), controls: h('span'), facts: h('div'), mode: null };
+    this.head = { status: h('span', { id: 'run-status' }), stream: h('span'), controls: h('span'), facts: h('div'), notice: h('div'), mode: null };
+    const again = run.request ? h('button', {
+      type: 'button', class: 'ghost', title: 'Start a new run with this run’s request', onclick: () => this.runAgain(again),
+    }, 'Run again') : null;
     clear(this.header,
       h('p', {}, h('a', { href: '#/runs' }, '← Runs')),
-      h('div', { class: 'run-head' }, h('h1', { title: run.id }, `Run ${shortId(run.id)}`), this.head.status, this.head.stream, this.head.controls),
+      h('div', { class: 'run-head' }, h('h1', { title: run.id }, `Run ${shortId(run.id)}`), this.head.status, this.head.stream, this.head.controls, again),
+      this.head.notice,
       this.head.facts,
       h('details', {}, h('summary', {}, 'Input and metadata'), h('h3', {}, 'Input'), json(run.input), h('h3', {}, 'Metadata'), json(run.metadata || {}), h('p', { class: 'hint mono' }, run.id)));
+  }
+
+  /** Starts a new run with this run's request (GET /v1/runs/{id} gives it) and opens it. */
+  async runAgain(button) {
+    button.disabled = true;
+    clear(this.head.notice);
+    try {
+      const run = await api('/v1/runs', { method: 'POST', body: this.st.run.request });
+      location.hash = `#/runs/${run.id}`;
+    } catch (err) {
+      clear(this.head.notice, errorBox(err));
+      button.disabled = false;
+    }
   }
 
   cancelButton() {
