@@ -86,20 +86,21 @@ impl AppState {
         history::run_timeline,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
-        agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::healthz,
+        agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::list_models, system::healthz,
         system::readyz,
         system::metrics, agui::run_agent,
     ),
     components(schemas(
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
-        crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::store::PlanRecord, crate::store::Checkpoint,
+        crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::llm::router::ModelInfo, crate::store::PlanRecord, crate::store::Checkpoint,
         workflows::WorkflowSummary, workflows::WorkflowDetail, agui::RunAgentInput, tools::ToolDetail, agui::ResumeEntry, agui::ResumeStatus, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
     )),
     modifiers(&SecurityAddon),
     tags(
         (name = "runs", description = "Create, watch, query and cancel runs"),
         (name = "tools", description = "Tools runs can use"),
+        (name = "models", description = "Model aliases runs can name"),
         (name = "workflows", description = "The fixed-workflow registry"),
         (name = "agents", description = "The agent registry"),
         (name = "system", description = "Health, readiness, metrics"),
@@ -204,6 +205,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(tools::delete_tool),
         )
         .route("/functions", get(system::list_functions))
+        .route("/models", get(system::list_models))
         .route("/agui", post(agui::run_agent));
     let protected = Router::new()
         .nest("/v1", v1)

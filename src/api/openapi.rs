@@ -188,6 +188,15 @@ fn complete(doc: &mut Value) {
             any(),
         );
     }
+    // A run's request is a run request, in the schema the server checked it with.
+    set(
+        doc,
+        &format!("{schemas}/RunDetail/allOf/1/properties/request"),
+        json!({
+            "$ref": "#/components/schemas/RunRequest",
+            "description": "The body of `POST /v1/runs` that started the run, as accepted: what was given, with the orchestration as requested and a workflow by its name; posting it again starts the same run anew."
+        }),
+    );
 
     // Request bodies: the schemas the server validates with.
     set(
@@ -286,6 +295,14 @@ fn complete(doc: &mut Value) {
         "get",
         "after",
         json!({ "type": "integer", "minimum": 0, "maximum": u64::MAX }),
+    );
+    // The handler refuses a NUL (PostgreSQL text cannot hold one) as it refuses a long `q`.
+    param_schema(
+        doc,
+        "/v1/runs",
+        "get",
+        "q",
+        json!({ "type": "string", "maxLength": 200, "pattern": "^[^\\u0000]*$" }),
     );
     param_schema(
         doc,

@@ -329,12 +329,70 @@ async fn validate_run(
     Ok((spec, valid))
 }
 
-/// Get a run.
+/// `GET /v1/runs/{id}`: the run object, and the request that started it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub run: Run,
+    /// The body of `POST /v1/runs` that started the run, as accepted: what was given, with the
+    /// orchestration as requested and a workflow by its name; posting it again starts the
+    /// same run anew.
+    #[schema(value_type = Object)]
+    pub request: Map<String, Value>,
+}
+
+/// A run's request as a `POST /v1/runs` body: the input, the orchestration as requested (not
+/// what `auto` chose), the workflow (its name, or the inline one) or else the plan, and the
+/// model, tools, limits, metadata, session and instructions that were given. Left out: what was
+/// not given, and what orca added (the plan a workflow resolved to, the tenant's declared
+/// tools). A plan's registered agents and workflows are in it as the run copied them in.
+fn request_of(spec: RunSpec) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("input".into(), spec.input);
+    out.insert(
+        "orchestration".into(),
+        Value::String(spec.orchestration.as_str().into()),
+    );
+    match (spec.workflow, spec.plan) {
+        (Some(workflow), _) => {
+            out.insert("workflow".into(), workflow);
+        }
+        (None, Some(plan)) => {
+            out.insert("plan".into(), plan);
+        }
+        (None, None) => {}
+    }
+    let mut put = |key: &str, value: Option<Value>| {
+        if let Some(v) = value {
+            out.insert(key.into(), v);
+        }
+    };
+    put("model", spec.model.map(Value::String));
+    put(
+        "tools",
+        spec.tools
+            .map(|t| Value::Array(t.into_iter().map(Value::String).collect())),
+    );
+    // Only the limits that were set: an unset one takes the server's default again.
+    let limits: Map<String, Value> = match serde_json::to_value(spec.limits) {
+        Ok(Value::Object(map)) => map.into_iter().filter(|(_, v)| !v.is_null()).collect(),
+        _ => Map::new(),
+    };
+    let object = |map: Map<String, Value>| Some(map).filter(|m| !m.is_empty()).map(Value::Object);
+    put("limits", object(limits));
+    put("metadata", object(spec.metadata));
+    put("session_id", spec.session_id.map(Value::String));
+    put("instructions", spec.instructions.map(Value::String));
+    out
+}
+
+/// Get a run, with the request that started it (`request`, a `POST /v1/runs` body that runs
+/// it again).
 #[utoipa::path(
     get, path = "/v1/runs/{id}", tag = "runs",
     params(("id" = String, Path, description = "Run id")),
     responses(
-        (status = 200, body = Run),
+        (status = 200, body = RunDetail),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
@@ -342,9 +400,17 @@ pub async fn get_run(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-) -> Result<Json<Run>, ApiError> {
+) -> Result<Json<RunDetail>, ApiError> {
     let id = parse_run_id(&id)?;
-    Ok(Json(load_run(&state, &tenant, id).await?))
+    let stored = state
+        .store
+        .get_run(&tenant, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
+    Ok(Json(RunDetail {
+        run: stored.run,
+        request: request_of(stored.spec),
+    }))
 }
 
 /// Delete a finished run with everything it owns: events, step attempts, plans, checkpoints.
@@ -381,10 +447,26 @@ pub async fn delete_run(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The longest `q` of `GET /v1/runs`, in characters.
+const MAX_SEARCH_CHARS: usize = 200;
+
+/// `q` of `GET /v1/runs` as the store takes it: None when empty (no filter).
+fn search_text(v: &str) -> Result<Option<String>, String> {
+    if v.chars().count() > MAX_SEARCH_CHARS {
+        return Err(format!("q must be at most {MAX_SEARCH_CHARS} characters"));
+    }
+    // PostgreSQL text cannot hold NUL, and no input contains one.
+    if v.contains('\0') {
+        return Err("q must not contain a NUL character".into());
+    }
+    Ok(Some(v.to_owned()).filter(|t| !t.is_empty()))
+}
+
 /// List runs, newest first.
 ///
 /// Filters: `status`, `orchestration`, `created_after`, `created_before` (RFC 3339),
-/// `metadata.KEY=VALUE`; `limit` (1-200, default 50); `cursor` from the previous page.
+/// `metadata.KEY=VALUE`, `q` (text the input contains, ignoring case; `%` and `_` match
+/// themselves); `limit` (1-200, default 50); `cursor` from the previous page.
 #[utoipa::path(
     get, path = "/v1/runs", tag = "runs",
     params(
@@ -392,6 +474,7 @@ pub async fn delete_run(
         ("orchestration" = Option<Orchestration>, Query),
         ("created_after" = Option<String>, Query, format = DateTime),
         ("created_before" = Option<String>, Query, format = DateTime),
+        ("q" = Option<String>, Query, max_length = 200, description = "Only runs whose input contains this text (a string input as the string, an object input as its JSON text), ignoring case (on SQLite, of ASCII letters only). `%` and `_` match themselves; empty means no filter."),
         ("limit" = Option<u32>, Query, maximum = 200, minimum = 1),
         ("cursor" = Option<String>, Query),
     ),
@@ -448,6 +531,10 @@ pub async fn list_runs(
                     pointer,
                     "limit must be an integer from 1 to 200",
                 )),
+            },
+            "q" => match search_text(v) {
+                Ok(text) => filter.text = text,
+                Err(message) => errors.push(FieldError::new(pointer, message)),
             },
             "cursor" => match RunId::parse(v) {
                 Some(id) => filter.before_id = Some(id),

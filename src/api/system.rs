@@ -1,4 +1,4 @@
-//! Health, readiness, metrics, the tool list and the OpenAPI document.
+//! Health, readiness, metrics, the tool, function and model lists and the OpenAPI document.
 
 use axum::Extension;
 use axum::Json;
@@ -9,6 +9,7 @@ use serde_json::json;
 
 use crate::domain::Tenant;
 use crate::functions::FunctionInfo;
+use crate::llm::router::ModelInfo;
 use crate::tools::ToolInfo;
 
 use super::AppState;
@@ -74,6 +75,14 @@ pub async fn list_tools(
 #[utoipa::path(get, path = "/v1/functions", tag = "tools", responses((status = 200, body = Vec<FunctionInfo>)))]
 pub async fn list_functions(State(state): State<AppState>) -> Json<Vec<FunctionInfo>> {
     Json(state.engine.functions().list())
+}
+
+/// Every model alias a run may name as `model`, sorted by name: the provider that answers
+/// through it and the model name it sends. The server's default is marked; no endpoint
+/// address or key is shown.
+#[utoipa::path(get, path = "/v1/models", tag = "models", responses((status = 200, body = Vec<ModelInfo>)))]
+pub async fn list_models(State(state): State<AppState>) -> Json<Vec<ModelInfo>> {
+    Json(state.engine.models().models())
 }
 
 pub async fn openapi_json() -> Response {

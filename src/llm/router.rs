@@ -10,6 +10,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
+use utoipa::ToSchema;
+
 use crate::config::{Config, ProviderKind};
 
 use super::providers::anthropic::AnthropicProvider;
@@ -50,6 +53,22 @@ impl ModelRoute {
     pub fn targets(&self) -> &[Target] {
         &self.targets
     }
+}
+
+/// What `GET /v1/models` lists for one alias: where calls through it go now. Names only: a
+/// provider's address and key are never part of it.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ModelInfo {
+    /// The alias a run names as `model`.
+    pub name: String,
+    /// The provider that answers: `openai`, `offline` or a name of `[llm.providers]`. An
+    /// alias of an unconfigured `openai` (or any alias, with `llm.provider = "offline"`)
+    /// says `offline`, since that is who answers.
+    pub provider: String,
+    /// The model name sent to that provider.
+    pub model: String,
+    /// Whether runs that name no model use this alias (`llm.default_model`).
+    pub default: bool,
 }
 
 #[derive(Clone)]
@@ -249,6 +268,19 @@ impl LlmRouter {
         self.routes.keys().cloned().collect()
     }
 
+    /// Every alias with the provider and model it goes to, sorted by alias.
+    pub fn models(&self) -> Vec<ModelInfo> {
+        self.routes
+            .iter()
+            .map(|(alias, route)| ModelInfo {
+                name: alias.clone(),
+                provider: route.target.provider.name().to_owned(),
+                model: route.target.model.clone(),
+                default: *alias == self.default_alias,
+            })
+            .collect()
+    }
+
     /// The alias used when a run names no model.
     pub fn default_alias(&self) -> &str {
         &self.default_alias
@@ -328,6 +360,29 @@ mod tests {
                 assert_eq!(route(&router, alias), want, "{alias:?} in {router:?}");
             }
         }
+    }
+
+    #[test]
+    fn models_list_where_each_alias_goes_now() {
+        let info = |name: &str, provider: &str, model: &str, default: bool| ModelInfo {
+            name: name.into(),
+            provider: provider.into(),
+            model: model.into(),
+            default,
+        };
+        let configured =
+            LlmRouter::from_config(&config(ProviderChoice::Auto, "http://127.0.0.1:9/v1"));
+        assert_eq!(
+            configured.unwrap().models(),
+            [
+                info("default", "openai", "gpt-4o-mini", true),
+                info("offline", "offline", "offline", false),
+                info("smart", "openai", "gpt-4o", false),
+            ]
+        );
+        // No endpoint: the offline provider answers every alias, and the list says so.
+        let offline = LlmRouter::from_config(&config(ProviderChoice::Auto, "")).unwrap();
+        assert!(offline.models().iter().all(|m| m.provider == "offline"));
     }
 
     #[test]

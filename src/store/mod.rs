@@ -171,6 +171,11 @@ pub struct RunFilter {
     /// `metadata.KEY=VALUE` pairs; a value matches a string equal to it, or a number or
     /// boolean whose JSON text equals it.
     pub metadata: Vec<(String, String)>,
+    /// `q`: text the run's input contains, compared case-insensitively (ASCII letters on
+    /// SQLite; as the database's locale folds them on PostgreSQL). A string input is searched
+    /// as the string, an object input as its stored JSON text. `%` and `_` are plain
+    /// characters here, not wildcards.
+    pub text: Option<String>,
     /// Keyset cursor: only runs with an id below this one.
     pub before_id: Option<RunId>,
     pub limit: u32,
@@ -608,6 +613,9 @@ impl Store {
             let (key, value) = (param(), param());
             sql.push_str(&metadata_matches(self.backend, &key, &value));
         }
+        if f.text.is_some() {
+            sql.push_str(&input_contains(self.backend, &param()));
+        }
         if f.before_id.is_some() {
             sql.push_str(&format!(" AND id < {}", param()));
         }
@@ -631,6 +639,9 @@ impl Store {
                 Backend::Postgres => key.clone(),
             };
             q = q.bind(key).bind(value.clone());
+        }
+        if let Some(text) = &f.text {
+            q = q.bind(like_pattern(text));
         }
         if let Some(id) = f.before_id {
             q = q.bind(id.to_string());
@@ -934,6 +945,36 @@ fn metadata_matches(backend: Backend, key: &str, value: &str) -> String {
     }
 }
 
+/// The `q` filter of [`Store::list_runs`] for the pattern parameter `pattern` (see
+/// [`like_pattern`]): a string input is compared as the string it holds (not its JSON text,
+/// whose quotes and escapes would get in the way), any other input as its stored JSON text.
+fn input_contains(backend: Backend, pattern: &str) -> String {
+    match backend {
+        Backend::Sqlite => format!(
+            " AND (CASE json_type(input) WHEN 'text' THEN json_extract(input, '$') ELSE input END)
+                 LIKE {pattern} ESCAPE '\\'"
+        ),
+        Backend::Postgres => format!(
+            " AND (CASE WHEN input LIKE '\"%' THEN input::jsonb #>> '{{}}' ELSE input END)
+                 ILIKE {pattern} ESCAPE '\\'"
+        ),
+    }
+}
+
+/// A LIKE pattern matching text that contains `text`, its own `%`, `_` and `\` escaped.
+fn like_pattern(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('%');
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('%');
+    out
+}
+
 async fn upsert_attempts<'e, E>(exec: E, rows: &[(RunId, &StepAttempt)]) -> Result<()>
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
@@ -1219,5 +1260,19 @@ mod tests {
     fn placeholders_are_numbered_on_across_rows() {
         assert_eq!(placeholders(1, 2, 2), "($1, $2), ($3, $4)");
         assert_eq!(placeholders(2, 3, 1), "($2, $3, $4)");
+    }
+
+    #[test]
+    fn like_patterns_take_wildcards_literally() {
+        let cases = [
+            ("budget", "%budget%"),
+            ("100%", "%100\\%%"),
+            ("snake_case", "%snake\\_case%"),
+            ("a\\b", "%a\\\\b%"),
+            ("예산", "%예산%"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(like_pattern(text), want, "{text}");
+        }
     }
 }

@@ -6,8 +6,10 @@
 //
 // Scenarios: `runs` (a streamed run appears live, a human-input run is answered from the
 // form, a waiting run is cancelled, a finished run replays, the plan, timeline, steps, list and registries render),
-// `plans` (a re-planned run's versions, trigger and diff) and `key` (the console asks for the
-// API key and works once given the right one).
+// `plans` (a re-planned run's versions, trigger and diff), `key` (the console asks for the
+// API key and works once given the right one) and `papercuts` (CJK font fallbacks, a waiting
+// run's duration ticking, the timeline's axis and 0 ms failures, Run again, the model list,
+// the search box; its argument is JSON naming the runs the test made).
 // Prints one JSON line per finding; exits 1 on the first failed expectation.
 
 import { chromium } from 'playwright-core';
@@ -216,6 +218,169 @@ async function plansScenario(page) {
   report({ ok: 'plans' });
 }
 
+/** The text of a run page's `duration` fact. */
+const durationText = (page) => page.evaluate(() => [...document.querySelectorAll('.facts li')]
+  .find((li) => li.textContent.startsWith('duration '))?.querySelector('b')?.textContent ?? null);
+
+/** The body, the transcript and the monospace text name CJK fonts before the generic family. */
+async function fontsCheck(page, runId) {
+  await page.goto(`${base}/#/runs/${runId}`);
+  await waitStatus(page, 'succeeded');
+  await page.locator('.entry .text').first().waitFor({ timeout: PATIENCE });
+  const families = await page.evaluate(() => Object.fromEntries(
+    [['body', 'body'], ['transcript', '.entry .text'], ['json', 'pre.json'], ['code', '.entry .who code']]
+      .map(([name, sel]) => [name, getComputedStyle(document.querySelector(sel)).fontFamily])));
+  for (const [name, family] of Object.entries(families)) {
+    const generic = name === 'body' || name === 'transcript' ? 'sans-serif' : 'monospace';
+    for (const font of ['Noto Sans CJK KR', 'Source Han Sans', 'Apple SD Gothic Neo', 'PingFang SC', 'Microsoft YaHei']) {
+      const at = family.indexOf(font);
+      expect(at >= 0 && at < family.lastIndexOf(generic), `the ${name} font stack lacks ${font} before ${generic}: ${family}`);
+    }
+  }
+  report({ ok: 'fonts', families });
+}
+
+/** A waiting run's duration goes on counting, several times a second, on the page and on its
+ * timeline (no event comes while it waits). */
+async function tickingCheck(page, runId) {
+  await page.goto(`${base}/#/runs/${runId}`);
+  await waitStatus(page, 'waiting input');
+  await page.locator('form.ask').waitFor({ timeout: PATIENCE });
+  const before = await durationText(page);
+  expect(before && before !== '—', `no duration on a waiting run: ${before}`);
+  // Reads a few hundred ms apart differ: four different values within 1.5 s.
+  const seen = await page.waitForFunction(() => {
+    const now = [...document.querySelectorAll('.facts li')].find((el) => el.textContent.startsWith('duration '))?.querySelector('b')?.textContent;
+    window.durations = window.durations || new Set();
+    if (now) window.durations.add(now);
+    return window.durations.size >= 4 ? [...window.durations] : null;
+  }, null, { timeout: 1_500, polling: 50 }).then((h) => h.jsonValue(), () => null);
+  expect(seen, `the duration of a waiting run stood still or crept: ${await page.evaluate(() => [...(window.durations || [])].join(', '))}`);
+  // The timeline tab's duration (and its open wait) goes on too.
+  await page.getByRole('tab', { name: 'Timeline' }).click();
+  const timelineDuration = (was) => {
+    const now = [...document.querySelectorAll('#run-panel .facts li')]
+      .find((el) => el.textContent.startsWith('duration '))?.querySelector('b')?.textContent;
+    return now && now !== was ? now : null;
+  };
+  const first = await (await page.waitForFunction(timelineDuration, null, { timeout: PATIENCE })).jsonValue();
+  const later = await page.waitForFunction(timelineDuration, first, { timeout: 5_000, polling: 100 })
+    .then((h) => h.jsonValue(), () => null);
+  expect(later, `the timeline of a waiting run stood still at ${first}`);
+  report({ ok: 'ticking', seen, timeline: [first, later] });
+}
+
+/** The timeline has a labelled time axis, and a 0 ms failure is a visible, marked bar. */
+async function axisCheck(page, runId) {
+  await page.goto(`${base}/#/runs/${runId}/timeline`);
+  await page.locator('.gantt .axis .tick').first().waitFor({ timeout: PATIENCE });
+  const labels = await page.locator('.gantt .axis .tick').allInnerTexts();
+  expect(labels.length >= 3, `too few ticks: ${labels.join(', ')}`);
+  expect(labels.every((l) => /^(0|\d+(\.\d+)? (ms|s|min|h))$/.test(l.trim())), `tick labels without a unit: ${labels.join(', ')}`);
+  expect(labels.slice(1).every((l) => l.trim() !== '0'), `ticks repeat 0: ${labels.join(', ')}`);
+  expect(await page.getByRole('img', { name: /^Time axis/ }).count() === 1, 'the axis has no accessible name');
+  const bars = await page.locator('.gantt .bar.s-failed').evaluateAll((els) => els.map((el) => {
+    const box = el.getBoundingClientRect();
+    const track = el.parentElement.getBoundingClientRect();
+    return {
+      width: box.width, right: box.right, trackRight: track.right, title: el.title,
+      ring: getComputedStyle(el).boxShadow, marker: getComputedStyle(el, '::after').content,
+    };
+  }));
+  expect(bars.length >= 1, 'no failed bar');
+  for (const bar of bars) {
+    expect(/ failed \d ms/.test(bar.title), `not a 0 ms failure: ${bar.title}`);
+    expect(bar.width >= 5, `a 0 ms failure is a ${bar.width}px sliver`);
+    expect(bar.right <= bar.trackRight + 0.5, 'the failed bar leaves its track');
+    expect(bar.ring !== 'none' && bar.marker.includes('✕'), `the failed bar is not marked: ${bar.ring} ${bar.marker}`);
+  }
+  await shot(page, 'timeline-axis');
+  report({ ok: 'axis', labels, bars });
+}
+
+/** A finished run's duration stopped at its finished_at (seconds before this page opened). */
+async function stoppedCheck(page, runId) {
+  await page.goto(`${base}/#/runs/${runId}`);
+  await waitStatus(page, 'succeeded');
+  const { shown, took } = await page.evaluate(async (id) => {
+    const run = await (await fetch(`/v1/runs/${id}`)).json();
+    const text = [...document.querySelectorAll('.facts li')].find((li) => li.textContent.startsWith('duration ')).querySelector('b').textContent;
+    return { shown: text, took: new Date(run.finished_at) - new Date(run.created_at) };
+  }, runId);
+  const m = /^([\d.]+) (ms|s)$/.exec(shown);
+  expect(m && Math.abs(Number(m[1]) * (m[2] === 's' ? 1000 : 1) - took) <= 10, `a finished run shows ${shown}, not the ${took} ms it took`);
+  report({ ok: 'stopped', shown, took });
+}
+
+/** Run again starts a new run with this one's request and opens it. */
+async function againCheck(page, runId) {
+  await page.goto(`${base}/#/runs/${runId}`);
+  await waitStatus(page, 'succeeded');
+  const button = page.getByRole('button', { name: 'Run again' });
+  expect(await button.count() === 1, 'no Run again button');
+  await button.click();
+  await page.waitForURL((url) => /#\/runs\/[0-9a-f-]{36}$/.test(url.hash) && !url.hash.includes(runId), { timeout: PATIENCE });
+  const again = runIdOf(page);
+  await waitStatus(page, 'succeeded');
+  expect((await page.locator('h1').innerText()).includes(again.slice(0, 8)), 'the new run is not shown');
+  await shot(page, 'run-again');
+  report({ ok: 'again', run_id: again });
+}
+
+/** The model field lists the server's aliases, the server's default first as the empty choice. */
+async function modelCheck(page) {
+  await page.goto(`${base}/#/new`);
+  await page.locator('#n-input').waitFor({ timeout: PATIENCE });
+  const select = page.locator('select#n-model');
+  expect(await select.count() === 1, 'the model field is not a list');
+  await labelled(page, 'new run');
+  const options = await select.locator('option').evaluateAll((els) => els.map((o) => [o.value, o.textContent]));
+  expect(options[0][0] === '' && options[0][1].startsWith('server default'), `the first choice is not the server default: ${options[0]}`);
+  const aliases = options.slice(1).map(([v]) => v);
+  expect(JSON.stringify(aliases) === JSON.stringify(['alpha-large', 'default', 'offline', 'zeta-small']), `aliases: ${aliases}`);
+  await page.getByLabel('Input', { exact: true }).fill('hello there');
+  await page.getByLabel('Orchestration').selectOption('simple');
+  await page.getByLabel('Model alias').selectOption('zeta-small');
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await page.waitForURL(/#\/runs\/[0-9a-f-]{36}$/, { timeout: PATIENCE });
+  const runId = runIdOf(page);
+  await waitStatus(page, 'succeeded');
+  report({ ok: 'model', run_id: runId, options });
+}
+
+/** The search box puts `q` in the address and lists the runs whose input has the text. */
+async function searchCheck(page) {
+  await page.goto(`${base}/#/runs`);
+  await page.locator('tbody tr').first().waitFor({ timeout: PATIENCE });
+  await labelled(page, 'runs');
+  expect(await page.getByLabel('Search inputs').count() === 1, 'no search box');
+  // The new page's table, not this one, must be read after searching.
+  await page.evaluate(() => { document.querySelector('tbody').dataset.before = 'search'; });
+  await page.getByLabel('Search inputs').fill('100%');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await page.waitForFunction(() => document.querySelector('tbody:not([data-before])'), null, { timeout: PATIENCE });
+  expect(new URL(page.url()).hash.includes('q=100%25'), `the search is not in the address: ${page.url()}`);
+  expect(await page.getByLabel('Search inputs').inputValue() === '100%', 'the search box lost its text');
+  const rows = await page.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => ({
+    id: tr.querySelector('a').getAttribute('href').replace('#/runs/', ''),
+    input: tr.querySelectorAll('td')[3].getAttribute('title'),
+  })));
+  expect(rows.every((r) => r.input.includes('100%')), `a row without 100%: ${JSON.stringify(rows)}`);
+  await shot(page, 'search');
+  report({ ok: 'search', run_ids: rows.map((r) => r.id) });
+}
+
+async function papercutsScenario(page) {
+  const runs = JSON.parse(arg);
+  await fontsCheck(page, runs.first);
+  await tickingCheck(page, runs.waiting);
+  await stoppedCheck(page, runs.first);
+  await axisCheck(page, runs.failed);
+  await againCheck(page, runs.first);
+  await modelCheck(page);
+  await searchCheck(page);
+}
+
 async function keyScenario(page) {
   await page.goto(`${base}/`);
   const dialog = page.getByRole('dialog', { name: 'API key' });
@@ -248,6 +413,8 @@ try {
     await plansScenario(page);
   } else if (scenario === 'key') {
     await keyScenario(page);
+  } else if (scenario === 'papercuts') {
+    await papercutsScenario(page);
   } else {
     throw new Error(`unknown scenario ${scenario}`);
   }

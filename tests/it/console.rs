@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use orca::config::{ApiKey, Secret};
+use orca::config::{ApiKey, ModelAlias, Secret};
 use serde_json::{Value, json};
 
-use crate::support::app::{TestApp, spawn_app, use_scripted};
+use crate::support::app::{TestApp, final_data, spawn_app, use_scripted};
 use crate::support::node;
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
 
@@ -147,6 +147,116 @@ async fn the_console_follows_answers_and_replays_runs_in_a_real_browser() {
         "workflows",
     ] {
         assert_png(&screenshots().join("runs").join(format!("{page}.png")));
+    }
+}
+
+#[tokio::test]
+async fn the_console_searches_runs_again_picks_models_and_times_waits_and_failures() {
+    let app = spawn_app(|c| {
+        for alias in ["zeta-small", "alpha-large"] {
+            c.llm
+                .models
+                .insert(alias.into(), ModelAlias::new("offline", "offline"));
+        }
+    })
+    .await;
+    put_workflow(&app, &approve_spend()).await;
+    // A finished run with every part of a request a second run must repeat.
+    let request = json!({
+        "input": "예산을 100% 늘려 줘: what is 17 * 23?",
+        "orchestration": "simple",
+        "model": "alpha-large",
+        "limits": {"max_steps": 9},
+        "metadata": {"team": "search"},
+        "session_id": "papercuts"
+    });
+    let first = app.create_run(request.clone()).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.follow(&first).await;
+    // `%` in a search is a percent sign: this one must not match "100%".
+    let other = app
+        .create_run(json!({"input": "raise it by 1000 won", "orchestration": "simple"}))
+        .await;
+    app.follow(other["id"].as_str().unwrap()).await;
+    // A failure that takes no time, after a wait that does: a sliver on a plain chart.
+    let failed = app
+        .create_run(
+            json!({"input": "fail fast", "orchestration": "fixed", "plan": {"steps": [
+                {"id": "pause", "kind": "wait", "input": {"duration_ms": 600}},
+                {"id": "broken", "kind": "tool", "depends_on": ["pause"],
+                 "input": {"tool": "math.calculate", "arguments": {"expression": "1 +"}}}
+            ]}}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events = app.follow(&failed).await;
+    assert_eq!(final_data(&events)["status"], "failed");
+    let (_, steps) = app.get_json(&format!("/v1/runs/{failed}/steps")).await;
+    let broken: Vec<&Value> = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["step_id"] == "broken")
+        .collect();
+    assert!(
+        broken
+            .iter()
+            .all(|s| s["status"] == "failed" && s["duration_ms"].as_u64().is_some_and(|d| d < 10)),
+        "{steps}"
+    );
+    // A run that waits for a human.
+    let waiting = app
+        .create_run(json!({"input": {"amount": 5}, "workflow": "approve-spend"}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut stream = app.events(&waiting).await;
+    while let Some(event) = stream.next_event().await {
+        if event.kind() == "input_required" {
+            break;
+        }
+    }
+
+    let runs = json!({"first": first, "failed": failed, "waiting": waiting}).to_string();
+    let report = browser("papercuts", &app.base, Some(&runs)).await;
+
+    finding(&report, "fonts");
+    finding(&report, "ticking");
+    finding(&report, "stopped");
+    finding(&report, "axis");
+    let again = finding(&report, "again")["run_id"].as_str().unwrap();
+    assert_ne!(again, first);
+    let (_, original) = app.get_json(&format!("/v1/runs/{first}")).await;
+    let (_, rerun) = app.get_json(&format!("/v1/runs/{again}")).await;
+    assert_eq!(original["request"], request);
+    assert_eq!(
+        rerun["request"], request,
+        "the second run asked for the same"
+    );
+    let picked = finding(&report, "model")["run_id"].as_str().unwrap();
+    let (_, run) = app.get_json(&format!("/v1/runs/{picked}")).await;
+    assert_eq!(run["request"]["model"], "zeta-small");
+    let search = finding(&report, "search");
+    let mut shown: Vec<&str> = search["run_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    shown.sort_unstable();
+    let mut want = vec![first.as_str(), again];
+    want.sort_unstable();
+    assert_eq!(
+        shown, want,
+        "the search shows the runs whose input has 100%"
+    );
+    for page in ["timeline-axis", "run-again", "search"] {
+        assert_png(&screenshots().join("papercuts").join(format!("{page}.png")));
     }
 }
 

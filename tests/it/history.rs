@@ -125,6 +125,194 @@ async fn runs_list_newest_first_with_filters_and_keyset_pages() {
     );
 }
 
+/// `GET /v1/runs` with API key `key` and the query `query`: the status and the body.
+async fn list_with(app: &TestApp, key: &str, query: &[(&str, &str)]) -> (u16, Value) {
+    let url = reqwest::Url::parse_with_params(&app.url("/v1/runs"), query).unwrap();
+    let resp = app.client.get(url).bearer_auth(key).send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+fn listed_ids(page: &Value) -> Vec<String> {
+    page["runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{page}"))
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn runs_are_searched_by_their_input_text_within_the_callers_tenant() {
+    use orca::config::{ApiKey, Secret};
+    let (key_a, key_b) = ("search-key-a-0123456789", "search-key-b-0123456789");
+    let app = spawn_app(|c| {
+        c.auth.api_keys = [(key_a, "a"), (key_b, "b")]
+            .map(|(key, tenant)| ApiKey {
+                key: Secret::new(key),
+                tenant: tenant.into(),
+            })
+            .to_vec();
+    })
+    .await;
+    let mut ids = Vec::new();
+    let inputs = [
+        (key_a, json!("Raise the budget by 100% now")),
+        (key_a, json!("Raise the budget by 1000 now")),
+        (key_a, json!("rename snake_case keys")),
+        (key_a, json!("rename snakeXcase keys")),
+        (key_a, json!({ "message": "plan a trip", "city": "Oslo" })),
+        (key_a, json!("She said \"Yes\" to 예산")),
+        (key_b, json!("Raise the budget by 100% now")),
+    ];
+    for (key, input) in inputs {
+        let resp = app
+            .client
+            .post(app.url("/v1/runs"))
+            .bearer_auth(key)
+            .json(&json!({ "input": input, "orchestration": "simple" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        let run: Value = resp.json().await.unwrap();
+        ids.push(run["id"].as_str().unwrap().to_owned());
+    }
+    let [
+        percent,
+        thousand,
+        underscore,
+        letter,
+        object,
+        quoted,
+        theirs,
+    ] = <[String; 7]>::try_from(ids).unwrap();
+
+    let cases = [
+        // `%` and `_` are the characters themselves, not wildcards.
+        ("100%", vec![&percent]),
+        ("snake_case", vec![&underscore]),
+        ("_", vec![&underscore]),
+        // Case-insensitive, newest first.
+        ("RAISE the BUDGET", vec![&thousand, &percent]),
+        ("SnAkE", vec![&letter, &underscore]),
+        // An object input is searched as its JSON text, a string input as the string.
+        ("oslo", vec![&object]),
+        ("\"city\":\"Oslo\"", vec![&object]),
+        ("said \"yes\"", vec![&quoted]),
+        ("예산", vec![&quoted]),
+        ("\\", vec![]),
+        ("nothing has this", vec![]),
+    ];
+    for (q, want) in cases {
+        let (status, page) = list_with(&app, key_a, &[("q", q)]).await;
+        assert_eq!(status, 200, "{q}: {page}");
+        let want: Vec<String> = want.into_iter().cloned().collect();
+        assert_eq!(listed_ids(&page), want, "q={q}");
+    }
+    // Empty means no filter.
+    let (_, page) = list_with(&app, key_a, &[("q", "")]).await;
+    assert_eq!(listed_ids(&page).len(), 6);
+    // Another tenant's runs never show; that tenant finds its own.
+    let (_, page) = list_with(&app, key_b, &[("q", "100%")]).await;
+    assert_eq!(listed_ids(&page), [theirs]);
+    // With the other filters, a page at a time.
+    let (_, first) = list_with(&app, key_a, &[("q", "raise"), ("limit", "1")]).await;
+    assert_eq!(listed_ids(&first), [thousand]);
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let query = [("q", "raise"), ("limit", "1"), ("cursor", cursor)];
+    let (_, second) = list_with(&app, key_a, &query).await;
+    assert_eq!(listed_ids(&second), [percent]);
+    assert!(second["next_cursor"].is_null());
+    let query = [("q", "raise"), ("orchestration", "planner")];
+    assert!(listed_ids(&list_with(&app, key_a, &query).await.1).is_empty());
+
+    // At most 200 characters (not bytes), no NUL, once: else a 422 that points at `q`.
+    let longest = "예".repeat(200);
+    assert_eq!(list_with(&app, key_a, &[("q", &longest)]).await.0, 200);
+    let too_long = "x".repeat(201);
+    let bad: [&[(&str, &str)]; 3] = [
+        &[("q", &too_long)],
+        &[("q", "a\0b")],
+        &[("q", "a"), ("q", "b")],
+    ];
+    for query in bad {
+        let (status, problem) = list_with(&app, key_a, query).await;
+        assert_eq!(status, 422, "{query:?}: {problem}");
+        assert_eq!(problem["code"], "validation_failed");
+        assert_eq!(problem["errors"][0]["pointer"], "/query/q", "{problem}");
+    }
+}
+
+#[tokio::test]
+async fn a_run_shows_the_request_that_started_it_and_that_request_runs_again() {
+    let app = spawn_app(|_| {}).await;
+    let full = json!({
+        "input": "What is 6 times 7? Use a tool.",
+        "orchestration": "simple",
+        "model": "offline",
+        "tools": ["math.calculate"],
+        "limits": { "max_steps": 9, "max_tokens": 5000 },
+        "metadata": { "team": "search", "n": 3 },
+        "session_id": "session-again",
+        "instructions": "Answer in one line."
+    });
+    let workflow = json!({
+        "steps": [{ "id": "sum", "kind": "tool",
+                    "input": { "tool": "math.calculate", "arguments": { "expression": "{{ input.a }} + 1" } } }],
+        "output": { "sum": "{{ steps.sum.output.result }}" }
+    });
+    let (status, body) = app.put_json("/v1/workflows/add-one", &workflow).await;
+    assert!(status < 300, "{body}");
+    let plan = json!({ "steps": [{ "id": "four", "kind": "tool",
+                                   "input": { "tool": "math.calculate", "arguments": { "expression": "2 + 2" } } }] });
+    let cases = [
+        // What was given comes back as given, the orchestration as requested.
+        (full.clone(), full.clone()),
+        (
+            json!({ "input": "hello" }),
+            json!({ "input": "hello", "orchestration": "auto" }),
+        ),
+        // A workflow by name, not the plan orca resolved it to.
+        (
+            json!({ "input": { "a": 41 }, "workflow": "add-one" }),
+            json!({ "input": { "a": 41 }, "orchestration": "auto", "workflow": "add-one" }),
+        ),
+        (
+            json!({ "input": "add two and two", "orchestration": "fixed", "plan": plan }),
+            json!({ "input": "add two and two", "orchestration": "fixed", "plan": plan }),
+        ),
+    ];
+    for (body, want) in cases {
+        let run = app.create_run(body.clone()).await;
+        let id = run["id"].as_str().unwrap();
+        app.follow(id).await;
+        let (status, got) = app.get_json(&format!("/v1/runs/{id}")).await;
+        assert_eq!(status, 200);
+        assert_eq!(got["request"], want, "{body}");
+        // The run object is all there beside it.
+        assert_eq!(got["id"], id);
+        assert_eq!(got["status"], "succeeded", "{got}");
+
+        // Posted again: a new run with the same request, which ends the same way.
+        let again = app.create_run(got["request"].clone()).await;
+        let again_id = again["id"].as_str().unwrap();
+        assert_ne!(again_id, id);
+        app.follow(again_id).await;
+        let (_, again) = app.get_json(&format!("/v1/runs/{again_id}")).await;
+        assert_eq!(again["request"], want);
+        assert_eq!(again["status"], "succeeded", "{again}");
+        // (A session's second run has the first in its history, so only those without one
+        // must answer alike.)
+        if body.get("session_id").is_none() {
+            assert_eq!(again["output"], got["output"], "{body}");
+        }
+    }
+    // Lists stay lean: the request is on the run's own page only.
+    let (_, list) = app.get_json("/v1/runs").await;
+    assert!(list["runs"][0].get("request").is_none());
+}
+
 #[tokio::test]
 async fn an_idempotency_key_returns_the_first_run() {
     let app = spawn_app(|_| {}).await;

@@ -2,7 +2,7 @@
 //! providers; alias settings on the wire, keys from the environment, fallbacks, and a run's own
 //! `instructions`.
 
-use orca::config::{Config, Overrides, ProviderChoice};
+use orca::config::{ApiKey, Config, Overrides, ProviderChoice, Secret};
 use serde_json::{Value, json};
 
 use crate::support::app::{assert_well_formed, final_data, spawn_app, spawn_app_in, use_scripted};
@@ -117,6 +117,64 @@ async fn alias_settings_reach_the_wire_and_the_key_goes_to_its_own_server_only()
     );
     assert!(sent[0].body.get("max_tokens").is_none(), "{}", sent[0].body);
     assert_eq!(primary.request_count(), 1);
+}
+
+#[tokio::test]
+async fn the_models_endpoint_lists_each_alias_and_where_it_goes_without_secrets() {
+    let (primary, secondary) = (ScriptedLlm::start().await, ScriptedLlm::start().await);
+    let var = "ORCA_IT_MODELS_KEY_LIST";
+    let secret = "sk-primary-listed-0042";
+    let llm = load_llm(&two_providers(&primary, &secondary, var), &[(var, secret)]).unwrap();
+    let app = spawn_app(|c| {
+        configure(c, llm);
+        c.auth.api_keys = vec![ApiKey {
+            key: Secret::new("models-key-0123456789"),
+            tenant: "a".into(),
+        }];
+    })
+    .await;
+
+    // Behind the same keys as the rest of /v1.
+    let anonymous = app.client.get(app.url("/v1/models")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+
+    let resp = app
+        .client
+        .get(app.url("/v1/models"))
+        .bearer_auth("models-key-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let text = resp.text().await.unwrap();
+    let models: Value = serde_json::from_str(&text).unwrap();
+    // Sorted by name. `default` names the unconfigured `openai`, so the offline provider
+    // answers it, and the list says so rather than what the file wished.
+    assert_eq!(
+        models,
+        json!([
+            {"name": "backup", "provider": "secondary", "model": "m-backup", "default": false},
+            {"name": "default", "provider": "offline", "model": "offline", "default": true},
+            {"name": "fast", "provider": "primary", "model": "m-fast", "default": false},
+            {"name": "offline", "provider": "offline", "model": "offline", "default": false},
+        ])
+    );
+    // Names only: no address, no key, no key variable.
+    for leak in [
+        secret,
+        var,
+        "127.0.0.1",
+        "http",
+        primary.base_url().as_str(),
+    ] {
+        assert!(!text.contains(leak), "{leak} in {text}");
+    }
+    // Every alias listed is one a run may name.
+    for m in models.as_array().unwrap() {
+        assert!(m["name"].is_string() && m["provider"].is_string() && m["model"].is_string());
+    }
+    assert_eq!(primary.request_count() + secondary.request_count(), 0);
 }
 
 #[tokio::test]

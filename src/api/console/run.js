@@ -19,6 +19,10 @@ function frame(fn) {
   };
 }
 
+/** How often a live run's duration is redrawn, and (in ticks) its open timeline fetched. */
+const TICK_MS = 200;
+const TIMELINE_EVERY = 10;
+
 const TABS = [['activity', 'Activity'], ['plan', 'Plan'], ['timeline', 'Timeline'], ['steps', 'Steps'], ['events', 'Events']];
 
 /** The page's state; usage is summed from the events, so a replay counts up as it goes. */
@@ -136,7 +140,7 @@ function facts(run) {
   return h('ul', { class: 'facts' },
     item('orchestration', run.selected?.orchestration || run.orchestration || '—'),
     item('created', when(run.created_at)),
-    item('duration', ms(elapsed(run))),
+    h('li', {}, 'duration ', h('b', { 'data-fact': 'duration' }, ms(elapsed(run)))),
     item('plan version', run.plan_version ?? '—'),
     item('tokens', `${u.prompt_tokens || 0} in / ${u.completion_tokens || 0} out`),
     item('model calls', u.llm_calls ?? '—'),
@@ -183,8 +187,22 @@ class RunPage {
     this.transcript = h('div', { class: 'transcript', 'aria-live': 'off' });
     this.refreshHeader = frame(() => this.renderHeader());
     this.refreshPanel = throttle(() => this.renderPanel(), 1000);
-    const tick = setInterval(() => { if (!TERMINAL.has(this.st.run.status)) this.refreshHeader(); }, 1000);
+    // The clock: the duration counts several times a second while the run is running or
+    // waiting for input (no event arrives while it waits), and a live run's timeline, whose
+    // open attempts and waits end "now", is fetched again every few seconds.
+    let ticks = 0;
+    const tick = setInterval(() => {
+      if (TERMINAL.has(this.st.run.status) || this.st.stream === 'replay') return;
+      this.tickDuration();
+      if (++ticks % TIMELINE_EVERY === 0 && this.tab === 'timeline') this.refreshPanel();
+    }, TICK_MS);
     signal.addEventListener('abort', () => clearInterval(tick), { once: true });
+  }
+
+  /** Rewrites the duration fact alone, so a tick never disturbs the rest of the header. */
+  tickDuration() {
+    const el = this.head?.facts.querySelector('[data-fact="duration"]');
+    if (el) el.textContent = ms(elapsed(this.st.run));
   }
 
   async start() {
@@ -254,12 +272,29 @@ class RunPage {
 
   buildHeader() {
     const run = this.st.run;
-    this.head = { status: h('span', { id: 'run-status' }), stream: h('span'), controls: h('span'), facts: h('div'), mode: null };
+    this.head = { status: h('span', { id: 'run-status' }), stream: h('span'), controls: h('span'), facts: h('div'), notice: h('div'), mode: null };
+    const again = run.request ? h('button', {
+      type: 'button', class: 'ghost', title: 'Start a new run with this run’s request', onclick: () => this.runAgain(again),
+    }, 'Run again') : null;
     clear(this.header,
       h('p', {}, h('a', { href: '#/runs' }, '← Runs')),
-      h('div', { class: 'run-head' }, h('h1', { title: run.id }, `Run ${shortId(run.id)}`), this.head.status, this.head.stream, this.head.controls),
+      h('div', { class: 'run-head' }, h('h1', { title: run.id }, `Run ${shortId(run.id)}`), this.head.status, this.head.stream, this.head.controls, again),
+      this.head.notice,
       this.head.facts,
       h('details', {}, h('summary', {}, 'Input and metadata'), h('h3', {}, 'Input'), json(run.input), h('h3', {}, 'Metadata'), json(run.metadata || {}), h('p', { class: 'hint mono' }, run.id)));
+  }
+
+  /** Starts a new run with this run's request (GET /v1/runs/{id} gives it) and opens it. */
+  async runAgain(button) {
+    button.disabled = true;
+    clear(this.head.notice);
+    try {
+      const run = await api('/v1/runs', { method: 'POST', body: this.st.run.request });
+      location.hash = `#/runs/${run.id}`;
+    } catch (err) {
+      clear(this.head.notice, errorBox(err));
+      button.disabled = false;
+    }
   }
 
   cancelButton() {
@@ -382,11 +417,17 @@ class RunPage {
     this.renderPanel();
   }
 
-  /** Re-renders the open tab, keeping which disclosures the user opened. */
+  /** Re-renders the open tab, keeping which disclosures the user opened and which control
+   * had the focus (found again by its accessible name). */
   async renderPanel() {
     const open = [...this.panel.querySelectorAll('details')].map((d) => d.open);
+    const active = document.activeElement;
+    const focused = active && active !== this.panel && this.panel.contains(active) ? active.getAttribute('aria-label') : null;
     await this.drawPanel();
     this.panel.querySelectorAll('details').forEach((d, i) => { if (open[i]) d.open = true; });
+    if (focused && !this.panel.contains(document.activeElement)) {
+      [...this.panel.querySelectorAll('[aria-label]')].find((el) => el.getAttribute('aria-label') === focused)?.focus({ preventScroll: true });
+    }
   }
 
   drawPanel() {

@@ -1,5 +1,5 @@
-// The run list (the API's filters and cursor pagination, kept in the address so a view can be
-// bookmarked) and the form that starts a run.
+// The run list (the API's filters, a search over the inputs and cursor pagination, kept in the
+// address so a view can be bookmarked) and the form that starts a run.
 
 import { api, ApiError } from './api.js';
 import { h, clear, badge, shortId, when, ms, elapsed, preview, loading, empty, errorBox, announce, TERMINAL } from './ui.js';
@@ -20,7 +20,8 @@ function select(id, name, options, value) {
 
 function filterForm(params, go) {
   const field = (id, text, control) => h('div', {}, h('label', { for: id }, text), control);
-  const form = h('form', { class: 'filters panel', 'aria-label': 'Filter runs' },
+  const form = h('form', { class: 'filters panel', 'aria-label': 'Filter runs', role: 'search' },
+    field('f-q', 'Search inputs', h('input', { id: 'f-q', name: 'q', type: 'search', maxlength: 200, placeholder: 'text in the input', value: params.get('q') || '' })),
     field('f-status', 'Status', select('f-status', 'status', STATUSES, params.get('status') || '')),
     field('f-orch', 'Orchestration', select('f-orch', 'orchestration', ORCHESTRATIONS, params.get('orchestration') || '')),
     field('f-after', 'Created after', h('input', { id: 'f-after', name: 'created_after', type: 'datetime-local', value: toLocalInput(params.get('created_after')) })),
@@ -33,7 +34,7 @@ function filterForm(params, go) {
     e.preventDefault();
     const data = new FormData(form);
     const next = new URLSearchParams();
-    for (const key of ['status', 'orchestration', 'limit']) if (data.get(key)) next.set(key, data.get(key));
+    for (const key of ['q', 'status', 'orchestration', 'limit']) if (data.get(key)) next.set(key, data.get(key));
     for (const key of ['created_after', 'created_before']) {
       if (data.get(key)) next.set(key, new Date(data.get(key)).toISOString());
     }
@@ -143,14 +144,23 @@ function runRequest(form) {
   return { body, errors };
 }
 
+/** The model field: a select of the aliases `GET /v1/models` lists, the server's default as
+ * the empty choice; a text field when the list cannot be had. */
+function modelField(models, wanted) {
+  if (!models) return h('input', { id: 'n-model', name: 'model', value: wanted || null });
+  const fallback = models.find((m) => m.default);
+  return h('select', { id: 'n-model', name: 'model' },
+    h('option', { value: '' }, `server default${fallback ? ` (${fallback.name})` : ''}`),
+    models.map((m) => h('option', { value: m.name, selected: m.name === wanted }, `${m.name} — ${m.provider} ${m.model}`)));
+}
+
 /** `#/new`: a form for POST /v1/runs; on success the run's page opens and follows it live. */
 export async function newRunView(main, params, signal) {
-  let workflows = [];
-  try {
-    workflows = await api('/v1/workflows', { signal });
-  } catch (err) {
-    if (signal.aborted) return;
-  }
+  const [workflows, models] = await Promise.all([
+    api('/v1/workflows', { signal }).catch(() => []),
+    api('/v1/models', { signal }).catch(() => null),
+  ]);
+  if (signal.aborted) return;
   const status = h('div');
   const workflowSelect = h('select', { id: 'n-workflow', name: 'workflow' },
     h('option', { value: '' }, workflows.length ? '(none)' : 'no registered workflows'),
@@ -165,7 +175,7 @@ export async function newRunView(main, params, signal) {
         h('select', { id: 'n-orch', name: 'orchestration' }, ['auto', 'simple', 'fixed', 'planner', 'reactive']
           .map((o) => h('option', { value: o, selected: o === (params.get('orchestration') || (params.get('workflow') ? 'fixed' : 'auto')) }, o)))),
       h('div', {}, h('label', { for: 'n-workflow' }, 'Workflow (for fixed)'), workflowSelect),
-      h('div', {}, h('label', { for: 'n-model' }, 'Model alias (optional)'), h('input', { id: 'n-model', name: 'model' })),
+      h('div', {}, h('label', { for: 'n-model' }, 'Model alias'), modelField(models, params.get('model'))),
       h('div', {}, h('label', { for: 'n-session' }, 'Session id (optional)'), h('input', { id: 'n-session', name: 'session_id' }))),
     h('details', {}, h('summary', {}, 'Plan, limits and metadata'),
       h('label', { for: 'n-plan' }, 'Plan (JSON AgentPlan, optional)'), h('textarea', { id: 'n-plan', name: 'plan', rows: 6 }),
