@@ -11,27 +11,6 @@ use crate::support::app::{PATIENCE, TestApp, spawn_app};
 
 const ARITHMETIC: &str = "10 + 20 계산해줘";
 
-/// `orca ARGS` against `app`, standard input from `stdin`; waits at most PATIENCE.
-async fn orca(app: &TestApp, args: &[&str], stdin: &str) -> Output {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-        .args(args)
-        .env("ORCA_URL", &app.base)
-        .env_remove("ORCA_API_KEY")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("orca starts");
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).await.unwrap();
-    drop(input);
-    tokio::time::timeout(PATIENCE, child.wait_with_output())
-        .await
-        .expect("orca finishes in time")
-        .expect("orca output")
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -67,7 +46,7 @@ fn approval() -> Value {
 #[tokio::test]
 async fn run_prints_the_answer_without_escapes_off_a_terminal_and_exits_0() {
     let app = spawn_app(|_| {}).await;
-    let out = orca(&app, &["run", ARITHMETIC], "").await;
+    let out = app.orca(&["run", ARITHMETIC], "").await;
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(code(&out), 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("The result is 30."), "{stdout}");
@@ -87,7 +66,7 @@ async fn a_failing_run_exits_1_and_says_why() {
         { "id": "read", "kind": "tool", "input": { "tool": "fs.read", "arguments": { "path": "no-such-file.txt" } } },
     ]});
     let file = write_json(app.dir.path(), "fail.json", &plan);
-    let out = orca(&app, &["run", "x", "--plan", &file], "").await;
+    let out = app.orca(&["run", "x", "--plan", &file], "").await;
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 1, "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("failed"), "{stdout}");
@@ -96,7 +75,7 @@ async fn a_failing_run_exits_1_and_says_why() {
 #[tokio::test]
 async fn json_prints_one_event_per_line_ending_with_final() {
     let app = spawn_app(|_| {}).await;
-    let out = orca(&app, &["run", ARITHMETIC, "--json"], "").await;
+    let out = app.orca(&["run", ARITHMETIC, "--json"], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let events: Vec<Value> = stdout
@@ -114,7 +93,9 @@ async fn json_prints_one_event_per_line_ending_with_final() {
 #[tokio::test]
 async fn bad_requests_print_the_problem_and_exit_2() {
     let app = spawn_app(|_| {}).await;
-    let out = orca(&app, &["run", "x", "--workflow", "no-such-workflow"], "").await;
+    let out = app
+        .orca(&["run", "x", "--workflow", "no-such-workflow"], "")
+        .await;
     let stderr = text(&out.stderr);
     assert_eq!(code(&out), 2, "{}\n{stderr}", text(&out.stdout));
     assert!(stderr.starts_with("error: 4"), "{stderr}");
@@ -124,7 +105,9 @@ async fn bad_requests_print_the_problem_and_exit_2() {
         "bad.json",
         &json!({ "steps": [ { "id": "a", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": 5 } } } ] }),
     );
-    let out = orca(&app, &["workflows", "put", &bad, "--name", "bad"], "").await;
+    let out = app
+        .orca(&["workflows", "put", &bad, "--name", "bad"], "")
+        .await;
     let stderr = text(&out.stderr);
     assert_eq!(code(&out), 2, "{stderr}");
     assert!(stderr.contains("422"), "{stderr}");
@@ -134,12 +117,9 @@ async fn bad_requests_print_the_problem_and_exit_2() {
         "each error's pointer: {stderr}"
     );
 
-    let out = orca(
-        &app,
-        &["runs", "show", "nope", "--url", "http://127.0.0.1:9"],
-        "",
-    )
-    .await;
+    let out = app
+        .orca(&["runs", "show", "nope", "--url", "http://127.0.0.1:9"], "")
+        .await;
     assert_eq!(code(&out), 2, "a connection error exits 2");
     assert!(
         text(&out.stderr).contains("cannot reach"),
@@ -155,16 +135,16 @@ async fn runs_list_show_watch_and_cancel_round_trip() {
     let id = done["id"].as_str().unwrap().to_owned();
 
     // watch replays a run from its first event to final.
-    let out = orca(&app, &["runs", "watch", &id], "").await;
+    let out = app.orca(&["runs", "watch", &id], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("The result is 30."));
 
-    let out = orca(&app, &["runs", "show", &id, "--json"], "").await;
+    let out = app.orca(&["runs", "show", &id, "--json"], "").await;
     assert_eq!(code(&out), 0);
     let run: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(run["id"], id);
     assert_eq!(run["status"], "succeeded");
-    let out = orca(&app, &["runs", "show", &id], "").await;
+    let out = app.orca(&["runs", "show", &id], "").await;
     assert!(text(&out.stdout).contains("The result is 30."));
 
     // A run waiting for input stays live until cancelled.
@@ -172,21 +152,18 @@ async fn runs_list_show_watch_and_cancel_round_trip() {
         .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": approval() }))
         .await;
     let wid = waiting["id"].as_str().unwrap().to_owned();
-    let out = orca(&app, &["runs", "cancel", &wid], "").await;
+    let out = app.orca(&["runs", "cancel", &wid], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let out = orca(&app, &["runs", "watch", &wid], "").await;
+    let out = app.orca(&["runs", "watch", &wid], "").await;
     assert_eq!(code(&out), 1, "a cancelled run exits 1");
     assert!(text(&out.stdout).contains("cancelled"));
-    let out = orca(&app, &["runs", "cancel", &wid], "").await;
+    let out = app.orca(&["runs", "cancel", &wid], "").await;
     assert_eq!(code(&out), 2, "cancelling twice is a 409");
     assert!(text(&out.stderr).contains("409"));
 
-    let out = orca(
-        &app,
-        &["runs", "list", "--status", "cancelled", "--json"],
-        "",
-    )
-    .await;
+    let out = app
+        .orca(&["runs", "list", "--status", "cancelled", "--json"], "")
+        .await;
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ids: Vec<&str> = list["runs"]
         .as_array()
@@ -195,7 +172,7 @@ async fn runs_list_show_watch_and_cancel_round_trip() {
         .map(|r| r["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, [wid.as_str()]);
-    let out = orca(&app, &["runs", "list", "--limit", "5"], "").await;
+    let out = app.orca(&["runs", "list", "--limit", "5"], "").await;
     let table = text(&out.stdout);
     assert!(table.contains(&id) && table.contains(&wid), "{table}");
 }
@@ -207,20 +184,17 @@ async fn workflows_put_and_list_round_trip_and_run_by_name() {
         env!("CARGO_MANIFEST_DIR"),
         "/examples/workflows/publish-report.json"
     );
-    let out = orca(&app, &["workflows", "put", file], "").await;
+    let out = app.orca(&["workflows", "put", file], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("publish-report"));
     let sums = write_json(app.dir.path(), "sums.json", &two_sums());
-    let out = orca(
-        &app,
-        &["workflows", "put", &sums, "--name", "sums", "--json"],
-        "",
-    )
-    .await;
+    let out = app
+        .orca(&["workflows", "put", &sums, "--name", "sums", "--json"], "")
+        .await;
     let put: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(put["name"], "sums");
 
-    let out = orca(&app, &["workflows", "list", "--json"], "").await;
+    let out = app.orca(&["workflows", "list", "--json"], "").await;
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut names: Vec<&str> = list
         .as_array()
@@ -230,10 +204,12 @@ async fn workflows_put_and_list_round_trip_and_run_by_name() {
         .collect();
     names.sort();
     assert_eq!(names, ["publish-report", "sums"]);
-    let out = orca(&app, &["workflows", "list"], "").await;
+    let out = app.orca(&["workflows", "list"], "").await;
     assert!(text(&out.stdout).contains("Gather figures in parallel"));
 
-    let out = orca(&app, &["run", "x", "--workflow", "sums", "--json"], "").await;
+    let out = app
+        .orca(&["run", "x", "--workflow", "sums", "--json"], "")
+        .await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let last: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(last["data"]["output"]["result"], 43);
@@ -243,12 +219,12 @@ async fn workflows_put_and_list_round_trip_and_run_by_name() {
 async fn human_input_is_asked_inline_and_asked_again_after_a_422() {
     let app = spawn_app(|_| {}).await;
     let plan = write_json(app.dir.path(), "approval.json", &approval());
-    let out = orca(
-        &app,
-        &["run", "x", "--plan", &plan],
-        "{\"approved\": \"maybe\"}\n{\"approved\": true}\n",
-    )
-    .await;
+    let out = app
+        .orca(
+            &["run", "x", "--plan", &plan],
+            "{\"approved\": \"maybe\"}\n{\"approved\": true}\n",
+        )
+        .await;
     let stdout = text(&out.stdout);
     assert_eq!(code(&out), 0, "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("Publish the report?"), "{stdout}");
@@ -437,11 +413,11 @@ async fn the_api_key_comes_from_orca_api_key_or_the_flag() {
         }];
     })
     .await;
-    let out = orca(&app, &["runs", "list"], "").await;
+    let out = app.orca(&["runs", "list"], "").await;
     assert_eq!(code(&out), 2);
     assert!(text(&out.stderr).contains("401"), "{}", text(&out.stderr));
 
-    let out = orca(&app, &["run", ARITHMETIC, "--api-key", KEY], "").await;
+    let out = app.orca(&["run", ARITHMETIC, "--api-key", KEY], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
         .args(["runs", "list", "--json"])
@@ -543,24 +519,21 @@ async fn runs_list_has_a_header_pages_with_a_cursor_and_filters_by_metadata() {
         "chat-1",
         "--json",
     ];
-    let out = orca(&app, &args, "").await;
+    let out = app.orca(&args, "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     for _ in 0..2 {
         app.create_run(json!({ "input": "hello" })).await;
     }
-    let out = orca(
-        &app,
-        &["runs", "list", "--metadata", "team=blue", "--json"],
-        "",
-    )
-    .await;
+    let out = app
+        .orca(&["runs", "list", "--metadata", "team=blue", "--json"], "")
+        .await;
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = list["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1, "{list}");
     assert_eq!(runs[0]["metadata"], json!({ "team": "blue", "tier": "1" }));
     assert_eq!(runs[0]["session_id"], "chat-1");
 
-    let out = orca(&app, &["runs", "list", "--limit", "2"], "").await;
+    let out = app.orca(&["runs", "list", "--limit", "2"], "").await;
     let page = text(&out.stdout);
     let lines: Vec<&str> = page.lines().collect();
     assert!(
@@ -571,19 +544,16 @@ async fn runs_list_has_a_header_pages_with_a_cursor_and_filters_by_metadata() {
     let cursor = lines[3]
         .strip_prefix("more: orca runs list --cursor ")
         .unwrap_or_else(|| panic!("{page}"));
-    let out = orca(
-        &app,
-        &["runs", "list", "--limit", "2", "--cursor", cursor],
-        "",
-    )
-    .await;
+    let out = app
+        .orca(&["runs", "list", "--limit", "2", "--cursor", cursor], "")
+        .await;
     let rest = text(&out.stdout);
     assert_eq!(rest.lines().count(), 2, "a header and the last run: {rest}");
     assert!(
         rest.contains(ARITHMETIC),
         "the oldest run comes last: {rest}"
     );
-    let out = orca(&app, &["runs", "list", "--metadata", "nokey"], "").await;
+    let out = app.orca(&["runs", "list", "--metadata", "nokey"], "").await;
     assert_eq!(code(&out), 2);
     assert!(text(&out.stderr).contains("`nokey` is not KEY=VALUE"));
 }
@@ -592,22 +562,22 @@ async fn runs_list_has_a_header_pages_with_a_cursor_and_filters_by_metadata() {
 async fn agents_put_list_show_and_delete_round_trip() {
     let app = spawn_app(|_| {}).await;
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agents/billing.json");
-    let out = orca(&app, &["agents", "put", file], "").await;
+    let out = app.orca(&["agents", "put", file], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "agent billing registered");
-    let out = orca(&app, &["agents", "list"], "").await;
+    let out = app.orca(&["agents", "list"], "").await;
     let table = text(&out.stdout);
     assert!(table.starts_with("NAME"), "{table}");
     assert!(
         table.contains("billing") && table.contains("invoices"),
         "{table}"
     );
-    let out = orca(&app, &["agents", "show", "billing", "--json"], "").await;
+    let out = app.orca(&["agents", "show", "billing", "--json"], "").await;
     let agent: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(agent["name"], "billing");
-    let out = orca(&app, &["agents", "delete", "billing"], "").await;
+    let out = app.orca(&["agents", "delete", "billing"], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let out = orca(&app, &["agents", "show", "billing"], "").await;
+    let out = app.orca(&["agents", "show", "billing"], "").await;
     assert_eq!(code(&out), 2);
     assert!(text(&out.stderr).contains("404"), "{}", text(&out.stderr));
 }
@@ -616,7 +586,7 @@ async fn agents_put_list_show_and_delete_round_trip() {
 async fn a_yes_no_question_takes_yes() {
     let app = spawn_app(|_| {}).await;
     let plan = write_json(app.dir.path(), "approval.json", &approval());
-    let out = orca(&app, &["run", "x", "--plan", &plan], "yes\n").await;
+    let out = app.orca(&["run", "x", "--plan", &plan], "yes\n").await;
     assert_eq!(
         code(&out),
         0,

@@ -3,12 +3,10 @@
 //! offline model, and shows the feature it is named after.
 
 use std::path::Path;
-use std::process::Stdio;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 
-use crate::support::app::{PATIENCE, TestApp, final_data, spawn_app};
+use crate::support::app::{TestApp, final_data, spawn_app};
 
 fn example(path: &str) -> String {
     format!("{}/examples/{path}", env!("CARGO_MANIFEST_DIR"))
@@ -18,26 +16,10 @@ fn read(path: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(example(path)).unwrap()).unwrap()
 }
 
-/// `orca ARGS --json` against `app` with `stdin`: exit code and the events printed.
+/// `orca ARGS --json` against `app` with `stdin`: exit code, the events printed, standard error.
 async fn orca(app: &TestApp, args: &[&str], stdin: &str) -> (i32, Vec<Value>, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-        .args(args)
-        .arg("--json")
-        .env("ORCA_URL", &app.base)
-        .env_remove("ORCA_API_KEY")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).await.unwrap();
-    drop(input);
-    let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let out = app.orca(&args, stdin).await;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let events = stdout
         .lines()

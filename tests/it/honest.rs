@@ -267,13 +267,7 @@ async fn completion_and_limits_hold_across_a_kill_9() {
     let llm = ScriptedLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
-    let base = llm.base_url();
-    let env = [
-        ("ORCA_LLM__PROVIDER", "openai"),
-        ("OPENAI_BASE_URL", base.as_str()),
-        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
-    ];
-    let server = Server::start_with(dir.path(), &env).await;
+    let server = Server::start_scripted(dir.path(), &llm).await;
     let read = json!({ "id": "read", "kind": "tool", "depends_on": ["fact"],
         "input": { "tool": "fs.read", "arguments": { "path": "missing.txt" } } });
     let ask = json!({ "id": "ask", "kind": "user_input", "depends_on": ["fact"],
@@ -317,7 +311,7 @@ async fn completion_and_limits_hold_across_a_kill_9() {
     server.kill();
 
     // Resumed, each run asks again (its second `input_required`) before it takes the answer.
-    let server = Server::start_with(dir.path(), &env).await;
+    let server = Server::start_scripted(dir.path(), &llm).await;
     let run_of = |id: &str| {
         let resp = server
             .client
@@ -372,13 +366,7 @@ async fn an_agents_history_is_whole_exchanges_at_every_level_and_after_a_kill_9(
         llm.push_for("You are the editor", Reply::text(edit));
     }
     let dir = tempfile::tempdir().unwrap();
-    let base = llm.base_url();
-    let env = [
-        ("ORCA_LLM__PROVIDER", "openai"),
-        ("OPENAI_BASE_URL", base.as_str()),
-        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
-    ];
-    let server = Server::start_with(dir.path(), &env).await;
+    let server = Server::start_scripted(dir.path(), &llm).await;
     let agent = |id: &str, who: &str, prompt: &str, history: &[&str]| {
         json!({ "id": id, "kind": "agent",
                 "input": { "agent": who, "prompt": prompt, "history": history } })
@@ -418,7 +406,7 @@ async fn an_agents_history_is_whole_exchanges_at_every_level_and_after_a_kill_9(
     drop(server.until_asked(&id, 1).await);
     server.kill();
 
-    let server = Server::start_with(dir.path(), &env).await;
+    let server = Server::start_scripted(dir.path(), &llm).await;
     let fin = server.answered_to_final(&id, 2, "ask", json!("yes")).await;
     assert_eq!(fin["completion"], "success", "{fin}");
     assert_causal(&server.stored_events(&id).await);

@@ -517,13 +517,7 @@ async fn a_reactive_run_killed_while_re_planning_resumes_with_the_right_version_
     llm.push(Reply::stalled());
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
-    let base = llm.base_url();
-    let env = [
-        ("ORCA_LLM__PROVIDER", "openai"),
-        ("OPENAI_BASE_URL", base.as_str()),
-        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
-    ];
-    let server = Server::start_with(dir.path(), &env).await;
+    let server = Server::start_scripted(dir.path(), &llm).await;
     let v1 =
         json!({ "steps": [calc("fact", &[], "6 * 7"), read("read", &["fact"], "missing.txt")] });
     let resp = server
@@ -569,7 +563,7 @@ async fn a_reactive_run_killed_while_re_planning_resumes_with_the_right_version_
         calc("fact", &[], "6 * 7"), calc("plus", &["fact"], "{{ steps.fact.output.result }} + 1") ],
         "output": "{{ steps.plus.output.result }}" }),
     ));
-    let server = Server::start_with(dir.path(), &env).await;
+    let server = Server::start_scripted(dir.path(), &llm).await;
     let resp = server
         .client
         .get(server.url(&format!("/v1/runs/{id}/events")))

@@ -1074,19 +1074,13 @@ async fn an_agent_killed_mid_turn_resumes_without_calling_its_tool_again() {
     llm.push_for("agent a", Reply::text("forty two and more").stall_after(2));
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
-    let base = llm.base_url();
-    let env = [
-        ("ORCA_LLM__PROVIDER", "openai"),
-        ("OPENAI_BASE_URL", base.as_str()),
-        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
-    ];
     let mut team = agents(&["a", "b"]);
     team["a"]["tools"] = json!(["math.calculate"]);
     let plan = json!({ "agents": team, "steps": [
         agent_step("s1", "a", "{{ input }}", &[]),
         agent_step("s2", "b", "{{ steps.s1.output }}", &["s1"]),
     ]});
-    let server = Server::start_with(dir.path(), &env).await;
+    let server = Server::start_scripted(dir.path(), &llm).await;
     let id = server.start_plan(plan).await;
     // A token of round 2 is stored after the checkpoint of the tool's result.
     let resp = server
@@ -1102,7 +1096,7 @@ async fn an_agent_killed_mid_turn_resumes_without_calling_its_tool_again() {
 
     llm.push_for("agent a", Reply::text("42"));
     llm.push_for("agent b", Reply::text("noted"));
-    let server = Server::start_with(dir.path(), &env).await;
+    let server = Server::start_scripted(dir.path(), &llm).await;
     let resp = server
         .client
         .get(server.url(&format!("/v1/runs/{id}/events")))
@@ -1188,13 +1182,7 @@ async fn scripted_server(
     llm: &ScriptedLlm,
 ) -> crate::support::server::Server {
     std::fs::create_dir_all(dir.join("workspace")).unwrap();
-    let base = llm.base_url();
-    let env = [
-        ("ORCA_LLM__PROVIDER", "openai"),
-        ("OPENAI_BASE_URL", base.as_str()),
-        ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
-    ];
-    crate::support::server::Server::start_with(dir, &env).await
+    crate::support::server::Server::start_scripted(dir, llm).await
 }
 
 #[tokio::test]

@@ -349,6 +349,30 @@ impl TestApp {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// The `orca` client binary against this server (`ORCA_URL`), standard input from
+    /// `stdin`; its output once it exits, within PATIENCE.
+    pub async fn orca(&self, args: &[&str], stdin: &str) -> std::process::Output {
+        use std::process::Stdio;
+        use tokio::io::AsyncWriteExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+            .args(args)
+            .env("ORCA_URL", &self.base)
+            .env_remove("ORCA_API_KEY")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("orca starts");
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.as_bytes()).await.unwrap();
+        drop(input);
+        tokio::time::timeout(PATIENCE, child.wait_with_output())
+            .await
+            .expect("orca finishes in time")
+            .expect("orca output")
+    }
+
     /// PUTs `body` as JSON; the status and the response body (`null` if not JSON).
     pub async fn put_json(&self, path: &str, body: &Value) -> (u16, Value) {
         let resp = self.client.put(self.url(path)).json(body).send();

@@ -47,6 +47,21 @@ impl Server {
         Self::start_with(dir, &[("ORCA_LLM__PROVIDER", "offline")]).await
     }
 
+    /// Starts the server with `llm` (the scripted model server, OpenAI's wire format) as its
+    /// `openai` provider.
+    pub async fn start_scripted(
+        dir: &std::path::Path,
+        llm: &super::scripted_llm::ScriptedLlm,
+    ) -> Server {
+        let base = llm.base_url();
+        let env = [
+            ("ORCA_LLM__PROVIDER", "openai"),
+            ("OPENAI_BASE_URL", base.as_str()),
+            ("OPENAI_API_KEY", "sk-test-secret-key-0123456789"),
+        ];
+        Self::start_with(dir, &env).await
+    }
+
     /// Starts the server with these environment variables (e.g. a scripted model's URL).
     pub async fn start_with(dir: &std::path::Path, env: &[(&str, &str)]) -> Server {
         Self::start_on(dir, &super::db::database_url(dir), env).await
