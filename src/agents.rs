@@ -33,12 +33,8 @@ pub const MIDDLEWARE: [&str; 6] = [
     "tool_approval",
 ];
 
-/// The agent schema's document and its validator.
-static VALIDATOR: LazyLock<(Value, jsonschema::Validator)> = LazyLock::new(|| {
-    let schema: Value = serde_json::from_str(AGENT_SCHEMA).expect("shipped schema is JSON");
-    let validator = jsonschema::draft202012::new(&schema).expect("the agent schema compiles");
-    (schema, validator)
-});
+static SCHEMA: LazyLock<crate::schema::ShippedSchema> =
+    LazyLock::new(|| crate::schema::ShippedSchema::compile(AGENT_SCHEMA));
 
 /// What an agent definition may refer to besides tools: model aliases and other agents.
 pub struct AgentCatalog<'a> {
@@ -49,11 +45,10 @@ pub struct AgentCatalog<'a> {
 
 /// Checks an agent definition named `name`; every problem, each with a pointer into it.
 pub fn validate_agent(name: &str, definition: &Value, known: &AgentCatalog<'_>) -> Vec<Problem> {
-    let shape: Vec<Problem> =
-        crate::schema::member_violations(&VALIDATOR.1, &VALIDATOR.0, definition, |_| None)
-            .into_iter()
-            .map(|v| Problem::new(v.pointer, v.message))
-            .collect();
+    let shape: Vec<Problem> = crate::schema::member_violations(&SCHEMA, definition, |_| None)
+        .into_iter()
+        .map(|v| Problem::new(v.pointer, v.message))
+        .collect();
     if !shape.is_empty() {
         return shape;
     }

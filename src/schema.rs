@@ -12,6 +12,26 @@ use serde_json::Value;
 /// Longest message kept. Schema messages quote the offending value, which may be large.
 pub const MAX_MESSAGE_CHARS: usize = 300;
 
+/// One of orca's own schemas (`schemas/`): its document, which messages read to name what it
+/// allows, and its validator.
+pub struct ShippedSchema {
+    pub document: Value,
+    pub validator: Validator,
+}
+
+impl ShippedSchema {
+    /// Compiles a schema shipped in `schemas/`. They are part of the binary and checked by
+    /// tests, so failing here is a build defect.
+    pub fn compile(text: &str) -> ShippedSchema {
+        let document: Value = serde_json::from_str(text).expect("shipped schema is JSON");
+        let validator = jsonschema::validator_for(&document).expect("shipped schema compiles");
+        ShippedSchema {
+            document,
+            validator,
+        }
+    }
+}
+
 /// One way a value breaks a schema, located by JSON Pointer into the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemaViolation {
@@ -34,17 +54,16 @@ pub fn violations(validator: &Validator, value: &Value) -> Vec<SchemaViolation> 
 /// Like [`violations`], for orca's own schemas (request bodies, plans), whose readers fix a
 /// document by hand: a missing or unknown member is pointed at itself, with a message that
 /// names it (and, for an unknown one, the nearest known name and the names there are, read
-/// from `document`, the schema `validator` was built from), a value outside an enum lists
-/// them all with the nearest, and `custom` may give a message of its own for the errors it
-/// knows.
+/// from the schema's document), a value outside an enum lists them all with the nearest, and
+/// `custom` may give a message of its own for the errors it knows.
 pub fn member_violations(
-    validator: &Validator,
-    document: &Value,
+    schema: &ShippedSchema,
     value: &Value,
     custom: impl Fn(&ValidationError<'_>) -> Option<String>,
 ) -> Vec<SchemaViolation> {
+    let document = &schema.document;
     let mut out = Vec::new();
-    for err in validator.iter_errors(value) {
+    for err in schema.validator.iter_errors(value) {
         let base = err.instance_path().as_str().to_owned();
         let at = |pointer: String, message: String| SchemaViolation { pointer, message };
         if let Some(message) = custom(&err) {
@@ -174,7 +193,8 @@ mod tests {
             "properties": {"a/b": {"type": "integer"}, "n": {"type": "integer"}}});
         let validator = jsonschema::validator_for(&schema).unwrap();
         let value = json!({"n": "x", "extra": 1});
-        let found = member_violations(&validator, &schema, &value, |_| None);
+        let shipped = ShippedSchema::compile(&schema.to_string());
+        let found = member_violations(&shipped, &value, |_| None);
         let pointers: Vec<&str> = found.iter().map(|v| v.pointer.as_str()).collect();
         assert!(pointers.contains(&"/a~1b"), "{found:?}");
         assert!(pointers.contains(&"/extra"), "{found:?}");
@@ -190,9 +210,9 @@ mod tests {
             "type": "object", "additionalProperties": false,
             "properties": {"limits": {"$ref": "#/$defs/limits"},
                 "orchestration": {"enum": ["auto", "simple", "planner"]}}});
-        let validator = jsonschema::validator_for(&schema).unwrap();
+        let shipped = ShippedSchema::compile(&schema.to_string());
         let value = json!({"limit": 1, "orchestration": "planer", "limits": {"max_step": 2}});
-        let found = member_violations(&validator, &schema, &value, |_| None);
+        let found = member_violations(&shipped, &value, |_| None);
         let message = |pointer: &str| {
             found
                 .iter()

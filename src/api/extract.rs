@@ -10,10 +10,11 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header;
 use axum::http::request::Parts;
-use jsonschema::Validator;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::schema::ShippedSchema;
 
 use super::error::{ApiError, FieldError};
 
@@ -114,27 +115,9 @@ pub struct BodyLimit(pub usize);
 #[derive(Clone, Copy)]
 pub struct BodyTimeout(pub std::time::Duration);
 
-/// One of the schemas shipped in `schemas/`: its document (for messages that name what it
-/// allows) and its validator.
-pub struct ShippedSchema {
-    pub document: Value,
-    pub validator: Validator,
-}
-
-/// Compiles one of the schemas shipped in `schemas/`. They are part of the binary and checked
-/// by tests, so failing here is a build defect.
-pub fn compile_schema(text: &str) -> ShippedSchema {
-    let document: Value = serde_json::from_str(text).expect("shipped schema is JSON");
-    let validator = jsonschema::validator_for(&document).expect("shipped schema compiles");
-    ShippedSchema {
-        document,
-        validator,
-    }
-}
-
 /// All schema violations of `value`, each with a JSON Pointer to the offending member.
 pub fn schema_errors(schema: &ShippedSchema, value: &Value) -> Vec<FieldError> {
-    crate::schema::member_violations(&schema.validator, &schema.document, value, |_| None)
+    crate::schema::member_violations(schema, value, |_| None)
         .into_iter()
         .map(|v| FieldError::new(v.pointer, v.message))
         .collect()

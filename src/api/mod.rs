@@ -46,7 +46,7 @@ pub struct AppState {
     pub store: Store,
     pub events: EventHub,
     pub config: Arc<Config>,
-    pub run_schema: Arc<extract::ShippedSchema>,
+    pub run_schema: Arc<crate::schema::ShippedSchema>,
     /// Fired on server stop: open event streams end so the server can drain.
     pub shutdown: CancellationToken,
 }
@@ -64,7 +64,7 @@ impl AppState {
             store,
             events,
             config,
-            run_schema: Arc::new(extract::compile_schema(include_str!(
+            run_schema: Arc::new(crate::schema::ShippedSchema::compile(include_str!(
                 "../../schemas/RunRequest.schema.json"
             ))),
             shutdown,

@@ -6,8 +6,10 @@
 
 use std::sync::LazyLock;
 
-use jsonschema::{Retrieve, Uri, ValidationError, Validator};
+use jsonschema::{Retrieve, Uri, ValidationError};
 use serde_json::Value;
+
+use crate::schema::ShippedSchema;
 
 use super::Problem;
 
@@ -21,11 +23,6 @@ pub const ORCHESTRATION_TYPE_SCHEMA: &str =
 
 const AGENT_PLAN_ID: &str = "https://orca.dev/schemas/AgentPlan.schema.json";
 const FIXED_WORKFLOW_ID: &str = "https://orca.dev/schemas/FixedWorkflow.schema.json";
-
-pub(crate) struct Shipped {
-    pub document: Value,
-    pub validator: Validator,
-}
 
 fn parse(text: &str) -> Value {
     // The schemas are part of the binary and the tests compile them: a failure is a build
@@ -49,30 +46,30 @@ impl Retrieve for ShippedRetriever {
     }
 }
 
-pub(crate) static AGENT_PLAN: LazyLock<Shipped> = LazyLock::new(|| {
+pub(crate) static AGENT_PLAN: LazyLock<ShippedSchema> = LazyLock::new(|| {
     let document = parse(AGENT_PLAN_SCHEMA);
     let validator = jsonschema::draft202012::new(&document).expect("AgentPlan schema compiles");
-    Shipped {
+    ShippedSchema {
         document,
         validator,
     }
 });
 
-pub(crate) static FIXED_WORKFLOW: LazyLock<Shipped> = LazyLock::new(|| {
+pub(crate) static FIXED_WORKFLOW: LazyLock<ShippedSchema> = LazyLock::new(|| {
     let document = parse(FIXED_WORKFLOW_SCHEMA);
     let validator = jsonschema::draft202012::options()
         .with_retriever(ShippedRetriever)
         .build(&document)
         .expect("FixedWorkflow schema compiles");
-    Shipped {
+    ShippedSchema {
         document,
         validator,
     }
 });
 
 /// Every schema error of `value`, each with the pointer of the offending member.
-pub(crate) fn problems(shipped: &Shipped, value: &Value) -> Vec<Problem> {
-    crate::schema::member_violations(&shipped.validator, &shipped.document, value, custom_message)
+pub(crate) fn problems(shipped: &ShippedSchema, value: &Value) -> Vec<Problem> {
+    crate::schema::member_violations(shipped, value, custom_message)
         .into_iter()
         .map(|v| Problem::new(v.pointer, v.message))
         .collect()
