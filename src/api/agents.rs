@@ -77,14 +77,6 @@ impl From<RegistryRecord> for AgentDetail {
     }
 }
 
-/// 404, with the nearest name there is and the names (see [`super::unknown_entry`]).
-async fn not_found(state: &AppState, tenant: &Tenant, name: &str) -> ApiError {
-    match super::unknown_entry(state, crate::store::Registry::Agents, tenant, name).await {
-        Ok(message) => ApiError::NotFound(message),
-        Err(e) => e,
-    }
-}
-
 /// List the caller's agents and the shared ones, by name.
 #[utoipa::path(
     get, path = "/v1/agents", tag = "agents",
@@ -120,7 +112,7 @@ pub async fn get_agent(
         .await?;
     match found {
         Some(a) => Ok(Json(a.into())),
-        None => Err(not_found(&state, &tenant, &name).await),
+        None => Err(super::entry_not_found(&state, Registry::Agents, &tenant, &name).await),
     }
 }
 
@@ -222,6 +214,6 @@ pub async fn delete_agent(
             "agent `{name}` was loaded from the agents directory and cannot be deleted through \
              the API"
         ))),
-        _ => Err(not_found(&state, &tenant, &name).await),
+        _ => Err(super::entry_not_found(&state, Registry::Agents, &tenant, &name).await),
     }
 }

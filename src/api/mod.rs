@@ -295,6 +295,19 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// 404 for a registry name that does not exist, saying what does ([`unknown_entry`]).
+pub(crate) async fn entry_not_found(
+    state: &AppState,
+    registry: crate::store::Registry,
+    tenant: &Tenant,
+    name: &str,
+) -> ApiError {
+    match unknown_entry(state, registry, tenant, name).await {
+        Ok(message) => ApiError::NotFound(message),
+        Err(e) => e,
+    }
+}
+
 /// What a caller is told of a registry name that does not exist: the nearest name there is
 /// ("did you mean …?") and the names (or how many there are and how to list them), e.g. "no
 /// workflow `publsh`: did you mean `publish-report`? (known: `publish-report`)".

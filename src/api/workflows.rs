@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use crate::domain::Tenant;
 use crate::plan::validate_workflow;
-use crate::store::WorkflowRecord;
+use crate::store::{Registry, WorkflowRecord};
 use crate::workflows::check_name;
 
 use super::AppState;
@@ -104,14 +104,6 @@ pub(super) fn valid_name(name: &str) -> Result<(), ApiError> {
     check_name(name).map_err(|message| ApiError::validation("/name", message))
 }
 
-/// 404, with the nearest name there is and the names (see [`super::unknown_entry`]).
-async fn not_found(state: &AppState, tenant: &Tenant, name: &str) -> ApiError {
-    match super::unknown_entry(state, crate::store::Registry::Workflows, tenant, name).await {
-        Ok(message) => ApiError::NotFound(message),
-        Err(e) => e,
-    }
-}
-
 /// List the caller's workflows and the shared ones, by name.
 #[utoipa::path(
     get, path = "/v1/workflows", tag = "workflows",
@@ -144,7 +136,7 @@ pub async fn get_workflow(
     let found = state.store.get_workflow(&tenant, &name).await?;
     match found {
         Some(w) => Ok(Json(w.into())),
-        None => Err(not_found(&state, &tenant, &name).await),
+        None => Err(super::entry_not_found(&state, Registry::Workflows, &tenant, &name).await),
     }
 }
 
@@ -233,6 +225,6 @@ pub async fn delete_workflow(
             "workflow `{name}` was loaded from the workflows directory and cannot be deleted \
              through the API"
         ))),
-        _ => Err(not_found(&state, &tenant, &name).await),
+        _ => Err(super::entry_not_found(&state, Registry::Workflows, &tenant, &name).await),
     }
 }
