@@ -311,7 +311,7 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
 async fn workflows(command: WorkflowsCommand) -> Result<ExitCode, Error> {
     match command {
         WorkflowsCommand::Put { file, name, client } => {
-            let (name, definition) = workflow_file(&file, name)?;
+            let (name, definition) = definition_file(&file, name)?;
             let path = format!("/v1/workflows/{}", encode(&name));
             let body = connect(&client)?.put(&path, &definition).await?;
             show(client.json, &body, |_| outln!("workflow {name} registered"))
@@ -345,7 +345,7 @@ fn key_values(args: &[String]) -> Result<Vec<(String, String)>, Error> {
 async fn agents(command: AgentsCommand) -> Result<ExitCode, Error> {
     match command {
         AgentsCommand::Put { file, name, client } => {
-            let (name, definition) = workflow_file(&file, name)?;
+            let (name, definition) = definition_file(&file, name)?;
             let path = format!("/v1/agents/{}", encode(&name));
             let body = connect(&client)?.put(&path, &definition).await?;
             show(client.json, &body, |_| outln!("agent {name} registered"))
@@ -382,13 +382,10 @@ async fn agents(command: AgentsCommand) -> Result<ExitCode, Error> {
     }
 }
 
-/// Reads a workflow file; the name is `--name` (written into the body, which the server wants
+/// Reads a workflow or agent file; the name is `--name` (written into the body, which the server wants
 /// to agree with the path), else the file's `name`, else its stem.
-fn workflow_file(file: &std::path::Path, name: Option<String>) -> Result<(String, Value), Error> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Error::Usage(format!("reading {}: {e}", file.display())))?;
-    let mut definition: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::Usage(format!("{} is not valid JSON: {e}", file.display())))?;
+fn definition_file(file: &std::path::Path, name: Option<String>) -> Result<(String, Value), Error> {
+    let mut definition = json_file(file)?;
     let name = match name {
         Some(n) => {
             if let Some(obj) = definition.as_object_mut() {
