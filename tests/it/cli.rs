@@ -419,9 +419,8 @@ async fn the_api_key_comes_from_orca_api_key_or_the_flag() {
 
     let out = app.orca(&["run", ARITHMETIC, "--api-key", KEY], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-        .args(["runs", "list", "--json"])
-        .env("ORCA_URL", &app.base)
+    let out = app
+        .orca_command(&["runs", "list", "--json"])
         .env("ORCA_API_KEY", KEY)
         .output();
     let out = tokio::time::timeout(PATIENCE, out).await.unwrap().unwrap();
@@ -436,14 +435,11 @@ async fn ctrl_c_while_asked_for_input_leaves_the_run_waiting_and_exits_130() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let app = spawn_app(|_| {}).await;
     let plan = write_json(app.dir.path(), "approval.json", &approval());
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-        .args(["run", "x", "--plan", &plan])
-        .env("ORCA_URL", &app.base)
-        .env_remove("ORCA_API_KEY")
+    let mut child = app
+        .orca_command(&["run", "x", "--plan", &plan])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     // Standard input stays open: the client is blocked reading the answer.
@@ -485,14 +481,11 @@ async fn a_closed_pipe_ends_the_command_quietly() {
     for args in [&["runs", "list"][..], &["run", ARITHMETIC, "--json"][..]] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-            .args(args)
-            .env("ORCA_URL", &app.base)
-            .env_remove("ORCA_API_KEY")
+        let child = app
+            .orca_command(args)
             .stdin(Stdio::null())
             .stdout(writer)
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .unwrap();
         let out = tokio::time::timeout(PATIENCE, child.wait_with_output())

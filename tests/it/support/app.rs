@@ -349,19 +349,29 @@ impl TestApp {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// The `orca` client binary with `args`, pointed at this server (`ORCA_URL`), with no API
+    /// key from the test's environment, killed when dropped; its standard streams are the
+    /// caller's to set.
+    pub fn orca_command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"));
+        command
+            .args(args)
+            .env("ORCA_URL", &self.base)
+            .env_remove("ORCA_API_KEY")
+            .kill_on_drop(true);
+        command
+    }
+
     /// The `orca` client binary against this server (`ORCA_URL`), standard input from
     /// `stdin`; its output once it exits, within PATIENCE.
     pub async fn orca(&self, args: &[&str], stdin: &str) -> std::process::Output {
         use std::process::Stdio;
         use tokio::io::AsyncWriteExt;
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orca"))
-            .args(args)
-            .env("ORCA_URL", &self.base)
-            .env_remove("ORCA_API_KEY")
+        let mut child = self
+            .orca_command(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .expect("orca starts");
         let mut input = child.stdin.take().unwrap();
