@@ -168,6 +168,13 @@ fn param_schema(doc: &mut Value, path: &str, method: &str, name: &str, schema: V
 
 /// What the derived document gets wrong or leaves out.
 fn complete(doc: &mut Value) {
+    complete_schemas(doc);
+    complete_parameters(doc);
+    complete_responses(doc);
+}
+
+/// Component schemas and request bodies: what the derived ones cannot say.
+fn complete_schemas(doc: &mut Value) {
     let any = || json!({});
     let schemas = "/components/schemas";
     // Values that are any JSON: run input (a string or an object), outputs, answers.
@@ -265,8 +272,10 @@ fn complete(doc: &mut Value) {
     if let Some(components) = doc["components"]["schemas"].as_object_mut() {
         components.remove("CreateRun");
     }
+}
 
-    // Parameters: the bounds the handlers check.
+/// Parameters: the bounds the handlers check.
+fn complete_parameters(doc: &mut Value) {
     let name = workflow_name();
     for method in ["get", "put", "delete"] {
         param_schema(doc, "/v1/workflows/{name}", method, "name", name.clone());
@@ -311,7 +320,10 @@ fn complete(doc: &mut Value) {
         "cursor",
         json!({ "type": "string", "format": "uuid", "description": "`next_cursor` of the previous page" }),
     );
+}
 
+/// Responses every operation can give, event streams, and the document's description.
+fn complete_responses(doc: &mut Value) {
     // Every operation can answer 405 for other methods; bodies add 400, 413, 415.
     let body_ops = [
         ("/v1/runs", "post"),
