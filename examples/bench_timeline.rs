@@ -57,7 +57,7 @@ impl Writer {
     ) {
         self.attempts.push(StepAttempt {
             step_id: id.to_owned(),
-            path: (!path.is_empty()).then(|| path.to_owned()),
+            path: (!path.is_empty()).then(|| path.parse().expect("a step path")),
             name: id.to_owned(),
             kind,
             status: if error.is_some() {
@@ -79,7 +79,7 @@ impl Writer {
     }
 
     fn step(id: &str, path: &str, kind: StepKind, status: StepStatus, attempt: u32) -> StepData {
-        StepData::new(id, id, kind, status, attempt).at(path)
+        StepData::new(id, id, kind, status, attempt).at(&path.parse().expect("a step path"))
     }
 
     /// One `parallel` step of `width` children, committed when its slowest child ends.

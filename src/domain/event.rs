@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 
 use super::error::RunError;
 use super::ids::RunId;
+use super::path::StepPath;
 use super::plan::{StepKind, StepStatus};
 use super::run::{Completion, RunStatus, Selection, Usage};
 
@@ -68,18 +69,26 @@ pub struct Event {
     /// Where `step_id` sits when it is nested in other steps, agents or workflows: their ids
     /// from the top-level step down, `/`-separated (e.g. `team/billing`). Absent at the top.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub path: Option<StepPath>,
     #[schema(value_type = Object)]
     pub data: Value,
 }
 
 impl Event {
-    /// `path/step_id`, or the step id alone: the key the store keeps.
-    pub fn step_key(&self) -> Option<String> {
-        match (&self.path, &self.step_id) {
-            (Some(path), Some(id)) => Some(format!("{path}/{id}")),
-            (_, id) => id.clone(),
-        }
+    /// The whole place of the step the event is about (its `path` and `step_id` as one):
+    /// the key the store keeps.
+    pub fn step(&self) -> Option<StepPath> {
+        let id = self.step_id.as_deref()?;
+        Some(StepPath::from_parts(self.path.as_ref(), id))
+    }
+
+    /// Names the step the event is about (`None` for the run itself), setting `step_id` and
+    /// `path` from its place.
+    pub fn at(mut self, step: Option<&StepPath>) -> Event {
+        self.step_id = step.map(|s| s.leaf().to_owned());
+        self.path = step.and_then(StepPath::parent_if_nested);
+        self
     }
 }
 
@@ -195,7 +204,7 @@ pub struct StepData {
     pub step_id: String,
     /// For a child step: where it sits (see `StepAttempt::path`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+    pub path: Option<StepPath>,
     pub name: String,
     pub kind: StepKind,
     pub status: StepStatus,
@@ -239,9 +248,9 @@ impl StepData {
         }
     }
 
-    /// Where a child step sits; `""` (a top-level step) leaves it out.
-    pub fn at(mut self, path: &str) -> StepData {
-        self.path = (!path.is_empty()).then(|| path.to_owned());
+    /// Where a child step sits; the root (a top-level step) leaves it out.
+    pub fn at(mut self, path: &StepPath) -> StepData {
+        self.path = (!path.is_root()).then(|| path.clone());
         self
     }
 

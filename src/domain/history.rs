@@ -6,6 +6,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::RunError;
+use super::path::StepPath;
 use super::plan::{StepKind, StepStatus};
 
 /// One attempt of one step, as `GET /v1/runs/{id}/steps` shows it.
@@ -15,7 +16,8 @@ pub struct StepAttempt {
     /// Where the step sits: `null` for a top-level step; for a child of a sequential,
     /// parallel or loop step, the enclosing steps from the top-level one down, each loop
     /// iteration as `id[i]` (e.g. `each[2]/inner`).
-    pub path: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub path: Option<StepPath>,
     pub name: String,
     pub kind: StepKind,
     pub status: StepStatus,
@@ -29,4 +31,11 @@ pub struct StepAttempt {
     pub started_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     pub duration_ms: Option<u64>,
+}
+
+impl StepAttempt {
+    /// The attempt's step as one place (its `path` and `step_id`).
+    pub fn step(&self) -> StepPath {
+        StepPath::from_parts(self.path.as_ref(), &self.step_id)
+    }
 }

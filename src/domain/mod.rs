@@ -14,6 +14,7 @@ pub mod error;
 pub mod event;
 pub mod history;
 pub mod ids;
+pub mod path;
 pub mod plan;
 pub mod replan;
 pub mod run;
@@ -22,6 +23,7 @@ pub use error::{ErrorCode, RunError};
 pub use event::{Event, EventKind, Payload};
 pub use history::StepAttempt;
 pub use ids::{RunId, StepId, Tenant};
+pub use path::{Segment, StepPath};
 pub use plan::{BackoffStrategy, Plan, PlanSettings, RetryPolicy, Step, StepKind, StepStatus};
 pub use run::{
     Completion, Counters, Limits, Orchestration, Run, RunStatus, SelectedBy, Selection, StepCounts,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::domain::event::StepData;
-use crate::domain::{ErrorCode, RunError, StepAttempt, StepKind, StepStatus};
+use crate::domain::{ErrorCode, RunError, StepAttempt, StepKind, StepPath, StepStatus};
 use crate::store::Record;
 
 use super::checkpoint::{self, PlanProgress, Restored};
@@ -31,61 +31,15 @@ use super::sink::EventSink;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AttemptKey {
     pub plan_version: u32,
-    /// `""` for a top-level step.
-    pub path: String,
-    pub step_id: String,
+    /// The step's place (its id last).
+    pub step: StepPath,
     pub attempt: u32,
-}
-
-impl AttemptKey {
-    /// The step's place and id as one key (`path/id`), as checkpoints and answers name it.
-    pub fn step_key(&self) -> String {
-        step_key(&self.path, &self.step_id)
-    }
-}
-
-/// The key of step `step_id` at `path`: `path/step_id`, or the id alone at the top level.
-pub fn step_key(path: &str, step_id: &str) -> String {
-    if path.is_empty() {
-        step_id.to_owned()
-    } else {
-        format!("{path}/{step_id}")
-    }
-}
-
-/// The step id of a step key (`path/id` or `id`).
-pub fn id_of(key: &str) -> &str {
-    key.rsplit_once('/').map_or(key, |(_, id)| id)
-}
-
-/// The key an attempt record's events carry (see [`RunContext::next_event`]).
-fn record_key(record: &StepAttempt) -> Option<String> {
-    Some(step_key(
-        record.path.as_deref().unwrap_or(""),
-        &record.step_id,
-    ))
-}
-
-/// Whether `path` lies inside the step whose key is `key` (its children, at any depth).
-pub fn within(path: &str, key: &str) -> bool {
-    path == key
-        || path
-            .strip_prefix(key)
-            .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('['))
-}
-
-/// Whether the step whose key is `child_key` lies inside the step whose key is `key`.
-pub fn inside(child_key: &str, key: &str) -> bool {
-    child_key
-        .strip_prefix(key)
-        .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('['))
 }
 
 /// A step attempt as it starts; its number is the next one for its step and place.
 pub struct NewAttempt<'a> {
-    pub step_id: &'a str,
-    /// Where the step sits (`""` at the top level).
-    pub path: &'a str,
+    /// The step's place, its id last.
+    pub step: &'a StepPath,
     pub name: &'a str,
     pub kind: StepKind,
     /// 0 for runs without a plan (simple runs).
@@ -230,13 +184,13 @@ impl RunContext {
         self.take_step()?;
         let attempt = {
             let mut numbers = self.attempt_numbers.lock().expect("attempts lock");
-            let n = numbers.entry(step_key(new.path, new.step_id)).or_default();
+            let n = numbers.entry(new.step.clone()).or_default();
             *n += 1;
             *n
         };
         let record = StepAttempt {
-            step_id: new.step_id.to_owned(),
-            path: (!new.path.is_empty()).then(|| new.path.to_owned()),
+            step_id: new.step.leaf().to_owned(),
+            path: new.step.parent_if_nested(),
             name: new.name.to_owned(),
             kind: new.kind,
             status: StepStatus::Running,
@@ -251,21 +205,21 @@ impl RunContext {
         };
         let key = AttemptKey {
             plan_version: new.plan_version,
-            path: new.path.to_owned(),
-            step_id: record.step_id.clone(),
+            step: new.step.clone(),
             attempt,
         };
         self.store_attempt(&record).await;
         self.save_counters().await;
+        let parent_path = new.step.parent();
         let running = StepData::new(
-            new.step_id,
+            new.step.leaf(),
             new.name,
             new.kind,
             StepStatus::Running,
             attempt,
         )
-        .at(new.path);
-        let parent = self.trace_parent((!new.path.is_empty()).then_some(new.path));
+        .at(&parent_path);
+        let parent = self.trace_parent((!parent_path.is_root()).then_some(&parent_path));
         let trace = self
             .services
             .telemetry
@@ -279,8 +233,7 @@ impl RunContext {
             .lock()
             .expect("attempts lock")
             .insert(key.clone(), open);
-        sink.emit(self, Some(&step_key(new.path, new.step_id)), running)
-            .await;
+        sink.emit(self, Some(new.step), running).await;
         Ok(key)
     }
 
@@ -294,8 +247,7 @@ impl RunContext {
                 "its parent step ended first",
             )),
         );
-        let inside = key.step_key();
-        for open in self.open_keys(|k| within(&k.path, &inside)) {
+        for open in self.open_keys(|k| key.step.contains(&k.step)) {
             self.end_attempt(&open, below.clone(), sink).await;
         }
         self.end_attempt(key, end, sink).await;
@@ -318,7 +270,7 @@ impl RunContext {
         }) = open
         else {
             tracing::warn!(
-                step_id = key.step_id,
+                step = %key.step,
                 attempt = key.attempt,
                 "closing an attempt that is not open"
             );
@@ -335,7 +287,7 @@ impl RunContext {
         self.services
             .metrics
             .step_finished(record.kind.as_str(), elapsed.as_secs_f64());
-        sink.emit(self, record_key(&record).as_deref(), event).await;
+        sink.emit(self, Some(&record.step()), event).await;
         self.open_attempts
             .lock()
             .expect("attempts lock")
@@ -352,10 +304,10 @@ impl RunContext {
         }
     }
 
-    /// Closes, with `end`, the open attempt of the step whose key is `step_key` and every
-    /// attempt still open inside it (abandoned when their futures were dropped).
-    pub async fn close_open_step(&self, step_key: &str, end: AttemptEnd, sink: &mut EventSink) {
-        let open = self.open_keys(|k| k.step_key() == step_key || within(&k.path, step_key));
+    /// Closes, with `end`, the open attempt of the step at `step` and every attempt still
+    /// open inside it (abandoned when their futures were dropped).
+    pub async fn close_open_step(&self, step: &StepPath, end: AttemptEnd, sink: &mut EventSink) {
+        let open = self.open_keys(|k| step.encloses(&k.step));
         for key in open {
             self.end_attempt(&key, end.clone(), sink).await;
         }
@@ -373,11 +325,10 @@ impl RunContext {
             .cloned()
             .collect();
         keys.sort_by(|a, b| {
-            let order = |k: &AttemptKey| (k.path.clone(), k.step_id.clone(), k.attempt);
-            b.path
-                .len()
-                .cmp(&a.path.len())
-                .then_with(|| order(a).cmp(&order(b)))
+            let parent_len = |k: &AttemptKey| k.step.parent().as_str().len();
+            parent_len(b)
+                .cmp(&parent_len(a))
+                .then_with(|| (&a.step, a.attempt).cmp(&(&b.step, b.attempt)))
         });
         keys
     }
@@ -399,9 +350,7 @@ impl RunContext {
         {
             let mut numbers = self.attempt_numbers.lock().expect("attempts lock");
             for a in &attempts {
-                let n = numbers
-                    .entry(step_key(a.path.as_deref().unwrap_or_default(), &a.step_id))
-                    .or_default();
+                let n = numbers.entry(a.step()).or_default();
                 *n = (*n).max(a.attempt);
             }
         }
@@ -425,9 +374,9 @@ impl RunContext {
         );
         let mut given_back = 0;
         for mut record in open {
-            let result = match record.path.as_deref().unwrap_or_default() {
-                "" => kept.steps.get(&record.step_id),
-                path => kept.children.get(&step_key(path, &record.step_id)),
+            let result = match record.path {
+                None => kept.steps.get(&record.step_id),
+                Some(_) => kept.children.get(&record.step()),
             };
             let end = match result {
                 Some(r) if r.status == StepStatus::Completed => {
@@ -446,7 +395,7 @@ impl RunContext {
                 .unwrap_or_default();
             let event = end_record(&mut record, &end, ran, Duration::ZERO);
             self.store_attempt(&record).await;
-            self.emit(record_key(&record).as_deref(), event).await;
+            self.emit(Some(&record.step()), event).await;
         }
         if given_back > 0 {
             // The step runs again as its next attempt: the stop, not the run, cost this one,
@@ -459,7 +408,7 @@ impl RunContext {
     /// The inputs of the run's finished steps, by step key (`path/id`; the last completed
     /// attempt of each), read back from the store once what is queued is written: how a
     /// finished step was asked, for a later step that needs it, after a restart too.
-    pub async fn completed_inputs(&self) -> HashMap<String, Value> {
+    pub async fn completed_inputs(&self) -> HashMap<StepPath, Value> {
         self.services.hub.flush().await;
         let attempts = match self.services.store().step_attempts(self.run_id).await {
             Ok(attempts) => attempts,
@@ -468,12 +417,12 @@ impl RunContext {
                 return HashMap::new();
             }
         };
-        let mut latest: HashMap<String, (u32, u32, Value)> = HashMap::new();
+        let mut latest: HashMap<StepPath, (u32, u32, Value)> = HashMap::new();
         for a in attempts {
+            let key = a.step();
             let (StepStatus::Completed, Some(input)) = (a.status, a.input) else {
                 continue;
             };
-            let key = step_key(a.path.as_deref().unwrap_or_default(), &a.step_id);
             let at = (a.plan_version, a.attempt);
             if latest.get(&key).is_none_or(|(v, n, _)| (*v, *n) <= at) {
                 latest.insert(key, (at.0, at.1, input));
@@ -521,7 +470,7 @@ fn end_record(
         announced,
         record.attempt,
     )
-    .at(record.path.as_deref().unwrap_or_default());
+    .at(&record.step().parent());
     event.reason = end.reason.clone();
     event.output = end.output.clone();
     event.error = end.error.clone();

@@ -17,11 +17,10 @@ use std::sync::atomic::Ordering;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::domain::{ErrorCode, RunError, StepStatus};
+use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 use crate::llm::Message;
 use crate::store::Record;
 
-use super::attempts::inside;
 use super::context::RunContext;
 
 /// The format this build writes.
@@ -45,14 +44,14 @@ pub struct PlanDelta {
     /// Steps whose children's results were thrown away (the step ended or is tried again),
     /// by step key. Applied first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cleared: Vec<String>,
+    pub cleared: Vec<StepPath>,
     /// Top-level steps that committed, by id: completed, failed or skipped.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub steps: BTreeMap<String, StepResult>,
     /// Children (of sequential, parallel and loop steps still running) that finished, by step
-    /// key (`path/id`).
+    /// place.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub children: BTreeMap<String, StepResult>,
+    pub children: BTreeMap<StepPath, StepResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variables: Option<Map<String, Value>>,
 }
@@ -69,7 +68,7 @@ pub struct PlanProgress {
     /// The plan version of the last delta folded in (0 before any).
     pub plan_version: u32,
     pub steps: BTreeMap<String, StepResult>,
-    pub children: BTreeMap<String, StepResult>,
+    pub children: BTreeMap<StepPath, StepResult>,
     pub variables: Map<String, Value>,
 }
 
@@ -79,7 +78,7 @@ impl PlanProgress {
             *self = PlanProgress::default();
         }
         for key in &delta.cleared {
-            self.children.retain(|child, _| !inside(child, key));
+            self.children.retain(|child, _| !key.contains(child));
         }
         self.plan_version = delta.plan_version;
         self.steps.extend(delta.steps);
@@ -322,7 +321,7 @@ mod tests {
             ..Default::default()
         };
         delta.steps.insert("a".into(), completed(json!(3)));
-        delta.cleared.push("a".into());
+        delta.cleared.push(StepPath::top("a"));
         let delta = Delta::Plan(delta);
         let stored = delta.to_json();
         assert_eq!(stored["format"], FORMAT);
@@ -332,21 +331,25 @@ mod tests {
         assert_eq!(Delta::from_json(stored).unwrap(), delta);
     }
 
+    fn path(s: &str) -> StepPath {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn folding_clears_a_retried_steps_children_and_keeps_the_rest() {
         let mut progress = PlanProgress::default();
         let mut first = PlanDelta::default();
-        first.children.insert("seq/c1".into(), completed(json!(1)));
+        first.children.insert(path("seq/c1"), completed(json!(1)));
         first
             .children
-            .insert("each[0]/body".into(), completed(json!(2)));
-        first.children.insert("seqx/c".into(), completed(json!(3)));
+            .insert(path("each[0]/body"), completed(json!(2)));
+        first.children.insert(path("seqx/c"), completed(json!(3)));
         progress.apply(first);
         progress.apply(PlanDelta {
-            cleared: vec!["seq".into(), "each".into()],
+            cleared: vec![path("seq"), path("each")],
             ..Default::default()
         });
-        let keys: Vec<&str> = progress.children.keys().map(String::as_str).collect();
+        let keys: Vec<&str> = progress.children.keys().map(StepPath::as_str).collect();
         assert_eq!(keys, ["seqx/c"]);
     }
 

@@ -291,7 +291,7 @@ mod tests {
             attempt("r", 2, Completed),
             // A nested child does not count; the planner's own step is not in any plan.
             StepAttempt {
-                path: Some("r".into()),
+                path: Some(crate::domain::StepPath::top("r")),
                 ..attempt("child", 2, Failed)
             },
             attempt("replanner", 1, Completed),

@@ -17,7 +17,7 @@ use crate::domain::event::{InputRequiredData, StatusData};
 use crate::domain::run::RunSpec;
 use crate::domain::{
     Counters, ErrorCode, Event, Payload, Run, RunError, RunId, RunStatus, Selection, StepAttempt,
-    Tenant, Usage,
+    StepPath, Tenant, Usage,
 };
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
@@ -69,18 +69,17 @@ pub struct Services {
 }
 
 impl RunContext {
-    /// The trace span work on `step_key` belongs under: the step's open attempt (its latest),
+    /// The trace span work on `step` belongs under: the step's open attempt (its latest),
     /// else the run.
-    pub fn trace_parent(&self, step_key: Option<&str>) -> Option<opentelemetry::Context> {
+    pub fn trace_parent(&self, step: Option<&StepPath>) -> Option<opentelemetry::Context> {
         if !self.services.telemetry.is_on() {
             return None;
         }
-        let from_attempt = step_key.and_then(|key| {
-            // Work on a nested step may name it by its id alone: an exact key wins.
+        let from_attempt = step.and_then(|step| {
             let open = self.open_attempts.lock().expect("attempts lock");
             open.iter()
-                .filter(|(k, _)| k.step_key() == key || k.step_id == key)
-                .max_by_key(|(k, a)| (k.step_key() == key, a.started))
+                .filter(|(k, _)| k.step == *step)
+                .max_by_key(|(_, a)| a.started)
                 .and_then(|(_, a)| a.trace.clone())
         });
         from_attempt.or_else(|| self.trace.lock().expect("trace lock").clone())
@@ -189,7 +188,7 @@ pub struct RunContext {
     /// The session's variables, read once when the run (re)starts (see [`super::session`]).
     pub(super) session: std::sync::OnceLock<Arc<serde_json::Map<String, serde_json::Value>>>,
     /// The last attempt number given, by step key (`path/id`). A std mutex: lookups only.
-    pub(super) attempt_numbers: Mutex<HashMap<String, u32>>,
+    pub(super) attempt_numbers: Mutex<HashMap<StepPath, u32>>,
     /// The buffered sinks of the run's steps (see [`super::sink`]).
     pub(super) held: super::sink::HeldSinks,
     /// How often each (tool, canonical arguments, result) came back, for loop detection.
@@ -294,43 +293,38 @@ impl RunContext {
         self.services.lease.ready(&self.stop).await;
     }
 
-    /// Builds the next event of this run (taking the next seq) without queueing it.
-    ///
-    /// `step` is a step id, or a step key (`path/id`, see `attempts::step_key`) for work nested
-    /// in another step: the event then carries the id and its `path`.
-    pub fn next_event(&self, step: Option<&str>, payload: &Payload) -> Event {
-        let (path, step_id) = match step.and_then(|k| k.rsplit_once('/')) {
-            Some((path, id)) => (Some(path.to_owned()), Some(id.to_owned())),
-            None => (None, step.map(str::to_owned)),
-        };
+    /// Builds the next event of this run (taking the next seq) without queueing it, about
+    /// the step at `step` (the event carries its id and, when nested, its `path`).
+    pub fn next_event(&self, step: Option<&StepPath>, payload: &Payload) -> Event {
         Event {
             seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
             run_id: self.run_id,
             kind: payload.kind(),
             ts: crate::domain::now(),
-            step_id,
-            path,
+            step_id: None,
+            path: None,
             data: payload.to_data(),
         }
+        .at(step)
     }
 
     /// Stamps and queues an event (persisted, then broadcast).
     /// An event of a step first releases what is held for it and the steps enclosing it (see
     /// [`super::sink`]), so events go out in causal order.
-    pub async fn emit(&self, step_id: Option<&str>, payload: impl Into<Payload>) {
-        if let Some(key) = step_id {
+    pub async fn emit(&self, step: Option<&StepPath>, payload: impl Into<Payload>) {
+        if let Some(key) = step {
             let held = self.held.enclosing(key);
             if !held.is_empty() {
                 // Boxed: every future that emits would otherwise carry this one's size.
                 Box::pin(self.release_held(held)).await;
             }
         }
-        self.emit_now(step_id, payload.into()).await;
+        self.emit_now(step, payload.into()).await;
     }
 
     /// Stamps and queues one event, releasing nothing.
-    pub(super) async fn emit_now(&self, step_id: Option<&str>, payload: Payload) {
-        let ev = self.next_event(step_id, &payload);
+    pub(super) async fn emit_now(&self, step: Option<&StepPath>, payload: Payload) {
+        let ev = self.next_event(step, &payload);
         self.services.hub.append(Arc::new(ev)).await;
     }
 
@@ -378,23 +372,17 @@ impl RunContext {
         self.emit(None, data).await;
     }
 
-    /// Waits for a human answer to step `step_id` at `path`: emits `input_required`, moves
-    /// the run to `waiting_input` (its clock paused), and back to `running` once answered. An
-    /// answer stored before a restart is taken as it is, without asking again.
+    /// Waits for a human answer to the step at `step`: emits `input_required`, moves the run
+    /// to `waiting_input` (its clock paused), and back to `running` once answered. An answer
+    /// stored before a restart is taken as it is, without asking again.
     pub async fn wait_for_input(
         &self,
-        step_id: &str,
-        path: &str,
+        step: &StepPath,
         prompt: &str,
         schema: Option<&JsonSchema>,
     ) -> Result<Value, RunError> {
-        let step_key = super::attempts::step_key(path, step_id);
         if self.resumed {
-            let stored = self
-                .services
-                .store()
-                .answer_for(self.run_id, &step_key)
-                .await;
+            let stored = self.services.store().answer_for(self.run_id, step).await;
             match stored {
                 Ok(Some(answer)) => return Ok(answer),
                 Ok(None) => {}
@@ -406,22 +394,19 @@ impl RunContext {
                 }
             }
         }
-        let rx = self
-            .services
-            .inputs
-            .wait(self.run_id, step_id, &step_key, schema);
+        let rx = self.services.inputs.wait(self.run_id, step, schema);
         // Waiting for a person is not running: the slot goes back meanwhile, so waiting runs
         // never starve the others.
         self.slot.lend();
         let data = InputRequiredData {
-            step_id: step_id.to_owned(),
+            step_id: step.leaf().to_owned(),
             prompt: prompt.to_owned(),
             schema: schema.map(|s| s.schema.clone()),
         };
         // Under its key, so the event carries the step's `path` as its `step` events do: a
         // replica that takes the answer (`Engine::answer_elsewhere`) stores it under the key
         // the event names, which must be the key this wait is for.
-        self.emit(Some(&step_key), data).await;
+        self.emit(Some(step), data).await;
         self.set_status(RunStatus::WaitingInput, None).await;
         self.clock.pause();
         let answer = rx.await;

@@ -21,11 +21,11 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use serde_json::{Value, json};
 
 use crate::domain::event::ErrorData;
-use crate::domain::{ErrorCode, RunError, StepKind, StepStatus};
+use crate::domain::{ErrorCode, RunError, Segment, StepKind, StepPath, StepStatus};
 use crate::llm::router::ModelRoute;
 use crate::llm::{ChatRequest, Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 
-use super::attempts::{AttemptEnd, HeldEnd, NewAttempt, step_key};
+use super::attempts::{AttemptEnd, HeldEnd, NewAttempt};
 use super::checkpoint::Conversation;
 use super::context::RunContext;
 use super::model::{Filters, ModelReply, TextKind, call_model_filtered};
@@ -43,8 +43,8 @@ pub struct Setup {
     /// model must answer in text.
     pub max_rounds: u32,
     pub plan_version: u32,
-    /// Where the loop's steps sit (`""` for a simple run; an agent step's key for its turn).
-    pub path: String,
+    /// Where the loop's steps sit (the root for a simple run; an agent's turn for its turn).
+    pub path: StepPath,
     /// Structured output asked of every model round (an agent's `output_schema`).
     pub response_schema: Option<ResponseSchema>,
     /// A plan's slots for leaf work: each model call and tool call holds one while it runs
@@ -96,13 +96,12 @@ pub trait Progress: Send {
         ModelWrap::default()
     }
 
-    /// Whether tool call `step_id` (of the loop's path) may run; an agent's middleware may ask
-    /// a human first. `Ok(None)` runs it, `Ok(Some(e))` answers it with `e` instead (the model
+    /// Whether tool call `step` may run; an agent's middleware may ask a human first. `Ok(None)` runs it, `Ok(Some(e))` answers it with `e` instead (the model
     /// is told), `Err` ends the loop.
     fn admit(
         &mut self,
         _ctx: &RunContext,
-        _step_id: &str,
+        _step: &StepPath,
         _call: &ModelToolCall,
     ) -> impl std::future::Future<Output = Result<Option<RunError>, RunError>> + Send {
         async { Ok(None) }
@@ -140,7 +139,7 @@ pub async fn converse(
         // Answer the tool calls of the model's last reply that have no result yet (all of
         // them, unless the loop resumed in the middle of a tool round).
         for (i, call) in unanswered_calls(&convo.messages) {
-            let step_id = format!("tool-{}-{}", convo.round, i + 1);
+            let step = setup.path.join(Segment::ToolCall(convo.round, i + 1));
             let mut held = None;
             let result = match progress.intercept(ctx, &call, sink).await {
                 Some(Ok(output)) => Ok(output),
@@ -148,9 +147,9 @@ pub async fn converse(
                     Err(Stop::Run(e))
                 }
                 Some(Err(e)) => Err(Stop::Tool(e)),
-                None => match progress.admit(ctx, &step_id, &call).await {
+                None => match progress.admit(ctx, &step, &call).await {
                     Ok(None) => {
-                        let (result, end) = tool_round(ctx, setup, &step_id, &call, sink).await;
+                        let (result, end) = tool_round(ctx, setup, &step, &call, sink).await;
                         held = end;
                         result
                     }
@@ -213,12 +212,11 @@ async fn model_round(
 ) -> Result<(String, Vec<ModelToolCall>, HeldEnd), RunError> {
     let _slot = setup.slot().await?;
     let round = convo.round;
-    let step_id = format!("llm-{round}");
+    let step = setup.path.join(Segment::ModelRound(round));
     let alias = setup.alias.clone().unwrap_or_else(|| "default".into());
     let input = json!({ "model": alias, "round": round });
     let new = NewAttempt {
-        step_id: &step_id,
-        path: &setup.path,
+        step: &step,
         name: "llm",
         kind: StepKind::Llm,
         plan_version: setup.plan_version,
@@ -234,8 +232,7 @@ async fn model_round(
         Some(_) => TextKind::Json,
         None => TextKind::Prose,
     };
-    let event_key = step_key(&setup.path, &step_id);
-    match call_wrapped(ctx, setup, request, &event_key, text_kind, wrap).await {
+    match call_wrapped(ctx, setup, request, &step, text_kind, wrap).await {
         Ok(reply) => {
             let summary = json!({ "text": reply.text, "tool_calls": reply.tool_calls.len() });
             let end = AttemptEnd::completed(summary);
@@ -264,21 +261,15 @@ async fn call_wrapped(
     ctx: &RunContext,
     setup: &Setup,
     request: ChatRequest,
-    step_key: &str,
+    step: &StepPath,
     text_kind: TextKind,
     wrap: &ModelWrap,
 ) -> Result<ModelReply, RunError> {
     let mut attempt = 1;
     loop {
         let filters = wrap.filters.as_deref();
-        let call = call_model_filtered(
-            ctx,
-            &setup.route,
-            request.clone(),
-            step_key,
-            text_kind,
-            filters,
-        );
+        let call =
+            call_model_filtered(ctx, &setup.route, request.clone(), step, text_kind, filters);
         let error = match call.await {
             Ok(reply) => return Ok(reply),
             Err(e) => e,
@@ -301,9 +292,9 @@ async fn call_wrapped(
                     delay.as_millis()
                 ),
             ),
-            step_id: Some(step_key.to_owned()),
+            step_id: Some(step.leaf().to_owned()),
         };
-        ctx.emit(Some(step_key), told).await;
+        ctx.emit(Some(step), told).await;
         tokio::time::sleep(delay).await;
         attempt += 1;
     }
@@ -322,7 +313,7 @@ enum Stop {
 async fn tool_round(
     ctx: &RunContext,
     setup: &Setup,
-    step_id: &str,
+    step: &StepPath,
     call: &ModelToolCall,
     sink: &mut EventSink,
 ) -> (Result<Value, Stop>, Option<HeldEnd>) {
@@ -332,8 +323,7 @@ async fn tool_round(
     };
     let arguments = ToolArguments::from_text(&call.arguments);
     let new = NewAttempt {
-        step_id,
-        path: &setup.path,
+        step,
         name: &call.name,
         kind: StepKind::Tool,
         plan_version: setup.plan_version,
@@ -343,10 +333,8 @@ async fn tool_round(
         Ok(key) => key,
         Err(e) => return (Err(Stop::Run(e)), None),
     };
-    let step_key = step_key(&setup.path, step_id);
-    let step_id = step_key.as_str();
     let request = ToolCall {
-        step_id,
+        step,
         call_id: &call.id,
         tool: &call.name,
         arguments,
@@ -365,9 +353,9 @@ async fn tool_round(
         Err(error) => {
             let told = ErrorData {
                 error: error.clone(),
-                step_id: Some(step_id.to_owned()),
+                step_id: Some(step.leaf().to_owned()),
             };
-            sink.emit(ctx, Some(step_id), told).await;
+            sink.emit(ctx, Some(step), told).await;
             let held = HeldEnd::new(key, AttemptEnd::failed(error.clone()));
             (Err(Stop::Tool(error)), Some(held))
         }

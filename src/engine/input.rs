@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::domain::RunId;
+use crate::domain::{RunId, StepPath};
 use crate::plan::JsonSchema;
 
 /// One located problem with an answer.
@@ -28,9 +28,8 @@ pub enum InputError {
 
 /// A run's wait for an answer, taken out of the box while its answer is being stored.
 pub struct Waiting {
-    step_id: String,
-    /// The step's place and id (`path/id`): where its answer is stored.
-    pub step_key: String,
+    /// The step's place: answers name its id (the leaf); its answer is stored under it all.
+    pub step: StepPath,
     /// The step's answer schema, compiled when its plan was validated.
     schema: Option<JsonSchema>,
     answer: oneshot::Sender<Value>,
@@ -68,21 +67,19 @@ pub struct InputBox {
 }
 
 impl InputBox {
-    /// Registers a run as waiting on `step_id` (at `step_key`); the receiver yields the
-    /// answer once it is stored.
+    /// Registers a run as waiting on the step at `step`; the receiver yields the answer once
+    /// it is stored.
     pub fn wait(
         &self,
         run: RunId,
-        step_id: &str,
-        step_key: &str,
+        step: &StepPath,
         schema: Option<&JsonSchema>,
     ) -> oneshot::Receiver<Value> {
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().expect("input lock").insert(
             run,
             Waiting {
-                step_id: step_id.to_owned(),
-                step_key: step_key.to_owned(),
+                step: step.clone(),
                 schema: schema.cloned(),
                 answer: tx,
             },
@@ -100,7 +97,7 @@ impl InputBox {
             .lock()
             .expect("input lock")
             .get(&run)
-            .map(|w| w.step_id.clone())
+            .map(|w| w.step.leaf().to_owned())
     }
 
     /// Takes the run's wait if it waits on this step and `value` fits its schema. While it is
@@ -111,8 +108,8 @@ impl InputBox {
         let Some(w) = map.get(&run) else {
             return Err(InputError::NotWaiting(None));
         };
-        if w.step_id != step_id {
-            return Err(InputError::NotWaiting(Some(w.step_id.clone())));
+        if w.step.leaf() != step_id {
+            return Err(InputError::NotWaiting(Some(w.step.leaf().to_owned())));
         }
         if let Some(schema) = &w.schema {
             check_answer(schema, value)?;
@@ -120,20 +117,20 @@ impl InputBox {
         Ok(map.remove(&run).expect("checked above"))
     }
 
-    /// Where the run's pending answer would be stored (`path/step_id`), if it waits.
-    pub fn step_key(&self, run: RunId) -> Option<String> {
+    /// Where the run's pending answer would be stored, if it waits.
+    pub fn waiting_at(&self, run: RunId) -> Option<StepPath> {
         self.waiting
             .lock()
             .expect("input lock")
             .get(&run)
-            .map(|w| w.step_key.clone())
+            .map(|w| w.step.clone())
     }
 
-    /// Takes the run's wait if it is still for `step_key`: its answer was stored through
-    /// another replica, which already checked it.
-    pub fn take_stored(&self, run: RunId, step_key: &str) -> Option<Waiting> {
+    /// Takes the run's wait if it is still for the step at `step`: its answer was stored
+    /// through another replica, which already checked it.
+    pub fn take_stored(&self, run: RunId, step: &StepPath) -> Option<Waiting> {
         let mut map = self.waiting.lock().expect("input lock");
-        if map.get(&run)?.step_key != step_key {
+        if map.get(&run)?.step != *step {
             return None;
         }
         map.remove(&run)

@@ -27,6 +27,7 @@ pub mod context;
 pub mod converse;
 pub mod executor;
 pub mod fixed;
+pub mod function_call;
 pub mod input;
 pub mod lease;
 pub mod middleware;
@@ -40,6 +41,9 @@ pub mod session;
 pub mod simple;
 pub mod sink;
 pub mod tool_call;
+
+/// The plan version of work done outside any plan (a simple run, planning, selection).
+pub(crate) const NO_PLAN: u32 = 0;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -420,7 +424,7 @@ impl Engine {
     /// Hands a waiting run the answer another replica stored for it, if there is one.
     async fn take_stored_answer(&self, run: RunId) {
         let inputs = &self.inner.services.inputs;
-        let Some(key) = inputs.step_key(run) else {
+        let Some(key) = inputs.waiting_at(run) else {
             return;
         };
         match self.inner.services.store().answer_for(run, &key).await {
@@ -542,7 +546,7 @@ impl Engine {
             .inner
             .services
             .store()
-            .save_answer(id, &waiting.step_key, &value)
+            .save_answer(id, &waiting.step, &value)
             .await;
         match stored {
             Ok(()) => {
@@ -589,7 +593,9 @@ impl Engine {
                 .map_err(|e| SubmitError::Engine(store::Error::Corrupt(e).into()))?;
             input::check_answer(&schema, &value).map_err(SubmitError::Input)?;
         }
-        let key = request.step_key().unwrap_or_default();
+        let Some(key) = request.step() else {
+            return Err(not_waiting(None));
+        };
         let first = store
             .save_first_answer(id, &key, &value)
             .await

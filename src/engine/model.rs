@@ -8,7 +8,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use crate::domain::event::{ErrorData, UsageData};
-use crate::domain::{ErrorCode, Payload, RunError};
+use crate::domain::{ErrorCode, Payload, RunError, StepPath};
 use crate::llm::router::{ModelRoute, Target};
 use crate::llm::schema::Projection;
 use crate::llm::{self, ChatRequest, LlmEvent, Message, ResponseSchema};
@@ -65,16 +65,16 @@ pub trait Filters: Send + Sync {
 
 /// Calls the model of `route`, then its fallbacks in order while a call fails unavailable
 /// (rate limited, 5xx, timeout, unreachable) before any text streamed: a fallback taken is
-/// announced as an `error` event of `step_id` with the failure's code. A rejection (4xx), a
+/// announced as an `error` event of `step` with the failure's code. A rejection (4xx), a
 /// cancellation or a failure after text streamed ends the call.
 pub async fn call_model(
     ctx: &RunContext,
     route: &ModelRoute,
     request: ChatRequest,
-    step_id: &str,
+    step: &StepPath,
     text_kind: TextKind,
 ) -> Result<ModelReply, RunError> {
-    call_model_filtered(ctx, route, request, step_id, text_kind, None).await
+    call_model_filtered(ctx, route, request, step, text_kind, None).await
 }
 
 /// [`call_model`] with the streamed text passing `filters` before any event carries it; the
@@ -83,14 +83,14 @@ pub async fn call_model_filtered(
     ctx: &RunContext,
     route: &ModelRoute,
     request: ChatRequest,
-    step_id: &str,
+    step: &StepPath,
     text_kind: TextKind,
     filters: Option<&dyn Filters>,
 ) -> Result<ModelReply, RunError> {
     let targets = route.targets();
     for (i, target) in targets.iter().enumerate() {
         let filter = filters.map(|f| f.start());
-        let call = call_target(ctx, target, request.clone(), step_id, text_kind, filter);
+        let call = call_target(ctx, target, request.clone(), step, text_kind, filter);
         let failure = match call.await {
             Ok(mut reply) => {
                 reply.answered_by = (i > 0).then(|| target.alias.clone());
@@ -110,9 +110,9 @@ pub async fn call_model_filtered(
                     target.alias, failure.error.message, next.alias
                 ),
             ),
-            step_id: Some(super::attempts::id_of(step_id).to_owned()),
+            step_id: Some(step.leaf().to_owned()),
         };
-        ctx.emit(Some(step_id), told).await;
+        ctx.emit(Some(step), told).await;
     }
     unreachable!("a route has at least one target, and the last one returns")
 }
@@ -141,7 +141,7 @@ async fn call_target(
     ctx: &RunContext,
     target: &Target,
     mut request: ChatRequest,
-    step_id: &str,
+    step: &StepPath,
     text_kind: TextKind,
     filter: Option<Box<dyn TextFilter>>,
 ) -> Result<ModelReply, Failure> {
@@ -176,11 +176,11 @@ async fn call_target(
     });
     let mut streamed = false;
     let out = Out {
-        step_id,
+        step,
         text_kind,
         filter,
     };
-    let parent = ctx.trace_parent(Some(step_id));
+    let parent = ctx.trace_parent(Some(step));
     let span =
         (ctx.services.telemetry).start_chat(parent.as_ref(), target.provider.name(), &target.model);
     let mut settings = Vec::new();
@@ -245,9 +245,9 @@ fn fits_window(request: &ChatRequest, window: u32, alias: &str) -> Result<(), Ru
     ))
 }
 
-/// Where one call's text goes: the events of `step_id`, through the filter if there is one.
+/// Where one call's text goes: the events of `step`, through the filter if there is one.
 struct Out<'a> {
-    step_id: &'a str,
+    step: &'a StepPath,
     text_kind: TextKind,
     filter: Option<Box<dyn TextFilter>>,
 }
@@ -277,12 +277,12 @@ impl Out<'_> {
             TextKind::Quiet => return Ok(()),
         };
         *streamed = true;
-        ctx.emit(Some(self.step_id), piece).await;
+        ctx.emit(Some(self.step), piece).await;
         Ok(())
     }
 }
 
-/// Streams one answer. Text streams live as `token`/`json_partial` events of `step_id` (it
+/// Streams one answer. Text streams live as `token`/`json_partial` events of `step` (it
 /// never waits in a sink: watching the model write is the point of streaming); the call's
 /// usage is counted and announced, and a call that crosses `max_tokens` fails. `streamed` is
 /// set once text has gone out.
@@ -293,7 +293,7 @@ async fn stream_reply(
     mut out: Out<'_>,
     streamed: &mut bool,
 ) -> Result<ModelReply, RunError> {
-    let step_id = out.step_id;
+    let step = out.step;
     let started = Instant::now();
     ctx.count_llm_call();
     let llm_error = |e: llm::Error| e.to_run_error();
@@ -339,7 +339,7 @@ async fn stream_reply(
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
     };
-    ctx.emit(Some(step_id), announced).await;
+    ctx.emit(Some(step), announced).await;
     ctx.add_llm_usage(usage.prompt_tokens, usage.completion_tokens)?;
     Ok(reply)
 }
@@ -360,9 +360,13 @@ pub struct Answer {
     pub answered_by: Option<String>,
 }
 
-/// Asks the model once, as step `step_id`: the text, or with an output schema the JSON value
+/// Asks the model once, as the step at `step`: the text, or with an output schema the JSON value
 /// the model answered (streamed as `json_partial`, checked against the schema).
-pub async fn ask(ctx: &RunContext, step_id: &str, prompt: Prompt<'_>) -> Result<Answer, RunError> {
+pub async fn ask(
+    ctx: &RunContext,
+    step: &StepPath,
+    prompt: Prompt<'_>,
+) -> Result<Answer, RunError> {
     let alias = prompt.model.or(ctx.spec.model.as_deref());
     let route = ctx
         .services
@@ -385,7 +389,7 @@ pub async fn ask(ctx: &RunContext, step_id: &str, prompt: Prompt<'_>) -> Result<
         }
         None => TextKind::Prose,
     };
-    let reply = call_model(ctx, &route, request, step_id, text_kind).await?;
+    let reply = call_model(ctx, &route, request, step, text_kind).await?;
     let value = match prompt.output_schema {
         None => Value::String(reply.text),
         Some(schema) => structured(&reply.text, schema)?,

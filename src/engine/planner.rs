@@ -17,25 +17,22 @@ use serde_json::{Value, json};
 
 use crate::config::PlanningFallback;
 use crate::domain::event::ErrorData;
-use crate::domain::{ErrorCode, RunError, StepKind};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::functions::{self, LlmFunction};
-use crate::llm::{ChatRequest, Message, ResponseSchema};
-use crate::plan::{self, NoResults, Problem, Scope, ValidPlan};
+use crate::llm::Message;
+use crate::plan::{self, Problem, ValidPlan};
 
-use super::attempts::{AttemptEnd, NewAttempt};
+use super::NO_PLAN;
 use super::checkpoint::{self, Restored};
 use super::context::RunContext;
 use super::executor::{Executor, Outcome};
 use super::fixed::{self, run_plan};
-use super::model::{TextKind, call_model};
+use super::function_call::{self, FunctionCall};
 use super::simple::{Simple, input_text};
 use super::sink::EventSink;
 
 /// The step the planning calls are recorded as.
 const PLANNING_STEP: &str = "planner";
-/// Planning happens before any plan exists: its attempts carry plan version 0.
-const NO_PLAN: u32 = 0;
-
 pub struct Planner;
 
 #[async_trait]
@@ -92,7 +89,7 @@ async fn stored_plan(ctx: &RunContext, version: u32) -> Result<(ValidPlan, Value
 
 /// Asks the planner function for a plan, sending the problems back while it is invalid.
 pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
-    let function = planner_function(ctx)?;
+    let function = function_call::configured(ctx, functions::PLANNER)?;
     let mut messages = opening(ctx, &function)?;
     let repairs = ctx.services.config.max_plan_repairs;
     let mut problems = Vec::new();
@@ -117,7 +114,7 @@ pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
             ),
             step_id: Some(PLANNING_STEP.to_owned()),
         };
-        ctx.emit(Some(PLANNING_STEP), told).await;
+        ctx.emit(Some(&StepPath::top(PLANNING_STEP)), told).await;
         messages.push(Message::Assistant {
             content: text,
             tool_calls: vec![],
@@ -129,50 +126,9 @@ pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
     Ok(Planned::Invalid(problems))
 }
 
-fn planner_function(ctx: &RunContext) -> Result<Arc<LlmFunction>, RunError> {
-    ctx.services
-        .functions
-        .get(functions::PLANNER)
-        .ok_or_else(|| {
-            RunError::new(
-                ErrorCode::InternalError,
-                "the planner function is not configured",
-            )
-        })
-}
-
 /// The system prompt and the planner's prompt, rendered with what the run may use.
 fn opening(ctx: &RunContext, function: &LlmFunction) -> Result<Vec<Message>, RunError> {
-    opening_with(ctx, function, &planning_input(ctx))
-}
-
-/// An LLM function's system prompt and its prompt rendered over `input` (the planner, the
-/// re-planner and the selector open their calls with it).
-pub(super) fn opening_with(
-    ctx: &RunContext,
-    function: &LlmFunction,
-    input: &Value,
-) -> Result<Vec<Message>, RunError> {
-    let vars = serde_json::Map::new();
-    let scope = Scope::new(input, &NoResults, &vars);
-    let limit = ctx.services.config.max_rendered_bytes;
-    let prompt = function
-        .prompt
-        .render(&scope, limit)
-        .map_err(super::scheduler::render_error)?;
-    let mut messages = Vec::new();
-    if let Some(system) = &function.system {
-        messages.push(Message::System {
-            content: system.clone(),
-        });
-    }
-    messages.push(Message::User {
-        content: match prompt {
-            Value::String(s) => s,
-            other => other.to_string(),
-        },
-    });
-    Ok(messages)
+    function_call::opening(ctx, function, &planning_input(ctx))
 }
 
 /// What the planner is told: the task, the run's tools and the functions plans may call, and
@@ -222,7 +178,7 @@ pub(super) struct Call<'a> {
     pub plan_version: u32,
 }
 
-/// One planning call, recorded as an attempt of `call.step`; the model's text.
+/// One planning call of `function`, recorded as an attempt of `call.step`; the model's text.
 pub(super) async fn ask(
     ctx: &RunContext,
     function: &LlmFunction,
@@ -230,34 +186,20 @@ pub(super) async fn ask(
     call: Call<'_>,
     round: u32,
 ) -> Result<String, RunError> {
-    let new = NewAttempt {
-        step_id: call.step,
-        path: "",
-        name: call.step,
-        kind: StepKind::Llm,
+    let step = StepPath::top(call.step);
+    let mut sink = EventSink::Live;
+    let asked = FunctionCall {
         plan_version: call.plan_version,
         input: Some(json!({ "repair": round })),
+        ..FunctionCall::of(function, &step, call.step, call.schema_name)
     };
-    let mut sink = EventSink::Live;
-    let key = ctx.open_attempt(new, &mut sink).await?;
-    let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
-    let route = ctx
-        .services
-        .llm
-        .route(alias)
-        .map_err(|e| e.to_run_error())?;
-    let mut request = ChatRequest::new(route.alias(), messages.to_vec());
-    if let Some(schema) = &function.output_schema {
-        request.response_schema =
-            Some(ResponseSchema::new(call.schema_name, schema.schema.clone()));
-    }
-    let reply = call_model(ctx, &route, request, call.step, TextKind::Json).await;
-    let end = match &reply {
-        Ok(r) => AttemptEnd::completed(json!({ "characters": r.text.chars().count() }))
-            .with_input(r.mark_input(Some(json!({ "repair": round })))),
-        Err(e) => AttemptEnd::failed(e.clone()),
+    let mut open = function_call::open(ctx, asked, &mut sink).await?;
+    let reply = open.ask(ctx, messages.to_vec()).await;
+    let shown = match &reply {
+        Ok(r) => Ok(json!({ "characters": r.text.chars().count() })),
+        Err(e) => Err(e.clone()),
     };
-    ctx.close_attempt(&key, end, &mut sink).await;
+    open.close(ctx, &shown, &mut sink).await;
     reply.map(|r| r.text)
 }
 
@@ -302,7 +244,7 @@ pub(super) async fn fall_back(ctx: &RunContext, problems: &[Problem]) -> Outcome
                 error,
                 step_id: Some(PLANNING_STEP.to_owned()),
             };
-            ctx.emit(Some(PLANNING_STEP), told).await;
+            ctx.emit(Some(&StepPath::top(PLANNING_STEP)), told).await;
             Simple.execute(ctx).await
         }
     }

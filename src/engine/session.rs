@@ -16,24 +16,21 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::domain::event::ErrorData;
-use crate::domain::{ErrorCode, RunError, StepKind};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::functions::{self, LlmFunction};
-use crate::llm::{ChatRequest, Message, tokens};
+use crate::llm::{Message, tokens};
 use crate::plan::{Scope, Template};
 use crate::store::{SessionSummary, Turn};
 
-use super::attempts::{AttemptEnd, NewAttempt};
 use super::context::RunContext;
-use super::model::{TextKind, call_model};
+use super::function_call::{self, FunctionCall};
+use super::model::TextKind;
 use super::scheduler::render_error;
 use super::simple::input_text;
 use super::sink::EventSink;
 
 /// The step the summariser's calls are recorded as.
 pub const SUMMARY_STEP: &str = "summarizer";
-/// Summaries are made before any plan: their attempts carry plan version 0.
-const NO_PLAN: u32 = 0;
-
 impl RunContext {
     /// Reads the session's variables (none without a session). A store error is logged and
     /// the run goes on with none.
@@ -182,7 +179,7 @@ pub async fn history(ctx: &RunContext) -> History {
             Err(e) => {
                 tracing::warn!(error = %e, "summarising the session failed; older turns left out");
                 ctx.emit(
-                    Some(SUMMARY_STEP),
+                    Some(&StepPath::top(SUMMARY_STEP)),
                     ErrorData {
                         error: e,
                         step_id: Some(SUMMARY_STEP.to_owned()),
@@ -224,16 +221,7 @@ async fn summarise(
     previous: Option<&SessionSummary>,
     turns: &[Turn],
 ) -> Result<SessionSummary, RunError> {
-    let function = ctx
-        .services
-        .functions
-        .get(functions::SUMMARIZER)
-        .ok_or_else(|| {
-            RunError::new(
-                ErrorCode::InternalError,
-                "the summarizer function is not configured",
-            )
-        })?;
+    let function = function_call::configured(ctx, functions::SUMMARIZER)?;
     let input = json!({
         "transcript": transcript(previous, turns),
         "previous_summary": previous.map(|s| s.text.as_str()),
@@ -284,45 +272,22 @@ fn transcript(previous: Option<&SessionSummary>, turns: &[Turn]) -> String {
 /// One summariser call, recorded as an attempt of the step `summarizer`. Its text is not
 /// streamed (it is not the run's answer); its usage is counted and announced.
 async fn ask(ctx: &RunContext, function: &LlmFunction, input: &Value) -> Result<String, RunError> {
-    let vars = Map::new();
-    let scope = Scope::new(input, &crate::plan::NoResults, &vars);
-    let prompt = function
-        .prompt
-        .render(&scope, ctx.services.config.max_rendered_bytes)
-        .map_err(render_error)?;
-    let mut messages = Vec::new();
-    if let Some(system) = &function.system {
-        messages.push(Message::System {
-            content: system.clone(),
-        });
-    }
-    messages.push(Message::User {
-        content: input_text(&prompt),
-    });
-    let new = NewAttempt {
-        step_id: SUMMARY_STEP,
-        path: "",
-        name: SUMMARY_STEP,
-        kind: StepKind::Llm,
-        plan_version: NO_PLAN,
-        input: Some(json!({ "turns": input["turns"] })),
-    };
+    let messages = function_call::opening(ctx, function, input)?;
+    let step = StepPath::top(SUMMARY_STEP);
     let mut sink = EventSink::Live;
-    let key = ctx.open_attempt(new, &mut sink).await?;
-    let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
-    let reply = match ctx.services.llm.route(alias) {
-        Ok(route) => {
-            let request = ChatRequest::new(route.alias(), messages);
-            call_model(ctx, &route, request, SUMMARY_STEP, TextKind::Quiet).await
-        }
-        Err(e) => Err(e.to_run_error()),
+    let call = FunctionCall {
+        schema: None,
+        text: TextKind::Quiet,
+        input: Some(json!({ "turns": input["turns"] })),
+        ..FunctionCall::of(function, &step, SUMMARY_STEP, "summary")
     };
-    let end = match &reply {
-        Ok(r) => AttemptEnd::completed(Value::String(r.text.clone()))
-            .with_input(r.mark_input(Some(json!({ "turns": input["turns"] })))),
-        Err(e) => AttemptEnd::failed(e.clone()),
+    let mut open = function_call::open(ctx, call, &mut sink).await?;
+    let reply = open.ask(ctx, messages).await;
+    let shown = match &reply {
+        Ok(r) => Ok(Value::String(r.text.clone())),
+        Err(e) => Err(e.clone()),
     };
-    ctx.close_attempt(&key, end, &mut sink).await;
+    open.close(ctx, &shown, &mut sink).await;
     reply.map(|r| r.text.trim().to_owned())
 }
 

@@ -10,9 +10,10 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::domain::{ErrorCode, RunError};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ToolSpec};
 
+use super::NO_PLAN;
 use super::checkpoint::{self, Conversation, ConversationDelta, Delta, Restored};
 use super::context::RunContext;
 use super::converse::{self, Progress, Setup};
@@ -23,9 +24,6 @@ use super::tool_call::may_use;
 
 const SYSTEM_PROMPT: &str = "You are orca, a helpful assistant. Answer concisely. \
 Use the tools you are given when they help; never invent their results.";
-
-/// Simple runs have no plan; their checkpoints and attempts carry plan version 0.
-const NO_PLAN: u32 = 0;
 
 pub struct Simple;
 
@@ -57,7 +55,7 @@ impl Executor for Simple {
             tools: run_tools(ctx),
             max_rounds: ctx.services.config.max_tool_rounds,
             plan_version: NO_PLAN,
-            path: String::new(),
+            path: StepPath::root(),
             response_schema: None,
             slots: None,
         };

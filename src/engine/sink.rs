@@ -9,7 +9,7 @@
 //! through [`RunContext::emit`] as they happen.
 //!
 //! Events go out in causal order all the same: every buffered sink is registered with the run
-//! under the key of the step it holds for (`path/id`), and an event that goes out live for a
+//! under the place of the step it holds for (its [`StepPath`]), and an event that goes out live for a
 //! step first releases what the sinks of that step and of the steps enclosing it hold
 //! ([`RunContext::release_held`]). So the tool result a model round read comes before
 //! the tokens of its answer, and a child's `running` before its question, at every depth;
@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::domain::Payload;
+use crate::domain::{Payload, StepPath};
 
 use super::context::RunContext;
 
@@ -35,24 +35,18 @@ pub enum EventSink {
 /// The events a buffered sink holds for the step at `key`.
 #[derive(Debug)]
 pub struct Held {
-    key: String,
+    key: StepPath,
     events: Mutex<VecDeque<HeldEvent>>,
 }
 
 /// One event held in a buffered sink.
 #[derive(Debug)]
 pub struct HeldEvent {
-    pub(super) step_id: Option<String>,
+    pub(super) step: Option<StepPath>,
     pub(super) payload: Payload,
 }
 
 impl Held {
-    /// Whether this sink holds for the step at `key` or for one enclosing it.
-    fn encloses(&self, key: &str) -> bool {
-        key.strip_prefix(self.key.as_str())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '[']))
-    }
-
     fn take(&self) -> VecDeque<HeldEvent> {
         std::mem::take(&mut *self.events.lock().expect("held events lock"))
     }
@@ -74,12 +68,14 @@ impl HeldSinks {
     }
 
     /// The live sinks holding events for `key` or for a step enclosing it, outermost first.
-    pub(super) fn enclosing(&self, key: &str) -> Vec<Arc<Held>> {
+    pub(super) fn enclosing(&self, key: &StepPath) -> Vec<Arc<Held>> {
         let sinks = self.0.lock().expect("held sinks lock");
         sinks
             .iter()
             .filter_map(Weak::upgrade)
-            .filter(|h| h.encloses(key) && !h.events.lock().expect("held events lock").is_empty())
+            .filter(|h| {
+                h.key.encloses(key) && !h.events.lock().expect("held events lock").is_empty()
+            })
             .collect()
     }
 }
@@ -96,7 +92,7 @@ impl RunContext {
     pub(super) async fn release_held(&self, sinks: Vec<Arc<Held>>) {
         for held in sinks {
             while let Some(h) = held.pop_front() {
-                self.emit_now(h.step_id.as_deref(), h.payload).await;
+                self.emit_now(h.step.as_ref(), h.payload).await;
             }
         }
     }
@@ -104,9 +100,9 @@ impl RunContext {
 
 impl EventSink {
     /// A sink that holds the events of the step at `key` (its path and id).
-    pub fn buffered(ctx: &RunContext, key: &str) -> EventSink {
+    pub fn buffered(ctx: &RunContext, key: &StepPath) -> EventSink {
         let held = Arc::new(Held {
-            key: key.to_owned(),
+            key: key.clone(),
             events: Mutex::new(VecDeque::new()),
         });
         ctx.held.register(&held);
@@ -117,17 +113,17 @@ impl EventSink {
     pub async fn emit(
         &mut self,
         ctx: &RunContext,
-        step_id: Option<&str>,
+        step: Option<&StepPath>,
         payload: impl Into<Payload>,
     ) {
         match self {
-            EventSink::Live => ctx.emit(step_id, payload).await,
+            EventSink::Live => ctx.emit(step, payload).await,
             EventSink::Buffered(held) => {
                 held.events
                     .lock()
                     .expect("held events lock")
                     .push_back(HeldEvent {
-                        step_id: step_id.map(str::to_owned),
+                        step: step.cloned(),
                         payload: payload.into(),
                     })
             }
@@ -143,7 +139,7 @@ impl EventSink {
         match self {
             EventSink::Live => {
                 for h in incoming {
-                    ctx.emit(h.step_id.as_deref(), h.payload).await;
+                    ctx.emit(h.step.as_ref(), h.payload).await;
                 }
             }
             EventSink::Buffered(held) => held
@@ -157,24 +153,5 @@ impl EventSink {
     /// Emits every held event, in order.
     pub async fn release(self, ctx: &RunContext) {
         EventSink::Live.absorb(ctx, self).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sink_encloses_its_step_and_what_sits_inside_it_only() {
-        let held = Held {
-            key: "seq".into(),
-            events: Mutex::new(VecDeque::new()),
-        };
-        for inside in ["seq", "seq/l1", "seq/par/t2", "seq[0]/x"] {
-            assert!(held.encloses(inside), "{inside}");
-        }
-        for outside in ["se", "seq2", "seq2/l1", "other/seq", ""] {
-            assert!(!held.encloses(outside), "{outside}");
-        }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::domain::event::{ErrorData, ToolCallData, ToolOutcome, ToolResultData};
-use crate::domain::{ErrorCode, RunError};
+use crate::domain::{ErrorCode, RunError, StepPath};
 
 use super::context::RunContext;
 use super::sink::EventSink;
@@ -46,9 +46,8 @@ impl ToolArguments {
 
 /// One tool call.
 pub struct ToolCall<'a> {
-    /// The step the call belongs to: its id, or its key (`path/id`) when nested; events carry
-    /// both.
-    pub step_id: &'a str,
+    /// The step the call belongs to; its events carry its id and path.
+    pub step: &'a StepPath,
     /// Pairs the `tool_call` event with its `tool_result`.
     pub call_id: &'a str,
     pub tool: &'a str,
@@ -69,7 +68,7 @@ pub async fn call_tool(
         tool: call.tool.to_owned(),
         arguments: call.arguments.shown(),
     };
-    sink.emit(ctx, Some(call.step_id), announced).await;
+    sink.emit(ctx, Some(call.step), announced).await;
     ctx.count_tool_call();
     let shown_args = call.arguments.shown();
     let result = match call.arguments {
@@ -85,7 +84,7 @@ pub async fn call_tool(
             format!("no tool named `{}` is available to this run", call.tool),
         )),
         ToolArguments::Json(args) => {
-            let parent = ctx.trace_parent(Some(call.step_id));
+            let parent = ctx.trace_parent(Some(call.step));
             let span =
                 (ctx.services.telemetry).start_tool(parent.as_ref(), call.tool, call.call_id);
             let result = invoke(ctx, call.tool, args).await;
@@ -102,13 +101,13 @@ pub async fn call_tool(
         tool: call.tool.to_owned(),
         result: outcome,
     };
-    sink.emit(ctx, Some(call.step_id), done).await;
+    sink.emit(ctx, Some(call.step), done).await;
     if let Some(looped) = ctx.note_tool_result(call.tool, &shown_args, &result) {
         let told = ErrorData {
             error: looped.clone(),
-            step_id: Some(super::attempts::id_of(call.step_id).to_owned()),
+            step_id: Some(call.step.leaf().to_owned()),
         };
-        sink.emit(ctx, Some(call.step_id), told).await;
+        sink.emit(ctx, Some(call.step), told).await;
         return Err(looped);
     }
     result

@@ -11,8 +11,8 @@ use sqlx::any::AnyRow;
 use utoipa::ToSchema;
 
 use super::{Result, Store, fmt_time, parse_json, parse_opt_json, parse_time, to_json};
-use crate::domain::RunId;
 use crate::domain::replan::{PlanChange, PlanDiff, Strategy, Trigger};
+use crate::domain::{RunId, StepPath};
 
 /// One version of a run's plan and why it was made.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
@@ -149,16 +149,16 @@ impl Store {
 
     // ---- answers to user_input steps ------------------------------------------------------
 
-    /// Stores the answer to the `user_input` step at `step_key` (its path and id), in its own
+    /// Stores the answer to the `user_input` step at `step`, in its own
     /// transaction: the API acknowledges an answer only once this returned.
-    pub async fn save_answer(&self, run: RunId, step_key: &str, value: &Value) -> Result<()> {
+    pub async fn save_answer(&self, run: RunId, step: &StepPath, value: &Value) -> Result<()> {
         sqlx::query(
             "INSERT INTO input_answers (run_id, step_key, value, answered_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (run_id, step_key) DO UPDATE SET
                 value = excluded.value, answered_at = excluded.answered_at",
         )
         .bind(run.to_string())
-        .bind(step_key)
+        .bind(step.as_str())
         .bind(to_json(value))
         .bind(fmt_time(Utc::now()))
         .execute(&self.pool())
@@ -166,13 +166,13 @@ impl Store {
         Ok(())
     }
 
-    /// Stores the answer to the step at `step_key` unless it has one already; true when this
+    /// Stores the answer to the step at `step` unless it has one already; true when this
     /// one was stored. Answers given through a replica that does not run the run: of two
     /// given at once through two replicas, exactly one is taken.
     pub async fn save_first_answer(
         &self,
         run: RunId,
-        step_key: &str,
+        step: &StepPath,
         value: &Value,
     ) -> Result<bool> {
         let res = sqlx::query(
@@ -180,7 +180,7 @@ impl Store {
              ON CONFLICT (run_id, step_key) DO NOTHING",
         )
         .bind(run.to_string())
-        .bind(step_key)
+        .bind(step.as_str())
         .bind(to_json(value))
         .bind(fmt_time(Utc::now()))
         .execute(&self.pool())
@@ -200,13 +200,13 @@ impl Store {
         row.map(|r| super::event_from_row(run, &r)).transpose()
     }
 
-    /// The stored answer to the `user_input` step at `step_key`, if it has one.
-    pub async fn answer_for(&self, run: RunId, step_key: &str) -> Result<Option<Value>> {
+    /// The stored answer to the `user_input` step at `step`, if it has one.
+    pub async fn answer_for(&self, run: RunId, step: &StepPath) -> Result<Option<Value>> {
         let text: Option<String> = sqlx::query_scalar(
             "SELECT value FROM input_answers WHERE run_id = $1 AND step_key = $2",
         )
         .bind(run.to_string())
-        .bind(step_key)
+        .bind(step.as_str())
         .fetch_optional(&self.pool())
         .await?;
         text.map(|t| parse_json(&t)).transpose()

@@ -23,7 +23,7 @@ use sqlx::{AnyPool, AssertSqlSafe, ConnectOptions, Connection, Executor, Row};
 use crate::domain::run::RunSpec;
 use crate::domain::{
     Completion, Counters, Event, EventKind, Orchestration, Run, RunError, RunId, RunStatus,
-    Selection, StepAttempt, Tenant, Usage,
+    Selection, StepAttempt, StepPath, Tenant, Usage,
 };
 
 mod cluster;
@@ -864,7 +864,7 @@ const EVENTS_PER_INSERT: usize = 256;
 type AttemptRow<'a> = (RunId, u32, &'a str, &'a str, u32);
 
 fn attempt_row(run: RunId, a: &StepAttempt) -> AttemptRow<'_> {
-    let path = a.path.as_deref().unwrap_or_default();
+    let path = a.path.as_ref().map_or("", StepPath::as_str);
     (run, a.plan_version, path, a.step_id.as_str(), a.attempt)
 }
 
@@ -886,7 +886,7 @@ where
             .bind(ev.run_id.to_string())
             .bind(ev.seq as i64)
             .bind(ev.kind.as_str())
-            .bind(ev.step_key())
+            .bind(ev.step().map(String::from))
             .bind(fmt_time(ev.ts))
             .bind(to_json(&ev.data));
     }
@@ -995,7 +995,7 @@ where
         q = q
             .bind(run.to_string())
             .bind(a.plan_version as i64)
-            .bind(a.path.clone().unwrap_or_default())
+            .bind(a.path.as_ref().map_or("", StepPath::as_str).to_owned())
             .bind(a.step_id.clone())
             .bind(a.attempt as i64)
             .bind(a.name.clone())
@@ -1149,21 +1149,25 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
 
 fn event_from_row(run: RunId, r: &AnyRow) -> Result<Event> {
     let kind: String = r.try_get("kind")?;
-    // The column keeps the step key: `path/id` for nested work.
-    let key: Option<String> = r.try_get("step_id")?;
-    let (path, step_id) = match key.as_deref().and_then(|k| k.rsplit_once('/')) {
-        Some((path, id)) => (Some(path.to_owned()), Some(id.to_owned())),
-        None => (None, key),
-    };
-    Ok(Event {
+    // The column keeps the step's whole place: `path/id` for nested work.
+    let step: Option<String> = r.try_get("step_id")?;
+    let step = step.map(|s| step_path(&s)).transpose()?;
+    let event = Event {
         seq: r.try_get::<i64, _>("seq")? as u64,
         run_id: run,
         kind: EventKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("kind `{kind}`")))?,
         ts: parse_time(&r.try_get::<String, _>("ts")?)?,
-        step_id,
-        path,
+        step_id: None,
+        path: None,
         data: parse_json(&r.try_get::<String, _>("data")?)?,
-    })
+    };
+    Ok(event.at(step.as_ref()))
+}
+
+/// A stored step place, read back.
+fn step_path(s: &str) -> Result<StepPath> {
+    s.parse()
+        .map_err(|e: crate::domain::path::BadPath| Error::Corrupt(e.to_string()))
 }
 
 fn step_attempt_from_row(r: &AnyRow) -> Result<StepAttempt> {
@@ -1172,7 +1176,7 @@ fn step_attempt_from_row(r: &AnyRow) -> Result<StepAttempt> {
     let path: String = r.try_get("path")?;
     Ok(StepAttempt {
         step_id: r.try_get("step_id")?,
-        path: (!path.is_empty()).then_some(path),
+        path: (!path.is_empty()).then(|| step_path(&path)).transpose()?,
         name: r.try_get("name")?,
         kind: serde_json::from_value(Value::String(kind.clone()))
             .map_err(|_| Error::Corrupt(format!("step kind `{kind}`")))?,

@@ -30,7 +30,9 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::domain::event::{ErrorData, StatusData, UsageData};
-use crate::domain::{Event, EventKind, Run, RunId, RunStatus, StepAttempt, StepKind, StepStatus};
+use crate::domain::{
+    Event, EventKind, Run, RunId, RunStatus, StepAttempt, StepKind, StepPath, StepStatus,
+};
 
 use intervals::{Interval, covered, critical_chain};
 
@@ -83,7 +85,8 @@ pub struct Span {
     pub step_id: String,
     /// The enclosing steps, loop iterations as `id[i]`; `null` at the top level (as in
     /// `GET /v1/runs/{id}/steps`).
-    pub path: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub path: Option<StepPath>,
     /// The `id` of the enclosing step's attempt this one ran inside (the latest attempt of the
     /// parent that started no later than this one); `null` at the top level.
     pub parent: Option<String>,
@@ -465,26 +468,6 @@ fn to_ms(us: i64) -> u64 {
     (us.max(0) / 1000) as u64
 }
 
-/// The key of a step: its path and id, as the engine names it (`path/id`, or the id alone).
-fn step_key(path: Option<&str>, step_id: &str) -> String {
-    match path {
-        Some(p) if !p.is_empty() => format!("{p}/{step_id}"),
-        _ => step_id.to_owned(),
-    }
-}
-
-/// The key of the step that encloses a child at `path`: the path without its last loop
-/// iteration (`outer/each[2]` is inside `outer/each`).
-fn enclosing_key(path: &str) -> &str {
-    match path
-        .strip_suffix(']')
-        .and_then(|p| p.rfind('[').map(|i| (p, i)))
-    {
-        Some((p, i)) if p[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &path[..i],
-        _ => path,
-    }
-}
-
 /// The attempts in start order, with what the rest of the computation needs of each.
 struct Attempts<'a> {
     list: Vec<&'a StepAttempt>,
@@ -506,10 +489,7 @@ impl<'a> Attempts<'a> {
                 b.attempt,
             ))
         });
-        let keys: Vec<String> = list
-            .iter()
-            .map(|a| step_key(a.path.as_deref(), &a.step_id))
-            .collect();
+        let keys: Vec<String> = list.iter().map(|a| a.step().into()).collect();
         let mut seen = HashSet::with_capacity(list.len());
         let ids = list
             .iter()
@@ -572,17 +552,18 @@ impl<'a> Index<'a> {
     fn parents(&self, att: &Attempts<'_>) -> Vec<Option<usize>> {
         (0..att.len())
             .map(|s| {
-                let path = att.list[s].path.as_deref().filter(|p| !p.is_empty())?;
-                let candidates = self.by_key.get(enclosing_key(path))?;
+                // A child of a loop iteration (`outer/each[2]/x`) sits inside `outer/each`.
+                let path = att.list[s].path.as_ref()?.loop_step();
+                let candidates = self.by_key.get(path.as_str())?;
                 let n = candidates.partition_point(|&p| att.start[p] <= att.start[s]);
                 candidates.get(n.checked_sub(1)?).copied()
             })
             .collect()
     }
 
-    fn numbered(&self, path: Option<&str>, step_id: &str, attempt: u32) -> Option<usize> {
-        let key = step_key(path, step_id);
-        self.by_number.get(&(key.as_str(), attempt)).copied()
+    fn numbered(&self, seen: &StepSeen<'_>) -> Option<usize> {
+        let key = StepPath::from_parts(seen.path.as_ref(), seen.step_id);
+        self.by_number.get(&(key.as_str(), seen.attempt)).copied()
     }
 
     /// The attempt an event of step `step_id` stamped at `at` belongs to.
@@ -629,8 +610,8 @@ struct Counts {
 struct StepSeen<'a> {
     #[serde(borrow)]
     step_id: &'a str,
-    #[serde(borrow, default)]
-    path: Option<&'a str>,
+    #[serde(default)]
+    path: Option<StepPath>,
     status: StepStatus,
     attempt: u32,
     #[serde(default)]
@@ -653,7 +634,7 @@ fn attribute(events: &[&Event], att: &Attempts<'_>, index: &Index<'_>) -> (Vec<C
             EventKind::Step => {
                 if let Some(seen) = step_seen(ev)
                     && seen.status != StepStatus::Running
-                    && let Some(s) = index.numbered(seen.path, seen.step_id, seen.attempt)
+                    && let Some(s) = index.numbered(&seen)
                 {
                     closing_next.insert(att.list[s].step_id.as_str(), s);
                 }
@@ -825,7 +806,7 @@ fn backoff(
     index: &Index<'_>,
     window: Interval,
 ) -> Option<WaitRow> {
-    let s = index.numbered(seen.path, seen.step_id, seen.attempt)?;
+    let s = index.numbered(seen)?;
     let failed_at = att.end[s]?;
     let same_step = &index.by_key[att.keys[s].as_str()];
     let after = same_step.partition_point(|&o| att.start[o] < failed_at);

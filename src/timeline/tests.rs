@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::domain::event::{ErrorData, InputRequiredData, PlanData, StepData, ToolCallData};
-use crate::domain::{ErrorCode, Orchestration, Payload, RunError, Usage};
+use crate::domain::{ErrorCode, Orchestration, Payload, RunError, StepPath, Usage};
 
 /// A run under construction; times are milliseconds after its creation.
 struct Fixture {
@@ -24,11 +24,9 @@ fn at(ms: i64) -> DateTime<Utc> {
 }
 
 /// `path/step_id` split into its path (None at the top level) and id.
-fn split(key: &str) -> (Option<String>, String) {
-    match key.rsplit_once('/') {
-        Some((path, id)) => (Some(path.to_owned()), id.to_owned()),
-        None => (None, key.to_owned()),
-    }
+fn split(key: &str) -> (Option<StepPath>, String) {
+    let step: StepPath = key.parse().expect("a step path");
+    (step.parent_if_nested(), step.leaf().to_owned())
 }
 
 impl Fixture {
@@ -121,8 +119,8 @@ impl Fixture {
         retry_in_ms: Option<u64>,
     ) -> Fixture {
         let (path, step_id) = split(key);
-        let mut data = StepData::new(&step_id, &step_id, kind, status, attempt)
-            .at(path.as_deref().unwrap_or_default());
+        let mut data = StepData::new(&step_id, &step_id, kind, status, attempt);
+        data.path = path;
         data.retry_in_ms = retry_in_ms;
         self.event(ms, Some(&step_id), data)
     }
@@ -379,7 +377,7 @@ fn spans_know_their_parents_and_carry_their_own_counts() {
     let fan_out = &cases()[1];
     let t = fan_out.run.timeline();
     assert_eq!(span(&t, "p/x#1").parent.as_deref(), Some("p#1"));
-    assert_eq!(span(&t, "p/y#1").path.as_deref(), Some("p"));
+    assert_eq!(span(&t, "p/y#1").path, Some(StepPath::top("p")));
     assert_eq!(span(&t, "p#1").parent, None);
     assert_eq!(span(&t, "a#1").kind, Tool);
 

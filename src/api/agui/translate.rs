@@ -165,7 +165,7 @@ impl Translator {
 
     /// Records a step's status; gives its key and status.
     fn step_status(&mut self, ev: &Event) -> Option<(String, String)> {
-        let key = ev.step_key()?;
+        let key = ev.step()?.to_string();
         let status = ev.data["status"].as_str()?.to_owned();
         self.state["steps"][&key] = json!(status);
         if status == "running" {
@@ -339,7 +339,7 @@ fn delta(op: &str, path: &str, value: Value) -> Value {
 
 fn custom(ev: &Event) -> Value {
     let mut value = ev.data.clone();
-    if let (Some(obj), Some(key)) = (value.as_object_mut(), ev.step_key()) {
+    if let (Some(obj), Some(key)) = (value.as_object_mut(), ev.step()) {
         obj.entry("step").or_insert(json!(key));
     }
     json!({ "type": "CUSTOM", "name": format!("orca.{}", ev.kind.as_str()), "value": value })

@@ -39,7 +39,7 @@ use tokio::sync::Notify;
 
 use crate::domain::event::ErrorData;
 use crate::domain::replan::{PlanChange, Strategy, Trigger, TriggerKind};
-use crate::domain::{ErrorCode, RunError, StepStatus};
+use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 use crate::plan::ValidPlan;
 use crate::store::PlanRecord;
 
@@ -346,7 +346,8 @@ impl Run {
                     ),
                     step_id: trigger.step_id.clone(),
                 };
-                ctx.emit(trigger.step_id.as_deref(), told).await;
+                let step = trigger.step_id.as_deref().map(StepPath::top);
+                ctx.emit(step.as_ref(), told).await;
             }
             return Decision::GoOn;
         }

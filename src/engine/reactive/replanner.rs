@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::domain::event::ErrorData;
 use crate::domain::replan::{PlanChange, PlanDiff, Strategy, Trigger};
-use crate::domain::{ErrorCode, RunError, StepStatus};
+use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 use crate::functions;
 use crate::llm::Message;
 use crate::plan::{self, Problem, ValidPlan};
@@ -18,6 +18,7 @@ use super::super::checkpoint::PlanProgress;
 use super::super::completion;
 use super::super::context::RunContext;
 use super::super::fixed;
+use super::super::function_call;
 use super::super::planner::{self, Call};
 use super::super::simple::input_text;
 
@@ -63,20 +64,11 @@ pub async fn replan(
     versions: &[Version],
     progress: &PlanProgress,
 ) -> Result<Result<Replanned, Vec<Problem>>, RunError> {
-    let function = ctx
-        .services
-        .functions
-        .get(functions::REPLANNER)
-        .ok_or_else(|| {
-            RunError::new(
-                ErrorCode::InternalError,
-                "the replanner function is not configured",
-            )
-        })?;
+    let function = function_call::configured(ctx, functions::REPLANNER)?;
     let allowed = ctx.services.config.replan_policy.allowed(trigger.kind);
     let current = versions.last().expect("a run re-plans a plan it has");
     let input = replanning_input(ctx, trigger, allowed, versions, progress);
-    let mut messages = planner::opening_with(ctx, &function, &input)?;
+    let mut messages = function_call::opening(ctx, &function, &input)?;
     let mut problems = Vec::new();
     for round in 0..=ctx.services.config.max_plan_repairs {
         let call = Call {
@@ -130,7 +122,7 @@ async fn tell_problems(ctx: &RunContext, problems: &[Problem]) {
         ),
         step_id: Some(REPLANNING_STEP.to_owned()),
     };
-    ctx.emit(Some(REPLANNING_STEP), told).await;
+    ctx.emit(Some(&StepPath::top(REPLANNING_STEP)), told).await;
 }
 
 /// What the replanner is told: the task, the trigger, the strategies it may use, the current

@@ -12,11 +12,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::domain::{ErrorCode, RetryPolicy, RunError};
+use crate::domain::{ErrorCode, RetryPolicy, RunError, StepPath};
 use crate::plan::{KindSpec, StepSpec};
 use tokio::sync::SemaphorePermit;
 
-use super::super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt, step_key};
+use super::super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
 use super::super::context::RunContext;
 use super::super::sink::EventSink;
 use super::frame::{Frame, Locals, current_step};
@@ -27,12 +27,11 @@ pub(crate) async fn open(
     ctx: &RunContext,
     plan_version: u32,
     spec: &StepSpec,
-    path: &str,
+    path: &StepPath,
     sink: &mut EventSink,
 ) -> Result<AttemptKey, RunError> {
     let new = NewAttempt {
-        step_id: spec.id.as_str(),
-        path,
+        step: &path.step(spec.id.as_str()),
         name: spec.display_name(),
         kind: spec.step_kind(),
         plan_version,
@@ -59,7 +58,7 @@ pub(crate) fn run_step<'f>(
 ) -> BoxFuture<'f, Result<Value, RunError>> {
     Box::pin(async move {
         let ctx = frame.ctx;
-        let key = step_key(locals.path, spec.id.as_str());
+        let key = locals.key(spec);
         if let Some(result) = frame.children.finished_before(&key) {
             return result;
         }
@@ -83,7 +82,7 @@ pub(crate) async fn settle(
     sink: &mut EventSink,
 ) -> Result<Settled, RunError> {
     let ctx = frame.ctx;
-    let key = step_key(locals.path, spec.id.as_str());
+    let key = locals.key(spec);
     let policy = spec
         .retry_policy
         .clone()

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::domain::{ErrorCode, RetryPolicy, RunError};
+use crate::domain::path::ROOT;
+use crate::domain::{ErrorCode, RetryPolicy, RunError, StepPath};
 use crate::plan::{
     Condition, RenderError, Scope, StepResults, StepSpec, StepState, StepView, Team, Template,
 };
@@ -40,11 +41,10 @@ pub(crate) struct Frame<'a> {
 
 /// Where a step sits and what it sees besides the frame: its place, its earlier siblings'
 /// results, and the loop's current item and index.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub(crate) struct Locals<'l> {
-    /// The enclosing steps, from the top-level one down (`""` for a top-level step); see
-    /// `StepAttempt::path`.
-    pub path: &'l str,
+    /// The enclosing steps, from the top-level one down (the root for a top-level step).
+    pub path: &'l StepPath,
     pub results: Option<&'l HashMap<String, StepState>>,
     pub item: Option<&'l Value>,
     pub index: Option<u64>,
@@ -52,8 +52,28 @@ pub(crate) struct Locals<'l> {
     pub step: Option<&'l Value>,
 }
 
+impl Default for Locals<'_> {
+    /// A top-level step's: at the root, seeing only the frame.
+    fn default() -> Self {
+        Locals {
+            path: &ROOT,
+            results: None,
+            item: None,
+            index: None,
+            step: None,
+        }
+    }
+}
+
+impl Locals<'_> {
+    /// The place of step `spec` here: its id inside [`Locals::path`].
+    pub fn key(&self, spec: &StepSpec) -> StepPath {
+        self.path.step(spec.id.as_str())
+    }
+}
+
 /// What `step` reads while an attempt of `spec` at `path` runs.
-pub(crate) fn current_step(spec: &StepSpec, path: &str, attempt: u32) -> Value {
+pub(crate) fn current_step(spec: &StepSpec, path: &StepPath, attempt: u32) -> Value {
     serde_json::json!({
         "id": spec.id.as_str(),
         "name": spec.display_name(),

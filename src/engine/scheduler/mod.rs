@@ -38,7 +38,8 @@ use serde_json::{Map, Value};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::domain::event::{ErrorData, StepData};
-use crate::domain::{ErrorCode, RunError, StepId, StepStatus};
+use crate::domain::path::ROOT;
+use crate::domain::{ErrorCode, RunError, StepId, StepPath, StepStatus};
 use crate::plan::{KindSpec, Scope, StepResults, StepState, StepView, ValidPlan};
 
 use super::attempts::{AttemptEnd, HeldEnd};
@@ -367,7 +368,9 @@ impl<'a> Scheduler<'a> {
             0,
         )
         .with_reason(reason);
-        self.ctx.emit(Some(spec.id.as_str()), event).await;
+        self.ctx
+            .emit(Some(&StepPath::top(spec.id.as_str())), event)
+            .await;
         let skipped = StepResult {
             status: StepStatus::Skipped,
             output: None,
@@ -387,7 +390,7 @@ impl<'a> Scheduler<'a> {
     async fn start(&mut self, i: usize) {
         let plan = self.plan.clone();
         let spec = &plan.specs()[i];
-        let opened = attempt::open(self.ctx, self.version, spec, "", &mut EventSink::Live).await;
+        let opened = attempt::open(self.ctx, self.version, spec, &ROOT, &mut EventSink::Live).await;
         let key = match opened {
             Ok(key) => key,
             Err(limit) => {
@@ -412,7 +415,7 @@ impl<'a> Scheduler<'a> {
         self.in_flight.push_back(i);
         self.tasks.push(Box::pin(async move {
             let spec = &plan.specs()[i];
-            let mut events = EventSink::buffered(frame.ctx, spec.id.as_str());
+            let mut events = EventSink::buffered(frame.ctx, &StepPath::top(spec.id.as_str()));
             let settled = settle(&frame, spec, Locals::default(), Some(key), &mut events).await;
             let (result, last) = match settled {
                 Ok(s) => (s.result, Some(s.last)),
@@ -547,7 +550,7 @@ impl<'a> Scheduler<'a> {
             )
             .with_reason(reason);
             self.ctx
-                .close_open_step(id.as_str(), end, &mut EventSink::Live)
+                .close_open_step(&StepPath::top(id.as_str()), end, &mut EventSink::Live)
                 .await;
             self.phases[i] = Phase::Skipped;
             let cut_off = StepResult {
@@ -582,7 +585,9 @@ impl<'a> Scheduler<'a> {
             error: error.clone(),
             step_id: Some(step_id.to_string()),
         };
-        self.ctx.emit(Some(step_id.as_str()), told).await;
+        self.ctx
+            .emit(Some(&StepPath::top(step_id.as_str())), told)
+            .await;
     }
 
     /// After branch `i` committed with `output`: the steps of the arm it did not take.
@@ -609,8 +614,9 @@ impl<'a> Scheduler<'a> {
             plan_version: self.version,
             ..Default::default()
         };
-        if self.children.take_inside(&id) {
-            delta.cleared.push(id.clone());
+        let key = StepPath::top(&id);
+        if self.children.take_inside(&key) {
+            delta.cleared.push(key);
         }
         delta.steps.insert(id, result);
         checkpoint::save(self.ctx, self.version, &Delta::Plan(delta)).await;

@@ -29,15 +29,14 @@ use crate::config::SelectorConfig;
 use crate::domain::event::StatusData;
 use crate::domain::run::RunSpec;
 use crate::domain::{
-    ErrorCode, Orchestration, RunError, RunStatus, SelectedBy, Selection, StepKind, Tenant,
+    ErrorCode, Orchestration, RunError, RunStatus, SelectedBy, Selection, StepPath, Tenant,
 };
 use crate::functions::{self, LlmFunction};
-use crate::llm::{ChatRequest, Message, ResponseSchema};
 use crate::plan::ValidPlan;
 
-use super::attempts::{AttemptEnd, NewAttempt};
 use super::context::{RunContext, Services};
-use super::model::{TextKind, call_model, structured};
+use super::function_call::{self, FunctionCall};
+use super::model::structured;
 use super::simple::input_text;
 use super::sink::EventSink;
 
@@ -47,9 +46,6 @@ pub use rules::{ConfigProblem, Hit, REQUEST_PLAN, REQUEST_WORKFLOW, Rule, Target
 pub const SELECTOR_STEP: &str = "selector";
 /// The name of the structured output the model is asked for (the offline model knows it).
 pub const RESPONSE_NAME: &str = "orchestration_type";
-/// Selection happens before any plan exists: its attempts carry plan version 0.
-const NO_PLAN: u32 = 0;
-
 /// `[selector]`, checked and compiled: the rules in order, the default, whether to ask the
 /// model. Built once at start; cheap to share.
 #[derive(Debug, Clone)]
@@ -278,64 +274,31 @@ fn fall_back(ctx: &RunContext, why: String) -> Selection {
 /// One call of the `selector` function, recorded as an attempt of the step `selector`: the
 /// model's answer, checked against the function's output schema.
 async fn ask_model(ctx: &RunContext) -> Result<Value, RunError> {
-    let function = ctx
-        .services
-        .functions
-        .get(functions::SELECTOR)
-        .ok_or_else(|| {
-            RunError::new(
-                ErrorCode::InternalError,
-                "the selector function is not configured",
-            )
-        })?;
+    let function = function_call::configured(ctx, functions::SELECTOR)?;
     // The selector's prompt over `{"task": <the input text>}`.
     let task = json!({ "task": input_text(&ctx.spec.input) });
-    let messages = super::planner::opening_with(ctx, &function, &task)?;
-    let new = NewAttempt {
-        step_id: SELECTOR_STEP,
-        path: "",
-        name: SELECTOR_STEP,
-        kind: StepKind::Llm,
-        plan_version: NO_PLAN,
-        input: None,
-    };
+    let messages = function_call::opening(ctx, &function, &task)?;
+    let step = StepPath::top(SELECTOR_STEP);
     let mut sink = EventSink::Live;
-    let key = ctx.open_attempt(new, &mut sink).await?;
-    let answer = call(ctx, &function, messages).await;
-    let end = match &answer {
-        // A fallback alias that answered shows in the attempt's input.
-        Ok((value, by)) => AttemptEnd::completed(value.clone())
-            .with_input(by.as_ref().map(|by| json!({ "answered_by": by }))),
-        Err(e) => AttemptEnd::failed(e.clone()),
+    let call = FunctionCall::of(&function, &step, SELECTOR_STEP, RESPONSE_NAME);
+    let mut open = function_call::open(ctx, call, &mut sink).await?;
+    let answer = match open.ask(ctx, messages).await {
+        Ok(reply) => answer_of(&reply.text, &function),
+        Err(e) => Err(e),
     };
-    ctx.close_attempt(&key, end, &mut sink).await;
-    answer.map(|(value, _)| value)
+    open.close(ctx, &answer, &mut sink).await;
+    answer
 }
 
-async fn call(
-    ctx: &RunContext,
-    function: &LlmFunction,
-    messages: Vec<Message>,
-) -> Result<(Value, Option<String>), RunError> {
-    let alias = function.model.as_deref().or(ctx.spec.model.as_deref());
-    let route = ctx
-        .services
-        .llm
-        .route(alias)
-        .map_err(|e| e.to_run_error())?;
-    let mut request = ChatRequest::new(route.alias(), messages);
-    if let Some(schema) = &function.output_schema {
-        request.response_schema = Some(ResponseSchema::new(RESPONSE_NAME, schema.schema.clone()));
-    }
-    let reply = call_model(ctx, &route, request, SELECTOR_STEP, TextKind::Json).await?;
-    let value = match &function.output_schema {
-        Some(schema) => structured(&reply.text, schema),
-        None => serde_json::from_str(reply.text.trim()).map_err(|e| {
+/// The selector's answer as JSON, held to the function's output schema when it has one.
+fn answer_of(text: &str, function: &LlmFunction) -> Result<Value, RunError> {
+    match &function.output_schema {
+        Some(schema) => structured(text, schema),
+        None => serde_json::from_str(text.trim()).map_err(|e| {
             RunError::new(
                 ErrorCode::InvalidLlmOutput,
                 format!("the model's answer is not JSON: {e}"),
             )
         }),
-    }?;
-    Ok((value, reply.answered_by))
+    }
 }

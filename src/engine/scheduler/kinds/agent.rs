@@ -4,13 +4,12 @@
 
 use serde_json::{Value, json};
 
-use crate::domain::{ErrorCode, RunError};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::Message;
 use crate::plan::StepSpec;
 use crate::plan::Template;
 use crate::plan::team::{AgentStep, GroupChatStep, HandoffStep, NoHandoff, WorkflowStep};
 
-use super::super::super::attempts::step_key;
 use super::super::super::simple::input_text;
 use super::super::frame::{Frame, Locals};
 use super::super::team::spokes::Spokes;
@@ -65,7 +64,7 @@ pub(crate) async fn run(
         "history": step.history,
         "spokes": step.spokes,
     }));
-    let key = step_key(locals.path, spec.id.as_str());
+    let key = locals.key(spec);
     let end = if step.spokes.is_empty() {
         take_turn(frame, agent, &key, messages, &mut Plain, io.sink).await?
     } else {
@@ -88,13 +87,13 @@ pub(crate) async fn run(
 /// The prompt an earlier agent step `id` was given (`inputs`: the finished steps' inputs by
 /// key): it sits beside this step (at `locals.path`) or at the top level.
 fn asked_of(
-    inputs: &std::collections::HashMap<String, Value>,
+    inputs: &std::collections::HashMap<StepPath, Value>,
     locals: Locals<'_>,
     id: &str,
 ) -> Option<String> {
     let input = inputs
-        .get(&step_key(locals.path, id))
-        .or_else(|| inputs.get(id))?;
+        .get(&locals.path.step(id))
+        .or_else(|| inputs.get(&StepPath::top(id)))?;
     input.get("prompt")?.as_str().map(str::to_owned)
 }
 
@@ -110,7 +109,7 @@ pub(crate) async fn workflow(
         None => (*frame.input).clone(),
     };
     io.input = Some(json!({ "workflow": step.workflow, "input": input }));
-    let key = step_key(locals.path, spec.id.as_str());
+    let key = locals.key(spec);
     run_named(frame, &step.workflow, input, &key, io.sink).await
 }
 
@@ -143,7 +142,7 @@ pub(crate) async fn handoff(
             NoHandoff::AskHuman => "ask_human",
         },
     }));
-    let key = step_key(locals.path, spec.id.as_str());
+    let key = locals.key(spec);
     handoffs::run(frame, &key, step, prompt, io.sink).await
 }
 
@@ -160,6 +159,6 @@ pub(crate) async fn group_chat(
         "prompt": prompt,
         "max_rounds": step.max_rounds,
     }));
-    let key = step_key(locals.path, spec.id.as_str());
+    let key = locals.key(spec);
     chat::run(frame, &key, step, prompt, io.sink).await
 }

@@ -6,7 +6,6 @@ use serde_json::{Map, Value, json};
 use crate::domain::{ErrorCode, RunError};
 use crate::plan::{JsonSchema, NoResults, Scope, StepSpec, Template};
 
-use super::super::super::attempts::step_key;
 use super::super::super::model::{Answer, Prompt, ask};
 use super::super::frame::{Frame, Locals, render_error};
 use super::StepIo;
@@ -39,7 +38,7 @@ pub(crate) async fn run(
         model: ask_.model,
         output_schema: ask_.output_schema,
     };
-    let key = step_key(locals.path, spec.id.as_str());
+    let key = locals.key(spec);
     answered(ask(frame.ctx, &key, prompt).await?, io)
 }
 
@@ -75,7 +74,7 @@ pub(crate) async fn call(
         model: f.model.as_deref(),
         output_schema: f.output_schema.as_ref(),
     };
-    let key = step_key(locals.path, spec.id.as_str());
+    let key = locals.key(spec);
     answered(ask(ctx, &key, prompt).await?, io)
 }
 

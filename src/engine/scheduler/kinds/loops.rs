@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::domain::{ErrorCode, RunError};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::plan::{LoopOver, StepSpec, StepState};
 
 use super::super::super::sink::EventSink;
@@ -23,7 +23,7 @@ pub(crate) struct Body<'a> {
 pub(crate) async fn run(
     frame: &Frame<'_>,
     body: Body<'_>,
-    path: &str,
+    path: &StepPath,
     locals: Locals<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
@@ -71,7 +71,7 @@ pub(crate) async fn run(
             return Err(too_many(items.is_some(), max_iterations));
         }
         let mut last = Value::Null;
-        let inside = format!("{path}[{i}]");
+        let inside = path.iteration(i as usize);
         for child in body {
             let here = Locals {
                 path: &inside,

@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 use crate::domain::RunError;
 use crate::plan::{KindSpec, StepSpec};
 
-use super::super::attempts::step_key;
 use super::super::sink::EventSink;
 use super::frame::{Frame, Locals};
 
@@ -31,8 +30,20 @@ pub(crate) struct StepIo<'s> {
     pub input: Option<Value>,
 }
 
-/// One attempt of `spec`'s body.
-pub(crate) async fn run(
+/// One attempt of `spec`'s body. Boxed: a step holds steps (and agents, workflows) inside it,
+/// so each level's body lives on the heap and a deep plan's poll chain stays small on the stack
+/// (a debug build's 2 MiB thread stack overflowed at five levels of nesting with the bodies
+/// inline).
+pub(crate) fn run<'f>(
+    frame: &'f Frame<'f>,
+    spec: &'f StepSpec,
+    locals: Locals<'f>,
+    io: &'f mut StepIo<'_>,
+) -> futures::future::BoxFuture<'f, Result<Value, RunError>> {
+    Box::pin(body(frame, spec, locals, io))
+}
+
+async fn body(
     frame: &Frame<'_>,
     spec: &StepSpec,
     locals: Locals<'_>,
@@ -67,11 +78,11 @@ pub(crate) async fn run(
             io.input = Some(json!({ "prompt": prompt }));
             frame
                 .ctx
-                .wait_for_input(spec.id.as_str(), locals.path, &prompt, schema.as_ref())
+                .wait_for_input(&locals.key(spec), &prompt, schema.as_ref())
                 .await
         }
         KindSpec::Sequential { steps } => {
-            let inside = step_key(locals.path, spec.id.as_str());
+            let inside = locals.key(spec);
             sequential::run(frame, steps, &inside, locals, io.sink).await
         }
         KindSpec::Loop {
@@ -79,7 +90,7 @@ pub(crate) async fn run(
             max_iterations,
             steps,
         } => {
-            let inside = step_key(locals.path, spec.id.as_str());
+            let inside = locals.key(spec);
             let body = loops::Body {
                 over,
                 max_iterations: *max_iterations,
@@ -92,7 +103,7 @@ pub(crate) async fn run(
         KindSpec::Handoff(step) => agent::handoff(frame, spec, step, locals, io).await,
         KindSpec::GroupChat(step) => agent::group_chat(frame, spec, step, locals, io).await,
         KindSpec::Parallel { steps, aggregation } => {
-            let inside = step_key(locals.path, spec.id.as_str());
+            let inside = locals.key(spec);
             parallel::run(frame, steps, *aggregation, &inside, locals, io.sink).await
         }
     }

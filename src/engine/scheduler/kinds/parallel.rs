@@ -6,10 +6,10 @@
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 
-use crate::domain::{ErrorCode, RunError, StepStatus};
+use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 use crate::plan::{Aggregation, StepSpec};
 
-use super::super::super::attempts::{AttemptEnd, step_key};
+use super::super::super::attempts::AttemptEnd;
 use super::super::super::sink::EventSink;
 use super::super::attempt::run_step;
 use super::super::frame::{Frame, Locals};
@@ -22,7 +22,7 @@ pub(crate) async fn run(
     frame: &Frame<'_>,
     children: &[StepSpec],
     aggregation: Aggregation,
-    path: &str,
+    path: &StepPath,
     locals: Locals<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
@@ -38,7 +38,7 @@ pub(crate) async fn run(
                 Some(RunError::new(ErrorCode::Cancelled, reason)),
             )
             .with_reason(reason);
-            let key = step_key(path, children[k].id.as_str());
+            let key = path.step(children[k].id.as_str());
             frame.ctx.close_open_step(&key, end, sink).await;
             continue;
         };
@@ -62,7 +62,7 @@ async fn run_children(
     let mut running = FuturesUnordered::new();
     for (k, child) in children.iter().enumerate() {
         running.push(async move {
-            let key = step_key(locals.path, child.id.as_str());
+            let key = locals.key(child);
             let mut held = EventSink::buffered(frame.ctx, &key);
             let result = run_step(frame, child, locals, &mut held).await;
             (k, result, held)

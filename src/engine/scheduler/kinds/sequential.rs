@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use crate::domain::event::StepData;
-use crate::domain::{RunError, StepStatus};
+use crate::domain::{RunError, StepPath, StepStatus};
 use crate::plan::{KindSpec, StepSpec, StepState};
 
 use super::super::super::sink::EventSink;
@@ -18,7 +18,7 @@ use super::arm_not_taken;
 pub(crate) async fn run(
     frame: &Frame<'_>,
     children: &[StepSpec],
-    path: &str,
+    path: &StepPath,
     locals: Locals<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
@@ -32,7 +32,7 @@ pub(crate) async fn run(
 pub(crate) async fn run_all(
     frame: &Frame<'_>,
     children: &[StepSpec],
-    path: &str,
+    path: &StepPath,
     locals: Locals<'_>,
     sink: &mut EventSink,
 ) -> Result<(Value, HashMap<String, StepState>), RunError> {
@@ -51,7 +51,8 @@ pub(crate) async fn run_all(
             )
             .at(path)
             .with_reason("its branch was not taken");
-            sink.emit(frame.ctx, Some(child.id.as_str()), event).await;
+            sink.emit(frame.ctx, Some(&path.step(child.id.as_str())), event)
+                .await;
             continue;
         }
         let here = Locals {

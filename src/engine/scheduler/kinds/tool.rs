@@ -5,7 +5,6 @@ use serde_json::{Value, json};
 use crate::domain::RunError;
 use crate::plan::{StepSpec, Template};
 
-use super::super::super::attempts::step_key;
 use super::super::super::tool_call::{ToolArguments, ToolCall, call_tool};
 use super::super::frame::{Frame, Locals};
 use super::StepIo;
@@ -22,9 +21,9 @@ pub(crate) async fn run(
     io.input = Some(json!({ "tool": tool, "arguments": args }));
     let call_id = format!("{}-call", spec.id);
     // The step's key: nested, its events carry the path of the steps around it.
-    let key = step_key(locals.path, spec.id.as_str());
+    let key = locals.key(spec);
     let call = ToolCall {
-        step_id: &key,
+        step: &key,
         call_id: &call_id,
         tool,
         arguments: ToolArguments::Json(args),

@@ -14,13 +14,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::domain::event::{ErrorData, SpeakerData};
-use crate::domain::{ErrorCode, RunError, StepKind};
-use crate::llm::{ChatRequest, Message, ResponseSchema};
+use crate::domain::{ErrorCode, RunError, Segment, StepKind, StepPath};
+use crate::llm::{Message, ResponseSchema};
 use crate::plan::team::{ChatState, GroupChatStep, SelectorKind};
 
-use super::super::super::attempts::{HeldEnd, step_key};
+use super::super::super::attempts::HeldEnd;
 use super::super::super::context::RunContext;
-use super::super::super::model::{TextKind, call_model};
+use super::super::super::function_call::{self, FunctionCall};
+use super::super::super::model::TextKind;
 use super::super::super::sink::EventSink;
 use super::super::frame::Frame;
 use super::turn::{Plain, take_turn};
@@ -55,7 +56,7 @@ struct Done {
 struct Chat<'c, 'f> {
     frame: &'c Frame<'f>,
     /// The step's key: its parts sit below it.
-    key: &'c str,
+    key: &'c StepPath,
     step: &'c GroupChatStep,
     prompt: &'c str,
 }
@@ -63,7 +64,7 @@ struct Chat<'c, 'f> {
 /// Runs a group chat at `key` on `prompt` until its termination holds.
 pub(crate) async fn run(
     frame: &Frame<'_>,
-    key: &str,
+    key: &StepPath,
     step: &GroupChatStep,
     prompt: String,
     sink: &mut EventSink,
@@ -81,7 +82,8 @@ pub(crate) async fn run(
         round += 1;
         // The `speaker` event goes out live, as the choice is recorded: once, even across a
         // restart (a replayed choice was announced before it).
-        let (chosen, held) = once(frame, &step_key(key, &format!("select-{round}")), async {
+        let select = key.join(Segment::Selection(round));
+        let (chosen, held) = once(frame, &select, async {
             let (chosen, held) = chat.select(round, &said, sink).await?;
             let data = SpeakerData {
                 agent: chosen.agent.clone(),
@@ -92,7 +94,7 @@ pub(crate) async fn run(
         })
         .await?;
         HeldEnd::close_all(held, frame.ctx, sink).await;
-        let turn_key = step_key(key, &format!("{}.{round}", chosen.agent));
+        let turn_key = key.turn(&chosen.agent, round);
         let (spoken, held) = once(frame, &turn_key, async {
             chat.speak(&chosen.agent, round, &said, sink).await
         })
@@ -120,25 +122,15 @@ pub(crate) async fn run(
 }
 
 /// The record at `record_key` when a run before a restart finished it, else `work`'s result,
-/// recorded, with the attempt `work` holds open for the caller to close now that the record
-/// is checkpointed.
+/// recorded (see [`super::super::progress::Children::once`]), with the attempt `work` holds
+/// open for the caller to close now that the record is checkpointed.
 async fn once(
     frame: &Frame<'_>,
-    record_key: &str,
+    record_key: &StepPath,
     work: impl std::future::Future<Output = Result<(Done, Option<HeldEnd>), RunError>>,
 ) -> Result<(Done, Option<HeldEnd>), RunError> {
-    if let Some(Ok(value)) = frame.children.finished_before(record_key)
-        && let Ok(done) = serde_json::from_value::<Done>(value)
-    {
-        return Ok((done, None));
-    }
-    let (done, held) = work.await?;
-    let value = serde_json::to_value(&done).expect("chat records serialise");
-    frame
-        .children
-        .finished(frame.ctx, record_key, &Ok(value))
-        .await;
-    Ok((done, held))
+    let (done, held) = frame.children.once(frame.ctx, record_key, work).await?;
+    Ok((done, held.flatten()))
 }
 
 /// The tokens the run's model calls used so far.
@@ -196,22 +188,28 @@ impl Chat<'_, '_> {
         said: &[Said],
         sink: &mut EventSink,
     ) -> Result<(String, Option<HeldEnd>), RunError> {
-        let id = format!("select-{round}");
-        let input = json!({ "round": round, "participants": self.step.participants });
-        let part = Part {
-            id: &id,
+        let event_key = self.key.join(Segment::Selection(round));
+        let schema = json!({
+            "type": "object", "additionalProperties": false, "required": ["speaker"],
+            "properties": { "speaker": { "type": "string", "enum": self.step.participants } }
+        });
+        let call = FunctionCall {
+            step: &event_key,
             name: "speaker_selector",
-            kind: StepKind::Llm,
+            plan_version: self.frame.plan_version,
+            model: self.step.selector.model.as_deref(),
+            schema: Some(ResponseSchema::new(SPEAKER_SCHEMA, schema)),
+            text: TextKind::Quiet,
+            input: Some(json!({ "round": round, "participants": self.step.participants })),
         };
-        let attempt = open_part(self.frame, self.key, part, input, sink).await?;
-        let event_key = step_key(self.key, &id);
-        let answered = self.selector_rounds(&event_key, said).await;
+        let mut open = function_call::open(self.frame.ctx, call, sink).await?;
+        let answered = self.selector_rounds(&mut open, said).await;
         let chosen = match &answered {
             Ok(Ok(name)) => Ok(json!({ "speaker": name })),
             Ok(Err(problem)) => Ok(json!({ "speaker": null, "problem": problem })),
             Err(e) => Err(e.clone()),
         };
-        let held = hold_part(self.frame, attempt, &chosen);
+        let held = open.held(self.frame.ctx, &chosen);
         let (answered, held) = held.kept_with(answered, self.frame.ctx, sink).await?;
         let problem = match answered {
             Ok(name) => return Ok((name, Some(held))),
@@ -227,7 +225,7 @@ impl Chat<'_, '_> {
         );
         let data = ErrorData {
             error,
-            step_id: Some(event_key.clone()),
+            step_id: Some(event_key.leaf().to_owned()),
         };
         sink.emit(self.frame.ctx, Some(&event_key), data).await;
         Ok((fallback, Some(held)))
@@ -237,17 +235,10 @@ impl Chat<'_, '_> {
     /// answer.
     async fn selector_rounds(
         &self,
-        event_key: &str,
+        open: &mut function_call::Open,
         said: &[Said],
     ) -> Result<Result<String, String>, RunError> {
-        let ctx = self.frame.ctx;
         let step = self.step;
-        let alias = step.selector.model.as_deref().or(ctx.spec.model.as_deref());
-        let route = ctx
-            .services
-            .llm
-            .route(alias)
-            .map_err(|e| e.to_run_error())?;
         let mut messages = vec![
             Message::System {
                 content: SELECTOR_SYSTEM.into(),
@@ -256,15 +247,9 @@ impl Chat<'_, '_> {
                 content: self.selection_prompt(said),
             },
         ];
-        let schema = json!({
-            "type": "object", "additionalProperties": false, "required": ["speaker"],
-            "properties": { "speaker": { "type": "string", "enum": step.participants } }
-        });
         let mut problem = String::new();
         for _ in 0..=step.selector.retries {
-            let mut request = ChatRequest::new(route.alias(), messages.clone());
-            request.response_schema = Some(ResponseSchema::new(SPEAKER_SCHEMA, schema.clone()));
-            let reply = call_model(ctx, &route, request, event_key, TextKind::Quiet).await?;
+            let reply = open.ask(self.frame.ctx, messages.clone()).await?;
             match named(&reply.text, &step.participants) {
                 Ok(name) => return Ok(Ok(name)),
                 Err(p) => problem = p,
@@ -326,16 +311,15 @@ impl Chat<'_, '_> {
         agent.instructions =
             chat_instructions(&agent.instructions, speaker, &self.step.participants);
         let messages = seen_by(speaker, self.prompt, said);
-        let id = format!("{speaker}.{round}");
+        let path = self.key.turn(speaker, round);
         let input = json!({ "agent": speaker, "round": round, "messages": messages });
         let part = Part {
-            id: &id,
+            at: &path,
             name: speaker,
             kind: StepKind::Agent,
         };
-        let attempt = open_part(frame, self.key, part, input, sink).await?;
+        let attempt = open_part(frame, part, input, sink).await?;
         let before = tokens_used(frame.ctx);
-        let path = step_key(self.key, &id);
         let end = take_turn(frame, &agent, &path, messages, &mut Plain, sink).await;
         let shown = end.as_ref().map(|e| e.value.clone()).map_err(Clone::clone);
         let held = hold_part(frame, attempt, &shown);

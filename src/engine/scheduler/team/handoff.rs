@@ -15,17 +15,20 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::domain::event::HandoffData;
-use crate::domain::{ErrorCode, RunError, StepKind};
-use crate::llm::{ChatRequest, Message, ToolCall as ModelToolCall, ToolSpec};
-use crate::plan::team::{ContextPolicy, HandoffEdge, HandoffStep, NoHandoff};
-use crate::plan::{AgentSpec, JsonSchema, NoResults, Scope, Team};
+use crate::domain::{ErrorCode, RunError, Segment, StepKind, StepPath};
 
-use super::super::super::attempts::{HeldEnd, step_key};
+use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
+use crate::plan::team::{ContextPolicy, HandoffEdge, HandoffStep, NoHandoff};
+use crate::plan::{AgentSpec, JsonSchema, Team};
+
+use super::super::super::attempts::HeldEnd;
+use super::super::super::checkpoint::Conversation;
 use super::super::super::context::RunContext;
-use super::super::super::model::{TextKind, call_model};
+use super::super::super::function_call::{self, FunctionCall};
+use super::super::super::model::TextKind;
 use super::super::super::sink::EventSink;
-use super::super::frame::{Frame, render_error};
-use super::turn::{Hooks, take_turn, text_of};
+use super::super::frame::Frame;
+use super::turn::{Hooks, take_turn};
 use super::{Part, hold_part, open_part, tool_name};
 
 /// Where control is and what was said.
@@ -70,7 +73,7 @@ struct Handed {
 /// Runs a handoff step at `key` on `request` until an agent answers for good.
 pub(crate) async fn run(
     frame: &Frame<'_>,
-    key: &str,
+    key: &StepPath,
     step: &HandoffStep,
     request: String,
     sink: &mut EventSink,
@@ -89,30 +92,23 @@ pub(crate) async fn run(
     };
     loop {
         state.turn += 1;
-        let record_key = step_key(key, &format!("{}.{}", state.active, state.turn));
-        let record = match recorded(frame, &record_key) {
-            Some(record) => record,
-            None => {
-                let (record, held) = take(frame, key, step, &state, sink).await?;
-                // The `handoff` event goes out live, before the turn is recorded: a replayed
-                // turn was announced before it (at least once for a turn cut by a crash).
-                if let Some(handed) = &record.handoff {
-                    let data = HandoffData {
-                        from: state.active.clone(),
-                        to: handed.to.clone(),
-                        reason: handed.reason.clone(),
-                    };
-                    frame.ctx.emit(Some(key), data).await;
-                }
-                let value = serde_json::to_value(&record).expect("turn records serialise");
-                frame
-                    .children
-                    .finished(frame.ctx, &record_key, &Ok(value))
-                    .await;
-                HeldEnd::close_all(held, frame.ctx, sink).await;
-                record
+        let record_key = key.turn(&state.active, state.turn);
+        // The `handoff` event goes out live, before the turn is recorded: a replayed turn was
+        // announced before it (at least once for a turn cut by a crash).
+        let work = async {
+            let (record, held) = take(frame, key, step, &state, sink).await?;
+            if let Some(handed) = &record.handoff {
+                let data = HandoffData {
+                    from: state.active.clone(),
+                    to: handed.to.clone(),
+                    reason: handed.reason.clone(),
+                };
+                frame.ctx.emit(Some(key), data).await;
             }
+            Ok((record, held))
         };
+        let (record, held) = frame.children.once(frame.ctx, &record_key, work).await?;
+        HeldEnd::close_all(held.into_iter().flatten(), frame.ctx, sink).await;
         state.transcript = record.transcript.clone();
         if let Some(handed) = record.handoff {
             state.transitions += 1;
@@ -135,20 +131,12 @@ pub(crate) async fn run(
     }
 }
 
-/// The record of a turn finished before a restart.
-fn recorded(frame: &Frame<'_>, record_key: &str) -> Option<TurnRecord> {
-    match frame.children.finished_before(record_key) {
-        Some(Ok(value)) => serde_json::from_value(value).ok(),
-        _ => None,
-    }
-}
-
 /// Takes the active agent's turn as attempt `<agent>.<n>`, and the handoff it makes; the
 /// attempt (after the summary it asked for, if any) is held open until the caller records the
 /// turn, and closed in the order given.
 async fn take(
     frame: &Frame<'_>,
-    key: &str,
+    key: &StepPath,
     step: &HandoffStep,
     state: &State,
     sink: &mut EventSink,
@@ -159,19 +147,18 @@ async fn take(
             format!("the plan has no agent `{}`", state.active),
         ));
     };
-    let id = format!("{}.{}", agent.name, state.turn);
+    let path = key.turn(&agent.name, state.turn);
     let input = json!({
         "agent": agent.name,
         "context": state.context,
         "messages": state.received,
     });
     let part = Part {
-        id: &id,
+        at: &path,
         name: &agent.name,
         kind: StepKind::Agent,
     };
-    let attempt = open_part(frame, key, part, input, sink).await?;
-    let path = step_key(key, &id);
+    let attempt = open_part(frame, part, input, sink).await?;
     let taken = turn(frame, key, step, agent, &path, state, sink).await;
     let shown = taken.as_ref().map(|(r, _)| {
         json!({ "text": r.text, "handoff": r.handoff.as_ref().map(|h| json!({ "to": h.to, "reason": h.reason })) })
@@ -185,10 +172,10 @@ async fn take(
 /// the summarizer's attempt held open when the handoff's context is a summary.
 async fn turn(
     frame: &Frame<'_>,
-    key: &str,
+    key: &StepPath,
     step: &HandoffStep,
     agent: &AgentSpec,
-    path: &str,
+    path: &StepPath,
     state: &State,
     sink: &mut EventSink,
 ) -> Result<(TurnRecord, Option<HeldEnd>), RunError> {
@@ -197,12 +184,12 @@ async fn turn(
         edges: &agent.handoffs,
         chosen: None,
     };
-    if let Some(Ok(saved)) = frame.children.finished_before(&format!("{path}/convo")) {
+    if let Some(saved) = frame
+        .children
+        .replay::<Conversation>(&path.conversation())?
+    {
         // Stopped between the transfer's result and the turn's record: the choice stands.
-        let messages: Vec<Message> =
-            serde_json::from_value(saved.get("messages").cloned().unwrap_or_default())
-                .unwrap_or_default();
-        hooks.chosen = already_chosen(&messages, &agent.handoffs);
+        hooks.chosen = already_chosen(&saved.messages, &agent.handoffs);
     }
     let end = take_turn(frame, agent, path, state.received.clone(), &mut hooks, sink).await?;
     let mut conversation = end.messages;
@@ -254,7 +241,7 @@ async fn turn(
 /// summarizer's held attempt when it was asked.
 async fn context_for(
     frame: &Frame<'_>,
-    key: &str,
+    key: &StepPath,
     state: &State,
     edge: &HandoffEdge,
     transcript: &[Message],
@@ -270,8 +257,8 @@ async fn context_for(
             (vec![request], None)
         }
         ContextPolicy::Summarize => {
-            let id = format!("summary-{}", state.turn);
-            let (summary, held) = summarize(frame, key, &id, transcript, sink).await?;
+            let at = key.join(Segment::Summary(state.turn));
+            let (summary, held) = summarize(frame, &at, transcript, sink).await?;
             let told = Message::User {
                 content: format!("A summary of the conversation so far: {summary}"),
             };
@@ -334,7 +321,7 @@ fn handoff_note(from: &str, to: &str, reason: Option<&str>) -> Message {
 /// Asks a person about the answer of turn `turn`: their message, or `None` when they are done.
 async fn ask_human(
     frame: &Frame<'_>,
-    key: &str,
+    key: &StepPath,
     turn: u32,
     answer: &str,
 ) -> Result<Option<String>, RunError> {
@@ -347,10 +334,9 @@ async fn ask_human(
         ]
     }))
     .expect("the answer schema compiles");
-    let id = format!("ask-{turn}");
     let value = frame
         .ctx
-        .wait_for_input(&id, key, answer, Some(&schema))
+        .wait_for_input(&key.join(Segment::Ask(turn)), answer, Some(&schema))
         .await?;
     Ok(value
         .get("message")
@@ -358,65 +344,33 @@ async fn ask_human(
         .map(str::to_owned))
 }
 
-/// A summary of `transcript` by the `summarizer` function, as attempt `id` at `key` (its text
-/// is not streamed: it is not the run's answer); a summary's attempt is held open until the
-/// turn that carries it is recorded, a failed one is closed at once.
+/// A summary of `transcript` by the `summarizer` function, as the attempt at `at` (its text is
+/// not streamed: it is not the run's answer); a summary's attempt is held open until the turn
+/// that carries it is recorded, a failed one is closed at once.
 async fn summarize(
     frame: &Frame<'_>,
-    key: &str,
-    id: &str,
+    at: &StepPath,
     transcript: &[Message],
     sink: &mut EventSink,
 ) -> Result<(String, HeldEnd), RunError> {
     let ctx = frame.ctx;
-    let Some(function) = ctx.services.functions.get(crate::functions::SUMMARIZER) else {
-        return Err(RunError::new(
-            ErrorCode::InternalError,
-            "the summarizer function is not configured",
-        ));
-    };
+    let function = function_call::configured(ctx, crate::functions::SUMMARIZER)?;
     let input = json!({ "transcript": transcript_text(transcript) });
-    let vars = serde_json::Map::new();
-    let scope = Scope::new(&input, &NoResults, &vars);
-    let prompt = function
-        .prompt
-        .render(&scope, ctx.services.config.max_rendered_bytes)
-        .map_err(render_error)?;
-    let mut messages = Vec::new();
-    if let Some(system) = &function.system {
-        messages.push(Message::System {
-            content: system.clone(),
-        });
-    }
-    messages.push(Message::User {
-        content: text_of(&prompt),
-    });
-    let part = Part {
-        id,
-        name: "summarizer",
-        kind: StepKind::Llm,
+    let messages = function_call::opening(ctx, &function, &input)?;
+    let call = FunctionCall {
+        plan_version: frame.plan_version,
+        schema: None,
+        text: TextKind::Quiet,
+        input: Some(input),
+        ..FunctionCall::of(&function, at, "summarizer", "summary")
     };
-    let attempt = open_part(frame, key, part, input, sink).await?;
-    let text = summary_call(ctx, function.model.as_deref(), messages, &step_key(key, id)).await;
-    let held = hold_part(frame, attempt, &text.clone().map(Value::String));
+    let mut open = function_call::open(ctx, call, sink).await?;
+    let text = open
+        .ask(ctx, messages)
+        .await
+        .map(|reply| reply.text.trim().to_owned());
+    let held = open.held(ctx, &text.clone().map(Value::String));
     held.kept_with(text, ctx, sink).await
-}
-
-async fn summary_call(
-    ctx: &RunContext,
-    model: Option<&str>,
-    messages: Vec<Message>,
-    event_key: &str,
-) -> Result<String, RunError> {
-    let alias = model.or(ctx.spec.model.as_deref());
-    let route = ctx
-        .services
-        .llm
-        .route(alias)
-        .map_err(|e| e.to_run_error())?;
-    let request = ChatRequest::new(route.alias(), messages);
-    let reply = call_model(ctx, &route, request, event_key, TextKind::Quiet).await?;
-    Ok(reply.text.trim().to_owned())
 }
 
 /// The transcript as the summariser reads it.

@@ -13,7 +13,7 @@ pub(crate) mod workflow;
 
 use serde_json::Value;
 
-use crate::domain::{RunError, StepKind, StepStatus};
+use crate::domain::{RunError, StepKind, StepPath, StepStatus};
 
 use super::super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
 use super::super::sink::EventSink;
@@ -27,25 +27,23 @@ pub(crate) fn tool_name(prefix: &str, name: &str) -> String {
 
 /// One part of a team step's work: a turn, a speaker selection or a summary.
 pub(crate) struct Part<'a> {
-    /// Its id at the step's key (`<agent>.<n>`, `select-<r>`, `summary-<n>`).
-    pub id: &'a str,
+    /// Its place: a turn, selection or summary inside the team step.
+    pub at: &'a StepPath,
     /// The agent, or what the part does.
     pub name: &'a str,
     pub kind: StepKind,
 }
 
-/// Opens the attempt of `part` at `path`: what it received is its input, so
+/// Opens the attempt of `part`: what it received is its input, so
 /// `GET /v1/runs/{id}/steps` shows what each agent saw.
 pub(crate) async fn open_part(
     frame: &Frame<'_>,
-    path: &str,
     part: Part<'_>,
     input: Value,
     sink: &mut EventSink,
 ) -> Result<AttemptKey, RunError> {
     let new = NewAttempt {
-        step_id: part.id,
-        path,
+        step: part.at,
         name: part.name,
         kind: part.kind,
         plan_version: frame.plan_version,

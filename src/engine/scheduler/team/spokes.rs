@@ -4,10 +4,9 @@
 
 use serde_json::{Value, json};
 
-use crate::domain::{ErrorCode, RunError};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
 
-use super::super::super::attempts::step_key;
 use super::super::super::context::RunContext;
 use super::super::super::sink::EventSink;
 use super::super::frame::Frame;
@@ -18,8 +17,8 @@ use super::turn::{Hooks, Plain, take_turn};
 pub(crate) struct Spokes<'f> {
     pub frame: &'f Frame<'f>,
     pub spokes: &'f [String],
-    /// The hub step's key: spoke turns sit at `<key>/<spoke>.<n>`.
-    pub key: String,
+    /// The hub step's place: spoke turns sit at `<key>/<spoke>.<n>`.
+    pub key: StepPath,
     /// Spoke turns taken so far (numbers their paths).
     pub asked: u32,
 }
@@ -74,7 +73,7 @@ impl Hooks for Spokes<'_> {
                 format!("no agent named `{spoke}`"),
             )));
         };
-        let path = step_key(&self.key, &format!("{spoke}.{}", self.asked));
+        let path = self.key.turn(spoke, self.asked);
         let messages = vec![Message::User { content: request }];
         // Boxed: a spoke's turn is a turn inside the hub's.
         let mut plain = Plain;

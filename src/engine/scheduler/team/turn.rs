@@ -8,10 +8,9 @@
 //! result, so a turn resumed after a restart goes on from there and never calls a finished
 //! tool or model round again.
 
-use serde::Deserialize;
 use serde_json::Value;
 
-use crate::domain::{ErrorCode, RunError};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::{AgentSpec, JsonSchema};
 
@@ -71,7 +70,7 @@ pub(crate) struct TurnEnd {
 pub(crate) async fn take_turn(
     frame: &Frame<'_>,
     agent: &AgentSpec,
-    path: &str,
+    path: &StepPath,
     messages: Vec<Message>,
     hooks: &mut impl Hooks,
     sink: &mut EventSink,
@@ -88,7 +87,7 @@ pub(crate) async fn take_turn(
 async fn run_turn(
     frame: &Frame<'_>,
     agent: &AgentSpec,
-    path: &str,
+    path: &StepPath,
     messages: Vec<Message>,
     hooks: &mut impl Hooks,
     chain: &Chain,
@@ -98,12 +97,11 @@ async fn run_turn(
         return workflow_turn(frame, workflow, path, messages, sink).await;
     }
     let setup = turn_setup(frame, agent, path, hooks.tools())?;
-    let convo_key = format!("{path}/convo");
-    let mut convo = opening(frame, agent, &convo_key, messages);
+    let convo_key = path.conversation();
+    let mut convo = opening(frame, agent, &convo_key, messages)?;
     let mut progress = TurnProgress {
         frame,
         agent,
-        path,
         convo_key,
         hooks,
         chain,
@@ -152,7 +150,7 @@ impl TurnEnd {
 async fn workflow_turn(
     frame: &Frame<'_>,
     workflow: &str,
-    path: &str,
+    path: &StepPath,
     mut messages: Vec<Message>,
     sink: &mut EventSink,
 ) -> Result<TurnEnd, RunError> {
@@ -172,7 +170,7 @@ async fn workflow_turn(
 fn turn_setup(
     frame: &Frame<'_>,
     agent: &AgentSpec,
-    path: &str,
+    path: &StepPath,
     extra_tools: Vec<ToolSpec>,
 ) -> Result<Setup, RunError> {
     let ctx = frame.ctx;
@@ -190,7 +188,7 @@ fn turn_setup(
         tools,
         max_rounds: ctx.services.config.max_tool_rounds,
         plan_version: frame.plan_version,
-        path: path.to_owned(),
+        path: path.clone(),
         response_schema: agent
             .output_schema
             .as_ref()
@@ -204,23 +202,21 @@ fn turn_setup(
 fn opening(
     frame: &Frame<'_>,
     agent: &AgentSpec,
-    convo_key: &str,
+    convo_key: &StepPath,
     messages: Vec<Message>,
-) -> Conversation {
-    if let Some(Ok(saved)) = frame.children.finished_before(convo_key)
-        && let Ok(convo) = Conversation::deserialize(&saved)
-    {
-        return convo;
+) -> Result<Conversation, RunError> {
+    if let Some(convo) = frame.children.replay::<Conversation>(convo_key)? {
+        return Ok(convo);
     }
     let mut opening = vec![Message::System {
         content: agent.instructions.clone(),
     }];
     opening.extend(messages);
-    Conversation {
+    Ok(Conversation {
         round: 0,
         messages: opening,
         answer: None,
-    }
+    })
 }
 
 /// A conversation under way, for what follows its first answer.
@@ -291,8 +287,7 @@ fn agent_tools(ctx: &RunContext, agent: &AgentSpec) -> Vec<ToolSpec> {
 struct TurnProgress<'f, 'h, H> {
     frame: &'f Frame<'f>,
     agent: &'f AgentSpec,
-    path: &'f str,
-    convo_key: String,
+    convo_key: StepPath,
     hooks: &'h mut H,
     /// The agent's middleware, around its tool calls.
     chain: &'f Chain,
@@ -302,10 +297,9 @@ struct TurnProgress<'f, 'h, H> {
 
 impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
     async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
-        let saved = serde_json::to_value(convo).expect("conversations serialise");
         self.frame
             .children
-            .finished(ctx, &self.convo_key, &Ok(saved))
+            .record(ctx, &self.convo_key, convo)
             .await;
     }
 
@@ -343,13 +337,13 @@ impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
     async fn admit(
         &mut self,
         ctx: &RunContext,
-        step_id: &str,
+        step: &StepPath,
         call: &ModelToolCall,
     ) -> Result<Option<RunError>, RunError> {
         if !self.chain.needs_approval(&call.name) {
             return Ok(None);
         }
-        approval::ask(ctx, self.agent, self.path, step_id, call).await
+        approval::ask(ctx, self.agent, step, call).await
     }
 }
 

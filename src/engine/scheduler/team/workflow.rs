@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::domain::{ErrorCode, RunError};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::plan::{StepSpec, Team};
 
 use super::super::super::sink::EventSink;
@@ -26,7 +26,7 @@ pub(crate) async fn run_named(
     frame: &Frame<'_>,
     name: &str,
     input: Value,
-    path: &str,
+    path: &StepPath,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
     let Some(plan) = frame.team.workflows.get(name).cloned() else {
@@ -35,7 +35,7 @@ pub(crate) async fn run_named(
             format!("the plan has no workflow `{name}`"),
         ));
     };
-    if path.split('/').count() > MAX_DEPTH {
+    if path.depth() > MAX_DEPTH {
         return Err(RunError::new(
             ErrorCode::InvalidStep,
             format!("workflows nest deeper than {MAX_DEPTH} levels"),

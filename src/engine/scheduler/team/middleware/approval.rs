@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 
 use serde_json::{Value, json};
 
-use crate::domain::{ErrorCode, RunError};
+use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::ToolCall as ModelToolCall;
 use crate::plan::{AgentSpec, JsonSchema};
 
@@ -33,13 +33,12 @@ static DECISION: LazyLock<JsonSchema> = LazyLock::new(|| {
     .expect("the decision schema compiles")
 });
 
-/// Asks a human whether `agent` may make `call` (tool step `step_id` at `path`): `None` when
-/// approved, the error the model is told when denied.
+/// Asks a human whether `agent` may make `call` (tool step `step`): `None` when approved, the
+/// error the model is told when denied.
 pub(crate) async fn ask(
     ctx: &RunContext,
     agent: &AgentSpec,
-    path: &str,
-    step_id: &str,
+    step: &StepPath,
     call: &ModelToolCall,
 ) -> Result<Option<RunError>, RunError> {
     let arguments = ToolArguments::from_text(&call.arguments).shown();
@@ -47,9 +46,8 @@ pub(crate) async fn ask(
         "Agent `{}` wants to call the tool `{}` with the arguments {}. Approve or deny it?",
         agent.name, call.name, arguments
     );
-    let id = format!("{step_id}-approval");
     let answer = ctx
-        .wait_for_input(&id, path, &prompt, Some(&DECISION))
+        .wait_for_input(&step.approval(), &prompt, Some(&DECISION))
         .await?;
     if answer.get("decision").and_then(Value::as_str) == Some("approve") {
         return Ok(None);
