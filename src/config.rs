@@ -605,7 +605,7 @@ pub struct ToolsConfig {
     /// MCP servers whose tools join the registry at start, `[[tools.mcp]]`.
     pub mcp: Vec<McpServerConfig>,
     /// HTTP tools declared as data, `[[tools.http]]` (see `schemas/HttpTool.schema.json`).
-    pub http: Vec<crate::tools::http::HttpToolSpec>,
+    pub http: Vec<crate::domain::HttpToolSpec>,
     /// Destinations HTTP tools may reach although they are not public addresses: `host`,
     /// `host:port`, `10.0.0.0/8`. Everything else private, loopback, link-local (cloud
     /// metadata) or reserved is refused.

@@ -9,7 +9,7 @@
 pub mod declared;
 pub mod guard;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,52 +17,18 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{Tool, ToolError};
 use crate::domain::ErrorCode;
+/// The declaration is data and lives in `domain` (a run's spec carries it); its checks, and
+/// building a callable tool from it, are here.
+pub use crate::domain::HttpToolSpec;
 use guard::{Destinations, GuardedResolver, Refused};
 
 /// The most redirects one call follows.
 const MAX_REDIRECTS: usize = 5;
-
-/// One declared HTTP tool (`schemas/HttpTool.schema.json` says the same for users).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpToolSpec {
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default = "default_method")]
-    pub method: String,
-    /// `https://api.example.com/v1/weather/{city}?units={units}`: placeholders name arguments
-    /// and are percent-encoded; none may sit in the scheme, host or port.
-    pub url: String,
-    /// Header values may hold `${ENV_NAME}`, read when the tool is called.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    #[serde(default = "default_schema")]
-    pub input_schema: Value,
-    #[serde(default = "default_max_bytes")]
-    pub max_response_bytes: u64,
-    #[serde(default = "default_timeout")]
-    pub timeout_ms: u64,
-}
-
-fn default_method() -> String {
-    "GET".into()
-}
-fn default_schema() -> Value {
-    json!({"type": "object", "properties": {}})
-}
-fn default_max_bytes() -> u64 {
-    1024 * 1024
-}
-fn default_timeout() -> u64 {
-    10_000
-}
 
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
