@@ -107,11 +107,9 @@ impl App {
         if loaded > 0 {
             tracing::info!(workflows = loaded, "loaded shared workflows");
         }
-        let has_model = |alias: &str| llm.has_alias(alias);
         let no_other = |_: &str| false;
-        let agents = crate::agents::AgentCatalog {
+        let agents = crate::plan::AgentCatalog {
             catalog,
-            has_model: &has_model,
             has_agent: &no_other,
         };
         let loaded = crate::agents::load_dir(&config.agents.dir, &store, &agents)

@@ -137,6 +137,17 @@ impl FunctionRegistry {
     }
 }
 
+/// What plan validation asks of the functions: whether a step's function exists.
+impl crate::plan::KnownFunctions for FunctionRegistry {
+    fn has_function(&self, name: &str) -> bool {
+        self.contains(name)
+    }
+
+    fn function_names(&self) -> Vec<String> {
+        self.list().into_iter().map(|f| f.name).collect()
+    }
+}
+
 /// `given`'s members replace `base`'s.
 fn overlay(base: &mut FunctionConfig, given: &FunctionConfig) {
     let FunctionConfig {

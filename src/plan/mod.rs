@@ -22,7 +22,9 @@
 //! "{{ ref }}" alone keeps the value's JSON type; text around references interpolates.
 //! ```
 
+pub mod agent;
 pub mod builder;
+pub mod catalog;
 pub mod condition;
 pub mod graph;
 pub mod middleware;
@@ -35,7 +37,9 @@ pub mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use agent::{AgentCatalog, validate_agent};
 pub use builder::{PlanBuilder, StepDraft};
+pub use catalog::{Catalog, KnownFunctions, KnownModels, KnownTools};
 pub use condition::{CelRef, Condition};
 pub use graph::ValidPlan;
 pub use spec::{Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec};
@@ -44,7 +48,7 @@ pub use template::{
     NoResults, Piece, RefError, Reference, RenderError, Root, Scope, Segment, StepField,
     StepResults, StepState, StepView, Template, references, resolve,
 };
-pub use validate::{Catalog, Workflow, validate_plan, validate_workflow, workflow_plan_doc};
+pub use validate::{Workflow, validate_plan, validate_workflow, workflow_plan_doc};
 
 /// One problem with a plan or workflow document.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
