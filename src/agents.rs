@@ -87,7 +87,7 @@ async fn read_agent(path: &Path) -> anyhow::Result<(String, Value)> {
         Some(n) => n.to_owned(),
         None => stem,
     };
-    crate::workflows::check_name(&name).map_err(anyhow::Error::msg)?;
+    crate::domain::ids::check_name(&name).map_err(anyhow::Error::msg)?;
     if let Value::Object(map) = &mut definition {
         map.insert("name".into(), Value::String(name.clone()));
     }

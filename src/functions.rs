@@ -13,10 +13,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::config::FunctionConfig;
 use crate::plan::schema::{AGENT_PLAN_SCHEMA, ORCHESTRATION_TYPE_SCHEMA};
 use crate::plan::{JsonSchema, Template};
 
@@ -25,22 +26,6 @@ pub const PLANNER: &str = "planner";
 pub const REPLANNER: &str = "replanner";
 pub const SELECTOR: &str = "selector";
 pub const SUMMARIZER: &str = "summarizer";
-
-/// One function as configured: `[functions.NAME]`. For a built-in, every member is optional and
-/// replaces the built-in's; a new function needs a `prompt`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FunctionConfig {
-    pub description: Option<String>,
-    /// The system message.
-    pub system: Option<String>,
-    /// The user message: a template over `input` (the call's arguments).
-    pub prompt: Option<String>,
-    /// A configured model alias; the run's model when absent.
-    pub model: Option<String>,
-    /// When present, the answer must be JSON valid against it.
-    pub output_schema: Option<Value>,
-}
 
 /// A function, checked and ready to call.
 #[derive(Debug, Clone)]
