@@ -764,6 +764,16 @@ impl Default for McpServerConfig {
     }
 }
 
+/// A problem with one key's value, found by [`Config::validate`] (where the value came from
+/// is added by `load`).
+fn invalid(key: &'static str, message: &str) -> Error {
+    Error::Invalid {
+        key: key.into(),
+        message: message.to_owned(),
+        set_by: None,
+    }
+}
+
 /// `NAME`: a letter or `_`, then letters, digits and `_`.
 fn is_env_name(name: &str) -> bool {
     name.chars()
@@ -1108,13 +1118,20 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks what serde cannot: ranges, addresses, references between keys.
+    /// Checks what serde cannot: ranges, addresses, references between keys. Section by
+    /// section, in a fixed order: the first problem found is the one reported.
     pub fn validate(&self) -> Result<(), Error> {
-        let invalid = |key: &'static str, message: &str| Error::Invalid {
-            key: key.into(),
-            message: message.to_owned(),
-            set_by: None,
-        };
+        self.validate_tools()?;
+        self.validate_server()?;
+        self.validate_database()?;
+        self.validate_run_limits()?;
+        self.validate_auth()?;
+        self.validate_llm()?;
+        self.validate_selector()
+    }
+
+    /// `[tools]`: the HTTP allow list, the variables declared tools may read, `[[tools.http]]`.
+    fn validate_tools(&self) -> Result<(), Error> {
         for allowed in &self.tools.http_allow {
             HttpAllowed::parse(allowed).map_err(|m| invalid("tools.http_allow", &m))?;
         }
@@ -1133,6 +1150,12 @@ impl Config {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// `[server]`: the address (never public without API keys unless opted in), CORS origins,
+    /// and the limits on bodies, connections and their times.
+    fn validate_server(&self) -> Result<(), Error> {
         let Ok(addr) = self.server.bind.parse::<SocketAddr>() else {
             return Err(Error::Invalid {
                 key: "server.bind".into(),
@@ -1197,6 +1220,11 @@ impl Config {
         if self.server.max_connections == 0 {
             return Err(invalid("server.max_connections", "must be at least 1"));
         }
+        Ok(())
+    }
+
+    /// `[database]`: a URL orca speaks, its pool and lease time.
+    fn validate_database(&self) -> Result<(), Error> {
         if Backend::of_url(&self.database.url).is_none() {
             return Err(invalid(
                 "database.url",
@@ -1209,6 +1237,12 @@ impl Config {
         if self.database.lease_ttl_ms < 300 {
             return Err(invalid("database.lease_ttl_ms", "must be at least 300"));
         }
+        Ok(())
+    }
+
+    /// `[engine]`, `[retention]` and `[context]`: the numbers that bound runs, sweeps and
+    /// sessions.
+    fn validate_run_limits(&self) -> Result<(), Error> {
         if self.engine.max_running_runs == 0 {
             return Err(invalid("engine.max_running_runs", "must be at least 1"));
         }
@@ -1246,6 +1280,11 @@ impl Config {
                 "must be from 1 to 1000",
             ));
         }
+        Ok(())
+    }
+
+    /// `[auth]`: every API key long enough and with a tenant.
+    fn validate_auth(&self) -> Result<(), Error> {
         for k in &self.auth.api_keys {
             if k.key.expose().len() < 16 {
                 return Err(invalid(
@@ -1257,6 +1296,12 @@ impl Config {
                 return Err(invalid("auth.api_keys", "every key needs a tenant"));
             }
         }
+        Ok(())
+    }
+
+    /// `[llm]`: the default model among the aliases, the providers, the aliases' targets, and
+    /// the built-in `openai` provider when chosen.
+    fn validate_llm(&self) -> Result<(), Error> {
         if !self.llm.models.contains_key(&self.llm.default_model) {
             return Err(Error::Invalid {
                 key: "llm.default_model".into(),
@@ -1287,14 +1332,19 @@ impl Config {
                 "timeouts must be at least 1 ms",
             ));
         }
+        Ok(())
+    }
+
+    /// `[selector]`: the default orchestration, then every rule compiled.
+    fn validate_selector(&self) -> Result<(), Error> {
         selector::default_of(&self.selector)
             .and_then(|_| selector::compile(&self.selector))
+            .map(|_| ())
             .map_err(|e| Error::Invalid {
                 key: e.key.into(),
                 message: e.message,
                 set_by: None,
-            })?;
-        Ok(())
+            })
     }
 
     /// `[llm.providers.NAME]`: names, URLs, timeouts, and keys present where named.
@@ -1492,9 +1542,24 @@ mod tests {
         assert!(!format!("{c:?}").contains("sk-very-secret"));
     }
 
+    /// Loads each TOML text as the configuration file and checks that the error names `key`.
+    fn assert_each_names_its_key(cases: &[(&str, &str)]) {
+        for (text, key) in cases {
+            let f = toml_file(text);
+            let err = load(
+                &[("ORCA_CONFIG", f.path().to_str().unwrap())],
+                Overrides::default(),
+            )
+            .expect_err(text)
+            .to_string();
+            assert!(err.contains(key), "{text:?} gave {err:?}");
+        }
+    }
+
+    /// Server, engine, storage, tools and auth values, and unknown keys.
     #[test]
     fn invalid_values_name_their_key() {
-        let cases: &[(&str, &str)] = &[
+        assert_each_names_its_key(&[
             ("[server]\nbind = \"nowhere\"\n", "server.bind"),
             (
                 "[engine]\nmax_running_runs = 0\n",
@@ -1544,6 +1609,13 @@ mod tests {
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",
                 "auth.api_keys",
             ),
+        ]);
+    }
+
+    /// `[selector]`: the default and each rule's matcher and target.
+    #[test]
+    fn invalid_selector_values_name_their_key() {
+        assert_each_names_its_key(&[
             ("[selector]\ndefault = \"fixed\"\n", "selector.default"),
             ("[selector]\ndefault = \"magic\"\n", "selector.default"),
             (
@@ -1566,6 +1638,13 @@ mod tests {
                 "[[selector.rules]]\nname = \"r\"\nkeywords = [\"x\"]\nflavour = \"x\"\n",
                 "flavour",
             ),
+        ]);
+    }
+
+    /// `[llm.models]` and `[llm.providers]`.
+    #[test]
+    fn invalid_models_and_providers_name_their_key() {
+        assert_each_names_its_key(&[
             (
                 "[llm.models.x]\nprovider = \"anthropic\"\nmodel = \"m\"\n",
                 "llm.models.x.provider",
@@ -1604,17 +1683,7 @@ mod tests {
                 "[llm.providers.p]\nkind = \"openai\"\nbase_url = \"http://h/v1\"\napi_key = \"k\"\n",
                 "api_key",
             ),
-        ];
-        for (text, key) in cases {
-            let f = toml_file(text);
-            let err = load(
-                &[("ORCA_CONFIG", f.path().to_str().unwrap())],
-                Overrides::default(),
-            )
-            .expect_err(text)
-            .to_string();
-            assert!(err.contains(key), "{text:?} gave {err:?}");
-        }
+        ]);
     }
 
     #[test]
