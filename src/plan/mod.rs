@@ -8,6 +8,10 @@
 //! It must stay pure: no IO, no async, no HTTP, no store. It does not depend on `crate::api`
 //! (the API turns [`Problem`]s into problem+json) nor on the engine (which consumes
 //! [`ValidPlan`] and resolves templates through a [`Scope`] it builds from its own state).
+//! Nor on the registries that own the names a plan uses (tools, functions, models): validation
+//! asks a [`Catalog`] of traits they implement, so `plan` sits below them (ARCHITECTURE.md,
+//! "Floors"). An agent definition is checked here too ([`agent`]), for a plan's own agents and
+//! registered ones alike.
 //!
 //! Reference syntax, in short (details in [`template`]):
 //!
