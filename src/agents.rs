@@ -1,151 +1,22 @@
-//! Agents as data (issue 11): the definition format (`schemas/Agent.schema.json`), its
-//! validation — every problem at once, each with a JSON Pointer, design 004's "build-time
-//! safety" — and the agents directory loaded at start.
+//! Agents as data (issue 11): the agents directory loaded at start, and
+//! `resolve_references` (the registered agents and workflows a plan names, copied into it when
+//! a run is created).
 //!
 //! An agent names its instructions, model alias, tools, optional output schema, the agents it
-//! may hand off to (each edge with the context the target receives) and its middleware.
-//! Validation checks the shape, then meaning: the model alias exists, every tool exists, every
-//! handoff target is a known agent (not itself, not twice), every middleware is a built-in one,
-//! and the output schema compiles. Running agents is the engine's (later) business; this
-//! module never does IO but reading the directory.
+//! may hand off to (each edge with the context the target receives) and its middleware. The
+//! definition's checks are `plan::agent`'s (`validate_agent`), since a plan's own agents are
+//! checked the same way. Running agents is the engine's business; this module never does IO
+//! but reading the directory and the registry.
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::LazyLock;
 
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::plan::{Catalog, JsonSchema, Problem};
+use crate::plan::agent::{AgentCatalog, items, validate_agent};
 use crate::store::{Registry, Store};
-
-/// `schemas/Agent.schema.json`.
-pub const AGENT_SCHEMA: &str = include_str!("../schemas/Agent.schema.json");
-
-/// The middleware orca ships, by name.
-pub const MIDDLEWARE: [&str; 6] = [
-    "retry",
-    "audit_log",
-    "guardrail",
-    "rate_limit",
-    "response_cache",
-    "tool_approval",
-];
-
-static SCHEMA: LazyLock<crate::schema::ShippedSchema> =
-    LazyLock::new(|| crate::schema::ShippedSchema::compile(AGENT_SCHEMA));
-
-/// What an agent definition may refer to besides tools: model aliases and other agents.
-pub struct AgentCatalog<'a> {
-    pub catalog: Catalog<'a>,
-    pub has_model: &'a dyn Fn(&str) -> bool,
-    pub has_agent: &'a dyn Fn(&str) -> bool,
-}
-
-/// Checks an agent definition named `name`; every problem, each with a pointer into it.
-pub fn validate_agent(name: &str, definition: &Value, known: &AgentCatalog<'_>) -> Vec<Problem> {
-    let shape: Vec<Problem> = crate::schema::member_violations(&SCHEMA, definition, |_| None)
-        .into_iter()
-        .map(|v| Problem::new(v.pointer, v.message))
-        .collect();
-    if !shape.is_empty() {
-        return shape;
-    }
-    let mut problems = Vec::new();
-    if let Some(model) = definition.get("model").and_then(Value::as_str)
-        && !(known.has_model)(model)
-    {
-        problems.push(Problem::new(
-            "/model",
-            format!("no model alias `{model}` is configured (llm.models)"),
-        ));
-    }
-    for (i, tool) in strings(definition, "tools") {
-        if !known.catalog.tools.contains(tool) {
-            problems.push(Problem::new(
-                format!("/tools/{i}"),
-                format!("unknown tool `{tool}`"),
-            ));
-        }
-    }
-    handoff_problems(name, definition, known, &mut problems);
-    // Names and configurations, as a plan's middleware are checked.
-    crate::plan::team::middleware_list(definition.get("middleware"), "/middleware", &mut problems);
-    for (i, item) in items(definition, "middleware") {
-        if item.get("name").and_then(Value::as_str) != Some("tool_approval") {
-            continue;
-        }
-        for (j, tool) in strings(item.get("config").unwrap_or(&Value::Null), "tools") {
-            if !known.catalog.tools.contains(tool) {
-                problems.push(Problem::new(
-                    format!("/middleware/{i}/config/tools/{j}"),
-                    format!("unknown tool `{tool}`"),
-                ));
-            }
-        }
-    }
-    if let Some(schema) = definition.get("output_schema")
-        && let Err(e) = JsonSchema::compile(schema)
-    {
-        problems.push(Problem::new(
-            "/output_schema",
-            format!("not a valid JSON Schema: {e}"),
-        ));
-    }
-    problems
-}
-
-fn handoff_problems(
-    name: &str,
-    definition: &Value,
-    known: &AgentCatalog<'_>,
-    problems: &mut Vec<Problem>,
-) {
-    let mut seen = HashSet::new();
-    for (i, item) in items(definition, "handoffs") {
-        let (target, at) = match item {
-            Value::String(s) => (s.as_str(), format!("/handoffs/{i}")),
-            other => (
-                other.get("to").and_then(Value::as_str).unwrap_or_default(),
-                format!("/handoffs/{i}/to"),
-            ),
-        };
-        let problem = if target == name {
-            Some(format!("an agent cannot hand off to itself (`{target}`)"))
-        } else if !seen.insert(target) {
-            Some(format!("`{target}` is listed twice"))
-        } else if !(known.has_agent)(target) {
-            Some(format!("no agent named `{target}`"))
-        } else {
-            None
-        };
-        if let Some(message) = problem {
-            problems.push(Problem::new(at, message));
-        }
-        if item.get("context").and_then(Value::as_str) == Some("last_n")
-            && item.get("last_n").is_none()
-        {
-            problems.push(Problem::new(
-                format!("/handoffs/{i}/last_n"),
-                "`last_n` is required with context `last_n`",
-            ));
-        }
-    }
-}
-
-fn items<'a>(definition: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
-    definition
-        .get(key)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-}
-
-fn strings<'a>(definition: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a str)> {
-    items(definition, key).filter_map(|(i, v)| Some((i, v.as_str()?)))
-}
 
 /// Loads every `*.json` file of `dir` as an agent (a definition without `name` takes the file's
 /// stem), validates them together — handoff targets may name each other — and makes them the
@@ -180,7 +51,6 @@ pub async fn load_dir(
     let has_agent = |n: &str| names.contains(n);
     let together = AgentCatalog {
         catalog: known.catalog,
-        has_model: known.has_model,
         has_agent: &has_agent,
     };
     for (name, definition) in &agents {
@@ -217,7 +87,7 @@ async fn read_agent(path: &Path) -> anyhow::Result<(String, Value)> {
         Some(n) => n.to_owned(),
         None => stem,
     };
-    crate::workflows::check_name(&name).map_err(anyhow::Error::msg)?;
+    crate::domain::ids::check_name(&name).map_err(anyhow::Error::msg)?;
     if let Value::Object(map) = &mut definition {
         map.insert("name".into(), Value::String(name.clone()));
     }
@@ -348,62 +218,5 @@ impl Wanted {
                 self.definition(inner.1);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tools::ToolRegistry;
-    use serde_json::json;
-
-    fn check(definition: Value) -> Vec<(String, String)> {
-        let tools = ToolRegistry::with_builtins(&crate::config::ToolsConfig::default());
-        let known = AgentCatalog {
-            catalog: Catalog {
-                tools: &tools,
-                functions: None,
-                models: None,
-            },
-            has_model: &|m| m == "default",
-            has_agent: &|a| a == "writer" || a == "critic",
-        };
-        validate_agent("researcher", &definition, &known)
-            .into_iter()
-            .map(|p| (p.pointer, p.message))
-            .collect()
-    }
-
-    #[test]
-    fn a_good_agent_passes_and_every_problem_is_pointed_at() {
-        let good = json!({ "instructions": "Research.", "model": "default", "tools": ["clock.now"],
-            "handoffs": ["writer", { "to": "critic", "context": "last_n", "last_n": 3 }],
-            "middleware": ["audit_log", { "name": "guardrail", "config": { "patterns": ["sk-\\w+"] } }],
-            "output_schema": { "type": "object" } });
-        assert_eq!(check(good), []);
-        let bad = json!({ "instructions": "Research.", "model": "gpt-9", "tools": ["nope"],
-            "handoffs": ["researcher", "ghost", "writer", "writer", { "to": "critic", "context": "last_n" }],
-            "middleware": ["teleport", { "name": "guardrail", "config": { "patterns": ["("] } },
-                { "name": "tool_approval", "config": { "tools": ["clock.now", "nope"] } }],
-            "output_schema": { "type": "wrong" } });
-        let pointers: Vec<String> = check(bad).into_iter().map(|(p, _)| p).collect();
-        assert_eq!(
-            pointers,
-            [
-                "/model",
-                "/tools/0",
-                "/handoffs/0",
-                "/handoffs/1",
-                "/handoffs/3",
-                "/handoffs/4/last_n",
-                "/middleware/0",
-                "/middleware/1/config/patterns/0",
-                "/middleware/2/config/tools/1",
-                "/output_schema"
-            ]
-        );
-        let shape = check(json!({ "tools": "clock.now", "extra": 1 }));
-        assert!(shape.iter().any(|(p, _)| p == "/instructions"), "{shape:?}");
-        assert!(shape.iter().any(|(p, _)| p == "/extra"), "{shape:?}");
     }
 }

@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
-use crate::config::Config;
+use crate::config::{Config, DatabaseConfig};
 use crate::engine::selector::Selector;
 use crate::engine::{Engine, Services};
 use crate::functions::FunctionRegistry;
@@ -76,50 +76,15 @@ impl App {
         // Checked by `validate` above; compiled once for every run.
         let selector = Selector::from_config(&config.selector)
             .map_err(|p| anyhow::anyhow!("invalid {}: {}", p.key, p.message))?;
-        let busy = Duration::from_millis(config.database.busy_timeout_ms);
-        let lease = Duration::from_millis(config.database.lease_ttl_ms);
-        let db = &config.database;
-        let store = Store::connect_with(&db.url, db.max_connections, busy, lease)
-            .await
-            .with_context(|| {
-                let url = crate::store::redact_url(&db.url);
-                format!("opening the database {url} (database.url)")
-            })?;
+        let store = open_store(&config.database).await?;
         let declared = crate::tools::http::declared::DeclaredTools::new(&config.tools)?;
-        let unowned = store.unowned_http_tools().await?;
-        if !unowned.is_empty() {
-            tracing::warn!(
-                tools = %unowned.join(", "),
-                "HTTP tools declared before declared tools belonged to a tenant are no longer served; declare them again with a tenant's key"
-            );
-        }
-        // Before serving: a bad workflow file must stop the start, not surface on first use.
-        // An empty `workflows.dir` also runs, to drop shared workflows of an earlier start.
-        let dir = &config.workflows.dir;
+        warn_of_unowned_http_tools(&store).await?;
         let catalog = Catalog {
             tools: &tools,
             functions: Some(&functions),
             models: Some(&llm),
         };
-        let loaded = crate::workflows::load_dir(dir, &store, catalog)
-            .await
-            .context("loading the shared workflows (workflows.dir)")?;
-        if loaded > 0 {
-            tracing::info!(workflows = loaded, "loaded shared workflows");
-        }
-        let has_model = |alias: &str| llm.has_alias(alias);
-        let no_other = |_: &str| false;
-        let agents = crate::agents::AgentCatalog {
-            catalog,
-            has_model: &has_model,
-            has_agent: &no_other,
-        };
-        let loaded = crate::agents::load_dir(&config.agents.dir, &store, &agents)
-            .await
-            .context("loading the shared agents (agents.dir)")?;
-        if loaded > 0 {
-            tracing::info!(agents = loaded, "loaded shared agents");
-        }
+        load_shared_definitions(&config, &store, catalog).await?;
         let telemetry = Arc::new(
             crate::telemetry::Telemetry::from_config(&config.telemetry)
                 .context("starting the trace exporter (telemetry)")?,
@@ -146,20 +111,7 @@ impl App {
                 crate::engine::lease::LeaseGate::open()
             },
         };
-        let engine = Engine::new(services, tracker.clone(), shutdown.clone());
-        tracker.spawn(engine.clone().supervise_store());
-        tracker.spawn(engine.clone().keep_leases());
-        // Other replicas' notices (Postgres): events for streams here, cancels, answers.
-        if let Some(listener) = crate::store::listen(&config.database.url, &store)
-            .await
-            .context("listening to the other replicas (database.url)")?
-        {
-            tracker.spawn(relay_notices(listener, engine.clone(), shutdown.clone()));
-        }
-        let resumed = engine.resume_unfinished().await?;
-        if resumed > 0 {
-            tracing::info!(runs = resumed, "resuming runs left unfinished");
-        }
+        let engine = start_engine(services, &config.database, &store, &tracker, &shutdown).await?;
         let bind = config.server.bind.clone();
         let listener = TcpListener::bind(&bind)
             .await
@@ -290,6 +242,85 @@ impl App {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.store.close()).await;
         Ok(())
     }
+}
+
+/// Connects to `database.url` (the error names the URL with its password hidden).
+async fn open_store(db: &DatabaseConfig) -> anyhow::Result<Store> {
+    let busy = Duration::from_millis(db.busy_timeout_ms);
+    let lease = Duration::from_millis(db.lease_ttl_ms);
+    Store::connect_with(&db.url, db.max_connections, busy, lease)
+        .await
+        .with_context(|| {
+            let url = crate::store::redact_url(&db.url);
+            format!("opening the database {url} (database.url)")
+        })
+}
+
+/// HTTP tools stored before declarations belonged to a tenant are not served any more; the
+/// operator is told once, at start, which ones.
+async fn warn_of_unowned_http_tools(store: &Store) -> anyhow::Result<()> {
+    let unowned = store.unowned_http_tools().await?;
+    if !unowned.is_empty() {
+        tracing::warn!(
+            tools = %unowned.join(", "),
+            "HTTP tools declared before declared tools belonged to a tenant are no longer served; declare them again with a tenant's key"
+        );
+    }
+    Ok(())
+}
+
+/// Loads the workflows directory, then the agents directory, as the shared definitions.
+/// Before serving: a bad file must stop the start, not surface on first use. An empty
+/// directory also loads, to drop the shared definitions of an earlier start.
+async fn load_shared_definitions(
+    config: &Config,
+    store: &Store,
+    catalog: Catalog<'_>,
+) -> anyhow::Result<()> {
+    let loaded = crate::workflows::load_dir(&config.workflows.dir, store, catalog)
+        .await
+        .context("loading the shared workflows (workflows.dir)")?;
+    if loaded > 0 {
+        tracing::info!(workflows = loaded, "loaded shared workflows");
+    }
+    let no_other = |_: &str| false;
+    let agents = crate::plan::AgentCatalog {
+        catalog,
+        has_agent: &no_other,
+    };
+    let loaded = crate::agents::load_dir(&config.agents.dir, store, &agents)
+        .await
+        .context("loading the shared agents (agents.dir)")?;
+    if loaded > 0 {
+        tracing::info!(agents = loaded, "loaded shared agents");
+    }
+    Ok(())
+}
+
+/// The engine over `services`, with its tasks started (the store supervisor, the lease
+/// keeper, on PostgreSQL the relay of other replicas' notices: events for streams here,
+/// cancels, answers) and the runs a previous process left unfinished resumed.
+async fn start_engine(
+    services: Services,
+    db: &DatabaseConfig,
+    store: &Store,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Engine> {
+    let engine = Engine::new(services, tracker.clone(), shutdown.clone());
+    tracker.spawn(engine.clone().supervise_store());
+    tracker.spawn(engine.clone().keep_leases());
+    if let Some(listener) = crate::store::listen(&db.url, store)
+        .await
+        .context("listening to the other replicas (database.url)")?
+    {
+        tracker.spawn(relay_notices(listener, engine.clone(), shutdown.clone()));
+    }
+    let resumed = engine.resume_unfinished().await?;
+    if resumed > 0 {
+        tracing::info!(runs = resumed, "resuming runs left unfinished");
+    }
+    Ok(engine)
 }
 
 /// Hands the other replicas' notices to the engine until the server stops.

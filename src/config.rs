@@ -5,10 +5,12 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use crate::domain::replan::{Strategy, TriggerKind};
+
+pub mod selector;
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -55,7 +57,7 @@ pub struct Config {
     pub selector: SelectorConfig,
     /// Named LLM functions, `[functions.NAME]`; the built-in ones (planner, replanner,
     /// selector, summarizer) can be reconfigured under their names.
-    pub functions: std::collections::BTreeMap<String, crate::functions::FunctionConfig>,
+    pub functions: std::collections::BTreeMap<String, FunctionConfig>,
     /// OpenTelemetry traces; off unless an endpoint is set.
     pub telemetry: TelemetryConfig,
 }
@@ -181,6 +183,28 @@ impl Default for DatabaseConfig {
             max_connections: 8,
             busy_timeout_ms: 5_000,
             lease_ttl_ms: 15_000,
+        }
+    }
+}
+
+/// The database `database.url` names, told by its scheme; the store speaks to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `sqlite:` — one file, one orca process.
+    Sqlite,
+    /// `postgres://` or `postgresql://` — one database shared by any number of replicas.
+    Postgres,
+}
+
+impl Backend {
+    /// The backend a database URL names; None for any other scheme.
+    pub fn of_url(url: &str) -> Option<Backend> {
+        if url.starts_with("sqlite:") {
+            Some(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Backend::Postgres)
+        } else {
+            None
         }
     }
 }
@@ -331,7 +355,18 @@ pub struct LlmConfig {
     pub offline_token_delay_ms: u64,
     /// How tokens are counted where a budget is checked before a call: `estimate` (no memory)
     /// or `o200k_base` (exact for GPT-4o-class models, ~40 MB once used).
-    pub tokenizer: crate::llm::tokens::Tokenizer,
+    pub tokenizer: Tokenizer,
+}
+
+/// How tokens are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// A cheap estimate, no memory.
+    #[default]
+    Estimate,
+    /// OpenAI's `o200k_base` encoding (~40 MB, built on first use).
+    O200kBase,
 }
 
 impl Default for LlmConfig {
@@ -349,7 +384,7 @@ impl Default for LlmConfig {
             providers: BTreeMap::new(),
             models,
             offline_token_delay_ms: 5,
-            tokenizer: crate::llm::tokens::Tokenizer::Estimate,
+            tokenizer: Tokenizer::Estimate,
         }
     }
 }
@@ -437,6 +472,17 @@ pub enum ProviderKind {
     Offline,
 }
 
+impl ProviderKind {
+    /// The structured-output mode a provider of this kind is asked in unless configured:
+    /// `strict` for OpenAI-compatible endpoints, `json_schema` for the others.
+    pub fn default_structured_output(self) -> StructuredOutput {
+        match self {
+            ProviderKind::Openai => StructuredOutput::Strict,
+            _ => StructuredOutput::JsonSchema,
+        }
+    }
+}
+
 /// A named provider, `[llm.providers.NAME]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -521,7 +567,7 @@ impl ProviderConfig {
             retry_max_delay_ms: self.retry_max_delay_ms,
             structured_output: self
                 .structured_output
-                .unwrap_or(crate::llm::Capabilities::for_kind(self.kind).structured_output),
+                .unwrap_or(self.kind.default_structured_output()),
         }
     }
 }
@@ -605,7 +651,7 @@ pub struct ToolsConfig {
     /// MCP servers whose tools join the registry at start, `[[tools.mcp]]`.
     pub mcp: Vec<McpServerConfig>,
     /// HTTP tools declared as data, `[[tools.http]]` (see `schemas/HttpTool.schema.json`).
-    pub http: Vec<crate::tools::http::HttpToolSpec>,
+    pub http: Vec<crate::domain::HttpToolSpec>,
     /// Destinations HTTP tools may reach although they are not public addresses: `host`,
     /// `host:port`, `10.0.0.0/8`. Everything else private, loopback, link-local (cloud
     /// metadata) or reserved is refused.
@@ -618,6 +664,61 @@ pub struct ToolsConfig {
     /// The environment variables the headers of API-declared tools may read as `${NAME}`;
     /// none by default. Config-declared tools (`[[tools.http]]`) may read any.
     pub http_api_env: Vec<String>,
+}
+
+/// One entry of `tools.http_allow`, parsed: a host name (any port, or one), an IP literal
+/// with a port, or a network in CIDR notation. Only the entry's syntax is the configuration's;
+/// where HTTP tools may connect is `tools::http::guard`'s business.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HttpAllowed {
+    Host(String, Option<u16>),
+    Net(IpAddr, u8),
+}
+
+impl HttpAllowed {
+    /// Parses one entry: `host`, `host:port`, `[v6]:port`, `10.0.0.0/8`, `fd00::/8`.
+    pub fn parse(text: &str) -> Result<HttpAllowed, String> {
+        let t = text.trim().to_ascii_lowercase();
+        if let Some((net, bits)) = t.split_once('/') {
+            let net: IpAddr = net
+                .parse()
+                .map_err(|_| format!("`{text}`: not a network"))?;
+            let max = if net.is_ipv4() { 32 } else { 128 };
+            let bits: u8 = bits
+                .parse()
+                .ok()
+                .filter(|b| *b <= max)
+                .ok_or_else(|| format!("`{text}`: bad prefix length"))?;
+            return Ok(HttpAllowed::Net(net, bits));
+        }
+        if let Ok(ip) = t.parse::<IpAddr>() {
+            return Ok(HttpAllowed::Host(ip.to_string(), None));
+        }
+        if let Ok(sock) = t.parse::<SocketAddr>() {
+            return Ok(HttpAllowed::Host(sock.ip().to_string(), Some(sock.port())));
+        }
+        let (host, port) = match t.rsplit_once(':') {
+            Some((h, p)) => (
+                h,
+                Some(
+                    p.parse::<u16>()
+                        .map_err(|_| format!("`{text}`: bad port"))?,
+                ),
+            ),
+            None => (t.as_str(), None),
+        };
+        let valid = !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+        if !valid {
+            return Err(format!("`{text}`: not a host, host:port or network"));
+        }
+        Ok(HttpAllowed::Host(
+            host.trim_end_matches('.').to_owned(),
+            port,
+        ))
+    }
 }
 
 /// One MCP server, `[[tools.mcp]]`: a child process spoken to over stdio (`command`) or a
@@ -660,6 +761,16 @@ impl Default for McpServerConfig {
             tools: Vec::new(),
             optional: false,
         }
+    }
+}
+
+/// A problem with one key's value, found by [`Config::validate`] (where the value came from
+/// is added by `load`).
+fn invalid(key: &'static str, message: &str) -> Error {
+    Error::Invalid {
+        key: key.into(),
+        message: message.to_owned(),
+        set_by: None,
     }
 }
 
@@ -791,6 +902,22 @@ pub struct SelectorRuleConfig {
     /// A registered workflow (the caller's own or a shared one) to run as `fixed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
+}
+
+/// One function as configured: `[functions.NAME]`. For a built-in, every member is optional and
+/// replaces the built-in's; a new function needs a `prompt`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FunctionConfig {
+    pub description: Option<String>,
+    /// The system message.
+    pub system: Option<String>,
+    /// The user message: a template over `input` (the call's arguments).
+    pub prompt: Option<String>,
+    /// A configured model alias; the run's model when absent.
+    pub model: Option<String>,
+    /// When present, the answer must be JSON valid against it.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// Values given on the command line; each overrides everything else.
@@ -991,18 +1118,23 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks what serde cannot: ranges, addresses, references between keys.
+    /// Checks what serde cannot: ranges, addresses, references between keys. Section by
+    /// section, in a fixed order: the first problem found is the one reported.
     pub fn validate(&self) -> Result<(), Error> {
-        let invalid = |key: &'static str, message: &str| Error::Invalid {
-            key: key.into(),
-            message: message.to_owned(),
-            set_by: None,
-        };
-        crate::tools::http::guard::Destinations::new(
-            self.tools.http_allow_private,
-            &self.tools.http_allow,
-        )
-        .map_err(|m| invalid("tools.http_allow", &m))?;
+        self.validate_tools()?;
+        self.validate_server()?;
+        self.validate_database()?;
+        self.validate_run_limits()?;
+        self.validate_auth()?;
+        self.validate_llm()?;
+        self.validate_selector()
+    }
+
+    /// `[tools]`: the HTTP allow list, the variables declared tools may read, `[[tools.http]]`.
+    fn validate_tools(&self) -> Result<(), Error> {
+        for allowed in &self.tools.http_allow {
+            HttpAllowed::parse(allowed).map_err(|m| invalid("tools.http_allow", &m))?;
+        }
         if let Some(bad) = self.tools.http_api_env.iter().find(|n| !is_env_name(n)) {
             return Err(invalid(
                 "tools.http_api_env",
@@ -1018,6 +1150,12 @@ impl Config {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// `[server]`: the address (never public without API keys unless opted in), CORS origins,
+    /// and the limits on bodies, connections and their times.
+    fn validate_server(&self) -> Result<(), Error> {
         let Ok(addr) = self.server.bind.parse::<SocketAddr>() else {
             return Err(Error::Invalid {
                 key: "server.bind".into(),
@@ -1082,7 +1220,12 @@ impl Config {
         if self.server.max_connections == 0 {
             return Err(invalid("server.max_connections", "must be at least 1"));
         }
-        if crate::store::Backend::of_url(&self.database.url).is_none() {
+        Ok(())
+    }
+
+    /// `[database]`: a URL orca speaks, its pool and lease time.
+    fn validate_database(&self) -> Result<(), Error> {
+        if Backend::of_url(&self.database.url).is_none() {
             return Err(invalid(
                 "database.url",
                 "must be a sqlite: or postgres:// URL (e.g. sqlite://orca.db)",
@@ -1094,6 +1237,12 @@ impl Config {
         if self.database.lease_ttl_ms < 300 {
             return Err(invalid("database.lease_ttl_ms", "must be at least 300"));
         }
+        Ok(())
+    }
+
+    /// `[engine]`, `[retention]` and `[context]`: the numbers that bound runs, sweeps and
+    /// sessions.
+    fn validate_run_limits(&self) -> Result<(), Error> {
         if self.engine.max_running_runs == 0 {
             return Err(invalid("engine.max_running_runs", "must be at least 1"));
         }
@@ -1131,6 +1280,11 @@ impl Config {
                 "must be from 1 to 1000",
             ));
         }
+        Ok(())
+    }
+
+    /// `[auth]`: every API key long enough and with a tenant.
+    fn validate_auth(&self) -> Result<(), Error> {
         for k in &self.auth.api_keys {
             if k.key.expose().len() < 16 {
                 return Err(invalid(
@@ -1142,6 +1296,12 @@ impl Config {
                 return Err(invalid("auth.api_keys", "every key needs a tenant"));
             }
         }
+        Ok(())
+    }
+
+    /// `[llm]`: the default model among the aliases, the providers, the aliases' targets, and
+    /// the built-in `openai` provider when chosen.
+    fn validate_llm(&self) -> Result<(), Error> {
         if !self.llm.models.contains_key(&self.llm.default_model) {
             return Err(Error::Invalid {
                 key: "llm.default_model".into(),
@@ -1172,14 +1332,19 @@ impl Config {
                 "timeouts must be at least 1 ms",
             ));
         }
-        crate::engine::selector::Selector::from_config(&self.selector).map_err(|e| {
-            Error::Invalid {
+        Ok(())
+    }
+
+    /// `[selector]`: the default orchestration, then every rule compiled.
+    fn validate_selector(&self) -> Result<(), Error> {
+        selector::default_of(&self.selector)
+            .and_then(|_| selector::compile(&self.selector))
+            .map(|_| ())
+            .map_err(|e| Error::Invalid {
                 key: e.key.into(),
                 message: e.message,
                 set_by: None,
-            }
-        })?;
-        Ok(())
+            })
     }
 
     /// `[llm.providers.NAME]`: names, URLs, timeouts, and keys present where named.
@@ -1377,9 +1542,24 @@ mod tests {
         assert!(!format!("{c:?}").contains("sk-very-secret"));
     }
 
+    /// Loads each TOML text as the configuration file and checks that the error names `key`.
+    fn assert_each_names_its_key(cases: &[(&str, &str)]) {
+        for (text, key) in cases {
+            let f = toml_file(text);
+            let err = load(
+                &[("ORCA_CONFIG", f.path().to_str().unwrap())],
+                Overrides::default(),
+            )
+            .expect_err(text)
+            .to_string();
+            assert!(err.contains(key), "{text:?} gave {err:?}");
+        }
+    }
+
+    /// Server, engine, storage, tools and auth values, and unknown keys.
     #[test]
     fn invalid_values_name_their_key() {
-        let cases: &[(&str, &str)] = &[
+        assert_each_names_its_key(&[
             ("[server]\nbind = \"nowhere\"\n", "server.bind"),
             (
                 "[engine]\nmax_running_runs = 0\n",
@@ -1429,6 +1609,13 @@ mod tests {
                 "[[auth.api_keys]]\nkey = \"short\"\ntenant = \"a\"\n",
                 "auth.api_keys",
             ),
+        ]);
+    }
+
+    /// `[selector]`: the default and each rule's matcher and target.
+    #[test]
+    fn invalid_selector_values_name_their_key() {
+        assert_each_names_its_key(&[
             ("[selector]\ndefault = \"fixed\"\n", "selector.default"),
             ("[selector]\ndefault = \"magic\"\n", "selector.default"),
             (
@@ -1451,6 +1638,13 @@ mod tests {
                 "[[selector.rules]]\nname = \"r\"\nkeywords = [\"x\"]\nflavour = \"x\"\n",
                 "flavour",
             ),
+        ]);
+    }
+
+    /// `[llm.models]` and `[llm.providers]`.
+    #[test]
+    fn invalid_models_and_providers_name_their_key() {
+        assert_each_names_its_key(&[
             (
                 "[llm.models.x]\nprovider = \"anthropic\"\nmodel = \"m\"\n",
                 "llm.models.x.provider",
@@ -1489,17 +1683,7 @@ mod tests {
                 "[llm.providers.p]\nkind = \"openai\"\nbase_url = \"http://h/v1\"\napi_key = \"k\"\n",
                 "api_key",
             ),
-        ];
-        for (text, key) in cases {
-            let f = toml_file(text);
-            let err = load(
-                &[("ORCA_CONFIG", f.path().to_str().unwrap())],
-                Overrides::default(),
-            )
-            .expect_err(text)
-            .to_string();
-            assert!(err.contains(key), "{text:?} gave {err:?}");
-        }
+        ]);
     }
 
     #[test]

@@ -13,11 +13,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::plan::schema::{AGENT_PLAN_SCHEMA, ORCHESTRATION_TYPE_SCHEMA};
+use crate::config::FunctionConfig;
+use crate::plan::schema::{AGENT_PLAN_SCHEMA, ORCHESTRATION_TYPE_SCHEMA, replan_schema};
 use crate::plan::{JsonSchema, Template};
 
 /// The names of the functions orca itself calls.
@@ -25,22 +26,6 @@ pub const PLANNER: &str = "planner";
 pub const REPLANNER: &str = "replanner";
 pub const SELECTOR: &str = "selector";
 pub const SUMMARIZER: &str = "summarizer";
-
-/// One function as configured: `[functions.NAME]`. For a built-in, every member is optional and
-/// replaces the built-in's; a new function needs a `prompt`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FunctionConfig {
-    pub description: Option<String>,
-    /// The system message.
-    pub system: Option<String>,
-    /// The user message: a template over `input` (the call's arguments).
-    pub prompt: Option<String>,
-    /// A configured model alias; the run's model when absent.
-    pub model: Option<String>,
-    /// When present, the answer must be JSON valid against it.
-    pub output_schema: Option<Value>,
-}
 
 /// A function, checked and ready to call.
 #[derive(Debug, Clone)]
@@ -134,6 +119,17 @@ impl FunctionRegistry {
                 builtin: f.builtin,
             })
             .collect()
+    }
+}
+
+/// What plan validation asks of the functions: whether a step's function exists.
+impl crate::plan::KnownFunctions for FunctionRegistry {
+    fn has_function(&self, name: &str) -> bool {
+        self.contains(name)
+    }
+
+    fn function_names(&self) -> Vec<String> {
+        self.list().into_iter().map(|f| f.name).collect()
     }
 }
 
@@ -270,39 +266,6 @@ fn builtins() -> Vec<(&'static str, FunctionConfig)> {
             },
         ),
     ]
-}
-
-/// What the re-planner answers: the strategy it used, why, and the new plan (an AgentPlan,
-/// its schema embedded so a provider can hold the model to it); `plan` may be left out for
-/// `retry` and `restore`, which name no new plan.
-pub fn replan_schema() -> Value {
-    let mut plan = shipped(AGENT_PLAN_SCHEMA);
-    let mut defs = serde_json::Map::new();
-    if let Value::Object(map) = &mut plan {
-        if let Some(Value::Object(own)) = map.remove("$defs") {
-            defs = own;
-        }
-        for key in ["$schema", "$id", "$comment"] {
-            map.remove(key);
-        }
-    }
-    defs.insert("agentPlan".into(), plan);
-    serde_json::json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["strategy", "reason", "completes_task"],
-        "properties": {
-            "strategy": { "enum": ["retry", "alternative", "partial", "complete", "restore"] },
-            "reason": { "type": "string" },
-            "completes_task": {
-                "type": "boolean",
-                "description": "true when the new plan still does the whole task; false when it does only part of it or only says what could not be done"
-            },
-            "restore_version": { "type": "integer", "minimum": 1 },
-            "plan": { "$ref": "#/$defs/agentPlan" }
-        },
-        "$defs": defs,
-    })
 }
 
 const PLANNER_SYSTEM: &str = "You are the planner of orca, an orchestration service. Turn the \

@@ -32,6 +32,18 @@ impl ShippedSchema {
     }
 }
 
+/// "a string", "an object"…: a JSON value's type as error messages name it.
+pub fn json_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// One way a value breaks a schema, located by JSON Pointer into the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemaViolation {

@@ -22,26 +22,6 @@ use serde_json::Value;
 use crate::plan::{Catalog, validate_workflow};
 use crate::store::Store;
 
-/// Checks a workflow name: 1-64 characters of lowercase letters, digits, `_`, `.` or `-`,
-/// starting with a letter or digit (the `name` rule of `schemas/FixedWorkflow.schema.json`),
-/// so that it fits in a URL path segment and a file name without escaping.
-pub fn check_name(name: &str) -> Result<(), String> {
-    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let ok = name.len() <= 64
-        && name.chars().next().is_some_and(allowed)
-        && name
-            .chars()
-            .all(|c| allowed(c) || matches!(c, '_' | '.' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "names are 1-64 characters of lowercase letters, digits, `_`, `.` or `-`, starting \
-             with a letter or digit; `{name}` is not"
-        ))
-    }
-}
-
 /// Loads and validates every workflow file of `dir`, then makes them the shared workflows
 /// (replacing those of an earlier start). Returns how many were loaded.
 ///

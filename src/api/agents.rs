@@ -16,8 +16,8 @@ use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path};
 use super::workflows::{name_from_path, valid_name};
-use crate::agents::{AgentCatalog, validate_agent};
 use crate::domain::Tenant;
+use crate::plan::{AgentCatalog, validate_agent};
 use crate::store::{Registry, RegistryRecord};
 
 /// An agent in `GET /v1/agents`.
@@ -154,11 +154,9 @@ pub async fn put_agent(
     // In a block of its own: the catalog's closures are not `Send`, and must be gone before
     // the next await.
     let problems = {
-        let has_model = |alias: &str| state.engine.models().has_alias(alias);
         let has_agent = |agent: &str| others.contains(agent);
         let known = AgentCatalog {
             catalog: view.catalog(),
-            has_model: &has_model,
             has_agent: &has_agent,
         };
         validate_agent(&name, &definition, &known)

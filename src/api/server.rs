@@ -17,6 +17,7 @@
 //! Request bodies are timed by the JSON extractor ([`super::extract`]), the only body reader.
 //! This module knows connections, not routes: it serves whatever router it is given.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -29,7 +30,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -94,45 +95,9 @@ pub async fn serve(
     let mut connections: JoinSet<()> = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
-        // Reserve a place before accepting: with every place taken, new connections stay in
-        // the kernel's queue instead of costing this process a descriptor each.
-        let slot = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            Ok(p) = served.clone().acquire_owned() => Slot::Served(p),
-            Ok(p) = overflow.clone().acquire_owned() => Slot::Overflow(p),
-        };
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            r = listener.accept() => r,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) if is_connection_error(&e) => continue,
-            Err(e) => {
-                // Out of descriptors or memory: back off instead of spinning on the error.
-                tracing::warn!(error = %e, "accepting a connection failed");
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                }
-            }
-        };
-        // Without TCP_NODELAY, small SSE frames wait for the peer's delayed ACK (~40 ms).
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "could not set TCP_NODELAY");
-        }
-        // A served place may have freed while this connection waited for an overflow one.
-        let slot = match slot {
-            Slot::Overflow(p) => match served.clone().try_acquire_owned() {
-                Ok(s) => {
-                    drop(p);
-                    Slot::Served(s)
-                }
-                Err(_) => Slot::Overflow(p),
-            },
-            served => served,
+        let Some((tcp, peer, slot)) = next_connection(&listener, &served, &overflow, &stop).await
+        else {
+            break;
         };
         // Set once hyper hands the connection's first request to the router. hyper's
         // graceful shutdown closes a connection between requests at once, but waits for the
@@ -184,6 +149,63 @@ pub async fn serve(
         });
     }
     drop(listener);
+    drain(connections, limits.grace).await;
+}
+
+/// The next accepted connection with the place reserved for it, or `None` once `stop` fires.
+/// The place is reserved before accepting: with every place taken, new connections stay in
+/// the kernel's queue instead of costing this process a descriptor each.
+async fn next_connection(
+    listener: &TcpListener,
+    served: &Arc<Semaphore>,
+    overflow: &Arc<Semaphore>,
+    stop: &CancellationToken,
+) -> Option<(TcpStream, SocketAddr, Slot)> {
+    loop {
+        let slot = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return None,
+            Ok(p) = served.clone().acquire_owned() => Slot::Served(p),
+            Ok(p) = overflow.clone().acquire_owned() => Slot::Overflow(p),
+        };
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return None,
+            r = listener.accept() => r,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                // Out of descriptors or memory: back off instead of spinning on the error.
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::select! {
+                    _ = stop.cancelled() => return None,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        // Without TCP_NODELAY, small SSE frames wait for the peer's delayed ACK (~40 ms).
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+        // A served place may have freed while this connection waited for an overflow one.
+        let slot = match slot {
+            Slot::Overflow(p) => match served.clone().try_acquire_owned() {
+                Ok(s) => {
+                    drop(p);
+                    Slot::Served(s)
+                }
+                Err(_) => Slot::Overflow(p),
+            },
+            served => served,
+        };
+        return Some((tcp, peer, slot));
+    }
+}
+
+/// Waits for the open connections to finish, at most `grace`; then drops what is left.
+async fn drain(mut connections: JoinSet<()>, grace: Duration) {
     if connections.is_empty() {
         return;
     }
@@ -191,14 +213,14 @@ pub async fn serve(
         connections = connections.len(),
         "waiting for open connections"
     );
-    let drained = tokio::time::timeout(limits.grace, async {
+    let drained = tokio::time::timeout(grace, async {
         while connections.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
         tracing::warn!(
             connections = connections.len(),
-            grace_secs = limits.grace.as_secs(),
+            grace_secs = grace.as_secs(),
             "connections still open after the shutdown grace period; closing them"
         );
         connections.shutdown().await;

@@ -11,9 +11,9 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::domain::Tenant;
+use crate::domain::ids::check_name;
 use crate::plan::validate_workflow;
 use crate::store::{Registry, WorkflowRecord};
-use crate::workflows::check_name;
 
 use super::AppState;
 use super::error::{ApiError, FieldError};

@@ -4,6 +4,26 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// Checks the name of a registered workflow or agent: 1-64 characters of lowercase letters, digits, `_`, `.` or `-`,
+/// starting with a letter or digit (the `name` rule of `schemas/FixedWorkflow.schema.json`),
+/// so that it fits in a URL path segment and a file name without escaping.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ok = name.len() <= 64
+        && name.chars().next().is_some_and(allowed)
+        && name
+            .chars()
+            .all(|c| allowed(c) || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "names are 1-64 characters of lowercase letters, digits, `_`, `.` or `-`, starting \
+             with a letter or digit; `{name}` is not"
+        ))
+    }
+}
+
 /// A run id: a UUIDv7, so ids sort by creation time (the list endpoint's keyset relies on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]

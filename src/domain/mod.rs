@@ -13,6 +13,7 @@ pub fn now() -> chrono::DateTime<chrono::Utc> {
 pub mod error;
 pub mod event;
 pub mod history;
+pub mod http_tool;
 pub mod ids;
 pub mod path;
 pub mod plan;
@@ -22,6 +23,7 @@ pub mod run;
 pub use error::{ErrorCode, RunError};
 pub use event::{Event, EventKind, Payload};
 pub use history::StepAttempt;
+pub use http_tool::HttpToolSpec;
 pub use ids::{RunId, StepId, Tenant};
 pub use path::{Segment, StepPath};
 pub use plan::{BackoffStrategy, Plan, PlanSettings, RetryPolicy, Step, StepKind, StepStatus};

@@ -220,7 +220,7 @@ pub struct RunSpec {
     /// tenant declares or removes meanwhile. Not part of the request: left out of its
     /// fingerprint, never shown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub declared_tools: Vec<crate::tools::http::HttpToolSpec>,
+    pub declared_tools: Vec<super::http_tool::HttpToolSpec>,
 }
 
 impl RunSpec {

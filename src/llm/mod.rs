@@ -109,10 +109,7 @@ impl Capabilities {
     /// The defaults of a provider kind.
     pub fn for_kind(kind: ProviderKind) -> Capabilities {
         Capabilities {
-            structured_output: match kind {
-                ProviderKind::Openai => StructuredOutput::Strict,
-                _ => StructuredOutput::JsonSchema,
-            },
+            structured_output: kind.default_structured_output(),
             parallel_tool_calls: true,
             context_window: None,
             stream_usage: true,

@@ -287,6 +287,13 @@ impl LlmRouter {
     }
 }
 
+/// What plan and agent validation asks of the models: whether an alias is configured.
+impl crate::plan::KnownModels for LlmRouter {
+    fn has_model(&self, alias: &str) -> bool {
+        self.has_alias(alias)
+    }
+}
+
 impl fmt::Debug for LlmRouter {
     /// `alias → provider/model`, the part worth seeing in a log.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

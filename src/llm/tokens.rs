@@ -14,23 +14,13 @@
 
 use std::sync::OnceLock;
 
-use serde::{Deserialize, Serialize};
-
 use super::Message;
 
 /// Tokens OpenAI's chat format adds around each message (role and separators).
 const PER_MESSAGE: u32 = 3;
 
-/// How tokens are counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tokenizer {
-    /// A cheap estimate, no memory.
-    #[default]
-    Estimate,
-    /// OpenAI's `o200k_base` encoding (~40 MB, built on first use).
-    O200kBase,
-}
+/// The choice is configuration (`llm.tokenizer`); counting is here.
+pub use crate::config::Tokenizer;
 
 static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
 

@@ -7,11 +7,11 @@
 use serde_json::{Map, Value, json};
 
 use super::Problem;
+use super::catalog::Catalog;
 use super::graph::ValidPlan;
 use super::spec::Aggregation;
 use super::validate::{PlanHead, step_document, validate_plan};
 use crate::domain::{PlanSettings, RetryPolicy, Step};
-use crate::tools::ToolRegistry;
 
 /// One step in document form, for the builder and for child steps of composites.
 #[derive(Debug, Clone, PartialEq)]
@@ -339,8 +339,8 @@ impl PlanBuilder {
     }
 
     /// Validates the plan exactly as [`validate_plan`] would validate [`Self::document`].
-    pub fn build(self, tools: &ToolRegistry) -> Result<ValidPlan, Vec<Problem>> {
-        let result = validate_plan(&self.document(), tools);
+    pub fn build<'c>(self, catalog: impl Into<Catalog<'c>>) -> Result<ValidPlan, Vec<Problem>> {
+        let result = validate_plan(&self.document(), catalog);
         if self.problems.is_empty() {
             return result;
         }

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Problem;
+use super::catalog::Catalog;
 use super::spec::StepSpec;
 use super::team::Team;
 use super::template::Template;
 use super::validate::{plan_document, validate_plan};
 use crate::domain::{Orchestration, Plan, Step, StepId};
-use crate::tools::ToolRegistry;
 
 /// A validated plan, ready to run. Cheap to share behind an `Arc` (it is `Send + Sync`).
 #[derive(Debug, Clone)]
@@ -93,8 +93,11 @@ impl ValidPlan {
 
     /// Re-validates a stored plan (e.g. from a checkpoint) against today's tools. Its version
     /// and orchestration are kept.
-    pub fn from_plan(plan: &Plan, tools: &ToolRegistry) -> Result<ValidPlan, Vec<Problem>> {
-        let valid = validate_plan(&plan_document(plan), tools)?;
+    pub fn from_plan<'c>(
+        plan: &Plan,
+        catalog: impl Into<Catalog<'c>>,
+    ) -> Result<ValidPlan, Vec<Problem>> {
+        let valid = validate_plan(&plan_document(plan), catalog)?;
         Ok(valid
             .with_version(plan.version)
             .with_orchestration(plan.orchestration))

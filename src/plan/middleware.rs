@@ -17,6 +17,16 @@ use serde_json::{Map, Value};
 use super::Problem;
 use super::team::MiddlewareSpec;
 
+/// The middleware orca ships, by name.
+pub const NAMES: [&str; 6] = [
+    "retry",
+    "audit_log",
+    "guardrail",
+    "rate_limit",
+    "response_cache",
+    "tool_approval",
+];
+
 /// One built-in middleware with its configuration.
 #[derive(Debug, Clone)]
 pub enum Builtin {
@@ -243,7 +253,7 @@ impl Config<'_> {
 /// under `at` (`at/config/...` for the config; `at` itself for a missing required key of an
 /// item written as a bare name). Unknown names are the caller's to report.
 pub fn config_problems(spec: &MiddlewareSpec, item: &Value, at: &str) -> Vec<Problem> {
-    if !crate::agents::MIDDLEWARE.contains(&spec.name.as_str()) {
+    if !NAMES.contains(&spec.name.as_str()) {
         return Vec::new();
     }
     let base = match item {

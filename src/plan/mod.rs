@@ -8,6 +8,10 @@
 //! It must stay pure: no IO, no async, no HTTP, no store. It does not depend on `crate::api`
 //! (the API turns [`Problem`]s into problem+json) nor on the engine (which consumes
 //! [`ValidPlan`] and resolves templates through a [`Scope`] it builds from its own state).
+//! Nor on the registries that own the names a plan uses (tools, functions, models): validation
+//! asks a [`Catalog`] of traits they implement, so `plan` sits below them (ARCHITECTURE.md,
+//! "Floors"). An agent definition is checked here too ([`agent`]), for a plan's own agents and
+//! registered ones alike.
 //!
 //! Reference syntax, in short (details in [`template`]):
 //!
@@ -22,7 +26,9 @@
 //! "{{ ref }}" alone keeps the value's JSON type; text around references interpolates.
 //! ```
 
+pub mod agent;
 pub mod builder;
+pub mod catalog;
 pub mod condition;
 pub mod graph;
 pub mod middleware;
@@ -35,7 +41,9 @@ pub mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use agent::{AgentCatalog, validate_agent};
 pub use builder::{PlanBuilder, StepDraft};
+pub use catalog::{Catalog, KnownFunctions, KnownModels, KnownTools};
 pub use condition::{CelRef, Condition};
 pub use graph::ValidPlan;
 pub use spec::{Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec};
@@ -44,7 +52,7 @@ pub use template::{
     NoResults, Piece, RefError, Reference, RenderError, Root, Scope, Segment, StepField,
     StepResults, StepState, StepView, Template, references, resolve,
 };
-pub use validate::{Catalog, Workflow, validate_plan, validate_workflow, workflow_plan_doc};
+pub use validate::{Workflow, validate_plan, validate_workflow, workflow_plan_doc};
 
 /// One problem with a plan or workflow document.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]

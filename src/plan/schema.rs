@@ -30,6 +30,39 @@ fn parse(text: &str) -> Value {
     serde_json::from_str(text).expect("shipped schema is JSON")
 }
 
+/// What the re-planner answers: the strategy it used, why, and the new plan (an AgentPlan,
+/// its schema embedded so a provider can hold the model to it); `plan` may be left out for
+/// `retry` and `restore`, which name no new plan.
+pub fn replan_schema() -> Value {
+    let mut plan = parse(AGENT_PLAN_SCHEMA);
+    let mut defs = serde_json::Map::new();
+    if let Value::Object(map) = &mut plan {
+        if let Some(Value::Object(own)) = map.remove("$defs") {
+            defs = own;
+        }
+        for key in ["$schema", "$id", "$comment"] {
+            map.remove(key);
+        }
+    }
+    defs.insert("agentPlan".into(), plan);
+    serde_json::json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["strategy", "reason", "completes_task"],
+        "properties": {
+            "strategy": { "enum": ["retry", "alternative", "partial", "complete", "restore"] },
+            "reason": { "type": "string" },
+            "completes_task": {
+                "type": "boolean",
+                "description": "true when the new plan still does the whole task; false when it does only part of it or only says what could not be done"
+            },
+            "restore_version": { "type": "integer", "minimum": 1 },
+            "plan": { "$ref": "#/$defs/agentPlan" }
+        },
+        "$defs": defs,
+    })
+}
+
 /// Serves the workflow schema's `$ref`s to the plan schema from the binary, never the network.
 struct ShippedRetriever;
 

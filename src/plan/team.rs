@@ -12,11 +12,11 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::Problem;
+use super::agent::{AgentCatalog, validate_agent};
+use super::catalog::Catalog;
 use super::graph::ValidPlan;
 use super::spec::JsonSchema;
 use super::template::Template;
-use super::validate::Catalog;
-use crate::agents::{AgentCatalog, validate_agent};
 use crate::domain::StepId;
 
 /// The agents, nested workflows and run-wide middleware a plan's steps use.
@@ -253,11 +253,9 @@ pub fn check_team(
             .map(|(k, _)| k.clone()),
     );
     let mut team = Team::default();
-    let has_model = |alias: &str| catalog.models.is_none_or(|m| m.has_alias(alias));
     let has_agent = |agent: &str| names.agents.contains(agent);
     let known = AgentCatalog {
         catalog,
-        has_model: &has_model,
         has_agent: &has_agent,
     };
     for (name, definition) in raw_agents.into_iter().flatten() {
@@ -317,12 +315,12 @@ pub fn middleware_list(
                 format!("{pointer}/{i}/name"),
             ),
         };
-        if !crate::agents::MIDDLEWARE.contains(&name.as_str()) {
+        if !super::middleware::NAMES.contains(&name.as_str()) {
             problems.push(Problem::new(
                 at,
                 format!(
                     "unknown middleware `{name}`; orca has {}",
-                    crate::agents::MIDDLEWARE.join(", ")
+                    super::middleware::NAMES.join(", ")
                 ),
             ));
             continue;

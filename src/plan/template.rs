@@ -29,7 +29,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::domain::StepStatus;
-use crate::tools::registry::json_type_name;
+use crate::schema::json_type_name;
 
 /// What a step produced so far, as the engine knows it.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,14 +3,13 @@
 
 use serde_json::{Value, json};
 
+use super::catalog::fake::BuiltinTools;
 use super::validate::MAX_NESTING;
 use super::*;
-use crate::config::ToolsConfig;
 use crate::domain::{Orchestration, StepKind};
-use crate::tools::ToolRegistry;
 
-fn tools() -> ToolRegistry {
-    ToolRegistry::with_builtins(&ToolsConfig::default())
+fn tools() -> BuiltinTools {
+    BuiltinTools::new()
 }
 
 fn valid(doc: Value) -> ValidPlan {

@@ -15,6 +15,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use serde_json::{Map, Value};
 
 use super::Problem;
+use super::catalog::{Catalog, KnownFunctions, KnownTools};
 use super::condition::{CelRef, Condition};
 use super::graph::ValidPlan;
 use super::schema::{self, AGENT_PLAN, FIXED_WORKFLOW};
@@ -24,9 +25,6 @@ use super::spec::{
 use super::team::{Team, TeamNames, check_team};
 use super::template::{Reference, Root, Template, escape_pointer};
 use crate::domain::{Orchestration, Plan, PlanSettings, RetryPolicy, Step, StepId, StepKind};
-use crate::functions::FunctionRegistry;
-use crate::llm::router::LlmRouter;
-use crate::tools::{ToolError, ToolRegistry};
 
 #[path = "validate_team.rs"]
 mod team_steps;
@@ -268,30 +266,10 @@ struct Ctx {
     depth: usize,
 }
 
-/// The names a plan may use: this server's tools and, when given, its LLM functions (without
-/// them, a step calling a function is a problem).
-#[derive(Clone, Copy)]
-pub struct Catalog<'a> {
-    pub tools: &'a ToolRegistry,
-    pub functions: Option<&'a FunctionRegistry>,
-    /// The model aliases agents may name; any alias when `None`.
-    pub models: Option<&'a LlmRouter>,
-}
-
-impl<'a> From<&'a ToolRegistry> for Catalog<'a> {
-    fn from(tools: &'a ToolRegistry) -> Self {
-        Catalog {
-            tools,
-            functions: None,
-            models: None,
-        }
-    }
-}
-
 struct Checker<'a> {
     catalog: Catalog<'a>,
-    tools: &'a ToolRegistry,
-    functions: Option<&'a FunctionRegistry>,
+    tools: &'a dyn KnownTools,
+    functions: Option<&'a dyn KnownFunctions>,
     problems: Vec<Problem>,
     shape: Vec<Problem>,
     /// Declared variable names; `None` when `variables` is unreadable (the schema says why).
@@ -839,11 +817,11 @@ impl<'a> Checker<'a> {
         let empty = Value::Object(Map::new());
         let arguments = self.template(arguments.unwrap_or(&empty), &at("arguments"), ctx);
         let name = function.as_str()?;
-        let known = self.functions.is_some_and(|f| f.contains(name));
+        let known = self.functions.is_some_and(|f| f.has_function(name));
         if !known {
             let names = self
                 .functions
-                .map(|f| f.list().into_iter().map(|f| f.name).collect::<Vec<_>>())
+                .map(|f| f.function_names())
                 .unwrap_or_default();
             self.problems.push(Problem::new(
                 at("function"),
@@ -866,8 +844,8 @@ impl<'a> Checker<'a> {
         let raw_args = input.get("arguments").unwrap_or(&empty);
         let arguments = self.template(raw_args, &at("arguments"), ctx);
         let tool = input.get("tool").and_then(Value::as_str)?;
-        if !self.tools.contains(tool) {
-            let known: Vec<String> = self.tools.list().into_iter().map(|t| t.name).collect();
+        if !self.tools.has_tool(tool) {
+            let known = self.tools.tool_names();
             self.problems.push(Problem::new(
                 at("tool"),
                 format!("unknown tool `{tool}`; known tools: {}", known.join(", ")),
@@ -876,11 +854,12 @@ impl<'a> Checker<'a> {
         }
         // Arguments with templates are only known at run time; the registry checks them then.
         // Literal ones are checked now, so a plan fails before it runs.
-        if arguments.as_ref().is_some_and(|a| !a.has_references())
-            && let Err(ToolError::InvalidArguments { errors, .. }) =
-                self.tools.validate(tool, raw_args)
-        {
-            for e in errors {
+        let problems = match &arguments {
+            Some(a) if !a.has_references() => self.tools.argument_problems(tool, raw_args),
+            _ => Vec::new(),
+        };
+        if !problems.is_empty() {
+            for e in problems {
                 self.problems.push(Problem::new(
                     format!("{}{}", at("arguments"), e.pointer),
                     e.message,

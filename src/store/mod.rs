@@ -42,27 +42,11 @@ pub use timeline::RunHistory;
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// The database behind a store, told by its URL's scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// `sqlite:` — one file, one orca process.
-    Sqlite,
-    /// `postgres://` or `postgresql://` — one database shared by any number of replicas.
-    Postgres,
-}
+/// The database behind a store (which one a URL names is the configuration's business:
+/// `database.url` is checked with [`Backend::of_url`] as it is loaded).
+pub use crate::config::Backend;
 
 impl Backend {
-    /// The backend a database URL names; None for any other scheme.
-    pub fn of_url(url: &str) -> Option<Backend> {
-        if url.starts_with("sqlite:") {
-            Some(Backend::Sqlite)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Some(Backend::Postgres)
-        } else {
-            None
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::Sqlite => "sqlite",

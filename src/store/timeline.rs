@@ -97,12 +97,8 @@ mod tests {
     use crate::domain::{Orchestration, Payload, RunStatus, StepKind, StepStatus, Usage};
     use crate::store::{Inserted, Record};
 
-    #[tokio::test]
-    async fn a_run_is_read_with_its_history_for_its_tenant_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
-        let store = Store::connect(&url, 2).await.unwrap();
-        let owner = Tenant("a".into());
+    /// A simple run of input `"x"`, running.
+    fn simple_run() -> (RunSpec, Run) {
         let spec = RunSpec {
             input: json!("x"),
             orchestration: Orchestration::Simple,
@@ -135,8 +131,18 @@ mod tests {
             started_at: None,
             finished_at: None,
         };
+        (spec, run)
+    }
+
+    /// A fresh store holding one run of `owner` with four events (two of them tokens) and one
+    /// step attempt; the directory holds the database.
+    async fn store_with_one_run(owner: &Tenant) -> (tempfile::TempDir, Store, RunId, StepAttempt) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
+        let store = Store::connect(&url, 2).await.unwrap();
+        let (spec, run) = simple_run();
         assert!(matches!(
-            store.insert_run(&owner, &run, &spec, None).await.unwrap(),
+            store.insert_run(owner, &run, &spec, None).await.unwrap(),
             Inserted::New
         ));
         let event = |seq: u64, payload: Payload| {
@@ -176,19 +182,22 @@ mod tests {
             .await
             .unwrap();
 
+        (dir, store, run.id, attempt)
+    }
+
+    #[tokio::test]
+    async fn a_run_is_read_with_its_history_for_its_tenant_only() {
+        let owner = Tenant("a".into());
+        let (_dir, store, id, attempt) = store_with_one_run(&owner).await;
         let history = store
-            .run_history(&owner, run.id, &[EventKind::Token])
+            .run_history(&owner, id, &[EventKind::Token])
             .await
             .unwrap()
             .expect("the owner reads it");
-        assert_eq!(history.run.id, run.id);
+        assert_eq!(history.run.id, id);
         let seqs: Vec<u64> = history.events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [1, 4], "tokens are skipped");
-        let all = store
-            .run_history(&owner, run.id, &[])
-            .await
-            .unwrap()
-            .unwrap();
+        let all = store.run_history(&owner, id, &[]).await.unwrap().unwrap();
         assert_eq!(all.events.len(), 4);
         assert_eq!(history.attempts.len(), 1);
         let read = &history.attempts[0];
@@ -197,13 +206,7 @@ mod tests {
         assert_eq!(read.step_id, attempt.step_id);
 
         let other = Tenant("b".into());
-        assert!(
-            store
-                .run_history(&other, run.id, &[])
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(store.run_history(&other, id, &[]).await.unwrap().is_none());
         let missing = RunId::new();
         assert!(
             store

@@ -11,6 +11,7 @@
 //! at the store every [`SHARED_POLL`], send the reader back to the store.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -212,96 +213,150 @@ impl EventHub {
                 hub: hub.clone(),
                 run,
             };
-            let (mut rx, mut elsewhere) = hub.subscribe_both(run);
-            let shared = hub.inner.store.shared();
-            // Cleared if the notice channel closes, so a closed one cannot spin the loop.
-            let mut notices_open = true;
-            let mut last = after;
-            // Replay, then follow; every time the live side cannot prove continuity, replay again.
-            loop {
-                loop {
-                    let page = match hub.inner.store.events_after(run, last, REPLAY_PAGE).await {
-                        Ok(p) => p,
-                        Err(e) => {
-                            let _ = tx.send(Err(e)).await;
-                            return;
-                        }
-                    };
-                    let n = page.len();
-                    for ev in page {
-                        last = ev.seq;
-                        let is_final = ev.kind == EventKind::Final;
-                        if tx.send(Ok(Arc::new(ev))).await.is_err() || is_final {
-                            return;
-                        }
-                    }
-                    if n < REPLAY_PAGE as usize {
-                        break;
-                    }
+            let mut follower = Follower::new(hub, run, after, stop, tx);
+            // Replay, then follow; every time the live side cannot prove continuity, replay
+            // again.
+            while follower.replay().await.is_continue() && follower.live().await.is_continue() {}
+        })
+    }
+}
+
+/// One reader of [`EventHub::follow`]: where it is (`last`, the seq it has been sent) and its
+/// two sources, the store and the live channels. Each phase answers `Break` when the stream
+/// is over (the reader left, `final` was sent, the run ended, or a store error was sent).
+struct Follower {
+    hub: EventHub,
+    run: RunId,
+    tx: mpsc::Sender<Result<Arc<Event>, store::Error>>,
+    stop: CancellationToken,
+    rx: broadcast::Receiver<Arc<Event>>,
+    elsewhere: watch::Receiver<u64>,
+    /// The database is shared with other replicas, which may write the run.
+    shared: bool,
+    /// Cleared if the notice channel closes, so a closed one cannot spin the loop.
+    notices_open: bool,
+    last: u64,
+}
+
+impl Follower {
+    fn new(
+        hub: EventHub,
+        run: RunId,
+        after: u64,
+        stop: CancellationToken,
+        tx: mpsc::Sender<Result<Arc<Event>, store::Error>>,
+    ) -> Follower {
+        let (rx, elsewhere) = hub.subscribe_both(run);
+        let shared = hub.inner.store.shared();
+        Follower {
+            hub,
+            run,
+            tx,
+            stop,
+            rx,
+            elsewhere,
+            shared,
+            notices_open: true,
+            last: after,
+        }
+    }
+
+    /// Sends the stored events after `last`, page by page; `Continue` when the run may still
+    /// have more to come (live).
+    async fn replay(&mut self) -> ControlFlow<()> {
+        let store = &self.hub.inner.store;
+        loop {
+            let page = match store.events_after(self.run, self.last, REPLAY_PAGE).await {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = self.tx.send(Err(e)).await;
+                    return ControlFlow::Break(());
                 }
-                // Replay ended without `final`. If the run already ended at or before `last`
-                // (a reader resuming after `final`, or one whose `after` is past the end), no
-                // live event will ever come: end now instead of sending keep-alives forever.
-                // A run that is gone (deleted) has nothing more to send either.
-                match hub.inner.store.run_tail(run).await {
-                    Ok(Some(tail)) if !tail.ended_by(last) => {}
-                    Ok(_) => return,
-                    Err(e) => {
-                        let _ = tx.send(Err(e)).await;
-                        return;
-                    }
-                }
-                loop {
-                    // On a shared database the run may be written by another replica: its
-                    // notices, or a look at the store now and then, send the reader back to
-                    // the store.
-                    let poll = async {
-                        if shared {
-                            tokio::time::sleep(SHARED_POLL).await
-                        } else {
-                            std::future::pending().await
-                        }
-                    };
-                    let next = tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tx.closed() => return,
-                        r = rx.recv() => r,
-                        changed = elsewhere.changed(), if shared && notices_open => {
-                            match changed {
-                                Ok(()) if *elsewhere.borrow_and_update() > last => break,
-                                Ok(()) => continue,
-                                Err(_) => {
-                                    notices_open = false;
-                                    continue;
-                                }
-                            }
-                        }
-                        () = poll => break,
-                    };
-                    match next {
-                        // `final` is always the last event: once it is broadcast nothing
-                        // follows, even when the reader asked for events past its seq.
-                        Ok(ev) if ev.seq <= last && ev.kind == EventKind::Final => return,
-                        Ok(ev) if ev.seq <= last => continue,
-                        Ok(ev) if ev.seq == last + 1 => {
-                            last = ev.seq;
-                            let is_final = ev.kind == EventKind::Final;
-                            if tx.send(Ok(ev)).await.is_err() || is_final {
-                                return;
-                            }
-                        }
-                        // A gap (we subscribed after it was broadcast) or a lag: everything
-                        // broadcast is already stored, so the store fills it in.
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(broadcast::error::RecvError::Closed) => {
-                            // The hub is gone (shutdown); give what the store has and stop.
-                            (rx, elsewhere) = hub.subscribe_both(run);
-                            break;
-                        }
-                    }
+            };
+            let n = page.len();
+            for ev in page {
+                self.last = ev.seq;
+                let is_final = ev.kind == EventKind::Final;
+                if self.tx.send(Ok(Arc::new(ev))).await.is_err() || is_final {
+                    return ControlFlow::Break(());
                 }
             }
-        })
+            if n < REPLAY_PAGE as usize {
+                break;
+            }
+        }
+        // Replay ended without `final`. If the run already ended at or before `last` (a
+        // reader resuming after `final`, or one whose `after` is past the end), no live event
+        // will ever come: end now instead of sending keep-alives forever. A run that is gone
+        // (deleted) has nothing more to send either.
+        match store.run_tail(self.run).await {
+            Ok(Some(tail)) if !tail.ended_by(self.last) => ControlFlow::Continue(()),
+            Ok(_) => ControlFlow::Break(()),
+            Err(e) => {
+                let _ = self.tx.send(Err(e)).await;
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// Sends live events while they follow `last` without a gap; `Continue` when the store
+    /// must fill in (a gap, a lag, another replica's notice, the shared database's poll).
+    async fn live(&mut self) -> ControlFlow<()> {
+        loop {
+            // On a shared database the run may be written by another replica: its notices,
+            // or a look at the store now and then, send the reader back to the store.
+            let shared = self.shared;
+            let poll = async {
+                if shared {
+                    tokio::time::sleep(SHARED_POLL).await
+                } else {
+                    std::future::pending().await
+                }
+            };
+            let next = tokio::select! {
+                _ = self.stop.cancelled() => return ControlFlow::Break(()),
+                _ = self.tx.closed() => return ControlFlow::Break(()),
+                r = self.rx.recv() => r,
+                changed = self.elsewhere.changed(), if shared && self.notices_open => {
+                    match changed {
+                        Ok(()) if *self.elsewhere.borrow_and_update() > self.last => {
+                            return ControlFlow::Continue(());
+                        }
+                        Ok(()) => continue,
+                        Err(_) => {
+                            self.notices_open = false;
+                            continue;
+                        }
+                    }
+                }
+                () = poll => return ControlFlow::Continue(()),
+            };
+            match next {
+                // `final` is always the last event: once it is broadcast nothing follows,
+                // even when the reader asked for events past its seq.
+                Ok(ev) if ev.seq <= self.last && ev.kind == EventKind::Final => {
+                    return ControlFlow::Break(());
+                }
+                Ok(ev) if ev.seq <= self.last => continue,
+                Ok(ev) if ev.seq == self.last + 1 => {
+                    self.last = ev.seq;
+                    let is_final = ev.kind == EventKind::Final;
+                    if self.tx.send(Ok(ev)).await.is_err() || is_final {
+                        return ControlFlow::Break(());
+                    }
+                }
+                // A gap (we subscribed after it was broadcast) or a lag: everything broadcast
+                // is already stored, so the store fills it in.
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    return ControlFlow::Continue(());
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    // The hub is gone (shutdown); give what the store has and stop.
+                    (self.rx, self.elsewhere) = self.hub.subscribe_both(self.run);
+                    return ControlFlow::Continue(());
+                }
+            }
+        }
     }
 }
 

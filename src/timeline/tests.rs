@@ -232,113 +232,133 @@ fn breakdown(
 use StepKind::{Llm, Parallel, Tool, UserInput};
 use WaitKind::{Backoff, HumanInput, Queue};
 
+/// The typical runs, each a fixture with what its timeline must say.
 fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            name: "a chain: one after the other",
-            run: Fixture::new()
-                .plan(6, 1, "initial")
-                .ran("a", Tool, 10, 30)
-                .ran("b", Tool, 35, 60)
-                .ran("c", Llm, 65, 100)
-                .finish(105),
-            // queue 1-5; tools 20 + 25; model 35.
-            breakdown: breakdown(105, [35, 45, 0, 0, 0, 4], 84),
-            critical_path: &["queue", "a#1", "b#1", "c#1"],
-            waits: &[(Queue, None, 1, 5)],
-        },
-        Case {
-            name: "a fan-out: parallel children counted once, the slower one on the path",
-            run: Fixture::new()
-                .ran("a", Tool, 10, 20)
-                .ran("p", Parallel, 20, 80)
-                .ran("p/x", Tool, 22, 50)
-                .ran("p/y", Tool, 22, 78)
-                .ran("p/w", Tool, 30, 40)
-                .ran("z", Llm, 85, 95)
-                .finish(100),
-            // tools: 10-20 and 22-78 (x, y and w overlap) = 10 + 56.
-            breakdown: breakdown(100, [10, 66, 0, 0, 0, 4], 80),
-            critical_path: &["queue", "a#1", "p/y#1", "z#1"],
-            waits: &[(Queue, None, 1, 5)],
-        },
-        Case {
-            name: "retries: backoff between attempts, tool calls held until the commit",
-            run: Fixture::new()
-                .attempt("flaky", Tool, 1, (10, Some(20)), StepStatus::Failed)
-                .attempt("flaky", Tool, 2, (50, Some(60)), StepStatus::Failed)
-                .attempt("flaky", Tool, 3, (120, Some(130)), StepStatus::Completed)
-                .step(10, "flaky", Tool, StepStatus::Running, 1, None)
-                // Everything else is released at the commit, in order.
-                .tool_call(131, "flaky")
-                .step(131, "flaky", Tool, StepStatus::Retrying, 1, Some(30))
-                .step(131, "flaky", Tool, StepStatus::Running, 2, None)
-                .tool_call(131, "flaky")
-                .step(131, "flaky", Tool, StepStatus::Retrying, 2, Some(60))
-                .step(131, "flaky", Tool, StepStatus::Running, 3, None)
-                .tool_call(131, "flaky")
-                .step(131, "flaky", Tool, StepStatus::Completed, 3, None)
-                .finish(135),
-            breakdown: breakdown(135, [0, 30, 0, 0, 90, 4], 124),
-            critical_path: &[
-                "queue",
-                "flaky#1",
-                "backoff(flaky#1)",
-                "flaky#2",
-                "backoff(flaky#2)",
-                "flaky#3",
-            ],
-            waits: &[
-                (Queue, None, 1, 5),
-                (Backoff, Some("flaky"), 20, 50),
-                (Backoff, Some("flaky"), 60, 120),
-            ],
-        },
-        Case {
-            name: "a human wait: from waiting_input to running",
-            run: Fixture::new()
-                .ran("prepare", Tool, 10, 20)
-                .attempt(
-                    "approve",
-                    UserInput,
-                    1,
-                    (22, Some(522)),
-                    StepStatus::Completed,
-                )
-                .step(22, "approve", UserInput, StepStatus::Running, 1, None)
-                .event(
-                    23,
-                    Some("approve"),
-                    InputRequiredData {
-                        step_id: "approve".into(),
-                        prompt: "ok?".into(),
-                        schema: None,
-                    },
-                )
-                .status(24, RunStatus::WaitingInput)
-                .status(520, RunStatus::Running)
-                .step(522, "approve", UserInput, StepStatus::Completed, 1, None)
-                .ran("publish", Tool, 525, 535)
-                .finish(540),
-            breakdown: breakdown(540, [0, 20, 0, 496, 0, 4], 520),
-            critical_path: &["queue", "prepare#1", "approve#1", "publish#1"],
-            waits: &[(Queue, None, 1, 5), (HumanInput, Some("approve"), 24, 520)],
-        },
-        Case {
-            name: "a simple run: model rounds and a tool call, all live",
-            run: Fixture::new()
-                .ran("llm-1", Llm, 6, 50)
-                .usage(49, "llm-1", 11, 3)
-                .ran("tool-1-1", Tool, 52, 80)
-                .tool_call(53, "tool-1-1")
-                .ran("llm-2", Llm, 82, 120)
-                .usage(119, "llm-2", 20, 2)
-                .finish(125),
-            breakdown: breakdown(125, [82, 28, 0, 0, 0, 4], 114),
-            critical_path: &["queue", "llm-1#1", "tool-1-1#1", "llm-2#1"],
-            waits: &[(Queue, None, 1, 5)],
-        },
-    ]
+    vec![chain(), fan_out(), retries(), human_wait(), simple_run()]
+}
+
+/// A chain: one after the other.
+fn chain() -> Case {
+    Case {
+        name: "a chain: one after the other",
+        run: Fixture::new()
+            .plan(6, 1, "initial")
+            .ran("a", Tool, 10, 30)
+            .ran("b", Tool, 35, 60)
+            .ran("c", Llm, 65, 100)
+            .finish(105),
+        // queue 1-5; tools 20 + 25; model 35.
+        breakdown: breakdown(105, [35, 45, 0, 0, 0, 4], 84),
+        critical_path: &["queue", "a#1", "b#1", "c#1"],
+        waits: &[(Queue, None, 1, 5)],
+    }
+}
+
+/// A fan-out: parallel children counted once, the slower one on the path.
+fn fan_out() -> Case {
+    Case {
+        name: "a fan-out: parallel children counted once, the slower one on the path",
+        run: Fixture::new()
+            .ran("a", Tool, 10, 20)
+            .ran("p", Parallel, 20, 80)
+            .ran("p/x", Tool, 22, 50)
+            .ran("p/y", Tool, 22, 78)
+            .ran("p/w", Tool, 30, 40)
+            .ran("z", Llm, 85, 95)
+            .finish(100),
+        // tools: 10-20 and 22-78 (x, y and w overlap) = 10 + 56.
+        breakdown: breakdown(100, [10, 66, 0, 0, 0, 4], 80),
+        critical_path: &["queue", "a#1", "p/y#1", "z#1"],
+        waits: &[(Queue, None, 1, 5)],
+    }
+}
+
+/// Retries: backoff between attempts, tool calls held until the commit.
+fn retries() -> Case {
+    Case {
+        name: "retries: backoff between attempts, tool calls held until the commit",
+        run: Fixture::new()
+            .attempt("flaky", Tool, 1, (10, Some(20)), StepStatus::Failed)
+            .attempt("flaky", Tool, 2, (50, Some(60)), StepStatus::Failed)
+            .attempt("flaky", Tool, 3, (120, Some(130)), StepStatus::Completed)
+            .step(10, "flaky", Tool, StepStatus::Running, 1, None)
+            // Everything else is released at the commit, in order.
+            .tool_call(131, "flaky")
+            .step(131, "flaky", Tool, StepStatus::Retrying, 1, Some(30))
+            .step(131, "flaky", Tool, StepStatus::Running, 2, None)
+            .tool_call(131, "flaky")
+            .step(131, "flaky", Tool, StepStatus::Retrying, 2, Some(60))
+            .step(131, "flaky", Tool, StepStatus::Running, 3, None)
+            .tool_call(131, "flaky")
+            .step(131, "flaky", Tool, StepStatus::Completed, 3, None)
+            .finish(135),
+        breakdown: breakdown(135, [0, 30, 0, 0, 90, 4], 124),
+        critical_path: &[
+            "queue",
+            "flaky#1",
+            "backoff(flaky#1)",
+            "flaky#2",
+            "backoff(flaky#2)",
+            "flaky#3",
+        ],
+        waits: &[
+            (Queue, None, 1, 5),
+            (Backoff, Some("flaky"), 20, 50),
+            (Backoff, Some("flaky"), 60, 120),
+        ],
+    }
+}
+
+/// A human wait: from `waiting_input` to `running`.
+fn human_wait() -> Case {
+    Case {
+        name: "a human wait: from waiting_input to running",
+        run: Fixture::new()
+            .ran("prepare", Tool, 10, 20)
+            .attempt(
+                "approve",
+                UserInput,
+                1,
+                (22, Some(522)),
+                StepStatus::Completed,
+            )
+            .step(22, "approve", UserInput, StepStatus::Running, 1, None)
+            .event(
+                23,
+                Some("approve"),
+                InputRequiredData {
+                    step_id: "approve".into(),
+                    prompt: "ok?".into(),
+                    schema: None,
+                },
+            )
+            .status(24, RunStatus::WaitingInput)
+            .status(520, RunStatus::Running)
+            .step(522, "approve", UserInput, StepStatus::Completed, 1, None)
+            .ran("publish", Tool, 525, 535)
+            .finish(540),
+        breakdown: breakdown(540, [0, 20, 0, 496, 0, 4], 520),
+        critical_path: &["queue", "prepare#1", "approve#1", "publish#1"],
+        waits: &[(Queue, None, 1, 5), (HumanInput, Some("approve"), 24, 520)],
+    }
+}
+
+/// A simple run: model rounds and a tool call, all live.
+fn simple_run() -> Case {
+    Case {
+        name: "a simple run: model rounds and a tool call, all live",
+        run: Fixture::new()
+            .ran("llm-1", Llm, 6, 50)
+            .usage(49, "llm-1", 11, 3)
+            .ran("tool-1-1", Tool, 52, 80)
+            .tool_call(53, "tool-1-1")
+            .ran("llm-2", Llm, 82, 120)
+            .usage(119, "llm-2", 20, 2)
+            .finish(125),
+        breakdown: breakdown(125, [82, 28, 0, 0, 0, 4], 114),
+        critical_path: &["queue", "llm-1#1", "tool-1-1#1", "llm-2#1"],
+        waits: &[(Queue, None, 1, 5)],
+    }
 }
 
 #[test]
@@ -374,14 +394,14 @@ fn timelines_of_typical_runs() {
 
 #[test]
 fn spans_know_their_parents_and_carry_their_own_counts() {
-    let fan_out = &cases()[1];
+    let fan_out = &fan_out();
     let t = fan_out.run.timeline();
     assert_eq!(span(&t, "p/x#1").parent.as_deref(), Some("p#1"));
     assert_eq!(span(&t, "p/y#1").path, Some(StepPath::top("p")));
     assert_eq!(span(&t, "p#1").parent, None);
     assert_eq!(span(&t, "a#1").kind, Tool);
 
-    let simple = &cases()[4];
+    let simple = &simple_run();
     let t = simple.run.timeline();
     let llm1 = span(&t, "llm-1#1");
     assert_eq!(
@@ -416,7 +436,7 @@ fn spans_know_their_parents_and_carry_their_own_counts() {
     );
 
     // Held tool calls go to the attempt their step event closed, not to the last one.
-    let retries = &cases()[2];
+    let retries = &retries();
     let t = retries.run.timeline();
     for id in ["flaky#1", "flaky#2", "flaky#3"] {
         assert_eq!(span(&t, id).tool_calls, 1, "{id}");
@@ -427,111 +447,34 @@ fn spans_know_their_parents_and_carry_their_own_counts() {
     assert_eq!(t.totals.steps, 1);
     assert_eq!(t.waits[1].span.as_deref(), Some("flaky#1"));
 
-    let human = &cases()[3];
+    let human = &human_wait();
     let t = human.run.timeline();
     assert_eq!(t.waits[1].span.as_deref(), Some("approve#1"));
 }
 
 #[test]
 fn loop_iterations_keep_their_own_parents_and_counts() {
+    use StepKind::{Loop, Sequential};
+    use StepStatus::{Completed, Running};
     // A loop inside `outer` runs `inner` twice; the children's events are held until `outer`
     // commits, so only their order tells the iterations apart.
+    let (each_0, each_1) = ("outer/each[0]/inner", "outer/each[1]/inner");
     let run = Fixture::new()
-        .attempt(
-            "outer",
-            StepKind::Sequential,
-            1,
-            (10, Some(60)),
-            StepStatus::Completed,
-        )
-        .attempt(
-            "outer/each",
-            StepKind::Loop,
-            1,
-            (11, Some(59)),
-            StepStatus::Completed,
-        )
-        .attempt(
-            "outer/each[0]/inner",
-            Tool,
-            1,
-            (12, Some(30)),
-            StepStatus::Completed,
-        )
-        .attempt(
-            "outer/each[1]/inner",
-            Tool,
-            1,
-            (31, Some(58)),
-            StepStatus::Completed,
-        )
-        .step(
-            10,
-            "outer",
-            StepKind::Sequential,
-            StepStatus::Running,
-            1,
-            None,
-        )
-        .step(
-            61,
-            "outer/each",
-            StepKind::Loop,
-            StepStatus::Running,
-            1,
-            None,
-        )
-        .step(
-            61,
-            "outer/each[0]/inner",
-            Tool,
-            StepStatus::Running,
-            1,
-            None,
-        )
+        .attempt("outer", Sequential, 1, (10, Some(60)), Completed)
+        .attempt("outer/each", Loop, 1, (11, Some(59)), Completed)
+        .attempt(each_0, Tool, 1, (12, Some(30)), Completed)
+        .attempt(each_1, Tool, 1, (31, Some(58)), Completed)
+        .step(10, "outer", Sequential, Running, 1, None)
+        .step(61, "outer/each", Loop, Running, 1, None)
+        .step(61, each_0, Tool, Running, 1, None)
         .tool_call(61, "inner")
-        .step(
-            61,
-            "outer/each[0]/inner",
-            Tool,
-            StepStatus::Completed,
-            1,
-            None,
-        )
-        .step(
-            61,
-            "outer/each[1]/inner",
-            Tool,
-            StepStatus::Running,
-            1,
-            None,
-        )
+        .step(61, each_0, Tool, Completed, 1, None)
+        .step(61, each_1, Tool, Running, 1, None)
         .tool_call(61, "inner")
         .tool_call(61, "inner")
-        .step(
-            61,
-            "outer/each[1]/inner",
-            Tool,
-            StepStatus::Completed,
-            1,
-            None,
-        )
-        .step(
-            61,
-            "outer/each",
-            StepKind::Loop,
-            StepStatus::Completed,
-            1,
-            None,
-        )
-        .step(
-            61,
-            "outer",
-            StepKind::Sequential,
-            StepStatus::Completed,
-            1,
-            None,
-        )
+        .step(61, each_1, Tool, Completed, 1, None)
+        .step(61, "outer/each", Loop, Completed, 1, None)
+        .step(61, "outer", Sequential, Completed, 1, None)
         .finish(62);
     let t = run.timeline();
     let first = span(&t, "outer/each[0]/inner#1");
@@ -697,7 +640,7 @@ fn ids_stay_unique_when_a_number_repeats_across_plan_versions() {
 
 #[test]
 fn events_out_of_order_and_unreadable_data_are_tolerated() {
-    let mut run = cases().remove(4).run;
+    let mut run = simple_run().run;
     run.events.reverse();
     run.events.push(Event {
         seq: 999,

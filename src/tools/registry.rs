@@ -21,7 +21,8 @@ use super::clock::ClockNow;
 use super::fs::FsRead;
 use super::math::Calculate;
 use super::{ArgumentError, Tool, ToolError};
-use crate::schema::{truncate, violations};
+use crate::plan::KnownTools;
+use crate::schema::{SchemaViolation, json_type_name, truncate, violations};
 
 /// What `GET /v1/tools` lists for one tool.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
@@ -201,6 +202,31 @@ impl ToolRegistry {
     }
 }
 
+/// What plan validation asks of the tools: the names, and literal arguments checked exactly
+/// as a call would check them.
+impl KnownTools for ToolRegistry {
+    fn has_tool(&self, name: &str) -> bool {
+        self.contains(name)
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        self.list().into_iter().map(|t| t.name).collect()
+    }
+
+    fn argument_problems(&self, name: &str, arguments: &Value) -> Vec<SchemaViolation> {
+        match self.validate(name, arguments) {
+            Err(ToolError::InvalidArguments { errors, .. }) => errors
+                .into_iter()
+                .map(|e| SchemaViolation {
+                    pointer: e.pointer,
+                    message: e.message,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl Entry {
     fn validate(&self, args: &Value) -> Result<(), ToolError> {
         let invalid = |errors| ToolError::InvalidArguments {
@@ -246,18 +272,6 @@ pub(crate) fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result
             message: truncate(e.to_string()),
         }],
     })
-}
-
-/// "a string", "an object"…: a JSON value's type as error messages name it.
-pub(crate) fn json_type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ mod agents;
 mod agui;
 mod anthropic;
 mod api_errors;
+mod architecture;
 mod cli;
 mod connections;
 mod console;

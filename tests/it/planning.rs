@@ -1,7 +1,7 @@
 //! Planning and its parts, over HTTP: named LLM functions, the planner, the re-planner, the
 //! auto selector. The model side is the scripted OpenAI-compatible server.
 
-use orca::functions::FunctionConfig;
+use orca::config::FunctionConfig;
 use serde_json::{Value, json};
 
 use crate::support::scripted_llm::{Reply, ScriptedLlm};

@@ -41,7 +41,7 @@ pub struct Replanned {
     pub change: PlanChange,
 }
 
-/// What the replanner answers (see [`functions::replan_schema`]).
+/// What the replanner answers (see [`plan::schema::replan_schema`]).
 #[derive(Deserialize)]
 struct Answer {
     strategy: Strategy,

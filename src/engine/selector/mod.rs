@@ -21,8 +21,6 @@
 //! executor starts, so a run resumed after a restart runs what was chosen and never asks
 //! again; and it is announced on the `running` status event (`selected`).
 
-pub mod rules;
-
 use serde_json::{Value, json};
 
 use crate::config::SelectorConfig;
@@ -40,7 +38,9 @@ use super::model::structured;
 use super::simple::input_text;
 use super::sink::EventSink;
 
-pub use rules::{ConfigProblem, Hit, REQUEST_PLAN, REQUEST_WORKFLOW, Rule, Target};
+pub use crate::config::selector::{
+    ConfigProblem, Hit, REQUEST_PLAN, REQUEST_WORKFLOW, Rule, Target,
+};
 
 /// The step the model's selection is recorded as.
 pub const SELECTOR_STEP: &str = "selector";
@@ -60,8 +60,8 @@ impl Selector {
     /// unknown orchestrations, rules without a matcher or a target).
     pub fn from_config(config: &SelectorConfig) -> Result<Selector, ConfigProblem> {
         Ok(Selector {
-            default: rules::default_of(config)?,
-            rules: rules::compile(config)?,
+            default: crate::config::selector::default_of(config)?,
+            rules: crate::config::selector::compile(config)?,
             use_llm: config.use_llm,
         })
     }

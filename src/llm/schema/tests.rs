@@ -239,11 +239,11 @@ fn the_replan_schema_projects_into_the_strict_subset_and_back() {
         "completes_task": true,
         "plan": {"steps": [{"id": "s", "kind": "llm", "input": {"prompt": "again"}}]}
     });
-    let projection = round_trip(&crate::functions::replan_schema(), &answer);
+    let projection = round_trip(&crate::plan::schema::replan_schema(), &answer);
     assert!(projection.faithful, "{:#?}", projection.changes);
     let restored = json!({"strategy": "restore", "reason": "r", "completes_task": false, "restore_version": 1,
         "plan": {"steps": [{"id": "s", "kind": "wait", "input": {"duration_ms": 5}}]}});
-    round_trip(&crate::functions::replan_schema(), &restored);
+    round_trip(&crate::plan::schema::replan_schema(), &restored);
 }
 
 #[test]

@@ -27,13 +27,9 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// One operator allowance: a host name (any port, or one), an IP literal with a port, or a
-/// network in CIDR notation.
-#[derive(Debug, Clone, PartialEq)]
-enum Allowed {
-    Host(String, Option<u16>),
-    Net(IpAddr, u8),
-}
+/// The entries of `tools.http_allow` are parsed by the configuration, which checks them as
+/// it loads; what they allow is decided here.
+use crate::config::HttpAllowed as Allowed;
 
 /// The operator's policy (`tools.http_allow`, `tools.http_allow_private`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -47,7 +43,7 @@ impl Destinations {
     pub fn new(allow_private: bool, allow: &[String]) -> Result<Destinations, String> {
         let allow = allow
             .iter()
-            .map(|a| parse_allowed(a))
+            .map(|a| Allowed::parse(a))
             .collect::<Result<_, _>>()?;
         Ok(Destinations {
             allow_private,
@@ -139,46 +135,6 @@ impl Destinations {
             None => Ok(()),
         }
     }
-}
-
-fn parse_allowed(text: &str) -> Result<Allowed, String> {
-    let t = text.trim().to_ascii_lowercase();
-    if let Some((net, bits)) = t.split_once('/') {
-        let net: IpAddr = net
-            .parse()
-            .map_err(|_| format!("`{text}`: not a network"))?;
-        let max = if net.is_ipv4() { 32 } else { 128 };
-        let bits: u8 = bits
-            .parse()
-            .ok()
-            .filter(|b| *b <= max)
-            .ok_or_else(|| format!("`{text}`: bad prefix length"))?;
-        return Ok(Allowed::Net(net, bits));
-    }
-    if let Ok(ip) = t.parse::<IpAddr>() {
-        return Ok(Allowed::Host(ip.to_string(), None));
-    }
-    if let Ok(sock) = t.parse::<SocketAddr>() {
-        return Ok(Allowed::Host(sock.ip().to_string(), Some(sock.port())));
-    }
-    let (host, port) = match t.rsplit_once(':') {
-        Some((h, p)) => (
-            h,
-            Some(
-                p.parse::<u16>()
-                    .map_err(|_| format!("`{text}`: bad port"))?,
-            ),
-        ),
-        None => (t.as_str(), None),
-    };
-    let valid = !host.is_empty()
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-    if !valid {
-        return Err(format!("`{text}`: not a host, host:port or network"));
-    }
-    Ok(Allowed::Host(host.trim_end_matches('.').to_owned(), port))
 }
 
 fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {

@@ -393,11 +393,22 @@ mod tests {
         serde_json::to_value(build(&request).0).unwrap()
     }
 
+    /// A `tool_use` block for a call of `clock_now` with no arguments.
+    fn clock_call(id: &str) -> Value {
+        json!({"type": "tool_use", "id": id, "name": "clock_now", "input": {}})
+    }
+
+    /// Checks each (case, conversation, the `messages` it becomes).
+    fn assert_turns(cases: Vec<(&str, Vec<Message>, Value)>) {
+        for (case, messages, want) in cases {
+            assert_eq!(body(messages)["messages"], want, "{case}");
+        }
+    }
+
+    /// Roles alternate, starting with the user, with no empty turns.
     #[test]
     fn conversations_become_alternating_turns() {
-        let tool_use =
-            |id: &str| json!({"type": "tool_use", "id": id, "name": "clock_now", "input": {}});
-        let cases = [
+        assert_turns(vec![
             (
                 "system messages are lifted out; same-role messages merge",
                 vec![
@@ -414,6 +425,22 @@ mod tests {
                     {"type": "text", "text": "one"}, {"type": "text", "text": "two"}]}]),
             ),
             (
+                "a conversation starting with the assistant gets an opening; empty turns vanish",
+                vec![assistant("Hello.", &[]), user(" "), user("hi")],
+                json!([
+                    {"role": "user", "content": [{"type": "text", "text": OPENING}]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
+                    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                ]),
+            ),
+        ]);
+    }
+
+    /// Tool calls and their results pair up across turns.
+    #[test]
+    fn every_tool_call_is_answered_in_the_next_turn() {
+        assert_turns(vec![
+            (
                 "no empty text block next to tool calls; invalid arguments become {}",
                 vec![
                     user("time?"),
@@ -424,7 +451,7 @@ mod tests {
                 ],
                 json!([
                     {"role": "user", "content": [{"type": "text", "text": "time?"}]},
-                    {"role": "assistant", "content": [tool_use("c1"), tool_use("c2")]},
+                    {"role": "assistant", "content": [clock_call("c1"), clock_call("c2")]},
                     {"role": "user", "content": [
                         {"type": "tool_result", "tool_use_id": "c1", "content": "09:30"},
                         {"type": "tool_result", "tool_use_id": "c2", "content": "09:31"},
@@ -451,15 +478,6 @@ mod tests {
                 ]),
             ),
             (
-                "a conversation starting with the assistant gets an opening; empty turns vanish",
-                vec![assistant("Hello.", &[]), user(" "), user("hi")],
-                json!([
-                    {"role": "user", "content": [{"type": "text", "text": OPENING}]},
-                    {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
-                    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                ]),
-            ),
-            (
                 "an unanswered call gets an error result; an orphan result becomes text",
                 vec![
                     user("go"),
@@ -468,7 +486,7 @@ mod tests {
                 ],
                 json!([
                     {"role": "user", "content": [{"type": "text", "text": "go"}]},
-                    {"role": "assistant", "content": [tool_use("c1")]},
+                    {"role": "assistant", "content": [clock_call("c1")]},
                     {"role": "user", "content": [
                         {"type": "tool_result", "tool_use_id": "c1", "content": NO_RESULT,
                          "is_error": true},
@@ -480,16 +498,17 @@ mod tests {
                 vec![user("go"), assistant("", &[("c1", "{}")])],
                 json!([
                     {"role": "user", "content": [{"type": "text", "text": "go"}]},
-                    {"role": "assistant", "content": [tool_use("c1")]},
+                    {"role": "assistant", "content": [clock_call("c1")]},
                     {"role": "user", "content": [
                         {"type": "tool_result", "tool_use_id": "c1", "content": NO_RESULT,
                          "is_error": true}]},
                 ]),
             ),
-        ];
-        for (case, messages, want) in cases {
-            assert_eq!(body(messages)["messages"], want, "{case}");
-        }
+        ]);
+    }
+
+    #[test]
+    fn system_messages_join_into_the_system_field() {
         let lifted = body(vec![
             Message::System {
                 content: "be brief".into(),

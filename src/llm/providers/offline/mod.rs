@@ -453,6 +453,7 @@ pub fn example_value(schema: &Value) -> Value {
     example_at(schema, schema, 0)
 }
 
+/// [`example_value`] for `schema`, found `depth` references or branches below `root`.
 fn example_at(root: &Value, schema: &Value, depth: usize) -> Value {
     let Some(obj) = schema.as_object() else {
         // `true` (or a missing schema) accepts anything.
@@ -469,24 +470,7 @@ fn example_at(root: &Value, schema: &Value, depth: usize) -> Value {
     {
         return example_at(root, target, depth + 1);
     }
-    if let Some(v) = obj.get("const") {
-        return v.clone();
-    }
-    if let Some(v) = obj
-        .get("enum")
-        .and_then(Value::as_array)
-        .and_then(|e| e.first())
-    {
-        return v.clone();
-    }
-    if let Some(v) = obj.get("default") {
-        return v.clone();
-    }
-    if let Some(v) = obj
-        .get("examples")
-        .and_then(Value::as_array)
-        .and_then(|e| e.first())
-    {
+    if let Some(v) = given_example(obj) {
         return v.clone();
     }
     for key in ["anyOf", "oneOf"] {
@@ -510,8 +494,34 @@ fn example_at(root: &Value, schema: &Value, depth: usize) -> Value {
             return Value::Object(merged);
         }
     }
+    match schema_type(obj) {
+        "object" => object_example(root, obj, depth),
+        "array" => array_example(root, obj, depth),
+        "string" => string_example(obj),
+        "integer" | "number" => number_example(obj),
+        "boolean" => Value::Bool(false),
+        _ => Value::Null,
+    }
+}
 
-    let type_name = match obj.get("type") {
+/// A value the schema names itself: `const`, the first of `enum`, `default`, the first of
+/// `examples` (in that order).
+fn given_example(obj: &Map<String, Value>) -> Option<&Value> {
+    let first = |key| {
+        obj.get(key)
+            .and_then(Value::as_array)
+            .and_then(|e| e.first())
+    };
+    obj.get("const")
+        .or_else(|| first("enum"))
+        .or_else(|| obj.get("default"))
+        .or_else(|| first("examples"))
+}
+
+/// The type an example is made for: `type` (of several, the first that is not `null`), else
+/// what `properties` or `items` imply.
+fn schema_type(obj: &Map<String, Value>) -> &str {
+    match obj.get("type") {
         Some(Value::String(t)) => t.as_str(),
         // `["string", "null"]`: the first non-null type.
         Some(Value::Array(types)) => types
@@ -522,62 +532,68 @@ fn example_at(root: &Value, schema: &Value, depth: usize) -> Value {
         _ if obj.contains_key("properties") => "object",
         _ if obj.contains_key("items") => "array",
         _ => "null",
-    };
-    match type_name {
-        "object" => {
-            let properties = obj.get("properties").and_then(Value::as_object);
-            let mut out = Map::new();
-            for name in obj
-                .get("required")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
-                let property = properties.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
-                out.insert(name.to_owned(), example_at(root, property, depth + 1));
-            }
-            Value::Object(out)
-        }
-        "array" => {
-            let count = obj
-                .get("minItems")
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-                .min(16);
-            let items = obj.get("items").unwrap_or(&Value::Null);
-            Value::Array(
-                (0..count)
-                    .map(|_| example_at(root, items, depth + 1))
-                    .collect(),
-            )
-        }
-        "string" => {
-            let format = obj.get("format").and_then(Value::as_str);
-            let sample = match format {
-                Some("date-time") => "1970-01-01T00:00:00Z",
-                Some("date") => "1970-01-01",
-                Some("uuid") => "00000000-0000-0000-0000-000000000000",
-                Some("email") => "user@example.com",
-                Some("uri") => "https://example.com",
-                _ => "",
-            };
-            let min = obj.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
-            let padding = min.saturating_sub(sample.chars().count()).min(1024);
-            Value::String(format!("{sample}{}", "x".repeat(padding)))
-        }
-        "integer" | "number" => {
-            let bound = |key| obj.get(key).and_then(Value::as_f64);
-            let value = match (bound("minimum"), bound("exclusiveMinimum")) {
-                (Some(min), _) if min > 0.0 => min.ceil(),
-                (_, Some(min)) if min >= 0.0 => min.floor() + 1.0,
-                _ => 0.0,
-            };
-            json!(value as i64)
-        }
-        "boolean" => Value::Bool(false),
-        _ => Value::Null,
     }
+}
+
+/// The required properties, each with its own example.
+fn object_example(root: &Value, obj: &Map<String, Value>, depth: usize) -> Value {
+    let properties = obj.get("properties").and_then(Value::as_object);
+    let mut out = Map::new();
+    for name in obj
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        let property = properties.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
+        out.insert(name.to_owned(), example_at(root, property, depth + 1));
+    }
+    Value::Object(out)
+}
+
+/// `minItems` items (at most 16), each the example of `items`.
+fn array_example(root: &Value, obj: &Map<String, Value>, depth: usize) -> Value {
+    let count = obj
+        .get("minItems")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        .min(16);
+    let items = obj.get("items").unwrap_or(&Value::Null);
+    Value::Array(
+        (0..count)
+            .map(|_| example_at(root, items, depth + 1))
+            .collect(),
+    )
+}
+
+/// A sample of the `format` when it has one, padded with `x` to `minLength` (at most 1024
+/// more characters).
+fn string_example(obj: &Map<String, Value>) -> Value {
+    let format = obj.get("format").and_then(Value::as_str);
+    let sample = match format {
+        Some("date-time") => "1970-01-01T00:00:00Z",
+        Some("date") => "1970-01-01",
+        Some("uuid") => "00000000-0000-0000-0000-000000000000",
+        Some("email") => "user@example.com",
+        Some("uri") => "https://example.com",
+        _ => "",
+    };
+    let min = obj.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let padding = min.saturating_sub(sample.chars().count()).min(1024);
+    Value::String(format!("{sample}{}", "x".repeat(padding)))
+}
+
+/// The smallest whole number the bounds allow from 0 up: 0, or a positive `minimum` rounded
+/// up, or one past a non-negative `exclusiveMinimum`.
+fn number_example(obj: &Map<String, Value>) -> Value {
+    let bound = |key| obj.get(key).and_then(Value::as_f64);
+    let value = match (bound("minimum"), bound("exclusiveMinimum")) {
+        (Some(min), _) if min > 0.0 => min.ceil(),
+        (_, Some(min)) if min >= 0.0 => min.floor() + 1.0,
+        _ => 0.0,
+    };
+    json!(value as i64)
 }
 
 /// Text cut after each run of whitespace, so each word (with its trailing space) is one delta

@@ -1,9 +1,11 @@
-//! The rules half of the auto selector: `[selector]` checked and compiled once, at start, and
-//! matched against a run's input text. Pure: no IO, nothing about runs.
+//! `[selector]` checked and compiled: the default orchestration and the rules, each matched
+//! against a run's input text. The configuration checks it as it loads (every problem names
+//! its key); the auto selector (`engine::selector`) compiles it once at start and decides
+//! with it. Pure: no IO, nothing about runs.
 
 use regex::Regex;
 
-use crate::config::{SelectorConfig, SelectorRuleConfig};
+use super::{SelectorConfig, SelectorRuleConfig};
 use crate::domain::Orchestration;
 
 /// What a rule decides when it matches.
@@ -168,7 +170,7 @@ fn compile_one(given: &SelectorRuleConfig) -> Result<Rule, (&'static str, String
     let target = match (&given.orchestration, &given.workflow) {
         (Some(o), None) => Target::Orchestration(nameable(o).map_err(|m| (".orchestration", m))?),
         (None, Some(w)) => {
-            crate::workflows::check_name(w).map_err(|m| (".workflow", m))?;
+            crate::domain::ids::check_name(w).map_err(|m| (".workflow", m))?;
             Target::Workflow(w.clone())
         }
         _ => {

@@ -1,0 +1,553 @@
+//! The crate's shape, held by reading `src/` as Rust (`syn`): the floors (no module imports
+//! from a floor above its own, and the graph of top-level modules has no cycle) and the
+//! length of functions (none over [`MAX_FN_LINES`]).
+//!
+//! The module tree is followed from `src/lib.rs` through its `mod` declarations (honouring
+//! `#[path]`), so every file is read as the module it is; a file under `src/` the tree never
+//! reaches is reported too, since neither rule would see it. `src/main.rs` and `src/cli/`
+//! belong to the binary and are not read.
+//!
+//! Test code is held to the same floors: a `#[cfg(test)] mod tests` or a `tests.rs` imports
+//! what its module may import, so a module's tests never tie it to a module above it.
+//!
+//! References counted: `use` items (`use crate::…`, `use super::…` leaving the module) and
+//! every path in items, types, expressions and patterns (`crate::x::f()`), including paths
+//! written inside macro invocations (`format!`, `matches!`, …). Doc comments are text, not
+//! references.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::visit::{self, Visit};
+
+/// The floors, lowest first. A module may import from strictly lower floors, and from
+/// siblings on its own floor as long as the module graph stays acyclic. ARCHITECTURE.md
+/// ("Floors", under "Target layout") has the same table.
+const FLOORS: &[(&str, u8)] = &[
+    // Vocabulary: ids, runs, plans, events, error codes; "did you mean".
+    ("domain", 0),
+    ("suggest", 0),
+    // Pure computations over the vocabulary.
+    ("schema", 1),
+    ("timeline", 1),
+    ("metrics", 1),
+    // Data and its validation: plans (against a `plan::Catalog`), configuration.
+    ("plan", 2),
+    ("config", 2),
+    // What runs are made of: storage, models, tools, traces.
+    ("store", 3),
+    ("llm", 3),
+    ("tools", 3),
+    ("telemetry", 3),
+    // The registries built from them.
+    ("functions", 4),
+    ("workflows", 4),
+    ("agents", 4),
+    // Event hub and retention sweeper.
+    ("stream", 5),
+    ("retention", 5),
+    ("engine", 6),
+    ("api", 7),
+    ("app", 8),
+];
+
+/// The longest a function in `src/` may be, from its signature line to its closing brace.
+const MAX_FN_LINES: usize = 100;
+
+/// Functions allowed past [`MAX_FN_LINES`]: (file, function name).
+const LONG_FN_EXCEPTIONS: &[(&str, &str)] = &[
+    // issue 28: moves into engine::intake
+    ("src/api/runs.rs", "validate_run"),
+];
+
+#[test]
+fn no_import_runs_up_a_floor_and_modules_form_no_cycle() {
+    let files = crate_files();
+    let floors: BTreeMap<&str, u8> = FLOORS.iter().copied().collect();
+    let mut problems = Vec::new();
+    let mut graph: BTreeMap<String, BTreeMap<String, Reference>> = BTreeMap::new();
+
+    for file in &files {
+        let Some(from) = file.module.first() else {
+            continue; // lib.rs: only declares modules
+        };
+        if !floors.contains_key(from.as_str()) {
+            problems.push(format!(
+                "{}: module `{from}` has no floor; add it to FLOORS in tests/it/architecture.rs \
+                 and to ARCHITECTURE.md",
+                file.display
+            ));
+            continue;
+        }
+        for reference in references(file) {
+            if reference.target == *from {
+                continue;
+            }
+            let Some(&to_floor) = floors.get(reference.target.as_str()) else {
+                problems.push(format!(
+                    "{}:{}: `crate::{}` is not a module with a floor",
+                    file.display, reference.line, reference.target
+                ));
+                continue;
+            };
+            let from_floor = floors[from.as_str()];
+            if to_floor > from_floor {
+                problems.push(format!(
+                    "{}:{}: {from} (floor {from_floor}) -> {} (floor {to_floor}) runs up a floor",
+                    file.display, reference.line, reference.target
+                ));
+            }
+            graph
+                .entry(from.clone())
+                .or_default()
+                .entry(reference.target.clone())
+                .or_insert(reference);
+        }
+    }
+    if let Some(cycle) = find_cycle(&graph) {
+        let mut message = format!("the module graph has a cycle: {}", cycle.join(" -> "));
+        for pair in cycle.windows(2) {
+            let reference = &graph[&pair[0]][&pair[1]];
+            let _ = write!(
+                message,
+                "\n    {} -> {}: first at {}:{}",
+                pair[0], pair[1], reference.file, reference.line
+            );
+        }
+        problems.push(message);
+    }
+    assert!(
+        problems.is_empty(),
+        "{} import(s) break the floors (ARCHITECTURE.md, \"Floors\" under \"Target layout\"):\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn no_function_is_longer_than_100_lines() {
+    let mut offenders = Vec::new();
+    let mut exceptions_seen = BTreeSet::new();
+    for file in crate_files() {
+        let mut lengths = FnLengths::default();
+        lengths.visit_file(&file.syntax);
+        for (name, line, length) in lengths.found {
+            if length <= MAX_FN_LINES {
+                continue;
+            }
+            if LONG_FN_EXCEPTIONS.contains(&(file.display.as_str(), name.as_str())) {
+                exceptions_seen.insert((file.display.clone(), name));
+                continue;
+            }
+            offenders.push(format!(
+                "{}:{line}: fn {name} is {length} lines",
+                file.display
+            ));
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "{} function(s) longer than {MAX_FN_LINES} lines (split them into named steps):\n  {}",
+        offenders.len(),
+        offenders.join("\n  ")
+    );
+    for (file, name) in LONG_FN_EXCEPTIONS {
+        assert!(
+            exceptions_seen.contains(&(file.to_string(), name.to_string())),
+            "{file}: fn {name} is listed in LONG_FN_EXCEPTIONS but is no longer over \
+             {MAX_FN_LINES} lines (or no longer exists); remove the exception"
+        );
+    }
+}
+
+/// One file of the library, read as the module it is.
+struct SourceFile {
+    /// Path relative to the crate root, as messages show it (`src/plan/validate.rs`).
+    display: String,
+    /// Its module path below the crate root (`["plan", "validate"]`); empty for `lib.rs`.
+    module: Vec<String>,
+    syntax: syn::File,
+}
+
+/// Every file of the library's module tree, from `src/lib.rs`; fails on a file under `src/`
+/// that the tree does not reach (other than `main.rs` and `cli/`, the binary's).
+fn crate_files() -> Vec<SourceFile> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    read_module(root, &root.join("src/lib.rs"), Vec::new(), &mut files);
+
+    let reached: BTreeSet<String> = files.iter().map(|f| f.display.clone()).collect();
+    let mut on_disk = Vec::new();
+    rust_files_under(&root.join("src"), &mut on_disk);
+    let unreached: Vec<String> = on_disk
+        .iter()
+        .map(|path| relative(root, path))
+        .filter(|path| path != "src/main.rs" && !path.starts_with("src/cli/"))
+        .filter(|path| !reached.contains(path))
+        .collect();
+    assert!(
+        unreached.is_empty(),
+        "files under src/ that no `mod` declaration reaches: {unreached:?}"
+    );
+    files
+}
+
+/// Reads the file of module `module` and, recursively, the files of the modules it declares.
+fn read_module(root: &Path, path: &Path, module: Vec<String>, files: &mut Vec<SourceFile>) {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let syntax =
+        syn::parse_file(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+    // Where this module's children live: `src/a/b.rs` and `src/a/b/mod.rs` both keep theirs
+    // in `src/a/b/`; `lib.rs` and `mod.rs` in their own directory.
+    let owns_directory = matches!(
+        path.file_name().and_then(|n| n.to_str()),
+        Some("lib.rs" | "mod.rs")
+    );
+    let directory = if owns_directory {
+        path.parent().unwrap().to_path_buf()
+    } else {
+        path.with_extension("")
+    };
+    let mut declared = Vec::new();
+    let file_directory = path.parent().unwrap();
+    collect_mod_files(
+        &syntax.items,
+        &directory,
+        file_directory,
+        &module,
+        &mut declared,
+    );
+    files.push(SourceFile {
+        display: relative(root, path),
+        module,
+        syntax,
+    });
+    for (child_path, child_module) in declared {
+        read_module(root, &child_path, child_module, files);
+    }
+}
+
+/// The `mod x;` declarations among `items` (inline `mod x { … }` searched too), with the file
+/// each one names and its module path. `directory` is where the children's files are looked
+/// for, `path_base` what a `#[path]` is relative to (the file's own directory at its top
+/// level, the children's directory inside an inline module).
+fn collect_mod_files(
+    items: &[syn::Item],
+    directory: &Path,
+    path_base: &Path,
+    module: &[String],
+    out: &mut Vec<(PathBuf, Vec<String>)>,
+) {
+    for item in items {
+        let syn::Item::Mod(item) = item else { continue };
+        let name = item.ident.to_string();
+        let mut child = module.to_vec();
+        child.push(name.clone());
+        let explicit = item.attrs.iter().find_map(|attr| {
+            let syn::Meta::NameValue(meta) = &attr.meta else {
+                return None;
+            };
+            if !meta.path.is_ident("path") {
+                return None;
+            }
+            match &meta.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            }
+        });
+        match &item.content {
+            Some((_, inner)) => {
+                let inner_directory = directory.join(&name);
+                collect_mod_files(inner, &inner_directory, &inner_directory, &child, out);
+            }
+            None => {
+                let file = match explicit {
+                    Some(explicit) => path_base.join(explicit),
+                    None if directory.join(format!("{name}.rs")).exists() => {
+                        directory.join(format!("{name}.rs"))
+                    }
+                    None => directory.join(&name).join("mod.rs"),
+                };
+                out.push((file, child));
+            }
+        }
+    }
+}
+
+fn rust_files_under(directory: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(directory).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files_under(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    let path = path.strip_prefix(root).unwrap_or(path);
+    // `a/b/../c.rs` from a `#[path]` with `..`: shown as it is on disk.
+    let mut parts: Vec<String> = Vec::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                parts.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => parts.push(other.as_os_str().to_string_lossy().into_owned()),
+        }
+    }
+    parts.join("/")
+}
+
+/// A reference from a file to another top-level module.
+#[derive(Clone)]
+struct Reference {
+    /// The top-level module referred to.
+    target: String,
+    file: String,
+    line: usize,
+}
+
+/// Every reference in `file` to a top-level module other than through its own module.
+fn references(file: &SourceFile) -> Vec<Reference> {
+    let mut finder = References {
+        file: &file.display,
+        module: file.module.clone(),
+        found: Vec::new(),
+    };
+    finder.visit_file(&file.syntax);
+    finder.found
+}
+
+struct References<'a> {
+    file: &'a str,
+    /// The module being read: the file's, plus inline `mod`s entered.
+    module: Vec<String>,
+    found: Vec<Reference>,
+}
+
+impl References<'_> {
+    /// Resolves a path's leading segments (`crate`, `super`, `self`) to the top-level module
+    /// it names, if the path starts at the crate root or leaves this module upwards.
+    fn resolve(&mut self, segments: &[String], span: Span) {
+        let mut at = match segments.first().map(String::as_str) {
+            Some("crate") => Vec::new(),
+            Some("super" | "self") => self.module.clone(),
+            _ => return,
+        };
+        let mut rest = segments;
+        if rest[0] == "crate" {
+            rest = &rest[1..];
+        } else {
+            while let Some(first) = rest.first() {
+                match first.as_str() {
+                    "super" => {
+                        at.pop();
+                    }
+                    "self" => {}
+                    _ => break,
+                }
+                rest = &rest[1..];
+            }
+        }
+        let target = match (at.first(), rest.first()) {
+            (Some(top), _) => top.clone(),
+            (None, Some(next)) => next.clone(),
+            (None, None) => return,
+        };
+        self.found.push(Reference {
+            target,
+            file: self.file.to_string(),
+            line: span.start().line,
+        });
+    }
+
+    /// Paths inside a macro's tokens: `crate :: x` and `super :: x` sequences.
+    fn scan_tokens(&mut self, tokens: TokenStream) {
+        let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+        let mut i = 0;
+        while i < tokens.len() {
+            match &tokens[i] {
+                TokenTree::Group(group) => self.scan_tokens(group.stream()),
+                TokenTree::Ident(ident) if ident == "crate" || ident == "super" => {
+                    let mut segments = vec![ident.to_string()];
+                    let mut j = i + 1;
+                    while let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) =
+                        (tokens.get(j), tokens.get(j + 1))
+                    {
+                        if a.as_char() != ':' || b.as_char() != ':' {
+                            break;
+                        }
+                        match tokens.get(j + 2) {
+                            Some(TokenTree::Ident(next)) => segments.push(next.to_string()),
+                            _ => break,
+                        }
+                        j += 3;
+                    }
+                    self.resolve(&segments, ident.span());
+                    i = j;
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(path) => {
+                prefix.push(path.ident.to_string());
+                self.use_tree(prefix, &path.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(name) => self.use_leaf(prefix, &name.ident),
+            syn::UseTree::Rename(rename) => self.use_leaf(prefix, &rename.ident),
+            syn::UseTree::Glob(glob) => {
+                let span = glob.star_token.spans[0];
+                if !prefix.is_empty() {
+                    self.resolve(prefix, span);
+                }
+            }
+            syn::UseTree::Group(group) => {
+                for tree in &group.items {
+                    self.use_tree(prefix, tree);
+                }
+            }
+        }
+    }
+
+    fn use_leaf(&mut self, prefix: &[String], ident: &syn::Ident) {
+        let mut segments = prefix.to_vec();
+        segments.push(ident.to_string());
+        self.resolve(&segments, ident.span());
+    }
+}
+
+impl<'ast> Visit<'ast> for References<'_> {
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        self.module.push(item.ident.to_string());
+        visit::visit_item_mod(self, item);
+        self.module.pop();
+    }
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &item.tree);
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if let Some(first) = path.segments.first() {
+            self.resolve(&segments, first.ident.span());
+        }
+        visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.scan_tokens(mac.tokens.clone());
+        visit::visit_macro(self, mac);
+    }
+
+    fn visit_attribute(&mut self, _: &'ast syn::Attribute) {
+        // Doc comments and attributes are not imports (`#[doc = "crate::api"]`).
+    }
+}
+
+/// A cycle in the graph of top-level modules, as the modules along it (first repeated last).
+fn find_cycle(graph: &BTreeMap<String, BTreeMap<String, Reference>>) -> Option<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Open,
+        Done,
+    }
+    fn walk(
+        node: &str,
+        graph: &BTreeMap<String, BTreeMap<String, Reference>>,
+        marks: &mut BTreeMap<String, Mark>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        marks.insert(node.to_string(), Mark::Open);
+        stack.push(node.to_string());
+        for next in graph.get(node).into_iter().flat_map(|edges| edges.keys()) {
+            match marks.get(next.as_str()) {
+                Some(Mark::Open) => {
+                    let start = stack.iter().position(|n| n == next).unwrap();
+                    let mut cycle = stack[start..].to_vec();
+                    cycle.push(next.clone());
+                    return Some(cycle);
+                }
+                Some(Mark::Done) => {}
+                None => {
+                    if let Some(cycle) = walk(next, graph, marks, stack) {
+                        return Some(cycle);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        marks.insert(node.to_string(), Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    for node in graph.keys() {
+        if !marks.contains_key(node.as_str())
+            && let Some(cycle) = walk(node, graph, &mut marks, &mut Vec::new())
+        {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+/// Every function with a body: (name, first line, length in lines from its signature to
+/// its closing brace). Closures are part of the function they are written in.
+#[derive(Default)]
+struct FnLengths {
+    found: Vec<(String, usize, usize)>,
+}
+
+impl FnLengths {
+    fn record(&mut self, vis: Option<&syn::Visibility>, sig: &syn::Signature, block: &syn::Block) {
+        let start = match vis {
+            Some(syn::Visibility::Public(token)) => token.span.start().line,
+            Some(syn::Visibility::Restricted(restricted)) => restricted.pub_token.span.start().line,
+            _ => sig
+                .constness
+                .as_ref()
+                .map(|t| t.span.start().line)
+                .or(sig.asyncness.as_ref().map(|t| t.span.start().line))
+                .or(sig.unsafety.as_ref().map(|t| t.span.start().line))
+                .unwrap_or(sig.fn_token.span.start().line),
+        };
+        let end = block.brace_token.span.close().end().line;
+        self.found
+            .push((sig.ident.to_string(), start, end + 1 - start));
+    }
+}
+
+impl<'ast> Visit<'ast> for FnLengths {
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        self.record(Some(&item.vis), &item.sig, &item.block);
+        visit::visit_item_fn(self, item);
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        self.record(Some(&item.vis), &item.sig, &item.block);
+        visit::visit_impl_item_fn(self, item);
+    }
+
+    fn visit_trait_item_fn(&mut self, item: &'ast syn::TraitItemFn) {
+        if let Some(block) = &item.default {
+            self.record(None, &item.sig, block);
+        }
+        visit::visit_trait_item_fn(self, item);
+    }
+}
