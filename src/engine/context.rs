@@ -195,7 +195,7 @@ pub struct RunContext {
     /// A std mutex: short updates only.
     tool_repeats: Mutex<HashMap<u64, u32>>,
     /// What agents' middleware remembers during the run (response cache, rate windows).
-    pub middleware: super::middleware::RunState,
+    pub middleware: super::middleware_state::RunState,
     /// The run's trace span while it executes (see [`crate::telemetry`]).
     pub(super) trace: Mutex<Option<opentelemetry::Context>>,
 }

@@ -30,7 +30,7 @@ pub mod fixed;
 pub mod function_call;
 pub mod input;
 pub mod lease;
-pub mod middleware;
+pub mod middleware_state;
 pub mod model;
 pub mod planner;
 pub mod reactive;

@@ -31,7 +31,7 @@ pub mod builder;
 pub mod catalog;
 pub mod condition;
 pub mod graph;
-pub mod middleware;
+pub mod middleware_spec;
 pub mod schema;
 pub mod spec;
 pub mod team;

@@ -315,18 +315,18 @@ pub fn middleware_list(
                 format!("{pointer}/{i}/name"),
             ),
         };
-        if !super::middleware::NAMES.contains(&name.as_str()) {
+        if !super::middleware_spec::NAMES.contains(&name.as_str()) {
             problems.push(Problem::new(
                 at,
                 format!(
                     "unknown middleware `{name}`; orca has {}",
-                    super::middleware::NAMES.join(", ")
+                    super::middleware_spec::NAMES.join(", ")
                 ),
             ));
             continue;
         }
         let spec = MiddlewareSpec { name, config };
-        problems.extend(super::middleware::config_problems(
+        problems.extend(super::middleware_spec::config_problems(
             &spec,
             item,
             &format!("{pointer}/{i}"),

@@ -22,11 +22,11 @@
 //! inside a step still running ([`progress`]); on resume, steps and children the checkpoints
 //! hold as done are not run again.
 
-mod attempt;
 mod frame;
 mod kinds;
 mod progress;
-mod session;
+mod retries;
+mod session_writes;
 mod team;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -49,10 +49,10 @@ use super::context::RunContext;
 use super::executor::Outcome;
 use super::session::store_variables;
 use super::sink::EventSink;
-use attempt::settle;
 pub(crate) use frame::render_error;
 use frame::{Frame, Locals};
 use progress::Children;
+use retries::settle;
 
 /// One committed step, as [`Scheduler::next`] reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -390,7 +390,7 @@ impl<'a> Scheduler<'a> {
     async fn start(&mut self, i: usize) {
         let plan = self.plan.clone();
         let spec = &plan.specs()[i];
-        let opened = attempt::open(self.ctx, self.version, spec, &ROOT, &mut EventSink::Live).await;
+        let opened = retries::open(self.ctx, self.version, spec, &ROOT, &mut EventSink::Live).await;
         let key = match opened {
             Ok(key) => key,
             Err(limit) => {

@@ -9,8 +9,8 @@ use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::plan::{LoopOver, StepSpec, StepState};
 
 use super::super::super::sink::EventSink;
-use super::super::attempt::run_step;
 use super::super::frame::{Frame, Locals};
+use super::super::retries::run_step;
 
 /// A loop step's configuration.
 pub(crate) struct Body<'a> {

@@ -11,8 +11,8 @@ use crate::plan::{Aggregation, StepSpec};
 
 use super::super::super::attempts::AttemptEnd;
 use super::super::super::sink::EventSink;
-use super::super::attempt::run_step;
 use super::super::frame::{Frame, Locals};
+use super::super::retries::run_step;
 
 /// A child's result and the events it held, once it finished.
 type Finished = Option<(Result<Value, RunError>, EventSink)>;

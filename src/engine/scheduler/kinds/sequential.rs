@@ -10,8 +10,8 @@ use crate::domain::{RunError, StepPath, StepStatus};
 use crate::plan::{KindSpec, StepSpec, StepState};
 
 use super::super::super::sink::EventSink;
-use super::super::attempt::run_step;
 use super::super::frame::{Frame, Locals};
+use super::super::retries::run_step;
 use super::arm_not_taken;
 
 /// Runs `children`, who sit at `path`; the last one's output.

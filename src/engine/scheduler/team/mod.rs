@@ -4,9 +4,9 @@
 //! runs inside one step of the plan, its work (model rounds, tool calls, inner steps) recorded
 //! as attempts at paths below that step, its events carrying those paths.
 
+pub(crate) mod chain;
 pub(crate) mod chat;
 pub(crate) mod handoff;
-pub(crate) mod middleware;
 pub(crate) mod spokes;
 pub(crate) mod turn;
 pub(crate) mod workflow;

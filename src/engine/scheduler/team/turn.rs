@@ -21,7 +21,7 @@ use super::super::super::model::structured;
 use super::super::super::sink::EventSink;
 use super::super::super::tool_call::may_use;
 use super::super::frame::Frame;
-use super::middleware::{Chain, approval, around_turn};
+use super::chain::{Chain, approval, around_turn};
 
 /// What the caller of a turn handles itself: tools it adds (handoffs, spokes) and whether the
 /// turn stops early.

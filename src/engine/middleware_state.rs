@@ -1,7 +1,7 @@
 //! What an agent's middleware remembers for the length of a run: the `response_cache`'s
 //! answers and the `rate_limit`'s recent turns, kept in the run's [`super::context::RunContext`].
 //! The middleware itself (the chain around a turn) lives with the turn, in
-//! `scheduler::team::middleware`. Nothing here survives a restart: a resumed run starts with an
+//! `scheduler::team::chain`. Nothing here survives a restart: a resumed run starts with an
 //! empty cache and a fresh rate window, which only costs a model call or lets a turn through
 //! early.
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::domain::{ErrorCode, RunError};
-use crate::plan::middleware::{GuardAction, Guardrail};
+use crate::plan::middleware_spec::{GuardAction, Guardrail};
 
 use super::super::super::super::model::{Filters, TextFilter};
 

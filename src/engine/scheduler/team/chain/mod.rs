@@ -24,7 +24,7 @@
 //!   last minute of the run.
 //! - `response_cache`: the agent asked the same messages again in the run answers what it
 //!   answered then (a short circuit); a turn stopped by its caller (a handoff) is not kept.
-//!   The cache lives in the run's memory ([`crate::engine::middleware::RunState`]), empty
+//!   The cache lives in the run's memory ([`crate::engine::middleware_state::RunState`]), empty
 //!   again after a restart.
 //! - `tool_approval`: see [`approval`].
 
@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 
 use crate::domain::RunError;
 use crate::llm::Message;
-use crate::plan::middleware::{Builtin, Guardrail};
+use crate::plan::middleware_spec::{Builtin, Guardrail};
 use crate::plan::{AgentSpec, Team};
 
 use super::super::super::context::RunContext;
