@@ -107,7 +107,7 @@ async fn replan_times(app: &App, run: RunId) -> Times {
     let mut version = 1;
     while let Some(ev) = events.next().await {
         let ev = ev.expect("event");
-        let d = &ev.data;
+        let d = ev.data.to_data();
         match ev.kind {
             EventKind::Plan => version = d["version"].as_u64().unwrap_or(1),
             EventKind::Step if d["status"] == "failed" && failed.is_none() => failed = Some(ev.ts),

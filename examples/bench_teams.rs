@@ -91,7 +91,8 @@ async fn run(app: &App, plan: &Value) -> Duration {
     while let Some(ev) = events.next().await {
         let ev = ev.expect("event");
         if ev.kind == EventKind::Final {
-            assert_eq!(ev.data["status"], "succeeded", "{}", ev.data);
+            let data = ev.data.to_data();
+            assert_eq!(data["status"], "succeeded", "{data}");
             break;
         }
     }

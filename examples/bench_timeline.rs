@@ -305,7 +305,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
             ts: *ts,
             step_id: step.clone(),
             path: None,
-            data: payload.to_data(),
+            data: payload.clone(),
         })));
     }
     records.extend(
@@ -336,7 +336,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         ts: end,
         step_id: None,
         path: None,
-        data: fin.to_data(),
+        data: fin,
     };
     store.finish_run(&run, &last).await.expect("finish");
     assert_eq!(store.last_seq(run.id).await.unwrap() as usize, events);

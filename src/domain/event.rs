@@ -57,8 +57,12 @@ impl EventKind {
     }
 }
 
+// Its `data` is typed by its kind (`Payload`) and serialises as the kind's data object;
+// reading one back decodes `data` by `kind`, so data that does not fit its kind is an error,
+// never a value readers index into. (Plain comments: doc comments here reach openapi.yaml.)
 /// One event of a run. `seq` starts at 1 and rises by exactly one per event of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "WireEvent")]
 pub struct Event {
     pub seq: u64,
     #[schema(value_type = String, format = Uuid)]
@@ -72,7 +76,38 @@ pub struct Event {
     #[schema(value_type = Option<String>)]
     pub path: Option<StepPath>,
     #[schema(value_type = Object)]
-    pub data: Value,
+    pub data: Payload,
+}
+
+/// An event as JSON carries it, before its `data` is decoded by its `kind`.
+#[derive(Deserialize)]
+struct WireEvent {
+    seq: u64,
+    run_id: RunId,
+    kind: EventKind,
+    ts: DateTime<Utc>,
+    step_id: Option<String>,
+    #[serde(default)]
+    path: Option<StepPath>,
+    data: Value,
+}
+
+impl TryFrom<WireEvent> for Event {
+    type Error = String;
+
+    fn try_from(w: WireEvent) -> Result<Event, String> {
+        let data = Payload::decode(w.kind, w.data)
+            .map_err(|e| format!("the data of a `{}` event: {e}", w.kind.as_str()))?;
+        Ok(Event {
+            seq: w.seq,
+            run_id: w.run_id,
+            kind: w.kind,
+            ts: w.ts,
+            step_id: w.step_id,
+            path: w.path,
+            data,
+        })
+    }
 }
 
 impl Event {
@@ -128,6 +163,26 @@ impl Payload {
             Payload::Error(_) => EventKind::Error,
             Payload::Final(_) => EventKind::Final,
         }
+    }
+
+    /// Reads the `data` of an event of `kind`.
+    pub fn decode(kind: EventKind, data: Value) -> Result<Payload, serde_json::Error> {
+        use serde_json::from_value as read;
+        Ok(match kind {
+            EventKind::Status => Payload::Status(read(data)?),
+            EventKind::Plan => Payload::Plan(read(data)?),
+            EventKind::Step => Payload::Step(read(data)?),
+            EventKind::Token => Payload::Token(read(data)?),
+            EventKind::JsonPartial => Payload::JsonPartial(read(data)?),
+            EventKind::ToolCall => Payload::ToolCall(read(data)?),
+            EventKind::ToolResult => Payload::ToolResult(read(data)?),
+            EventKind::InputRequired => Payload::InputRequired(read(data)?),
+            EventKind::Handoff => Payload::Handoff(read(data)?),
+            EventKind::Speaker => Payload::Speaker(read(data)?),
+            EventKind::Usage => Payload::Usage(read(data)?),
+            EventKind::Error => Payload::Error(read(data)?),
+            EventKind::Final => Payload::Final(read(data)?),
+        })
     }
 
     /// The JSON `data` object of the event.
@@ -363,9 +418,16 @@ mod tests {
             ts: Utc::now(),
             step_id: Some("s2".into()),
             path: None,
-            data: serde_json::json!({"text": "{"}),
+            data: Payload::json_partial("{"),
         };
         let v = serde_json::to_value(&ev).unwrap();
+        assert_eq!(serde_json::from_value::<Event>(v.clone()).unwrap(), ev);
+        let mut wrong = v.clone();
+        wrong["kind"] = "usage".into();
+        let refused = serde_json::from_value::<Event>(wrong)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("the data of a `usage` event"), "{refused}");
         assert_eq!(v["seq"], 42);
         assert_eq!(v["kind"], "json_partial");
         assert_eq!(v["step_id"], "s2");

@@ -295,7 +295,7 @@ impl RunContext {
 
     /// Builds the next event of this run (taking the next seq) without queueing it, about
     /// the step at `step` (the event carries its id and, when nested, its `path`).
-    pub fn next_event(&self, step: Option<&StepPath>, payload: &Payload) -> Event {
+    pub fn next_event(&self, step: Option<&StepPath>, payload: Payload) -> Event {
         Event {
             seq: self.seq.fetch_add(1, Ordering::SeqCst) + 1,
             run_id: self.run_id,
@@ -303,7 +303,7 @@ impl RunContext {
             ts: crate::domain::now(),
             step_id: None,
             path: None,
-            data: payload.to_data(),
+            data: payload,
         }
         .at(step)
     }
@@ -324,7 +324,7 @@ impl RunContext {
 
     /// Stamps and queues one event, releasing nothing.
     pub(super) async fn emit_now(&self, step: Option<&StepPath>, payload: Payload) {
-        let ev = self.next_event(step, &payload);
+        let ev = self.next_event(step, payload);
         self.services.hub.append(Arc::new(ev)).await;
     }
 

@@ -57,7 +57,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::domain::run::RunSpec;
-use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
+use crate::domain::{Orchestration, Payload, Run, RunId, RunStatus, Tenant};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
@@ -585,9 +585,10 @@ impl Engine {
         if waits_on != step_id {
             return Err(not_waiting(Some(waits_on)));
         }
-        let data: crate::domain::event::InputRequiredData =
-            serde_json::from_value(request.data.clone())
-                .map_err(|e| SubmitError::Engine(store::Error::Corrupt(e.to_string()).into()))?;
+        let Payload::InputRequired(data) = &request.data else {
+            let corrupt = store::Error::Corrupt("an input_required event without its data".into());
+            return Err(SubmitError::Engine(corrupt.into()));
+        };
         if let Some(schema) = &data.schema {
             let schema = crate::plan::JsonSchema::compile(schema)
                 .map_err(|e| SubmitError::Engine(store::Error::Corrupt(e).into()))?;

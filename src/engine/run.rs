@@ -273,7 +273,7 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     };
     let hub = &ctx.services.hub;
     hub.flush().await;
-    let final_event = Arc::new(ctx.next_event(None, &Payload::Final(data)));
+    let final_event = Arc::new(ctx.next_event(None, Payload::Final(data)));
     // Tried until it is stored: a run whose end could not be written must not stay
     // `running` with no task. Unless the run is left for later meanwhile (the server stops,
     // another replica took it): then whoever resumes it ends it.

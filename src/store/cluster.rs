@@ -454,7 +454,7 @@ mod tests {
             ts: chrono::Utc::now(),
             step_id: None,
             path: None,
-            data: serde_json::json!({ "status": "running" }),
+            data: crate::domain::Payload::status(crate::domain::RunStatus::Running),
         })
     }
 

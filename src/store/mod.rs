@@ -22,8 +22,8 @@ use sqlx::{AnyPool, AssertSqlSafe, ConnectOptions, Connection, Executor, Row};
 
 use crate::domain::run::RunSpec;
 use crate::domain::{
-    Completion, Counters, Event, EventKind, Orchestration, Run, RunError, RunId, RunStatus,
-    Selection, StepAttempt, StepPath, Tenant, Usage,
+    Completion, Counters, Event, EventKind, Orchestration, Payload, Run, RunError, RunId,
+    RunStatus, Selection, StepAttempt, StepPath, Tenant, Usage,
 };
 
 mod cluster;
@@ -1133,17 +1133,21 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
 
 fn event_from_row(run: RunId, r: &AnyRow) -> Result<Event> {
     let kind: String = r.try_get("kind")?;
+    let kind = EventKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("kind `{kind}`")))?;
+    let data = parse_json(&r.try_get::<String, _>("data")?)?;
+    let data = Payload::decode(kind, data)
+        .map_err(|e| Error::Corrupt(format!("the data of a `{}` event: {e}", kind.as_str())))?;
     // The column keeps the step's whole place: `path/id` for nested work.
     let step: Option<String> = r.try_get("step_id")?;
     let step = step.map(|s| step_path(&s)).transpose()?;
     let event = Event {
         seq: r.try_get::<i64, _>("seq")? as u64,
         run_id: run,
-        kind: EventKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("kind `{kind}`")))?,
+        kind,
         ts: parse_time(&r.try_get::<String, _>("ts")?)?,
         step_id: None,
         path: None,
-        data: parse_json(&r.try_get::<String, _>("data")?)?,
+        data,
     };
     Ok(event.at(step.as_ref()))
 }

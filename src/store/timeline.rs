@@ -153,7 +153,7 @@ mod tests {
                 ts: crate::domain::now(),
                 step_id: Some("llm-1".into()),
                 path: None,
-                data: payload.to_data(),
+                data: payload,
             }))
         };
         let attempt = StepAttempt {

@@ -25,11 +25,12 @@ mod tests;
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::domain::event::{ErrorData, StatusData, UsageData};
+use crate::domain::Payload;
+use crate::domain::event::StepData;
 use crate::domain::{
     Event, EventKind, Run, RunId, RunStatus, StepAttempt, StepKind, StepPath, StepStatus,
 };
@@ -561,8 +562,8 @@ impl<'a> Index<'a> {
             .collect()
     }
 
-    fn numbered(&self, seen: &StepSeen<'_>) -> Option<usize> {
-        let key = StepPath::from_parts(seen.path.as_ref(), seen.step_id);
+    fn numbered(&self, seen: &StepData) -> Option<usize> {
+        let key = StepPath::from_parts(seen.path.as_ref(), &seen.step_id);
         self.by_number.get(&(key.as_str(), seen.attempt)).copied()
     }
 
@@ -604,24 +605,6 @@ struct Counts {
     tool_calls: u64,
 }
 
-/// The fields of a `step` event the timeline reads, borrowed from the event (a subset of
-/// [`crate::domain::event::StepData`]).
-#[derive(Deserialize)]
-struct StepSeen<'a> {
-    #[serde(borrow)]
-    step_id: &'a str,
-    #[serde(default)]
-    path: Option<StepPath>,
-    status: StepStatus,
-    attempt: u32,
-    #[serde(default)]
-    retry_in_ms: Option<u64>,
-}
-
-fn step_seen(ev: &Event) -> Option<StepSeen<'_>> {
-    StepSeen::deserialize(&ev.data).ok()
-}
-
 /// Tokens and calls per attempt, and for the whole run. Walks the log backwards so that, at
 /// each event, the attempt the next `step` event of its step closes is known.
 fn attribute(events: &[&Event], att: &Attempts<'_>, index: &Index<'_>) -> (Vec<Counts>, Counts) {
@@ -630,21 +613,17 @@ fn attribute(events: &[&Event], att: &Attempts<'_>, index: &Index<'_>) -> (Vec<C
     let mut closing_next: HashMap<&str, usize> = HashMap::new();
     for ev in events.iter().rev() {
         let step_id = ev.step_id.as_deref();
-        let usage = match ev.kind {
-            EventKind::Step => {
-                if let Some(seen) = step_seen(ev)
-                    && seen.status != StepStatus::Running
-                    && let Some(s) = index.numbered(&seen)
+        let usage = match &ev.data {
+            Payload::Step(seen) => {
+                if seen.status != StepStatus::Running
+                    && let Some(s) = index.numbered(seen)
                 {
                     closing_next.insert(att.list[s].step_id.as_str(), s);
                 }
                 continue;
             }
-            EventKind::Usage => match UsageData::deserialize(&ev.data) {
-                Ok(u) => Some(u),
-                Err(_) => continue,
-            },
-            EventKind::ToolCall => None,
+            Payload::Usage(u) => Some(u),
+            Payload::ToolCall(_) => None,
             _ => continue,
         };
         let owner = step_id
@@ -723,11 +702,8 @@ fn scan(
     let mut selection_seen = false;
     for ev in events {
         let at = micros(ev.ts);
-        match ev.kind {
-            EventKind::Status => {
-                let Ok(data) = StatusData::deserialize(&ev.data) else {
-                    continue;
-                };
+        match &ev.data {
+            Payload::Status(data) => {
                 waits.extend(current.take().and_then(|c| c.wait(at, false)));
                 // A wait for a human answers the `input_required` just before it.
                 let asked = match data.status {
@@ -744,49 +720,38 @@ fn scan(
                     at,
                     asked,
                 });
-                if let Some(selected) = data.selected.filter(|_| !selection_seen) {
+                if let Some(selected) = data.selected.as_ref().filter(|_| !selection_seen) {
                     selection_seen = true;
                     let detail = serde_json::to_value(selected).unwrap_or_default();
                     decisions.push(decision("selection", ev, detail));
                 }
                 if data.message.as_deref().is_some_and(|m| !m.is_empty()) {
-                    decisions.push(decision("status", ev, ev.data.clone()));
+                    decisions.push(decision("status", ev, ev.data.to_data()));
                 }
             }
-            EventKind::InputRequired => {
+            Payload::InputRequired(_) => {
                 if let Some(step_id) = ev.step_id.as_deref() {
                     asking = Some((step_id, at));
                 }
             }
-            EventKind::Step => {
-                if let Some(seen) = step_seen(ev)
-                    && seen.status == StepStatus::Retrying
-                    && let Some(wait) = backoff(&seen, terminal, att, index, window)
+            Payload::Step(seen) => {
+                if seen.status == StepStatus::Retrying
+                    && let Some(wait) = backoff(seen, terminal, att, index, window)
                 {
                     waits.push(wait);
                 }
             }
-            EventKind::Plan => {
-                let version = ev.data.get("version").and_then(Value::as_u64).unwrap_or(1);
-                let kind = if version > 1 { "replan" } else { "plan" };
+            Payload::Plan(plan) => {
+                let kind = if plan.version > 1 { "replan" } else { "plan" };
                 // The plan document itself is at `GET /v1/runs/{id}/plans`.
-                let detail = match &ev.data {
-                    Value::Object(m) => Value::Object(
-                        m.iter()
-                            .filter(|(k, _)| k.as_str() != "plan")
-                            .map(|(k, v)| (k.clone(), v.clone()))
-                            .collect::<Map<String, Value>>(),
-                    ),
-                    other => other.clone(),
-                };
+                let mut detail = ev.data.to_data();
+                if let Value::Object(m) = &mut detail {
+                    m.remove("plan");
+                }
                 decisions.push(decision(kind, ev, detail));
             }
-            EventKind::Error => {
-                if let Ok(data) = ErrorData::deserialize(&ev.data)
-                    && data.error.code == "loop_detected"
-                {
-                    decisions.push(decision("loop_detected", ev, ev.data.clone()));
-                }
+            Payload::Error(data) if data.error.code == "loop_detected" => {
+                decisions.push(decision("loop_detected", ev, ev.data.to_data()));
             }
             _ => {}
         }
@@ -800,7 +765,7 @@ fn scan(
 /// The backoff after the attempt a `retrying` event announced: until the step's next attempt
 /// at the same place started, or, when none did, for the announced delay (cut at the end).
 fn backoff(
-    seen: &StepSeen<'_>,
+    seen: &StepData,
     terminal: bool,
     att: &Attempts<'_>,
     index: &Index<'_>,

@@ -2,10 +2,12 @@
 //! clock from its creation, and what its timeline must say.
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::*;
-use crate::domain::event::{ErrorData, InputRequiredData, PlanData, StepData, ToolCallData};
+use crate::domain::event::{
+    ErrorData, InputRequiredData, PlanData, StatusData, StepData, ToolCallData, UsageData,
+};
 use crate::domain::{ErrorCode, Orchestration, Payload, RunError, StepPath, Usage};
 
 /// A run under construction; times are milliseconds after its creation.
@@ -69,7 +71,7 @@ impl Fixture {
             ts: at(ms),
             step_id: step_id.map(str::to_owned),
             path: None,
-            data: payload.to_data(),
+            data: payload,
         });
         self
     }
@@ -639,18 +641,11 @@ fn ids_stay_unique_when_a_number_repeats_across_plan_versions() {
 }
 
 #[test]
-fn events_out_of_order_and_unreadable_data_are_tolerated() {
+fn events_out_of_order_are_tolerated() {
+    // (Data that does not fit its kind cannot reach the timeline: `Event` decodes it by kind,
+    // and the store reports such a row as corrupt.)
     let mut run = simple_run().run;
     run.events.reverse();
-    run.events.push(Event {
-        seq: 999,
-        run_id: run.run.id,
-        kind: EventKind::Usage,
-        ts: at(60),
-        step_id: Some("llm-1".into()),
-        path: None,
-        data: Value::String("not an object".into()),
-    });
     let t = run.timeline();
     assert_eq!(t.totals.llm_calls, 2);
     assert_eq!(

@@ -680,7 +680,7 @@ async fn only_the_replica_that_leases_a_run_writes_its_session() {
 async fn renewing_leases_never_deadlocks_with_history_writes() {
     use std::sync::Arc;
 
-    use orca::domain::{Event, EventKind, RunId};
+    use orca::domain::{Event, EventKind, Payload, RunId, RunStatus};
     use orca::store::{Record, Store};
 
     let pg = PgServer::start();
@@ -710,7 +710,7 @@ async fn renewing_leases_never_deadlocks_with_history_writes() {
                             ts: chrono::Utc::now(),
                             step_id: None,
                             path: None,
-                            data: json!({ "status": "running" }),
+                            data: Payload::status(RunStatus::Running),
                         }))
                     })
                     .collect();

@@ -11,7 +11,11 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Value, json};
 
-use crate::domain::{Event, EventKind, RunId};
+use crate::domain::event::{
+    FinalData, InputRequiredData, PlanData, StatusData, StepData, ToolCallData, ToolOutcome,
+    ToolResultData,
+};
+use crate::domain::{Event, Payload, RunId, RunStatus};
 
 /// How an AG-UI run ended: it is over, the stream closes after the events that said so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +76,11 @@ impl Translator {
     /// Takes in an event that happened before this AG-UI run (a resumed run's history):
     /// state only, nothing to send.
     pub fn absorb(&mut self, ev: &Event) {
-        match ev.kind {
-            EventKind::Status => self.set_status(ev),
-            EventKind::Plan => self.set_plan(ev),
-            EventKind::Step => {
-                self.step_status(ev);
+        match &ev.data {
+            Payload::Status(data) => self.set_status(data),
+            Payload::Plan(plan) => self.set_plan(plan),
+            Payload::Step(data) => {
+                self.step_status(ev, data);
             }
             _ => {}
         }
@@ -99,41 +103,44 @@ impl Translator {
     /// The AG-UI events for one orca event, and whether the AG-UI run ended with them.
     pub fn translate(&mut self, ev: &Event) -> (Vec<Value>, Option<Ended>) {
         let mut out = Vec::new();
-        let ended = match ev.kind {
-            EventKind::Status => {
-                self.set_status(ev);
+        let ended = match &ev.data {
+            Payload::Status(data) => {
+                self.set_status(data);
                 out.push(delta("replace", "/status", self.state["status"].clone()));
                 None
             }
-            EventKind::Plan => {
-                self.set_plan(ev);
+            Payload::Plan(plan) => {
+                self.set_plan(plan);
                 out.push(json!({ "type": "STATE_SNAPSHOT", "snapshot": self.state }));
                 None
             }
-            EventKind::Step => {
-                self.step(ev, &mut out);
+            Payload::Step(data) => {
+                self.step(ev, data, &mut out);
                 None
             }
-            EventKind::Token => {
-                self.text(ev, &mut out);
+            Payload::Token(text) => {
+                self.text(ev, &text.text, &mut out);
                 None
             }
-            EventKind::ToolCall => {
-                self.tool_call(ev, &mut out);
+            Payload::ToolCall(call) => {
+                self.tool_call(ev, call, &mut out);
                 None
             }
-            EventKind::ToolResult => {
-                self.tool_result(ev, &mut out);
+            Payload::ToolResult(result) => {
+                self.tool_result(result, &mut out);
                 None
             }
-            EventKind::Usage => {
-                self.usage.0 += ev.data["prompt_tokens"].as_u64().unwrap_or(0);
-                self.usage.1 += ev.data["completion_tokens"].as_u64().unwrap_or(0);
+            Payload::Usage(usage) => {
+                self.usage.0 += usage.prompt_tokens;
+                self.usage.1 += usage.completion_tokens;
                 None
             }
-            EventKind::InputRequired => Some(self.interrupt(ev, &mut out)),
-            EventKind::Final => Some(self.finish(ev, &mut out)),
-            EventKind::JsonPartial | EventKind::Handoff | EventKind::Speaker | EventKind::Error => {
+            Payload::InputRequired(asked) => Some(self.interrupt(asked, &mut out)),
+            Payload::Final(data) => Some(self.finish(data, &mut out)),
+            Payload::JsonPartial(_)
+            | Payload::Handoff(_)
+            | Payload::Speaker(_)
+            | Payload::Error(_) => {
                 out.push(custom(ev));
                 None
             }
@@ -145,39 +152,37 @@ impl Translator {
         (out, ended)
     }
 
-    fn set_status(&mut self, ev: &Event) {
-        if let Some(s) = ev.data.get("status") {
-            self.state["status"] = s.clone();
-        }
+    fn set_status(&mut self, data: &StatusData) {
+        self.state["status"] = json!(data.status);
     }
 
-    fn set_plan(&mut self, ev: &Event) {
-        self.state["plan_version"] = ev.data["version"].clone();
-        let steps: Vec<Value> = ev.data["plan"]["steps"]
+    fn set_plan(&mut self, plan: &PlanData) {
+        self.state["plan_version"] = json!(plan.version);
+        let steps: Vec<Value> = plan.plan["steps"]
             .as_array()
             .into_iter()
             .flatten()
             .map(|s| json!({ "id": s["id"], "kind": s["kind"], "depends_on": s.get("depends_on").cloned().unwrap_or(json!([])) }))
             .collect();
         self.state["plan"] =
-            json!({ "version": ev.data["version"], "reason": ev.data["reason"], "steps": steps });
+            json!({ "version": plan.version, "reason": plan.reason, "steps": steps });
     }
 
     /// Records a step's status; gives its key and status.
-    fn step_status(&mut self, ev: &Event) -> Option<(String, String)> {
+    fn step_status(&mut self, ev: &Event, data: &StepData) -> Option<(String, &'static str)> {
         let key = ev.step()?.to_string();
-        let status = ev.data["status"].as_str()?.to_owned();
+        let status = data.status.as_str();
         self.state["steps"][&key] = json!(status);
         if status == "running" {
             self.running.insert(key.clone());
-        } else if finishes(&status) {
+        } else if finishes(status) {
             self.running.remove(&key);
         }
         Some((key, status))
     }
 
-    fn step(&mut self, ev: &Event, out: &mut Vec<Value>) {
-        let Some((key, status)) = self.step_status(ev) else {
+    fn step(&mut self, ev: &Event, data: &StepData, out: &mut Vec<Value>) {
+        let Some((key, status)) = self.step_status(ev, data) else {
             return;
         };
         out.push(delta(
@@ -187,7 +192,7 @@ impl Translator {
         ));
         if status == "running" && self.open_steps.insert(key.clone()) {
             out.push(json!({ "type": "STEP_STARTED", "stepName": key }));
-        } else if finishes(&status) {
+        } else if finishes(status) {
             if let Some(id) = ev.step_id.as_deref() {
                 self.end_message(id, out);
             }
@@ -197,8 +202,7 @@ impl Translator {
         }
     }
 
-    fn text(&mut self, ev: &Event, out: &mut Vec<Value>) {
-        let text = ev.data["text"].as_str().unwrap_or_default();
+    fn text(&mut self, ev: &Event, text: &str, out: &mut Vec<Value>) {
         if text.is_empty() {
             return;
         }
@@ -224,35 +228,33 @@ impl Translator {
         Some(id)
     }
 
-    fn tool_call(&mut self, ev: &Event, out: &mut Vec<Value>) {
+    fn tool_call(&mut self, ev: &Event, call: &ToolCallData, out: &mut Vec<Value>) {
         let step = ev.step_id.clone().unwrap_or_default();
         let parent = self.end_message(&step, out);
-        let call = ev.data["call_id"].as_str().unwrap_or("call").to_owned();
-        let mut id = call.clone();
+        let mut id = call.call_id.clone();
         let mut n = 1;
         while !self.used_tool_ids.insert(id.clone()) {
             n += 1;
-            id = format!("{call}#{n}");
+            id = format!("{}#{n}", call.call_id);
         }
-        self.tool_ids.insert(call, id.clone());
+        self.tool_ids.insert(call.call_id.clone(), id.clone());
         let mut start = json!({ "type": "TOOL_CALL_START", "toolCallId": id,
-                                "toolCallName": ev.data["tool"].as_str().unwrap_or("tool") });
+                                "toolCallName": call.tool });
         if let Some(parent) = parent {
             start["parentMessageId"] = json!(parent);
         }
         out.push(start);
-        out.push(json!({ "type": "TOOL_CALL_ARGS", "toolCallId": id, "delta": ev.data["arguments"].to_string() }));
+        out.push(json!({ "type": "TOOL_CALL_ARGS", "toolCallId": id, "delta": call.arguments.to_string() }));
         out.push(json!({ "type": "TOOL_CALL_END", "toolCallId": id }));
     }
 
-    fn tool_result(&mut self, ev: &Event, out: &mut Vec<Value>) {
-        let call = ev.data["call_id"].as_str().unwrap_or("call");
-        let Some(id) = self.tool_ids.get(call).cloned() else {
+    fn tool_result(&mut self, result: &ToolResultData, out: &mut Vec<Value>) {
+        let Some(id) = self.tool_ids.get(&result.call_id).cloned() else {
             return;
         };
-        let content = match ev.data.get("error") {
-            Some(error) => json!({ "error": error }).to_string(),
-            None => ev.data["output"].to_string(),
+        let content = match &result.result {
+            ToolOutcome::Error(error) => json!({ "error": error }).to_string(),
+            ToolOutcome::Output(output) => output.to_string(),
         };
         out.push(
             json!({ "type": "TOOL_CALL_RESULT", "messageId": format!("{id}-result"),
@@ -272,20 +274,17 @@ impl Translator {
         }
     }
 
-    fn interrupt(&mut self, ev: &Event, out: &mut Vec<Value>) -> Ended {
+    fn interrupt(&mut self, asked: &InputRequiredData, out: &mut Vec<Value>) -> Ended {
         self.close_all(out);
-        let step = ev.data["step_id"]
-            .as_str()
-            .or(ev.step_id.as_deref())
-            .unwrap_or_default();
+        let step = asked.step_id.as_str();
         let mut interrupt = json!({
             "id": interrupt_id(self.orca_run, step),
             "reason": "input_required",
-            "message": ev.data["prompt"],
+            "message": asked.prompt,
             "metadata": { "orca": { "run_id": self.orca_run.to_string(), "step_id": step } },
         });
-        if ev.data["schema"].is_object() {
-            interrupt["responseSchema"] = ev.data["schema"].clone();
+        if let Some(schema) = asked.schema.as_ref().filter(|s| s.is_object()) {
+            interrupt["responseSchema"] = schema.clone();
         }
         out.push(
             json!({ "type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id,
@@ -294,27 +293,30 @@ impl Translator {
         Ended::Interrupted
     }
 
-    fn finish(&mut self, ev: &Event, out: &mut Vec<Value>) -> Ended {
+    fn finish(&mut self, data: &FinalData, out: &mut Vec<Value>) -> Ended {
         self.close_all(out);
-        let status = ev.data["status"].as_str().unwrap_or_default();
         let usage = json!([{ "inputTokens": self.usage.0, "outputTokens": self.usage.1,
                              "totalTokens": self.usage.0 + self.usage.1 }]);
-        match status {
-            "succeeded" => {
+        match data.status {
+            RunStatus::Succeeded => {
                 out.push(json!({ "type": "RUN_FINISHED", "threadId": self.thread_id,
-                                 "runId": self.run_id, "result": ev.data["output"], "usage": usage }));
+                                 "runId": self.run_id, "result": data.output, "usage": usage }));
                 Ended::Finished
             }
-            "cancelled" => {
+            RunStatus::Cancelled => {
                 out.push(json!({ "type": "RUN_FINISHED", "threadId": self.thread_id,
                                  "runId": self.run_id, "outcome": { "type": "cancelled" }, "usage": usage }));
                 Ended::Finished
             }
-            _ => {
-                let error = &ev.data["error"];
-                out.push(json!({ "type": "RUN_ERROR",
-                                 "message": error["message"].as_str().unwrap_or("the run failed"),
-                                 "code": error["code"].as_str().unwrap_or(status), "usage": usage }));
+            status => {
+                let (message, code) = match &data.error {
+                    Some(e) => (json!(e.message), json!(e.code)),
+                    None => (json!("the run failed"), json!(status.as_str())),
+                };
+                out.push(
+                    json!({ "type": "RUN_ERROR", "message": message, "code": code,
+                                 "usage": usage }),
+                );
                 Ended::Errored
             }
         }
@@ -338,7 +340,7 @@ fn delta(op: &str, path: &str, value: Value) -> Value {
 }
 
 fn custom(ev: &Event) -> Value {
-    let mut value = ev.data.clone();
+    let mut value = ev.data.to_data();
     if let (Some(obj), Some(key)) = (value.as_object_mut(), ev.step()) {
         obj.entry("step").or_insert(json!(key));
     }
@@ -348,6 +350,7 @@ fn custom(ev: &Event) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::EventKind;
 
     fn event(seq: u64, kind: EventKind, step: Option<&str>, data: Value) -> Event {
         Event {
@@ -357,7 +360,7 @@ mod tests {
             ts: chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
             step_id: step.map(str::to_owned),
             path: None,
-            data,
+            data: Payload::decode(kind, data).expect("the data fits its kind"),
         }
     }
 
@@ -385,7 +388,8 @@ mod tests {
         let run = RunId::parse("01a20000-0000-7000-8000-000000000000").unwrap();
         let mut t = Translator::new("t".into(), "r".into(), run);
         t.begin();
-        let running = json!({"step_id": "s", "status": "running"});
+        let step = |status: &str| json!({"step_id": "s", "name": "s", "kind": "tool", "status": status, "attempt": 1});
+        let running = step("running");
         t.translate(&event(1, EventKind::Step, Some("s"), running.clone()));
         t.translate(&event(
             2,
@@ -412,7 +416,7 @@ mod tests {
             types(&opening),
             ["RUN_STARTED", "STATE_SNAPSHOT", "STEP_STARTED"]
         );
-        let done = json!({"step_id": "s", "status": "completed"});
+        let done = step("completed");
         let (out, _) = again.translate(&event(4, EventKind::Step, Some("s"), done));
         assert_eq!(types(&out), ["STATE_DELTA", "STEP_FINISHED"]);
     }
