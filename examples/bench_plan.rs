@@ -10,11 +10,11 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use orca::Created;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
 use orca::domain::run::RunSpec;
 use orca::domain::{EventKind, Orchestration, Tenant};
-use orca::engine::Created;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

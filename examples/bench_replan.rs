@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use orca::Created;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
 use orca::domain::run::RunSpec;
 use orca::domain::{EventKind, Orchestration, RunId, Tenant};
-use orca::engine::Created;
 use orca::store::{Record, Store};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

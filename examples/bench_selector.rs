@@ -12,8 +12,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use orca::Selector;
 use orca::config::{SelectorConfig, SelectorRuleConfig};
-use orca::engine::selector::Selector;
 
 fn rule(
     name: &str,

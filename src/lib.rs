@@ -1,27 +1,36 @@
 //! orca: an HTTP streaming orchestration service for LLM agents.
 //!
-//! Reading order: [`domain`] (the vocabulary), [`config`], [`store`] (all SQL), [`stream`]
-//! (per-run event hub), [`schema`] (JSON Schema errors as users read them), [`llm`] and [`tools`] (what steps call), [`engine`] (runs, executors),
-//! [`retention`] (deleting finished runs past their time), [`timeline`] (a run's spans, waits,
-//! critical path and latency breakdown, computed from its history), [`api`] (the only module
-//! that knows HTTP), and [`app`] (wiring it together).
+//! Reading order (ARCHITECTURE.md has the floors): [`domain`] (the vocabulary), `schema`
+//! (JSON Schema errors as users read them), [`plan`] and [`config`] (data and its checks),
+//! [`store`] (all SQL), [`llm`] and [`tools`] (what steps call), `stream` (the per-run event
+//! hub), `engine` (runs, executors), [`timeline`] (a run's spans, waits, critical path and
+//! latency breakdown, computed from its history), `api` (the only module that knows HTTP),
+//! and [`app`] (wiring it together).
+//!
+//! Public are the modules the binary, the integration tests and the benchmarks use; the rest
+//! is the crate's own, so the compiler sees every item nothing calls.
 
-pub mod agents;
-pub mod api;
+mod agents;
+mod api;
 pub mod app;
 pub mod config;
 pub mod domain;
-pub mod engine;
-pub mod functions;
+mod engine;
+mod functions;
 pub mod llm;
-pub mod metrics;
+mod metrics;
 pub mod plan;
-pub mod retention;
-pub mod schema;
+mod retention;
+mod schema;
 pub mod store;
-pub mod stream;
-pub mod suggest;
-pub mod telemetry;
+mod stream;
+mod suggest;
+mod telemetry;
 pub mod timeline;
 pub mod tools;
-pub mod workflows;
+mod workflows;
+
+pub use api::openapi;
+pub use engine::Created;
+pub use engine::selector::Selector;
+pub use retention::RetentionHandle;

@@ -126,7 +126,7 @@ fn main() -> ExitCode {
 async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
     match command {
         Command::Openapi { output } => {
-            let yaml = orca::api::openapi::yaml();
+            let yaml = orca::openapi::yaml();
             match output {
                 Some(path) => std::fs::write(&path, yaml)
                     .with_context(|| format!("writing {}", path.display()))?,

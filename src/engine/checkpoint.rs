@@ -56,12 +56,6 @@ pub struct PlanDelta {
     pub variables: Option<Map<String, Value>>,
 }
 
-impl PlanDelta {
-    pub fn is_empty(&self) -> bool {
-        self.cleared.is_empty() && self.steps.is_empty() && self.children.is_empty()
-    }
-}
-
 /// A plan run's progress: every delta folded.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PlanProgress {

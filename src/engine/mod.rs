@@ -67,7 +67,6 @@ use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::DeclaredTools;
 
 pub use context::{EffectiveLimits, RunContext, RunSeed, Services};
-pub use executor::{Executor, Outcome};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -21,11 +21,6 @@ use super::template::{Scope, StepView};
 /// which is too much work to repeat on each evaluation.
 static STDLIB: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
 
-/// The variables a condition may use.
-pub const VARIABLES: [&str; 8] = [
-    "input", "steps", "vars", "session", "step", "local", "item", "index",
-];
-
 /// Identifiers CEL itself defines (type names), which are not run data.
 const CEL_NAMES: [&str; 11] = [
     "int",

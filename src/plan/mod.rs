@@ -27,6 +27,7 @@
 //! ```
 
 pub mod agent;
+#[cfg(test)]
 pub mod builder;
 pub mod catalog;
 pub mod condition;
@@ -42,15 +43,18 @@ pub mod validate;
 mod tests;
 
 pub use agent::{AgentCatalog, validate_agent};
+#[cfg(test)]
 pub use builder::{PlanBuilder, StepDraft};
 pub use catalog::{Catalog, KnownFunctions, KnownModels, KnownTools};
 pub use condition::{CelRef, Condition};
 pub use graph::ValidPlan;
 pub use spec::{Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec};
 pub use team::{AgentSpec, Team};
+#[cfg(test)]
+pub use template::resolve;
 pub use template::{
     NoResults, Piece, RefError, Reference, RenderError, Root, Scope, Segment, StepField,
-    StepResults, StepState, StepView, Template, references, resolve,
+    StepResults, StepState, StepView, Template,
 };
 pub use validate::{Workflow, validate_plan, validate_workflow, workflow_plan_doc};
 

@@ -209,9 +209,6 @@ pub enum Root {
 /// What `step.` may be followed by.
 pub const STEP_FIELDS: [&str; 6] = ["id", "name", "kind", "attempt", "path", "metadata"];
 
-/// What `local.` may be followed by.
-pub const LOCAL_NAMES: [&str; 2] = ["item", "index"];
-
 /// The names a reference (or a condition) may start with.
 pub const SCOPES: &str = "`input`, `steps`, `vars`, `session`, `step`, `local`, `item` or `index`";
 
@@ -933,8 +930,9 @@ fn parse_string(s: &str) -> Result<Template, String> {
     Ok(Template::Text(pieces))
 }
 
-/// Resolves `template` against `scope`, parsing it on the way. Prefer [`Template::parse`] once
-/// and [`Template::resolve`] many times: the validated plan's specs hold parsed templates.
+/// Resolves `template` against `scope`, parsing it on the way (the tests' shorthand; the
+/// engine resolves the parsed templates a validated plan's specs hold).
+#[cfg(test)]
 pub fn resolve(template: &Value, scope: &Scope<'_>) -> Result<Value, RefError> {
     Template::parse(template)
         .map_err(|errors| RefError {
@@ -951,7 +949,9 @@ pub fn resolve(template: &Value, scope: &Scope<'_>) -> Result<Value, RefError> {
         .resolve(scope)
 }
 
-/// Every reference in `template`, in document order; the first syntax error otherwise.
+/// Every reference in `template`, in document order; the first syntax error otherwise (the
+/// tests' shorthand).
+#[cfg(test)]
 pub fn references(template: &Value) -> Result<Vec<Reference>, String> {
     match Template::parse(template) {
         Ok(t) => Ok(t.references().into_iter().map(|(_, r)| r.clone()).collect()),

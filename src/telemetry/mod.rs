@@ -18,8 +18,6 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use crate::config::TelemetryConfig;
 use crate::domain::{RunError, StepAttempt, StepStatus};
 
-pub use otlp::body as otlp_body;
-
 /// The app's tracer provider (flushed and shut down with the app), or nothing.
 #[derive(Debug, Default)]
 pub struct Telemetry {

@@ -38,6 +38,7 @@ impl ClockNow {
     }
 
     /// Reads `now` instead of the system clock (for tests).
+    #[cfg(test)]
     pub fn with_clock(now: fn() -> DateTime<Utc>) -> Self {
         ClockNow { now }
     }

@@ -37,11 +37,6 @@ pub struct McpClients {
 }
 
 impl McpClients {
-    /// The names of the connected servers.
-    pub fn names(&self) -> Vec<&str> {
-        self.clients.iter().map(|(n, _)| n.as_str()).collect()
-    }
-
     /// Closes every connection: a child process gets its standard input closed, then
     /// `SIGTERM`, then `SIGKILL`, a few seconds apart at most.
     pub async fn close(self) {

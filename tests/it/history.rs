@@ -490,7 +490,7 @@ async fn health_readiness_tools_and_metrics() {
 
 #[tokio::test]
 async fn the_checked_in_openapi_yaml_matches_the_code() {
-    let generated = orca::api::openapi::yaml();
+    let generated = orca::openapi::yaml();
     let checked_in = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml"))
         .expect("openapi.yaml exists");
     assert!(
@@ -501,7 +501,7 @@ async fn the_checked_in_openapi_yaml_matches_the_code() {
     let (status, doc) = app.get_json("/openapi.json").await;
     assert_eq!(status, 200);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
-    assert_eq!(doc, orca::api::openapi());
+    assert_eq!(doc, orca::openapi());
     for path in [
         "/v1/runs",
         "/v1/runs/{id}",

@@ -53,13 +53,20 @@ pub struct RunAgentInput {
     pub forwarded_props: Option<Value>,
     /// Answers to the interrupt a previous AG-UI run of this thread ended with.
     pub resume: Option<Vec<ResumeEntry>>,
+    // The members below are AG-UI's; orca accepts them (a client sends them) and does not
+    // read them: the run's state is orca's own, its tools its tenant's.
     #[schema(value_type = Option<Object>)]
+    #[allow(dead_code)]
     pub state: Option<Value>,
     #[schema(value_type = Option<Vec<Object>>)]
+    #[allow(dead_code)]
     pub tools: Option<Vec<Value>>,
     #[schema(value_type = Option<Vec<Object>>)]
+    #[allow(dead_code)]
     pub context: Option<Vec<Value>>,
+    #[allow(dead_code)]
     pub parent_run_id: Option<String>,
+    #[allow(dead_code)]
     pub protocol_version: Option<String>,
 }
 
@@ -73,7 +80,9 @@ pub struct ResumeEntry {
     pub status: ResumeStatus,
     #[schema(value_type = Option<Object>)]
     pub payload: Option<Value>,
+    // Accepted as AG-UI sends it; orca does not read it.
     #[schema(value_type = Option<Object>)]
+    #[allow(dead_code)]
     pub metadata: Option<Value>,
 }
 

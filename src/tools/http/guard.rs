@@ -228,6 +228,7 @@ impl GuardedResolver {
     }
 
     /// With another lookup (tests: names that answer differently each time).
+    #[cfg(test)]
     pub fn with_lookup(policy: Arc<Destinations>, lookup: Lookup) -> GuardedResolver {
         GuardedResolver { policy, lookup }
     }

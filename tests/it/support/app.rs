@@ -22,7 +22,7 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub dir: TempDir,
     /// Asks the app's retention sweeper for a sweep now.
-    pub retention: orca::retention::RetentionHandle,
+    pub retention: orca::RetentionHandle,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
