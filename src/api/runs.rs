@@ -99,8 +99,8 @@ pub(super) async fn own_run(
 
 async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, ApiError> {
     state
-        .store
-        .get_run(tenant, id)
+        .runs
+        .get(tenant, id)
         .await?
         .map(|s| s.run)
         .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))
@@ -280,8 +280,8 @@ pub async fn get_run(
 ) -> Result<Json<RunDetail>, ApiError> {
     let id = parse_run_id(&id)?;
     let stored = state
-        .store
-        .get_run(&tenant, id)
+        .runs
+        .get(&tenant, id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
     Ok(Json(RunDetail {
@@ -309,19 +309,13 @@ pub async fn delete_run(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_run_id(&id)?;
-    let run = load_run(&state, &tenant, id).await?;
-    if !run.status.is_terminal() {
-        return Err(ApiError::Conflict(format!(
-            "the run is {}; only a finished run can be deleted (cancel it first)",
-            run.status.as_str()
-        )));
+    match state.engine.delete_run(&tenant, id).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(engine::Error::NotFound) => Err(ApiError::NotFound(format!("no run `{id}`"))),
+        Err(engine::Error::Conflict(message)) => Err(ApiError::Conflict(message)),
+        Err(engine::Error::Store(e)) => Err(e.into()),
+        Err(e) => Err(ApiError::internal(e)),
     }
-    // A finished run never changes again, so nothing can slip in between the check and the
-    // delete; zero rows means a concurrent delete won.
-    if state.store.delete_runs(&[id]).await? == 0 {
-        return Err(ApiError::NotFound(format!("no run `{id}`")));
-    }
-    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The longest `q` of `GET /v1/runs`, in characters.
@@ -430,7 +424,7 @@ pub async fn list_runs(
     }
     let limit = filter.limit;
     filter.limit += 1; // one more tells whether a next page exists
-    let mut runs = state.store.list_runs(&tenant, &filter).await?;
+    let mut runs = state.runs.list(&tenant, &filter).await?;
     let next_cursor = if runs.len() > limit as usize {
         runs.truncate(limit as usize);
         runs.last().map(|r| r.id.to_string())
@@ -499,7 +493,7 @@ pub async fn run_events(
     if json_wanted {
         let mut all = Vec::new();
         loop {
-            let page = state.store.events_after(id, after, 1000).await?;
+            let page = state.history.events_after(id, after, 1000).await?;
             let n = page.len();
             if let Some(last) = page.last() {
                 after = last.seq;
@@ -514,7 +508,7 @@ pub async fn run_events(
     // A finished run with nothing after `after` ends the request at once: 204 tells a
     // reconnecting EventSource (which sends `Last-Event-ID` after `final`) to stop reconnecting,
     // where an empty 200 stream would make it reconnect forever. `?after=N` gets the same.
-    let tail = state.store.run_tail(id).await?;
+    let tail = state.history.tail(id).await?;
     let tail = tail.ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
     if tail.ended_by(after) {
         return Ok(StatusCode::NO_CONTENT.into_response());
@@ -568,7 +562,7 @@ pub async fn run_steps(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<StepAttempt>>, ApiError> {
     let id = own_run(&state, &tenant, &id).await?;
-    Ok(Json(state.store.step_attempts(id).await?))
+    Ok(Json(state.history.step_attempts(id).await?))
 }
 
 /// Cancel a run: it ends `cancelled`; in-flight LLM and tool calls are aborted.

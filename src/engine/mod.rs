@@ -303,6 +303,54 @@ impl Engine {
         Ok(Created::New(run))
     }
 
+    /// Deletes a finished run of the tenant's with everything it owns. A run that has not
+    /// finished is a [`Error::Conflict`]: it must be cancelled first.
+    pub async fn delete_run(&self, tenant: &Tenant, id: RunId) -> Result<(), Error> {
+        let store = self.inner.services.store();
+        let stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
+        let status = stored.run.status;
+        if !status.is_terminal() {
+            return Err(Error::Conflict(format!(
+                "the run is {}; only a finished run can be deleted (cancel it first)",
+                status.as_str()
+            )));
+        }
+        // A finished run never changes again, so nothing can slip in between the check and
+        // the delete; zero rows means a concurrent delete won.
+        if store.delete_runs(&[id]).await? == 0 {
+            return Err(Error::NotFound);
+        }
+        Ok(())
+    }
+
+    /// Declares (or replaces) one of the tenant's HTTP tools, already checked
+    /// ([`DeclaredTools::problems`]): whether it is new. Every replica reads it from the
+    /// store from then on.
+    pub async fn declare_http_tool(
+        &self,
+        tenant: &Tenant,
+        spec: &HttpToolSpec,
+    ) -> Result<bool, store::Error> {
+        let definition =
+            serde_json::to_value(spec).map_err(|e| store::Error::Corrupt(e.to_string()))?;
+        let registry = store::Registry::HttpTools;
+        (self.inner.services.store())
+            .put_entry(registry, tenant, &spec.name, &definition)
+            .await
+    }
+
+    /// Removes one of the tenant's declared HTTP tools: whether there was one.
+    pub async fn remove_http_tool(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<bool, store::Error> {
+        let registry = store::Registry::HttpTools;
+        (self.inner.services.store())
+            .delete_entry(registry, tenant, name)
+            .await
+    }
+
     /// Takes and resumes the unfinished runs no task runs: on SQLite every one (after a stop,
     /// a crash, or the store coming back); on Postgres those nobody else holds (their lease
     /// lapsed, or was handed back) and this replica's own. The number of runs it resumed.
