@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use orca::Created;
+use orca::RunRequest;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
-use orca::domain::run::RunSpec;
 use orca::domain::{EventKind, Orchestration, Tenant};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -50,25 +50,19 @@ fn median(mut xs: Vec<Duration>) -> Duration {
 }
 
 async fn in_process(app: &App, plan: &Value) -> Duration {
-    let spec = RunSpec {
+    let request = RunRequest {
         input: json!("bench"),
         orchestration: Orchestration::Fixed,
-        workflow: None,
         plan: Some(plan.clone()),
-        model: None,
-        tools: None,
-        limits: Default::default(),
-        metadata: Default::default(),
-        session_id: None,
-        instructions: None,
-        declared_tools: Vec::new(),
+        ..Default::default()
     };
     let t0 = Instant::now();
     let engine = app.engine();
-    // Validated here as the API validates a request's plan; the engine does not parse it again.
-    let valid = orca::plan::validate_plan(plan, engine.tools()).expect("a valid plan");
+    let tenant = Tenant::default_tenant();
+    // Admitted as the API admits a request: the engine validates the plan once.
+    let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     let run = match engine
-        .create_run(&Tenant::default_tenant(), spec, Some(valid), None)
+        .create_run(&tenant, admitted, None)
         .await
         .expect("run")
     {

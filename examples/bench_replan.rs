@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use orca::Created;
+use orca::RunRequest;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
-use orca::domain::run::RunSpec;
 use orca::domain::{EventKind, Orchestration, RunId, Tenant};
 use orca::store::{Record, Store};
 use serde_json::{Value, json};
@@ -65,24 +65,18 @@ fn summary(rounds: &[Duration]) -> String {
 }
 
 async fn replan_overhead(app: &App) -> Duration {
-    let spec = RunSpec {
+    let request = RunRequest {
         input: json!("count, then read the file"),
         orchestration: Orchestration::Reactive,
-        workflow: None,
         plan: Some(chain(10, true)),
-        model: None,
-        tools: None,
-        limits: Default::default(),
-        metadata: Default::default(),
-        session_id: None,
-        instructions: None,
-        declared_tools: Vec::new(),
+        ..Default::default()
     };
     let engine = app.engine();
-    let valid = orca::plan::validate_plan(spec.plan.as_ref().unwrap(), engine.catalog())
-        .expect("a valid plan");
+    let tenant = Tenant::default_tenant();
+    // Admitted as the API admits a request: the engine validates the plan once.
+    let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     let run = match engine
-        .create_run(&Tenant::default_tenant(), spec, Some(valid), None)
+        .create_run(&tenant, admitted, None)
         .await
         .expect("run")
     {

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use orca::Created;
+use orca::RunRequest;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
-use orca::domain::run::RunSpec;
 use orca::domain::{EventKind, Orchestration, Tenant};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -66,24 +66,18 @@ fn median(mut xs: Vec<Duration>) -> Duration {
 }
 
 async fn run(app: &App, plan: &Value) -> Duration {
-    let spec = RunSpec {
+    let request = RunRequest {
         input: json!("bench"),
         orchestration: Orchestration::Fixed,
-        workflow: None,
         plan: Some(plan.clone()),
-        model: None,
-        tools: None,
-        limits: Default::default(),
-        metadata: Default::default(),
-        session_id: None,
-        instructions: None,
-        declared_tools: Vec::new(),
+        ..Default::default()
     };
     let t0 = Instant::now();
     let engine = app.engine();
-    let valid = orca::plan::validate_plan(plan, engine.catalog()).expect("a valid plan");
+    let tenant = Tenant::default_tenant();
+    let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     let created = engine
-        .create_run(&Tenant::default_tenant(), spec, Some(valid), None)
+        .create_run(&tenant, admitted, None)
         .await
         .expect("run");
     let (Created::New(r) | Created::Existing(r)) = created;

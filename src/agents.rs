@@ -1,6 +1,7 @@
-//! Agents as data (issue 11): the agents directory loaded at start, and
-//! `resolve_references` (the registered agents and workflows a plan names, copied into it when
-//! a run is created).
+//! Agents as data (issue 11): [`Agents`], the handle the API and the engine read and write the
+//! agent registry through (the SQL is the store's, `store/registry.rs`), the agents directory
+//! loaded at start, and `resolve_references` (the registered agents and workflows a plan names,
+//! copied into it when a run is created).
 //!
 //! An agent names its instructions, model alias, tools, optional output schema, the agents it
 //! may hand off to (each edge with the context the target receives) and its middleware. The
@@ -15,8 +16,66 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::Value;
 
+use crate::domain::Tenant;
 use crate::plan::agent::{AgentCatalog, items, validate_agent};
-use crate::store::{Registry, Store};
+use crate::store::{self, Registry, RegistryRecord, Store};
+
+/// The agent registry as a tenant sees it: its own agents beside the shared ones (a tenant's
+/// own one shadows a shared one of the same name). Definitions are validated by the caller
+/// before they are put. A cheap-clone handle.
+#[derive(Clone)]
+pub struct Agents {
+    store: Store,
+}
+
+impl Agents {
+    pub fn new(store: Store) -> Agents {
+        Agents { store }
+    }
+
+    /// The tenant's agents and the shared ones, by name.
+    pub async fn list(&self, tenant: &Tenant) -> store::Result<Vec<RegistryRecord>> {
+        self.store.list_entries(Registry::Agents, tenant).await
+    }
+
+    /// The tenant's own agent of that name, else the shared one.
+    pub async fn get(&self, tenant: &Tenant, name: &str) -> store::Result<Option<RegistryRecord>> {
+        self.store.get_entry(Registry::Agents, tenant, name).await
+    }
+
+    /// Creates or replaces the tenant's own agent: whether it is new.
+    pub async fn put(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+        definition: &Value,
+    ) -> store::Result<bool> {
+        self.store
+            .put_entry(Registry::Agents, tenant, name, definition)
+            .await
+    }
+
+    /// Deletes the tenant's own agent: whether there was one. Shared ones stay.
+    pub async fn delete(&self, tenant: &Tenant, name: &str) -> store::Result<bool> {
+        self.store
+            .delete_entry(Registry::Agents, tenant, name)
+            .await
+    }
+
+    /// What a caller is told of an agent the tenant cannot read: the nearest name and the
+    /// known ones ([`crate::suggest::unknown_name`]).
+    pub async fn unknown(&self, tenant: &Tenant, name: &str) -> store::Result<String> {
+        let names = self.store.entry_names(Registry::Agents, tenant).await?;
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let list = "GET /v1/agents lists them";
+        Ok(crate::suggest::unknown_name("agent", list, name, &names))
+    }
+
+    /// [`resolve_references`] in the registries the tenant reads.
+    pub async fn resolve_references(&self, tenant: &Tenant, doc: &mut Value) -> store::Result<()> {
+        resolve_references(&self.store, tenant, doc).await
+    }
+}
 
 /// Loads every `*.json` file of `dir` as an agent (a definition without `name` takes the file's
 /// stem), validates them together — handoff targets may name each other — and makes them the
@@ -100,7 +159,7 @@ async fn read_agent(path: &Path) -> anyhow::Result<(String, Value)> {
 /// exactly what was validated. Names found nowhere are left for validation to report.
 pub async fn resolve_references(
     store: &Store,
-    tenant: &crate::domain::Tenant,
+    tenant: &Tenant,
     doc: &mut Value,
 ) -> crate::store::Result<()> {
     let Some(members) = doc.as_object_mut() else {

@@ -121,7 +121,7 @@ impl App {
             Sweeper::new(store.clone(), config.retention.clone(), shutdown.clone());
         let state = AppState::new(
             engine.clone(),
-            store.clone(),
+            &store,
             hub.clone(),
             Arc::new(config),
             shutdown.clone(),

@@ -32,5 +32,6 @@ mod workflows;
 
 pub use api::openapi;
 pub use engine::Created;
+pub use engine::intake::RunRequest;
 pub use engine::selector::Selector;
 pub use retention::RetentionHandle;

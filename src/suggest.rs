@@ -38,6 +38,22 @@ pub fn listed(names: &[&str], at_most: usize, how_to_list: &str) -> String {
     }
 }
 
+/// What a caller is told of a `what` (`workflow`, `agent`) named `name` that does not exist:
+/// the nearest of `names` ("did you mean …?") and the names, or how many there are and
+/// `how_to_list` them past ten, e.g. "no workflow `publsh`: did you mean `publish-report`?
+/// (known: `publish-report`)".
+pub fn unknown_name(what: &str, how_to_list: &str, name: &str, names: &[&str]) -> String {
+    let known = match names.len() {
+        0 => format!("there are no {what}s yet"),
+        n if n > 10 => format!("{n} exist: {how_to_list}"),
+        _ => format!("known: {}", listed(names, 10, how_to_list)),
+    };
+    format!(
+        "no {what} `{name}`{} ({known})",
+        did_you_mean(name, names.iter().copied()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +80,25 @@ mod tests {
         assert_eq!(
             listed(&["a", "b", "c"], 2, "GET /v1/agents lists them"),
             "there are 3 (GET /v1/agents lists them)"
+        );
+    }
+
+    #[test]
+    fn an_unknown_name_is_told_with_the_nearest_and_the_known_ones() {
+        let list = "GET /v1/workflows lists them";
+        assert_eq!(
+            unknown_name("workflow", list, "publsh", &["publish-report"]),
+            "no workflow `publsh`: did you mean `publish-report`? (known: `publish-report`)"
+        );
+        assert_eq!(
+            unknown_name("agent", list, "x", &[]),
+            "no agent `x` (there are no agents yet)"
+        );
+        let many: Vec<String> = (0..11).map(|i| format!("w{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            unknown_name("workflow", list, "zzz", &many),
+            "no workflow `zzz` (11 exist: GET /v1/workflows lists them)"
         );
     }
 }

@@ -1,5 +1,6 @@
-//! The fixed-workflow registry's bootstrap: loading the configured directory (`workflows.dir`)
-//! at start, plus the naming rule shared with the API.
+//! The fixed-workflow registry: [`Workflows`], the handle the API and the engine read and write
+//! it through (the SQL is the store's, `store/registry.rs`), and its bootstrap, loading the
+//! configured directory (`workflows.dir`) at start.
 //!
 //! Every `*.json` file of the directory (not its subdirectories) holds one workflow definition
 //! in the project's workflow format (`schemas/FixedWorkflow.schema.json`). Other files are
@@ -19,8 +20,60 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde_json::Value;
 
+use crate::domain::Tenant;
 use crate::plan::{Catalog, validate_workflow};
-use crate::store::Store;
+use crate::store::{self, Store, WorkflowRecord};
+
+/// The workflow registry as a tenant sees it: its own workflows beside the shared ones (a
+/// tenant's own one shadows a shared one of the same name). Definitions are validated by the
+/// caller before they are put. A cheap-clone handle.
+#[derive(Clone)]
+pub struct Workflows {
+    store: Store,
+}
+
+impl Workflows {
+    pub fn new(store: Store) -> Workflows {
+        Workflows { store }
+    }
+
+    /// The tenant's workflows and the shared ones, by name.
+    pub async fn list(&self, tenant: &Tenant) -> store::Result<Vec<WorkflowRecord>> {
+        self.store.list_workflows(tenant).await
+    }
+
+    /// The tenant's own workflow of that name, else the shared one.
+    pub async fn get(&self, tenant: &Tenant, name: &str) -> store::Result<Option<WorkflowRecord>> {
+        self.store.get_workflow(tenant, name).await
+    }
+
+    /// Creates or replaces the tenant's own workflow: whether it is new.
+    pub async fn put(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+        definition: &Value,
+    ) -> store::Result<bool> {
+        self.store.put_workflow(tenant, name, definition).await
+    }
+
+    /// Deletes the tenant's own workflow: whether there was one. Shared ones stay.
+    pub async fn delete(&self, tenant: &Tenant, name: &str) -> store::Result<bool> {
+        self.store.delete_workflow(tenant, name).await
+    }
+
+    /// What a caller is told of a workflow the tenant cannot read: the nearest name and the
+    /// known ones ([`crate::suggest::unknown_name`]).
+    pub async fn unknown(&self, tenant: &Tenant, name: &str) -> store::Result<String> {
+        let names = self
+            .store
+            .entry_names(store::Registry::Workflows, tenant)
+            .await?;
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let list = "GET /v1/workflows lists them";
+        Ok(crate::suggest::unknown_name("workflow", list, name, &names))
+    }
+}
 
 /// Loads and validates every workflow file of `dir`, then makes them the shared workflows
 /// (replacing those of an earlier start). Returns how many were loaded.

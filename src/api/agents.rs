@@ -12,13 +12,13 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path};
 use super::workflows::{name_from_path, valid_name};
+use super::{AppState, Named};
 use crate::domain::Tenant;
 use crate::plan::{AgentCatalog, validate_agent};
-use crate::store::{Registry, RegistryRecord};
+use crate::store::RegistryRecord;
 
 /// An agent in `GET /v1/agents`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -86,7 +86,7 @@ pub async fn list_agents(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
 ) -> Result<Json<Vec<AgentSummary>>, ApiError> {
-    let list = state.store.list_entries(Registry::Agents, &tenant).await?;
+    let list = state.agents.list(&tenant).await?;
     Ok(Json(list.into_iter().map(AgentSummary::from).collect()))
 }
 
@@ -106,13 +106,10 @@ pub async fn get_agent(
     Path(name): Path<String>,
 ) -> Result<Json<AgentDetail>, ApiError> {
     valid_name(&name)?;
-    let found = state
-        .store
-        .get_entry(Registry::Agents, &tenant, &name)
-        .await?;
+    let found = state.agents.get(&tenant, &name).await?;
     match found {
         Some(a) => Ok(Json(a.into())),
-        None => Err(super::entry_not_found(&state, Registry::Agents, &tenant, &name).await),
+        None => Err(super::not_found(&state, Named::Agent, &tenant, &name).await),
     }
 }
 
@@ -143,10 +140,7 @@ pub async fn put_agent(
 ) -> Result<(StatusCode, Json<AgentDetail>), ApiError> {
     valid_name(&name)?;
     name_from_path(&mut definition, &name)?;
-    let store = &state.store;
-    let others: HashSet<String> = store
-        .list_entries(Registry::Agents, &tenant)
-        .await?
+    let others: HashSet<String> = (state.agents.list(&tenant).await?)
         .into_iter()
         .map(|a| a.name)
         .collect();
@@ -169,11 +163,9 @@ pub async fn put_agent(
                 .collect(),
         ));
     }
-    let created = store
-        .put_entry(Registry::Agents, &tenant, &name, &definition)
-        .await?;
-    let stored = store
-        .get_entry(Registry::Agents, &tenant, &name)
+    let created = state.agents.put(&tenant, &name, &definition).await?;
+    let stored = (state.agents)
+        .get(&tenant, &name)
         .await?
         .filter(|a| !a.shared)
         .ok_or_else(|| ApiError::internal(anyhow::anyhow!("agent `{name}` vanished")))?;
@@ -203,15 +195,14 @@ pub async fn delete_agent(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     valid_name(&name)?;
-    let store = &state.store;
-    if store.delete_entry(Registry::Agents, &tenant, &name).await? {
+    if state.agents.delete(&tenant, &name).await? {
         return Ok(StatusCode::NO_CONTENT);
     }
-    match store.get_entry(Registry::Agents, &tenant, &name).await? {
+    match state.agents.get(&tenant, &name).await? {
         Some(a) if a.shared => Err(ApiError::Conflict(format!(
             "agent `{name}` was loaded from the agents directory and cannot be deleted through \
              the API"
         ))),
-        _ => Err(super::entry_not_found(&state, Registry::Agents, &tenant, &name).await),
+        _ => Err(super::not_found(&state, Named::Agent, &tenant, &name).await),
     }
 }

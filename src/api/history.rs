@@ -32,7 +32,7 @@ pub async fn run_plans(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<PlanRecord>>, ApiError> {
     let id = own_run(&state, &tenant, &id).await?;
-    Ok(Json(state.store.list_plans(id).await?))
+    Ok(Json(state.history.plans(id).await?))
 }
 
 /// A run's timeline: spans, waits, critical path, latency breakdown and decisions.
@@ -57,8 +57,8 @@ pub async fn run_timeline(
 ) -> Result<Json<Timeline>, ApiError> {
     let id = parse_run_id(&id)?;
     let history = state
-        .store
-        .run_history(&tenant, id, &timeline::UNUSED_EVENT_KINDS)
+        .history
+        .timeline(&tenant, id, &timeline::UNUSED_EVENT_KINDS)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
     Ok(Json(timeline::build(
@@ -101,7 +101,10 @@ pub async fn run_checkpoints(
     let (after, limit) = page_of(&params)?;
     let id = own_run(&state, &tenant, &id).await?;
     // One more than asked tells whether a next page exists.
-    let mut page = state.store.checkpoints_after(id, after, limit + 1).await?;
+    let mut page = state
+        .history
+        .checkpoints_after(id, after, limit + 1)
+        .await?;
     let mut headers = HeaderMap::new();
     if page.len() > limit as usize {
         page.truncate(limit as usize);

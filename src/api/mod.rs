@@ -29,21 +29,30 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 
+use crate::agents::Agents;
 use crate::config::Config;
 use crate::domain::Tenant;
 use crate::engine::Engine;
-use crate::store::Store;
+use crate::store::{History, RunReads, Store};
 use crate::stream::EventHub;
+use crate::workflows::Workflows;
 
 use error::ApiError;
 use extract::{BodyLimit, BodyTimeout, ServerStop};
 
-/// What handlers share: handles, not locks. Runs are started, answered and cancelled through
-/// the engine; their history is read from the store; their event streams come from the hub.
+/// What handlers share: handles, not locks, and never the whole store. Runs are admitted,
+/// started, answered, cancelled and deleted through the engine; runs and their history are
+/// read through read-only handles; the workflow and agent registries through their own
+/// modules' handles; event streams come from the hub.
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
-    pub store: Store,
+    /// Runs as rows: one, a filtered page, the counts by status.
+    pub runs: RunReads,
+    /// What runs recorded: events, step attempts, plans, checkpoints, timelines.
+    pub history: History,
+    pub workflows: Workflows,
+    pub agents: Agents,
     pub events: EventHub,
     pub config: Arc<Config>,
     pub run_schema: Arc<crate::schema::ShippedSchema>,
@@ -52,16 +61,20 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state over `store`, of which handlers get only the narrow handles.
     pub fn new(
         engine: Engine,
-        store: Store,
+        store: &Store,
         events: EventHub,
         config: Arc<Config>,
         shutdown: CancellationToken,
     ) -> Self {
         AppState {
             engine,
-            store,
+            runs: RunReads::new(store.clone()),
+            history: History::new(store.clone()),
+            workflows: Workflows::new(store.clone()),
+            agents: Agents::new(store.clone()),
             events,
             config,
             run_schema: Arc::new(crate::schema::ShippedSchema::compile(include_str!(
@@ -295,42 +308,27 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// 404 for a registry name that does not exist, saying what does ([`unknown_entry`]).
-pub(crate) async fn entry_not_found(
+/// The registries a name is looked up in, for [`not_found`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Named {
+    Workflow,
+    Agent,
+}
+
+/// 404 for a registry name that does not exist, saying what does (the nearest name, the known
+/// ones: [`crate::suggest::unknown_name`]).
+pub(crate) async fn not_found(
     state: &AppState,
-    registry: crate::store::Registry,
+    registry: Named,
     tenant: &Tenant,
     name: &str,
 ) -> ApiError {
-    match unknown_entry(state, registry, tenant, name).await {
+    let message = match registry {
+        Named::Workflow => state.workflows.unknown(tenant, name).await,
+        Named::Agent => state.agents.unknown(tenant, name).await,
+    };
+    match message {
         Ok(message) => ApiError::NotFound(message),
-        Err(e) => e,
+        Err(e) => e.into(),
     }
-}
-
-/// What a caller is told of a registry name that does not exist: the nearest name there is
-/// ("did you mean …?") and the names (or how many there are and how to list them), e.g. "no
-/// workflow `publsh`: did you mean `publish-report`? (known: `publish-report`)".
-pub(crate) async fn unknown_entry(
-    state: &AppState,
-    registry: crate::store::Registry,
-    tenant: &Tenant,
-    name: &str,
-) -> Result<String, ApiError> {
-    let (what, list) = match registry {
-        crate::store::Registry::Workflows => ("workflow", "GET /v1/workflows lists them"),
-        crate::store::Registry::Agents => ("agent", "GET /v1/agents lists them"),
-        _ => ("entry", "list them"),
-    };
-    let names = state.store.entry_names(registry, tenant).await?;
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let known = match names.len() {
-        0 => format!("there are no {what}s yet"),
-        n if n > 10 => format!("{n} exist: {list}"),
-        _ => format!("known: {}", crate::suggest::listed(&names, 10, list)),
-    };
-    Ok(format!(
-        "no {what} `{name}`{} ({known})",
-        crate::suggest::did_you_mean(name, names.iter().copied()),
-    ))
 }

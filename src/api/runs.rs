@@ -18,8 +18,8 @@ use utoipa::ToSchema;
 
 use crate::domain::run::RunSpec;
 use crate::domain::{Event, Limits, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant};
+use crate::engine::intake::{Refused, RunRequest};
 use crate::engine::{self, Created};
-use crate::plan::ValidPlan;
 use crate::store::RunFilter;
 
 use super::AppState;
@@ -50,8 +50,22 @@ pub struct CreateRun {
     pub instructions: Option<String>,
 }
 
-/// The longest `instructions`, in bytes.
-const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
+impl From<CreateRun> for RunRequest {
+    fn from(c: CreateRun) -> Self {
+        RunRequest {
+            input: c.input,
+            orchestration: c.orchestration,
+            workflow: c.workflow,
+            plan: c.plan,
+            model: c.model,
+            tools: c.tools,
+            limits: c.limits,
+            metadata: c.metadata,
+            session_id: c.session_id,
+            instructions: c.instructions,
+        }
+    }
+}
 
 /// `GET /v1/runs` answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -85,8 +99,8 @@ pub(super) async fn own_run(
 
 async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, ApiError> {
     state
-        .store
-        .get_run(tenant, id)
+        .runs
+        .get(tenant, id)
         .await?
         .map(|s| s.run)
         .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))
@@ -130,8 +144,10 @@ pub async fn create_run(
     Ok((status, [(header::LOCATION, location)], Json(run)).into_response())
 }
 
-/// Validates a `POST /v1/runs` body and creates the run, or finds the one an idempotency key
-/// already made: the run, and whether it is new. Shared with the AG-UI endpoint.
+/// Checks a `POST /v1/runs` body against its schema, has the engine admit it (every problem
+/// of what it names is one 422, see `engine::intake`) and creates the run, or finds the one
+/// an idempotency key already made: the run, and whether it is new. Shared with the AG-UI
+/// endpoint.
 pub(super) async fn start_run(
     state: &AppState,
     tenant: &Tenant,
@@ -139,16 +155,27 @@ pub(super) async fn start_run(
     key: Option<String>,
 ) -> Result<(Run, bool), ApiError> {
     let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
-    let (spec, plan) = validate_run(state, tenant, req).await?;
-    let fingerprint = key.as_ref().map(|_| spec.fingerprint());
+    let admitted = match state.engine.admit(tenant, req.into()).await {
+        Ok(admitted) => admitted,
+        Err(Refused::Invalid(problems)) => {
+            return Err(ApiError::validation_many(
+                problems
+                    .into_iter()
+                    .map(|p| FieldError::new(p.pointer, p.message))
+                    .collect(),
+            ));
+        }
+        Err(Refused::Store(e)) => return Err(e.into()),
+    };
     let created = state
         .engine
-        .create_run(tenant, spec, plan, key.as_deref())
+        .create_run(tenant, admitted, key.as_deref())
         .await
         .map_err(|e| match e {
             engine::Error::Overloaded | engine::Error::StoreDown => {
                 ApiError::Unavailable(e.to_string())
             }
+            engine::Error::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
             engine::Error::Store(e) => {
                 // Logged with its cause; the caller learns only that it may try again.
                 tracing::error!(error = ?e, "storing a new run failed");
@@ -156,18 +183,10 @@ pub(super) async fn start_run(
             }
             other => ApiError::internal(other),
         })?;
-    match created {
-        Created::New(r) => Ok((r, true)),
-        Created::Existing(r) => {
-            // The key names one request: the same key with another body is a client bug
-            // (a reused key), and answering with the first run would hide it.
-            let stored = state.store.idempotency_fingerprint(tenant, r.id).await?;
-            if stored.is_some() && stored != fingerprint {
-                return Err(ApiError::IdempotencyKeyReused);
-            }
-            Ok((r, false))
-        }
-    }
+    Ok(match created {
+        Created::New(r) => (r, true),
+        Created::Existing(r) => (r, false),
+    })
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -185,148 +204,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         return Err(bad());
     }
     Ok(Some(s.to_owned()))
-}
-
-fn prefixed(prefix: &str, problems: Vec<crate::plan::Problem>) -> Vec<FieldError> {
-    problems
-        .into_iter()
-        .map(|p| FieldError::new(format!("{prefix}{}", p.pointer), p.message))
-        .collect()
-}
-
-/// Checks what the schema cannot: names that must exist in this server's configuration, and
-/// the plan or workflow to run. Gives the spec to store and, for a plan run, the plan as
-/// validated, so the engine does not parse it again.
-async fn validate_run(
-    state: &AppState,
-    tenant: &Tenant,
-    req: CreateRun,
-) -> Result<(RunSpec, Option<ValidPlan>), ApiError> {
-    let mut errors = Vec::new();
-    let models = state.engine.models();
-    // The tenant's tools as the store has them now; the run keeps the declarations it may
-    // call, so it calls the same tools wherever and whenever it runs.
-    let view = state.engine.tenant_view(tenant).await?;
-    let tools = view.tools();
-    if let Some(model) = &req.model
-        && !models.has_alias(model)
-    {
-        errors.push(FieldError::new(
-            "/model",
-            format!(
-                "unknown model alias `{model}`; configured: {}",
-                models.aliases().join(", ")
-            ),
-        ));
-    }
-    if let Some(text) = &req.instructions
-        && text.len() > MAX_INSTRUCTIONS_BYTES
-    {
-        errors.push(FieldError::new(
-            "/instructions",
-            format!("must be at most {MAX_INSTRUCTIONS_BYTES} bytes (UTF-8)"),
-        ));
-    }
-    if let Some(names) = &req.tools {
-        for (i, t) in names.iter().enumerate() {
-            if !tools.contains(t) {
-                errors.push(FieldError::new(
-                    format!("/tools/{i}"),
-                    format!("no tool named `{t}`"),
-                ));
-            }
-        }
-    }
-    // A plan to run: a ready plan, or a workflow (registered or inline), resolved now so the
-    // run executes (and resumes) exactly what was validated.
-    let mut plan: Option<(Value, ValidPlan)> = None;
-    match (req.orchestration, &req.workflow, &req.plan) {
-        (_, Some(_), Some(_)) => errors.push(FieldError::new(
-            "/plan",
-            "send either `workflow` or `plan`, not both",
-        )),
-        (Orchestration::Auto | Orchestration::Fixed | Orchestration::Reactive, None, Some(doc)) => {
-            let mut doc = doc.clone();
-            crate::agents::resolve_references(&state.store, tenant, &mut doc).await?;
-            match crate::plan::validate_plan(&doc, view.catalog()) {
-                Ok(valid) => plan = Some((doc, valid)),
-                Err(problems) => errors.extend(prefixed("/plan", problems)),
-            }
-        }
-        (
-            Orchestration::Auto | Orchestration::Fixed | Orchestration::Reactive,
-            Some(workflow),
-            None,
-        ) => {
-            let definition = match workflow {
-                Value::String(name) => match state.store.get_workflow(tenant, name).await? {
-                    Some(w) => Some(w.definition),
-                    None => {
-                        let registry = crate::store::Registry::Workflows;
-                        let message = super::unknown_entry(state, registry, tenant, name).await?;
-                        errors.push(FieldError::new("/workflow", message));
-                        None
-                    }
-                },
-                other => Some(other.clone()),
-            };
-            if let Some(mut definition) = definition {
-                crate::agents::resolve_references(&state.store, tenant, &mut definition).await?;
-                match crate::plan::validate_workflow(&definition, view.catalog()) {
-                    Ok(wf) => {
-                        errors.extend(wf.check_input(&req.input).into_iter().map(|v| {
-                            FieldError::new(format!("/input{}", v.pointer), v.message)
-                        }));
-                        plan = Some((crate::plan::workflow_plan_doc(definition), wf.plan));
-                    }
-                    Err(problems) => errors.extend(prefixed("/workflow", problems)),
-                }
-            }
-        }
-        (Orchestration::Fixed, None, None) => errors.push(FieldError::new(
-            "/workflow",
-            "orchestration `fixed` needs a `workflow` (a registered name or an inline workflow) or a `plan`",
-        )),
-        (
-            Orchestration::Auto
-            | Orchestration::Simple
-            | Orchestration::Planner
-            | Orchestration::Reactive,
-            None,
-            None,
-        ) => {}
-        (Orchestration::Simple | Orchestration::Planner, _, _) => errors.push(FieldError::new(
-            if req.workflow.is_some() { "/workflow" } else { "/plan" },
-            "`workflow` and `plan` are for orchestrations `fixed`, `reactive` (its first version) and `auto`",
-        )),
-    }
-    if !errors.is_empty() {
-        return Err(ApiError::validation_many(errors));
-    }
-    let (plan_doc, valid) = plan.unzip();
-    let declared_tools = view
-        .declared
-        .into_iter()
-        .filter(|t| {
-            req.tools
-                .as_ref()
-                .is_none_or(|allowed| allowed.contains(&t.name))
-        })
-        .collect();
-    let spec = RunSpec {
-        input: req.input,
-        orchestration: req.orchestration,
-        workflow: req.workflow,
-        plan: plan_doc,
-        model: req.model,
-        tools: req.tools,
-        limits: req.limits,
-        metadata: req.metadata,
-        session_id: req.session_id,
-        instructions: req.instructions,
-        declared_tools,
-    };
-    Ok((spec, valid))
 }
 
 /// `GET /v1/runs/{id}`: the run object, and the request that started it.
@@ -403,8 +280,8 @@ pub async fn get_run(
 ) -> Result<Json<RunDetail>, ApiError> {
     let id = parse_run_id(&id)?;
     let stored = state
-        .store
-        .get_run(&tenant, id)
+        .runs
+        .get(&tenant, id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
     Ok(Json(RunDetail {
@@ -432,19 +309,13 @@ pub async fn delete_run(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_run_id(&id)?;
-    let run = load_run(&state, &tenant, id).await?;
-    if !run.status.is_terminal() {
-        return Err(ApiError::Conflict(format!(
-            "the run is {}; only a finished run can be deleted (cancel it first)",
-            run.status.as_str()
-        )));
+    match state.engine.delete_run(&tenant, id).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(engine::Error::NotFound) => Err(ApiError::NotFound(format!("no run `{id}`"))),
+        Err(engine::Error::Conflict(message)) => Err(ApiError::Conflict(message)),
+        Err(engine::Error::Store(e)) => Err(e.into()),
+        Err(e) => Err(ApiError::internal(e)),
     }
-    // A finished run never changes again, so nothing can slip in between the check and the
-    // delete; zero rows means a concurrent delete won.
-    if state.store.delete_runs(&[id]).await? == 0 {
-        return Err(ApiError::NotFound(format!("no run `{id}`")));
-    }
-    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The longest `q` of `GET /v1/runs`, in characters.
@@ -553,7 +424,7 @@ pub async fn list_runs(
     }
     let limit = filter.limit;
     filter.limit += 1; // one more tells whether a next page exists
-    let mut runs = state.store.list_runs(&tenant, &filter).await?;
+    let mut runs = state.runs.list(&tenant, &filter).await?;
     let next_cursor = if runs.len() > limit as usize {
         runs.truncate(limit as usize);
         runs.last().map(|r| r.id.to_string())
@@ -620,10 +491,9 @@ pub async fn run_events(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/json") && !v.contains("text/event-stream"));
     if json_wanted {
-        let store = &state.store;
         let mut all = Vec::new();
         loop {
-            let page = store.events_after(id, after, 1000).await?;
+            let page = state.history.events_after(id, after, 1000).await?;
             let n = page.len();
             if let Some(last) = page.last() {
                 after = last.seq;
@@ -638,7 +508,7 @@ pub async fn run_events(
     // A finished run with nothing after `after` ends the request at once: 204 tells a
     // reconnecting EventSource (which sends `Last-Event-ID` after `final`) to stop reconnecting,
     // where an empty 200 stream would make it reconnect forever. `?after=N` gets the same.
-    let tail = state.store.run_tail(id).await?;
+    let tail = state.history.tail(id).await?;
     let tail = tail.ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
     if tail.ended_by(after) {
         return Ok(StatusCode::NO_CONTENT.into_response());
@@ -692,7 +562,7 @@ pub async fn run_steps(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<StepAttempt>>, ApiError> {
     let id = own_run(&state, &tenant, &id).await?;
-    Ok(Json(state.store.step_attempts(id).await?))
+    Ok(Json(state.history.step_attempts(id).await?))
 }
 
 /// Cancel a run: it ends `cancelled`; in-flight LLM and tool calls are aborted.

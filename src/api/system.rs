@@ -34,7 +34,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
     }
     // A write, not a read: a full disk or a read-only file system still answers reads.
     state
-        .store
+        .events
         .probe_write()
         .await
         .map_err(|_| ApiError::Unavailable("the store does not take writes".into()))?;
@@ -44,7 +44,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
 /// Prometheus metrics (OpenMetrics text).
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Metrics", content_type = "application/openmetrics-text")))]
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let by_status = state.store.count_runs_by_status().await?;
+    let by_status = state.runs.count_by_status().await?;
     let text = state.engine.render_metrics(&by_status);
     Ok((
         StatusCode::OK,

@@ -15,7 +15,6 @@ use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path, deserialize_located};
 use crate::domain::Tenant;
-use crate::store::Registry;
 use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::MAX_PER_TENANT;
 
@@ -127,11 +126,7 @@ pub async fn put_tool(
             "this tenant has declared {MAX_PER_TENANT} tools, the most it may; delete one first"
         )));
     }
-    let definition = serde_json::to_value(&spec).map_err(ApiError::internal)?;
-    let created = state
-        .store
-        .put_entry(Registry::HttpTools, &tenant, &name, &definition)
-        .await?;
+    let created = state.engine.declare_http_tool(&tenant, &spec).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -153,11 +148,7 @@ pub async fn delete_tool(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     writable(&state, &name)?;
-    if state
-        .store
-        .delete_entry(Registry::HttpTools, &tenant, &name)
-        .await?
-    {
+    if state.engine.remove_http_tool(&tenant, &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!("no declared tool `{name}`")))

@@ -13,11 +13,11 @@ use utoipa::ToSchema;
 use crate::domain::Tenant;
 use crate::domain::ids::check_name;
 use crate::plan::validate_workflow;
-use crate::store::{Registry, WorkflowRecord};
+use crate::store::WorkflowRecord;
 
-use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path};
+use super::{AppState, Named};
 
 /// A workflow in `GET /v1/workflows`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -113,7 +113,7 @@ pub async fn list_workflows(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
 ) -> Result<Json<Vec<WorkflowSummary>>, ApiError> {
-    let list = state.store.list_workflows(&tenant).await?;
+    let list = state.workflows.list(&tenant).await?;
     Ok(Json(list.into_iter().map(WorkflowSummary::from).collect()))
 }
 
@@ -133,10 +133,10 @@ pub async fn get_workflow(
     Path(name): Path<String>,
 ) -> Result<Json<WorkflowDetail>, ApiError> {
     valid_name(&name)?;
-    let found = state.store.get_workflow(&tenant, &name).await?;
+    let found = state.workflows.get(&tenant, &name).await?;
     match found {
         Some(w) => Ok(Json(w.into())),
-        None => Err(super::entry_not_found(&state, Registry::Workflows, &tenant, &name).await),
+        None => Err(super::not_found(&state, Named::Workflow, &tenant, &name).await),
     }
 }
 
@@ -170,7 +170,10 @@ pub async fn put_workflow(
     // Validated with the registered agents and workflows it names; stored as written, so a
     // run uses what they are when it starts.
     let mut resolved = definition.clone();
-    crate::agents::resolve_references(&state.store, &tenant, &mut resolved).await?;
+    state
+        .agents
+        .resolve_references(&tenant, &mut resolved)
+        .await?;
     let view = state.engine.tenant_view(&tenant).await?;
     validate_workflow(&resolved, view.catalog()).map_err(|problems| {
         ApiError::validation_many(
@@ -180,12 +183,11 @@ pub async fn put_workflow(
                 .collect(),
         )
     })?;
-    let store = &state.store;
-    let created = store.put_workflow(&tenant, &name, &definition).await?;
+    let created = state.workflows.put(&tenant, &name, &definition).await?;
     // Read back rather than rebuild, so the answer carries the stored times (a replacement
     // keeps its created_at).
-    let stored = store
-        .get_workflow(&tenant, &name)
+    let stored = (state.workflows)
+        .get(&tenant, &name)
         .await?
         .filter(|w| !w.shared)
         .ok_or_else(|| ApiError::internal(anyhow::anyhow!("workflow `{name}` vanished")))?;
@@ -215,16 +217,15 @@ pub async fn delete_workflow(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     valid_name(&name)?;
-    let store = &state.store;
-    if store.delete_workflow(&tenant, &name).await? {
+    if state.workflows.delete(&tenant, &name).await? {
         return Ok(StatusCode::NO_CONTENT);
     }
     // Not the caller's own: say why when it is a shared one, which the caller can read.
-    match store.get_workflow(&tenant, &name).await? {
+    match state.workflows.get(&tenant, &name).await? {
         Some(w) if w.shared => Err(ApiError::Conflict(format!(
             "workflow `{name}` was loaded from the workflows directory and cannot be deleted \
              through the API"
         ))),
-        _ => Err(super::entry_not_found(&state, Registry::Workflows, &tenant, &name).await),
+        _ => Err(super::not_found(&state, Named::Workflow, &tenant, &name).await),
     }
 }

@@ -3,7 +3,8 @@
 //! task ([`run`]) with a cancellation token and a time limit, hands it to the [`Executor`] of
 //! its orchestration type, and finalises it.
 //!
-//! Reading order: [`Engine`] (this file) → [`run`] (one run's life) → [`executor`] (the
+//! Reading order: [`intake`] (a run request checked and resolved before it is stored) →
+//! [`Engine`] (this file) → [`run`] (one run's life) → [`executor`] (the
 //! orchestration types: [`simple`], [`fixed`] on the [`scheduler`]) → what executors use:
 //! [`context`], [`attempts`], [`sink`], [`checkpoint`], [`model`], [`tool_call`],
 //! [`converse`].
@@ -29,6 +30,7 @@ pub mod executor;
 pub mod fixed;
 pub mod function_call;
 pub mod input;
+pub mod intake;
 pub mod lease;
 pub mod middleware_state;
 pub mod model;
@@ -83,6 +85,10 @@ pub enum Error {
     /// The request does not fit the run (e.g. a re-plan asked of a run that does not re-plan).
     #[error("{0}")]
     Conflict(String),
+    /// The idempotency key made a run from another request: answering with that run would
+    /// hand the caller a run it did not ask for.
+    #[error("the Idempotency-Key was already used with a different request")]
+    IdempotencyKeyReused,
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -220,13 +226,23 @@ impl Engine {
         self.inner.queued.load(Ordering::SeqCst)
     }
 
-    /// Stores a new run as `queued` and starts its task. The spec must already be validated;
-    /// `plan` is the plan validated from `spec.plan`, kept so it is not parsed again.
+    /// Checks and resolves a run request for `tenant` ([`intake::admit`]): the run to create,
+    /// or every problem at once.
+    pub async fn admit(
+        &self,
+        tenant: &Tenant,
+        request: intake::RunRequest,
+    ) -> Result<intake::Admitted, intake::Refused> {
+        intake::admit(&self.inner.services, tenant, request).await
+    }
+
+    /// Stores an admitted run as `queued` and starts its task, or finds the run an idempotency
+    /// key already made (the same key with another request is
+    /// [`Error::IdempotencyKeyReused`]).
     pub async fn create_run(
         &self,
         tenant: &Tenant,
-        spec: RunSpec,
-        plan: Option<ValidPlan>,
+        admitted: intake::Admitted,
         idempotency_key: Option<&str>,
     ) -> Result<Created, Error> {
         if self.queued() >= self.inner.services.config.max_queued_runs {
@@ -237,11 +253,12 @@ impl Engine {
         if !self.inner.services.hub.is_healthy() {
             return Err(Error::StoreDown);
         }
-        // The request as it came, before the selector may add a rule's workflow plan to it.
-        let fingerprint = idempotency_key.map(|_| spec.fingerprint());
-        let (mut spec, mut plan) = (spec, plan);
-        let services = self.inner.services.for_tenant(tenant, &spec.declared_tools);
-        let selected = selector::at_creation(&services, tenant, &mut spec, &mut plan).await?;
+        let intake::Admitted {
+            spec,
+            plan,
+            selected,
+            fingerprint,
+        } = admitted;
         let run = Run {
             id: RunId::new(),
             status: RunStatus::Queued,
@@ -264,12 +281,19 @@ impl Engine {
             finished_at: None,
         };
         let store = self.inner.services.store();
-        let idempotency = idempotency_key
-            .zip(fingerprint.as_deref())
-            .map(|(key, fingerprint)| Idempotency { key, fingerprint });
-        match store.insert_run(tenant, &run, &spec, idempotency).await? {
-            Inserted::Existing(prev) => return Ok(Created::Existing(prev.run)),
-            Inserted::New => {}
+        let idempotency = idempotency_key.map(|key| Idempotency {
+            key,
+            fingerprint: &fingerprint,
+        });
+        if let Inserted::Existing(prev) = store.insert_run(tenant, &run, &spec, idempotency).await?
+        {
+            // The key names one request: the same key with another request is a client bug
+            // (a reused key), and answering with the first run would hide it.
+            let stored = store.idempotency_fingerprint(tenant, prev.run.id).await?;
+            if stored.is_some_and(|stored| stored != fingerprint) {
+                return Err(Error::IdempotencyKeyReused);
+            }
+            return Ok(Created::Existing(prev.run));
         }
         let stored = StoredRun {
             run: run.clone(),
@@ -280,6 +304,54 @@ impl Engine {
         };
         self.spawn(stored, 0, plan.map(Arc::new));
         Ok(Created::New(run))
+    }
+
+    /// Deletes a finished run of the tenant's with everything it owns. A run that has not
+    /// finished is a [`Error::Conflict`]: it must be cancelled first.
+    pub async fn delete_run(&self, tenant: &Tenant, id: RunId) -> Result<(), Error> {
+        let store = self.inner.services.store();
+        let stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
+        let status = stored.run.status;
+        if !status.is_terminal() {
+            return Err(Error::Conflict(format!(
+                "the run is {}; only a finished run can be deleted (cancel it first)",
+                status.as_str()
+            )));
+        }
+        // A finished run never changes again, so nothing can slip in between the check and
+        // the delete; zero rows means a concurrent delete won.
+        if store.delete_runs(&[id]).await? == 0 {
+            return Err(Error::NotFound);
+        }
+        Ok(())
+    }
+
+    /// Declares (or replaces) one of the tenant's HTTP tools, already checked
+    /// ([`DeclaredTools::problems`]): whether it is new. Every replica reads it from the
+    /// store from then on.
+    pub async fn declare_http_tool(
+        &self,
+        tenant: &Tenant,
+        spec: &HttpToolSpec,
+    ) -> Result<bool, store::Error> {
+        let definition =
+            serde_json::to_value(spec).map_err(|e| store::Error::Corrupt(e.to_string()))?;
+        let registry = store::Registry::HttpTools;
+        (self.inner.services.store())
+            .put_entry(registry, tenant, &spec.name, &definition)
+            .await
+    }
+
+    /// Removes one of the tenant's declared HTTP tools: whether there was one.
+    pub async fn remove_http_tool(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<bool, store::Error> {
+        let registry = store::Registry::HttpTools;
+        (self.inner.services.store())
+            .delete_entry(registry, tenant, name)
+            .await
     }
 
     /// Takes and resumes the unfinished runs no task runs: on SQLite every one (after a stop,

@@ -28,12 +28,14 @@ use crate::domain::{
 
 mod cluster;
 mod history;
+mod reads;
 mod registry;
 mod retention;
 mod sessions;
 mod timeline;
 pub use cluster::{Claim, Listener, Notice, listen};
 pub use history::*;
+pub use reads::{History, RunReads};
 pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
 pub use sessions::{SessionSummary, Turn};

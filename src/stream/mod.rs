@@ -108,6 +108,12 @@ impl EventHub {
         *self.inner.healthy.borrow()
     }
 
+    /// Whether the store takes a write now (a probe, for readiness): a full disk or a
+    /// read-only file system still answers reads.
+    pub async fn probe_write(&self) -> Result<(), store::Error> {
+        self.inner.store.probe_write().await
+    }
+
     /// Follows [`Self::is_healthy`].
     pub fn health(&self) -> Health {
         Health(self.inner.healthy.clone())

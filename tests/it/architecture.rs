@@ -57,10 +57,7 @@ const FLOORS: &[(&str, u8)] = &[
 const MAX_FN_LINES: usize = 100;
 
 /// Functions allowed past [`MAX_FN_LINES`]: (file, function name).
-const LONG_FN_EXCEPTIONS: &[(&str, &str)] = &[
-    // issue 28: moves into engine::intake
-    ("src/api/runs.rs", "validate_run"),
-];
+const LONG_FN_EXCEPTIONS: &[(&str, &str)] = &[];
 
 #[test]
 fn no_import_runs_up_a_floor_and_modules_form_no_cycle() {

@@ -160,7 +160,7 @@ pub async fn run_agent(
     // A resumed run's history, read up to where the interrupt left it: what is running.
     let mut seen = 0;
     while seen < after {
-        let page = state.store.events_after(run, seen, 1000).await?;
+        let page = state.history.events_after(run, seen, 1000).await?;
         let Some(last) = page.last() else { break };
         seen = last.seq;
         page.iter()
@@ -275,7 +275,7 @@ async fn resume(
         ApiError::validation("/resume/0/interruptId", "not an interrupt of orca's")
     })?;
     // Before the answer: everything after this seq is the resumed run's.
-    let tail = state.store.run_tail(run).await?;
+    let tail = state.history.tail(run).await?;
     let after = tail.map(|t| t.last_seq).unwrap_or(0);
     match entry.status {
         ResumeStatus::Resolved => {

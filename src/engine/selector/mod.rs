@@ -12,8 +12,8 @@
 //! 5. `selector.default` (`by: "default"`): the model not asked, failed, or answered something
 //!    that cannot run.
 //!
-//! Steps 1-3 (and 5 without the model) are decided when the run is created ([`at_creation`]),
-//! so the 201 answer already shows them. Step 4 is a model call, made by the run task once the
+//! Steps 1-3 (and 5 without the model) are decided when the run is created
+//! ([`super::intake::admit`]), so the 201 answer already shows them. Step 4 is a model call, made by the run task once the
 //! run has a running slot ([`settle`]): recorded as the step `selector`, streamed as
 //! `json_partial`, its tokens counted against the run's limits like any model call.
 //!
@@ -25,14 +25,12 @@ use serde_json::{Value, json};
 
 use crate::config::SelectorConfig;
 use crate::domain::event::StatusData;
-use crate::domain::run::RunSpec;
 use crate::domain::{
-    ErrorCode, Orchestration, RunError, RunStatus, SelectedBy, Selection, StepPath, Tenant,
+    ErrorCode, Orchestration, RunError, RunStatus, SelectedBy, Selection, StepPath,
 };
 use crate::functions::{self, LlmFunction};
-use crate::plan::ValidPlan;
 
-use super::context::{RunContext, Services};
+use super::context::RunContext;
 use super::function_call::{self, FunctionCall};
 use super::model::structured;
 use super::simple::input_text;
@@ -71,6 +69,11 @@ impl Selector {
         self.default
     }
 
+    /// Whether the model is asked when no rule decides (`selector.use_llm`).
+    pub fn asks_model(&self) -> bool {
+        self.use_llm
+    }
+
     /// Every rule matching `text`, in order, with what matched.
     pub fn matching<'a>(&'a self, text: &'a str) -> impl Iterator<Item = (&'a Rule, Hit)> + 'a {
         let lowered = text.to_lowercase();
@@ -87,116 +90,7 @@ impl Default for Selector {
     }
 }
 
-fn by_rule(orchestration: Orchestration, rule: &str, reason: String) -> Selection {
-    Selection {
-        orchestration,
-        by: SelectedBy::Rule,
-        rule: Some(rule.to_owned()),
-        reason,
-    }
-}
-
-/// Decides what it can as the run is created: the request's orchestration, its plan or
-/// workflow, a matching rule, or (the model not to be asked) the default. `None` leaves the
-/// choice to the model, asked by [`settle`] when the run starts. A rule naming a workflow puts
-/// the workflow's plan into `spec.plan` and `plan`, as a request naming it would.
-pub async fn at_creation(
-    services: &Services,
-    tenant: &Tenant,
-    spec: &mut RunSpec,
-    plan: &mut Option<ValidPlan>,
-) -> Result<Option<Selection>, crate::store::Error> {
-    if spec.orchestration != Orchestration::Auto {
-        return Ok(Some(Selection {
-            orchestration: spec.orchestration,
-            by: SelectedBy::Request,
-            rule: None,
-            reason: format!("the request asked for `{}`", spec.orchestration.as_str()),
-        }));
-    }
-    if spec.plan.is_some() {
-        let (rule, reason) = match &spec.workflow {
-            Some(Value::String(name)) => (
-                REQUEST_WORKFLOW,
-                format!("the request names workflow `{name}`"),
-            ),
-            Some(_) => (
-                REQUEST_WORKFLOW,
-                "the request carries a workflow".to_owned(),
-            ),
-            None => (REQUEST_PLAN, "the request carries a plan".to_owned()),
-        };
-        return Ok(Some(by_rule(Orchestration::Fixed, rule, reason)));
-    }
-    let selector = &services.selector;
-    let text = input_text(&spec.input);
-    for (rule, hit) in selector.matching(&text) {
-        let name = match &rule.target {
-            Target::Orchestration(o) => {
-                let reason = format!("the input matched {hit}");
-                return Ok(Some(by_rule(*o, &rule.name, reason)));
-            }
-            Target::Workflow(name) => name,
-        };
-        match rule_workflow(services, tenant, name, &spec.input).await? {
-            Ok((doc, valid)) => {
-                spec.plan = Some(doc);
-                *plan = Some(valid);
-                let reason = format!("the input matched {hit}; runs workflow `{name}`");
-                return Ok(Some(by_rule(Orchestration::Fixed, &rule.name, reason)));
-            }
-            Err(why) => tracing::warn!(
-                rule = %rule.name,
-                workflow = %name,
-                "a selector rule matched, but {why}; the next rule decides"
-            ),
-        }
-    }
-    if selector.use_llm {
-        return Ok(None);
-    }
-    Ok(Some(Selection {
-        orchestration: selector.default,
-        by: SelectedBy::Default,
-        rule: None,
-        reason: "no rule matched and selector.use_llm is off".to_owned(),
-    }))
-}
-
-/// A rule's workflow as the caller sees it (their own, else a shared one), validated, with
-/// the input checked against its `input_schema`: its plan document and plan, or why not.
-async fn rule_workflow(
-    services: &Services,
-    tenant: &Tenant,
-    name: &str,
-    input: &Value,
-) -> Result<Result<(Value, ValidPlan), String>, crate::store::Error> {
-    let Some(record) = services.store().get_workflow(tenant, name).await? else {
-        return Ok(Err(format!("no workflow `{name}` is registered")));
-    };
-    let mut definition = record.definition;
-    crate::agents::resolve_references(services.store(), tenant, &mut definition).await?;
-    let workflow = match crate::plan::validate_workflow(&definition, services.catalog()) {
-        Ok(w) => w,
-        Err(problems) => {
-            let problems = super::fixed::list(&problems);
-            return Ok(Err(format!("workflow `{name}` is invalid: {problems}")));
-        }
-    };
-    let refused = workflow.check_input(input);
-    if let Some(v) = refused.first() {
-        return Ok(Err(format!(
-            "workflow `{name}` refuses the input: {} {}",
-            v.pointer, v.message
-        )));
-    }
-    Ok(Ok((
-        crate::plan::workflow_plan_doc(definition),
-        workflow.plan,
-    )))
-}
-
-/// The run's orchestration, asking the model first when [`at_creation`] left the choice to
+/// The run's orchestration, asking the model first when [`super::intake`] left the choice to
 /// it. A choice made here is stored with the run and announced (`status` `running` with
 /// `selected`) before the executor starts. An error only for what ends the run anyway: a limit
 /// passed, a cancel.

@@ -1,0 +1,380 @@
+//! Intake: a run request becomes what the engine stores. [`admit`] is the one entry; before
+//! anything is stored it resolves everything the request names:
+//!
+//! - the model alias and the tools (each one the tenant may call), and the size of the
+//!   instructions;
+//! - orchestration × `workflow` (a registered name, or inline) × `plan`: which combinations
+//!   may run, the plan or workflow validated with the registered agents and workflows it
+//!   names copied in (`agents::resolve_references`), and the input checked against a
+//!   workflow's `input_schema`. The plan is resolved now, so the run executes (and resumes)
+//!   exactly what was validated;
+//! - for `auto`, what is decided without the model (steps 1-3 of [`super::selector`], and 5
+//!   when the model is not to be asked): the request's own orchestration, plan or workflow,
+//!   or the first matching `[[selector.rules]]` entry whose workflow takes the input. The
+//!   rules themselves are matched by [`Selector::matching`](super::selector::Selector).
+//!
+//! Every problem is reported at once, each with a JSON Pointer into the request; the API
+//! answers them as its 422 `validation_failed`. Intake reads the store (the tenant's declared
+//! tools, its registries) but writes nothing, and asks no model: the selector's model call
+//! waits until the run has a running slot ([`super::selector::settle`]).
+
+use serde_json::{Map, Value};
+
+use crate::domain::run::RunSpec;
+use crate::domain::{Limits, Orchestration, SelectedBy, Selection, Tenant};
+use crate::plan::{Problem, ValidPlan};
+use crate::store;
+use crate::workflows::Workflows;
+
+use super::context::Services;
+use super::selector::{REQUEST_PLAN, REQUEST_WORKFLOW, Target};
+use super::simple::input_text;
+
+/// The longest `instructions`, in bytes.
+pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
+
+/// A run request as the caller sent it, its shape already checked
+/// (`schemas/RunRequest.schema.json`): the body of `POST /v1/runs`.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub input: Value,
+    pub orchestration: Orchestration,
+    /// A registered workflow's name, or an inline workflow.
+    pub workflow: Option<Value>,
+    /// A plan document to run.
+    pub plan: Option<Value>,
+    pub model: Option<String>,
+    /// The allow-list of tool names.
+    pub tools: Option<Vec<String>>,
+    pub limits: Limits,
+    pub metadata: Map<String, Value>,
+    pub session_id: Option<String>,
+    /// The system prompt of a `simple` run instead of the built-in one.
+    pub instructions: Option<String>,
+}
+
+/// A request that can run: what [`Engine::create_run`](super::Engine::create_run) stores.
+pub struct Admitted {
+    /// The spec to store: the request, with the plan it resolved to and the declared tools it
+    /// may call.
+    pub(super) spec: RunSpec,
+    /// The plan validated from `spec.plan`, kept so the run does not parse it again.
+    pub(super) plan: Option<ValidPlan>,
+    /// What `auto` decided at once; `None` leaves it to the model when the run starts.
+    pub(super) selected: Option<Selection>,
+    /// [`RunSpec::fingerprint`] of the request as it came, taken before a rule's workflow plan
+    /// joins the spec: what an idempotency key is held to.
+    pub(super) fingerprint: String,
+}
+
+impl Admitted {
+    /// The spec the run is stored with.
+    pub fn spec(&self) -> &RunSpec {
+        &self.spec
+    }
+
+    /// What `auto` decided at once, if it did.
+    pub fn selected(&self) -> Option<&Selection> {
+        self.selected.as_ref()
+    }
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// The request cannot run as sent: every problem, in the order of the request.
+    #[error("the request has {} problem(s)", .0.len())]
+    Invalid(Vec<Problem>),
+    /// The store could not be read to decide.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+/// Checks and resolves a run request for `tenant` (see the module doc): the run to store, or
+/// every problem at once.
+pub async fn admit(
+    services: &Services,
+    tenant: &Tenant,
+    request: RunRequest,
+) -> Result<Admitted, Refused> {
+    // The tenant's tools as the store has them now; the run keeps the declarations it may
+    // call, so it calls the same tools wherever and whenever it runs.
+    let declared = services.declared_tools(tenant).await?;
+    let tenants = services.for_tenant(tenant, &declared);
+    let mut problems = named(&tenants, &request);
+    let (plan, more) = plan_of(&tenants, tenant, &request).await?;
+    problems.extend(more);
+    if !problems.is_empty() {
+        return Err(Refused::Invalid(problems));
+    }
+    let (plan_doc, mut plan) = plan.unzip();
+    let declared_tools = declared
+        .into_iter()
+        .filter(|t| (request.tools.as_ref()).is_none_or(|allowed| allowed.contains(&t.name)))
+        .collect();
+    let mut spec = RunSpec {
+        input: request.input,
+        orchestration: request.orchestration,
+        workflow: request.workflow,
+        plan: plan_doc,
+        model: request.model,
+        tools: request.tools,
+        limits: request.limits,
+        metadata: request.metadata,
+        session_id: request.session_id,
+        instructions: request.instructions,
+        declared_tools,
+    };
+    let fingerprint = spec.fingerprint();
+    // As the run will see them: only the declared tools it may call.
+    let runs = services.for_tenant(tenant, &spec.declared_tools);
+    let selected = select(&runs, tenant, &mut spec, &mut plan).await?;
+    Ok(Admitted {
+        spec,
+        plan,
+        selected,
+        fingerprint,
+    })
+}
+
+/// What the request names that must exist on this server (its model alias, its tools), and
+/// the size of its instructions.
+fn named(services: &Services, request: &RunRequest) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let models = &services.llm;
+    if let Some(model) = &request.model
+        && !models.has_alias(model)
+    {
+        problems.push(Problem::new(
+            "/model",
+            format!(
+                "unknown model alias `{model}`; configured: {}",
+                models.aliases().join(", ")
+            ),
+        ));
+    }
+    if let Some(text) = &request.instructions
+        && text.len() > MAX_INSTRUCTIONS_BYTES
+    {
+        problems.push(Problem::new(
+            "/instructions",
+            format!("must be at most {MAX_INSTRUCTIONS_BYTES} bytes (UTF-8)"),
+        ));
+    }
+    for (i, t) in request.tools.iter().flatten().enumerate() {
+        if !services.tools.contains(t) {
+            problems.push(Problem::new(
+                format!("/tools/{i}"),
+                format!("no tool named `{t}`"),
+            ));
+        }
+    }
+    problems
+}
+
+/// A plan document and the plan validated from it.
+type Resolved = (Value, ValidPlan);
+
+/// The plan the request runs, if it gives one: its `plan`, or its `workflow` as a plan; with
+/// every problem of the orchestration × workflow × plan combination and of what it names.
+async fn plan_of(
+    services: &Services,
+    tenant: &Tenant,
+    request: &RunRequest,
+) -> store::Result<(Option<Resolved>, Vec<Problem>)> {
+    use Orchestration::{Auto, Fixed, Planner, Reactive, Simple};
+    let refused = |pointer: &str, message: &str| (None, vec![Problem::new(pointer, message)]);
+    Ok(
+        match (request.orchestration, &request.workflow, &request.plan) {
+            (_, Some(_), Some(_)) => refused("/plan", "send either `workflow` or `plan`, not both"),
+            (Auto | Fixed | Reactive, None, Some(doc)) => {
+                let mut doc = doc.clone();
+                crate::agents::resolve_references(services.store(), tenant, &mut doc).await?;
+                match crate::plan::validate_plan(&doc, services.catalog()) {
+                    Ok(valid) => (Some((doc, valid)), Vec::new()),
+                    Err(problems) => (None, prefixed("/plan", problems)),
+                }
+            }
+            (Auto | Fixed | Reactive, Some(workflow), None) => {
+                request_workflow(services, tenant, workflow, &request.input).await?
+            }
+            (Fixed, None, None) => refused(
+                "/workflow",
+                "orchestration `fixed` needs a `workflow` (a registered name or an inline workflow) or a `plan`",
+            ),
+            (Auto | Simple | Planner | Reactive, None, None) => (None, Vec::new()),
+            (Simple | Planner, _, _) => refused(
+                if request.workflow.is_some() {
+                    "/workflow"
+                } else {
+                    "/plan"
+                },
+                "`workflow` and `plan` are for orchestrations `fixed`, `reactive` (its first version) and `auto`",
+            ),
+        },
+    )
+}
+
+/// The request's `workflow` (a registered name, or inline) as a plan, with the problems of
+/// the workflow (under `/workflow`) and of the input it refuses (under `/input`).
+async fn request_workflow(
+    services: &Services,
+    tenant: &Tenant,
+    workflow: &Value,
+    input: &Value,
+) -> store::Result<(Option<Resolved>, Vec<Problem>)> {
+    let definition = match workflow {
+        Value::String(name) => {
+            let registry = Workflows::new(services.store().clone());
+            match registry.get(tenant, name).await? {
+                Some(w) => w.definition,
+                None => {
+                    let message = registry.unknown(tenant, name).await?;
+                    return Ok((None, vec![Problem::new("/workflow", message)]));
+                }
+            }
+        }
+        inline => inline.clone(),
+    };
+    Ok(
+        match workflow_plan(services, tenant, definition, input).await? {
+            Ok((resolved, refused)) => (Some(resolved), prefixed("/input", refused)),
+            Err(problems) => (None, prefixed("/workflow", problems)),
+        },
+    )
+}
+
+/// A workflow definition as a plan: with the registered agents and workflows it names copied
+/// in, validated, and the input checked against its `input_schema`. The plan and the input's
+/// problems (pointers into the input), or the workflow's problems.
+async fn workflow_plan(
+    services: &Services,
+    tenant: &Tenant,
+    mut definition: Value,
+    input: &Value,
+) -> store::Result<Result<(Resolved, Vec<Problem>), Vec<Problem>>> {
+    crate::agents::resolve_references(services.store(), tenant, &mut definition).await?;
+    let workflow = match crate::plan::validate_workflow(&definition, services.catalog()) {
+        Ok(w) => w,
+        Err(problems) => return Ok(Err(problems)),
+    };
+    let refused = (workflow.check_input(input).into_iter())
+        .map(|v| Problem::new(v.pointer, v.message))
+        .collect();
+    let doc = crate::plan::workflow_plan_doc(definition);
+    Ok(Ok(((doc, workflow.plan), refused)))
+}
+
+fn prefixed(prefix: &str, problems: Vec<Problem>) -> Vec<Problem> {
+    problems
+        .into_iter()
+        .map(|p| Problem::new(format!("{prefix}{}", p.pointer), p.message))
+        .collect()
+}
+
+/// What `auto` decides as the run is created: the request's orchestration, its plan or
+/// workflow, a matching rule, or (the model not to be asked) the default. `None` leaves the
+/// choice to the model, asked by [`super::selector::settle`] when the run starts. A rule
+/// naming a workflow puts the workflow's plan into `spec.plan` and `plan`, as a request naming
+/// it would.
+async fn select(
+    services: &Services,
+    tenant: &Tenant,
+    spec: &mut RunSpec,
+    plan: &mut Option<ValidPlan>,
+) -> store::Result<Option<Selection>> {
+    if spec.orchestration != Orchestration::Auto {
+        return Ok(Some(Selection {
+            orchestration: spec.orchestration,
+            by: SelectedBy::Request,
+            rule: None,
+            reason: format!("the request asked for `{}`", spec.orchestration.as_str()),
+        }));
+    }
+    if spec.plan.is_some() {
+        let (rule, reason) = match &spec.workflow {
+            Some(Value::String(name)) => (
+                REQUEST_WORKFLOW,
+                format!("the request names workflow `{name}`"),
+            ),
+            Some(_) => (
+                REQUEST_WORKFLOW,
+                "the request carries a workflow".to_owned(),
+            ),
+            None => (REQUEST_PLAN, "the request carries a plan".to_owned()),
+        };
+        return Ok(Some(by_rule(Orchestration::Fixed, rule, reason)));
+    }
+    let selector = &services.selector;
+    let text = input_text(&spec.input);
+    for (rule, hit) in selector.matching(&text) {
+        let name = match &rule.target {
+            Target::Orchestration(o) => {
+                let reason = format!("the input matched {hit}");
+                return Ok(Some(by_rule(*o, &rule.name, reason)));
+            }
+            Target::Workflow(name) => name,
+        };
+        match rule_workflow(services, tenant, name, &spec.input).await? {
+            Ok((doc, valid)) => {
+                spec.plan = Some(doc);
+                *plan = Some(valid);
+                let reason = format!("the input matched {hit}; runs workflow `{name}`");
+                return Ok(Some(by_rule(Orchestration::Fixed, &rule.name, reason)));
+            }
+            Err(why) => tracing::warn!(
+                rule = %rule.name,
+                workflow = %name,
+                "a selector rule matched, but {why}; the next rule decides"
+            ),
+        }
+    }
+    if selector.asks_model() {
+        return Ok(None);
+    }
+    Ok(Some(Selection {
+        orchestration: selector.default_orchestration(),
+        by: SelectedBy::Default,
+        rule: None,
+        reason: "no rule matched and selector.use_llm is off".to_owned(),
+    }))
+}
+
+fn by_rule(orchestration: Orchestration, rule: &str, reason: String) -> Selection {
+    Selection {
+        orchestration,
+        by: SelectedBy::Rule,
+        rule: Some(rule.to_owned()),
+        reason,
+    }
+}
+
+/// A rule's workflow as the caller sees it (their own, else a shared one), validated, with
+/// the input checked against its `input_schema`: its plan document and plan, or why not.
+async fn rule_workflow(
+    services: &Services,
+    tenant: &Tenant,
+    name: &str,
+    input: &Value,
+) -> store::Result<Result<Resolved, String>> {
+    let registry = Workflows::new(services.store().clone());
+    let Some(record) = registry.get(tenant, name).await? else {
+        return Ok(Err(format!("no workflow `{name}` is registered")));
+    };
+    Ok(
+        match workflow_plan(services, tenant, record.definition, input).await? {
+            Err(problems) => {
+                let problems = super::fixed::list(&problems);
+                Err(format!("workflow `{name}` is invalid: {problems}"))
+            }
+            Ok((_, refused)) if !refused.is_empty() => {
+                let v = &refused[0];
+                Err(format!(
+                    "workflow `{name}` refuses the input: {} {}",
+                    v.pointer, v.message
+                ))
+            }
+            Ok((resolved, _)) => Ok(resolved),
+        },
+    )
+}
