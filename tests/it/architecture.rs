@@ -24,7 +24,7 @@ use syn::visit::{self, Visit};
 
 /// The floors, lowest first. A module may import from strictly lower floors, and from
 /// siblings on its own floor as long as the module graph stays acyclic. ARCHITECTURE.md
-/// ("Floors", under "Target layout") has the same table.
+/// ("Floors") has the same table.
 const FLOORS: &[(&str, u8)] = &[
     // Vocabulary: ids, runs, plans, events, error codes; "did you mean".
     ("domain", 0),
@@ -117,7 +117,7 @@ fn no_import_runs_up_a_floor_and_modules_form_no_cycle() {
     }
     assert!(
         problems.is_empty(),
-        "{} import(s) break the floors (ARCHITECTURE.md, \"Floors\" under \"Target layout\"):\n  {}",
+        "{} import(s) break the floors (ARCHITECTURE.md, \"Floors\"):\n  {}",
         problems.len(),
         problems.join("\n  ")
     );
