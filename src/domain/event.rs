@@ -96,8 +96,7 @@ impl TryFrom<WireEvent> for Event {
     type Error = String;
 
     fn try_from(w: WireEvent) -> Result<Event, String> {
-        let data = Payload::decode(w.kind, w.data)
-            .map_err(|e| format!("the data of a `{}` event: {e}", w.kind.as_str()))?;
+        let data = Payload::decode(w.kind, w.data)?;
         Ok(Event {
             seq: w.seq,
             run_id: w.run_id,
@@ -165,8 +164,13 @@ impl Payload {
         }
     }
 
-    /// Reads the `data` of an event of `kind`.
-    pub fn decode(kind: EventKind, data: Value) -> Result<Payload, serde_json::Error> {
+    /// Reads the `data` of an event of `kind`; the error says which kind it did not fit.
+    pub fn decode(kind: EventKind, data: Value) -> Result<Payload, String> {
+        Payload::decode_json(kind, data)
+            .map_err(|e| format!("the data of a `{}` event: {e}", kind.as_str()))
+    }
+
+    fn decode_json(kind: EventKind, data: Value) -> Result<Payload, serde_json::Error> {
         use serde_json::from_value as read;
         Ok(match kind {
             EventKind::Status => Payload::Status(read(data)?),

@@ -59,11 +59,7 @@ pub struct StepId(String);
 impl StepId {
     pub fn new(s: impl Into<String>) -> Result<Self, String> {
         let s = s.into();
-        let ok = !s.is_empty()
-            && s.len() <= 64
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if ok {
+        if is_step_id(&s) {
             Ok(StepId(s))
         } else {
             Err(format!(
@@ -94,6 +90,15 @@ impl fmt::Display for StepId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// Whether `s` is a step id: 1–64 characters of `[A-Za-z0-9_.-]` (every level of a
+/// [`super::StepPath`] is one: agent names and the engine's own part names are too).
+pub fn is_step_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// Who owns a run. Derived from the API key; `default` when no keys are configured.

@@ -222,11 +222,7 @@ impl FromStr for StepPath {
 /// One `/`-separated level: a name, then any number of `[digits]`.
 fn level_ok(level: &str) -> bool {
     let (name, mut rest) = level.find('[').map_or((level, ""), |i| level.split_at(i));
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    let name_ok = super::ids::is_step_id(name);
     while !rest.is_empty() {
         let Some(close) = rest.find(']') else {
             return false;

@@ -75,6 +75,18 @@ impl AttemptEnd {
         AttemptEnd::closed(StepStatus::Failed, Some(error))
     }
 
+    /// How an attempt that gave `result` ended: completed with its output, or failed (cancelled
+    /// when the run was).
+    pub fn of(ctx: &RunContext, result: &Result<Value, RunError>) -> AttemptEnd {
+        match result {
+            Ok(output) => AttemptEnd::completed(output.clone()),
+            Err(e) if ctx.cancel.is_cancelled() => {
+                AttemptEnd::closed(StepStatus::Cancelled, Some(e.clone()))
+            }
+            Err(e) => AttemptEnd::failed(e.clone()),
+        }
+    }
+
     pub fn retrying(error: RunError, retry_in: Duration) -> AttemptEnd {
         AttemptEnd {
             retry_in: Some(retry_in),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::domain::{ErrorCode, RunError, StepKind, StepPath, StepStatus};
+use crate::domain::{ErrorCode, RunError, StepKind, StepPath};
 use crate::functions::LlmFunction;
 use crate::llm::router::ModelRoute;
 use crate::llm::{ChatRequest, Message, ResponseSchema};
@@ -22,7 +22,7 @@ use crate::plan::{NoResults, Scope};
 
 use super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
 use super::context::RunContext;
-use super::model::{ModelReply, TextKind, call_model};
+use super::model::{ModelReply, TextKind, call_model, mark_answered_by};
 use super::sink::EventSink;
 
 /// The configured function `name` (one orca itself calls: `planner`, `replanner`, `selector`,
@@ -171,22 +171,8 @@ impl Open {
     /// How the attempt ended with `result` (its output, or why it failed; cancelled when the
     /// run was), held open until what it produced is recorded.
     pub fn held(self, ctx: &RunContext, result: &Result<Value, RunError>) -> HeldEnd {
-        let end = match result {
-            Ok(output) => AttemptEnd::completed(output.clone()),
-            Err(e) if ctx.cancel.is_cancelled() => {
-                AttemptEnd::closed(StepStatus::Cancelled, Some(e.clone()))
-            }
-            Err(e) => AttemptEnd::failed(e.clone()),
-        };
-        let input = match (self.answered_by, self.input) {
-            (Some(by), Some(Value::Object(mut map))) => {
-                map.insert("answered_by".into(), Value::String(by));
-                Some(Value::Object(map))
-            }
-            (Some(by), None) => Some(serde_json::json!({ "answered_by": by })),
-            (_, input) => input,
-        };
-        HeldEnd::new(self.key, end.with_input(input))
+        let input = mark_answered_by(self.input, self.answered_by.as_deref());
+        HeldEnd::new(self.key, AttemptEnd::of(ctx, result).with_input(input))
     }
 
     /// Ends the attempt with `result` now.

@@ -38,14 +38,19 @@ pub struct ModelReply {
 impl ModelReply {
     /// An attempt's `input` with `answered_by` added when a fallback answered.
     pub fn mark_input(&self, input: Option<Value>) -> Option<Value> {
-        match (&self.answered_by, input) {
-            (Some(by), Some(Value::Object(mut map))) => {
-                map.insert("answered_by".into(), Value::String(by.clone()));
-                Some(Value::Object(map))
-            }
-            (Some(by), None) => Some(serde_json::json!({ "answered_by": by })),
-            (_, input) => input,
+        mark_answered_by(input, self.answered_by.as_deref())
+    }
+}
+
+/// An attempt's `input` with `answered_by` added when a fallback alias (`by`) answered.
+pub fn mark_answered_by(input: Option<Value>, by: Option<&str>) -> Option<Value> {
+    match (by, input) {
+        (Some(by), Some(Value::Object(mut map))) => {
+            map.insert("answered_by".into(), Value::String(by.to_owned()));
+            Some(Value::Object(map))
         }
+        (Some(by), None) => Some(serde_json::json!({ "answered_by": by })),
+        (_, input) => input,
     }
 }
 

@@ -1137,8 +1137,7 @@ fn event_from_row(run: RunId, r: &AnyRow) -> Result<Event> {
     let kind: String = r.try_get("kind")?;
     let kind = EventKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("kind `{kind}`")))?;
     let data = parse_json(&r.try_get::<String, _>("data")?)?;
-    let data = Payload::decode(kind, data)
-        .map_err(|e| Error::Corrupt(format!("the data of a `{}` event: {e}", kind.as_str())))?;
+    let data = Payload::decode(kind, data).map_err(Error::Corrupt)?;
     // The column keeps the step's whole place: `path/id` for nested work.
     let step: Option<String> = r.try_get("step_id")?;
     let step = step.map(|s| step_path(&s)).transpose()?;

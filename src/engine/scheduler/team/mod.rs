@@ -13,7 +13,7 @@ pub(crate) mod workflow;
 
 use serde_json::Value;
 
-use crate::domain::{RunError, StepKind, StepPath, StepStatus};
+use crate::domain::{RunError, StepKind, StepPath};
 
 use super::super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
 use super::super::sink::EventSink;
@@ -59,12 +59,5 @@ pub(crate) fn hold_part(
     key: AttemptKey,
     result: &Result<Value, RunError>,
 ) -> HeldEnd {
-    let end = match result {
-        Ok(output) => AttemptEnd::completed(output.clone()),
-        Err(e) if frame.ctx.cancel.is_cancelled() => {
-            AttemptEnd::closed(StepStatus::Cancelled, Some(e.clone()))
-        }
-        Err(e) => AttemptEnd::failed(e.clone()),
-    };
-    HeldEnd::new(key, end)
+    HeldEnd::new(key, AttemptEnd::of(frame.ctx, result))
 }
