@@ -97,6 +97,7 @@ impl App {
             tools,
             functions,
             hub: hub.clone(),
+            store: store.clone(),
             metrics: Metrics::new(),
             inputs: Default::default(),
             replans: Default::default(),

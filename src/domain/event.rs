@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn payloads_serialise_to_the_contract_data() {
-        use super::super::error::ErrorCode;
+        use crate::domain::error::ErrorCode;
         let result = Payload::from(ToolResultData {
             call_id: "c1".into(),
             tool: "fs.read".into(),

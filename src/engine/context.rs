@@ -51,6 +51,8 @@ pub struct Services {
     pub tools: ToolRegistry,
     pub functions: FunctionRegistry,
     pub hub: EventHub,
+    /// The store, for the reads and the few writes that do not go through the hub's writer.
+    pub store: Store,
     pub metrics: Metrics,
     pub inputs: InputBox,
     /// Reactive runs executing now, to wake when the user asks for a new plan.
@@ -133,7 +135,7 @@ impl Services {
 
     /// The store, for the few reads an executor makes (checkpoints, attempts, session history).
     pub fn store(&self) -> &Store {
-        self.hub.store()
+        &self.store
     }
 }
 

@@ -279,7 +279,7 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     // another replica took it): then whoever resumes it ends it.
     let mut delay = Duration::from_millis(50);
     loop {
-        match hub.store().finish_run(&run, &final_event).await {
+        match ctx.services.store.finish_run(&run, &final_event).await {
             Ok(()) => break hub.publish_persisted(final_event),
             Err(crate::store::Error::LeaseLost) => {
                 tracing::warn!(

@@ -393,9 +393,9 @@ fn walk_entries(entries: &[IdedEntryExpr], bound: &mut Vec<String>, out: &mut Ve
 mod tests {
     use serde_json::json;
 
-    use super::super::template::{NoResults, StepState};
     use super::*;
     use crate::domain::StepStatus;
+    use crate::plan::template::{NoResults, StepState};
 
     fn eval(expr: &str) -> Result<bool, String> {
         let mut steps = HashMap::new();

@@ -8,16 +8,16 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::super::Problem;
-use super::super::graph::ValidPlan;
-use super::super::spec::{KindSpec, StepSpec};
-use super::super::team::{
+use super::{Checker, Ctx, member};
+use crate::domain::StepId;
+use crate::plan::Problem;
+use crate::plan::graph::ValidPlan;
+use crate::plan::spec::{KindSpec, StepSpec};
+use crate::plan::team::{
     AgentStep, DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TRANSITIONS, GroupChatStep, HandoffStep, NoHandoff,
     Team, Termination, WorkflowStep, parse_selector, reachable,
 };
-use super::super::template::{Template, escape_pointer};
-use super::{Checker, Ctx, member};
-use crate::domain::StepId;
+use crate::plan::template::{Template, escape_pointer};
 
 impl Checker<'_> {
     pub(super) fn agent_step(

@@ -119,10 +119,6 @@ impl EventHub {
         Health(self.inner.healthy.clone())
     }
 
-    pub fn store(&self) -> &Store {
-        &self.inner.store
-    }
-
     /// Queues an event for persistence and then broadcast. Returns once it is queued.
     pub async fn append(&self, event: Arc<Event>) {
         self.record(Record::Event(event)).await;

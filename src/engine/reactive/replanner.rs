@@ -14,13 +14,13 @@ use crate::functions;
 use crate::llm::Message;
 use crate::plan::{self, Problem, ValidPlan};
 
-use super::super::checkpoint::PlanProgress;
-use super::super::completion;
-use super::super::context::RunContext;
-use super::super::fixed;
-use super::super::function_call;
-use super::super::planner::{self, Call};
-use super::super::simple::input_text;
+use crate::engine::checkpoint::PlanProgress;
+use crate::engine::completion;
+use crate::engine::context::RunContext;
+use crate::engine::fixed;
+use crate::engine::function_call;
+use crate::engine::planner::{self, Call};
+use crate::engine::simple::input_text;
 
 /// The step re-planning calls are recorded as.
 pub const REPLANNING_STEP: &str = "replanner";

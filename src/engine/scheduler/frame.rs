@@ -13,8 +13,8 @@ use crate::plan::{
     Condition, RenderError, Scope, StepResults, StepSpec, StepState, StepView, Team, Template,
 };
 
-use super::super::context::RunContext;
 use super::progress::Children;
+use crate::engine::context::RunContext;
 
 /// Everything a step body may read; immutable while the step runs.
 pub(crate) struct Frame<'a> {

@@ -780,12 +780,13 @@ mod tests {
         let config = Config::default();
         let url = format!("sqlite://{}", dir.path().join("orca.db").display());
         let store = Store::connect(&url, 2).await.unwrap();
-        let (hub, _writer) = EventHub::start(store, 64);
+        let (hub, _writer) = EventHub::start(store.clone(), 64);
         let services = Services {
             llm: LlmRouter::from_config(&config).unwrap(),
             tools: ToolRegistry::with_builtins(&config.tools),
             functions: Default::default(),
             hub,
+            store,
             metrics: crate::metrics::Metrics::new(),
             inputs: Default::default(),
             replans: Default::default(),

@@ -21,8 +21,8 @@ use serde_json::Value;
 
 use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 
-use super::super::checkpoint::{self, Delta, PlanDelta, StepResult};
-use super::super::context::RunContext;
+use crate::engine::checkpoint::{self, Delta, PlanDelta, StepResult};
+use crate::engine::context::RunContext;
 
 pub(crate) struct Children {
     plan_version: u32,

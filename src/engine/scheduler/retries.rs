@@ -16,11 +16,11 @@ use crate::domain::{ErrorCode, RetryPolicy, RunError, StepPath};
 use crate::plan::{KindSpec, StepSpec};
 use tokio::sync::SemaphorePermit;
 
-use super::super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
-use super::super::context::RunContext;
-use super::super::sink::EventSink;
 use super::frame::{Frame, Locals, current_step};
 use super::kinds::{self, StepIo};
+use crate::engine::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
+use crate::engine::context::RunContext;
+use crate::engine::sink::EventSink;
 
 /// Opens the next attempt of `spec` at `path`, its `running` event into `sink`.
 pub(crate) async fn open(

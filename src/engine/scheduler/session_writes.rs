@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use crate::domain::RunError;
 use crate::plan::Scope;
 
-use super::super::session;
 use super::{Committed, Scheduler};
+use crate::engine::session;
 
 impl Scheduler<'_> {
     /// The values of the plan's `session_variables` (none for a plan without them). Rendered

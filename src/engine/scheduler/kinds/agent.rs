@@ -10,13 +10,13 @@ use crate::plan::StepSpec;
 use crate::plan::Template;
 use crate::plan::team::{AgentStep, GroupChatStep, HandoffStep, NoHandoff, WorkflowStep};
 
-use super::super::super::simple::input_text;
-use super::super::frame::{Frame, Locals};
-use super::super::team::spokes::Spokes;
-use super::super::team::turn::{Plain, take_turn, text_of};
-use super::super::team::workflow::run_named;
-use super::super::team::{chat, handoff as handoffs};
 use super::StepIo;
+use crate::engine::scheduler::frame::{Frame, Locals};
+use crate::engine::scheduler::team::spokes::Spokes;
+use crate::engine::scheduler::team::turn::{Plain, take_turn, text_of};
+use crate::engine::scheduler::team::workflow::run_named;
+use crate::engine::scheduler::team::{chat, handoff as handoffs};
+use crate::engine::simple::input_text;
 
 pub(crate) async fn run(
     frame: &Frame<'_>,

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use crate::domain::{RunError, StepId};
 use crate::plan::Condition;
 
-use super::super::frame::{Frame, Locals};
+use crate::engine::scheduler::frame::{Frame, Locals};
 
 pub(crate) fn run(
     frame: &Frame<'_>,

@@ -6,9 +6,9 @@ use serde_json::{Map, Value, json};
 use crate::domain::{ErrorCode, RunError};
 use crate::plan::{JsonSchema, NoResults, Scope, StepSpec, Template};
 
-use super::super::super::model::{Answer, Prompt, ask};
-use super::super::frame::{Frame, Locals, render_error};
 use super::StepIo;
+use crate::engine::model::{Answer, Prompt, ask};
+use crate::engine::scheduler::frame::{Frame, Locals, render_error};
 
 /// What an `llm` step asks, as the plan wrote it.
 pub(crate) struct Ask<'a> {

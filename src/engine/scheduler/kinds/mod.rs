@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 use crate::domain::RunError;
 use crate::plan::{KindSpec, StepSpec};
 
-use super::super::sink::EventSink;
 use super::frame::{Frame, Locals};
+use crate::engine::sink::EventSink;
 
 pub(crate) use branch::arm_not_taken;
 

@@ -5,9 +5,9 @@ use serde_json::{Value, json};
 use crate::domain::RunError;
 use crate::plan::{StepSpec, Template};
 
-use super::super::super::tool_call::{ToolArguments, ToolCall, call_tool};
-use super::super::frame::{Frame, Locals};
 use super::StepIo;
+use crate::engine::scheduler::frame::{Frame, Locals};
+use crate::engine::tool_call::{ToolArguments, ToolCall, call_tool};
 
 pub(crate) async fn run(
     frame: &Frame<'_>,

@@ -18,14 +18,14 @@ use crate::domain::{ErrorCode, RunError, Segment, StepKind, StepPath};
 use crate::llm::{Message, ResponseSchema};
 use crate::plan::team::{ChatState, GroupChatStep, SelectorKind};
 
-use super::super::super::attempts::HeldEnd;
-use super::super::super::context::RunContext;
-use super::super::super::function_call::{self, FunctionCall};
-use super::super::super::model::TextKind;
-use super::super::super::sink::EventSink;
-use super::super::frame::Frame;
 use super::turn::{Plain, take_turn};
 use super::{Part, hold_part, open_part};
+use crate::engine::attempts::HeldEnd;
+use crate::engine::context::RunContext;
+use crate::engine::function_call::{self, FunctionCall};
+use crate::engine::model::TextKind;
+use crate::engine::scheduler::frame::Frame;
+use crate::engine::sink::EventSink;
 
 /// The name the `llm` selector's structured output goes by (the offline model knows it).
 pub const SPEAKER_SCHEMA: &str = "speaker_choice";
@@ -122,7 +122,7 @@ pub(crate) async fn run(
 }
 
 /// The record at `record_key` when a run before a restart finished it, else `work`'s result,
-/// recorded (see [`super::super::progress::Children::once`]), with the attempt `work` holds
+/// recorded (see [`crate::engine::scheduler::progress::Children::once`]), with the attempt `work` holds
 /// open for the caller to close now that the record is checkpointed.
 async fn once(
     frame: &Frame<'_>,

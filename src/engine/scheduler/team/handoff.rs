@@ -21,15 +21,15 @@ use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::team::{ContextPolicy, HandoffEdge, HandoffStep, NoHandoff};
 use crate::plan::{AgentSpec, JsonSchema, Team};
 
-use super::super::super::attempts::HeldEnd;
-use super::super::super::checkpoint::Conversation;
-use super::super::super::context::RunContext;
-use super::super::super::function_call::{self, FunctionCall};
-use super::super::super::model::TextKind;
-use super::super::super::sink::EventSink;
-use super::super::frame::Frame;
 use super::turn::{Hooks, take_turn};
 use super::{Part, hold_part, open_part, tool_name};
+use crate::engine::attempts::HeldEnd;
+use crate::engine::checkpoint::Conversation;
+use crate::engine::context::RunContext;
+use crate::engine::function_call::{self, FunctionCall};
+use crate::engine::model::TextKind;
+use crate::engine::scheduler::frame::Frame;
+use crate::engine::sink::EventSink;
 
 /// Where control is and what was said.
 struct State {

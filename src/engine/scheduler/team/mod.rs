@@ -15,9 +15,9 @@ use serde_json::Value;
 
 use crate::domain::{RunError, StepKind, StepPath};
 
-use super::super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
-use super::super::sink::EventSink;
 use super::frame::Frame;
+use crate::engine::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
+use crate::engine::sink::EventSink;
 
 /// A tool name a model may call for `prefix` + agent `name` (tool names allow letters,
 /// digits, `_` and `-`; agent names may also hold `.`).

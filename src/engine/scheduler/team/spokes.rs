@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
 
-use super::super::super::context::RunContext;
-use super::super::super::sink::EventSink;
-use super::super::frame::Frame;
 use super::tool_name;
 use super::turn::{Hooks, Plain, take_turn};
+use crate::engine::context::RunContext;
+use crate::engine::scheduler::frame::Frame;
+use crate::engine::sink::EventSink;
 
 /// The hub's hooks: its spokes as tools.
 pub(crate) struct Spokes<'f> {

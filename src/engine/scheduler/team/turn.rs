@@ -14,14 +14,14 @@ use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::{AgentSpec, JsonSchema};
 
-use super::super::super::checkpoint::Conversation;
-use super::super::super::context::RunContext;
-use super::super::super::converse::{self, ModelWrap, Progress, Setup};
-use super::super::super::model::structured;
-use super::super::super::sink::EventSink;
-use super::super::super::tool_call::may_use;
-use super::super::frame::Frame;
 use super::chain::{Chain, approval, around_turn};
+use crate::engine::checkpoint::Conversation;
+use crate::engine::context::RunContext;
+use crate::engine::converse::{self, ModelWrap, Progress, Setup};
+use crate::engine::model::structured;
+use crate::engine::scheduler::frame::Frame;
+use crate::engine::sink::EventSink;
+use crate::engine::tool_call::may_use;
 
 /// What the caller of a turn handles itself: tools it adds (handoffs, spokes) and whether the
 /// turn stops early.

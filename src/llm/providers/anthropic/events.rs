@@ -9,8 +9,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Deserialize;
 
-use super::super::http::{Decode, ToolNames, redact, stream_error_message, truncate_chars};
 use crate::config::Secret;
+use crate::llm::providers::http::{
+    Decode, ToolNames, redact, stream_error_message, truncate_chars,
+};
 use crate::llm::{Error, LlmEvent, ToolCall, Usage};
 
 /// Reads one streamed answer.

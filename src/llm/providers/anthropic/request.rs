@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::super::http::ToolNames;
+use crate::llm::providers::http::ToolNames;
 use crate::llm::{ChatRequest, Message, ResponseSchema, ToolCall, ToolSpec};
 
 /// `max_tokens` is required by the Messages API; this is sent when the alias sets none.

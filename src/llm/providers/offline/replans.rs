@@ -200,7 +200,9 @@ mod tests {
     }
 
     fn five() -> Value {
-        super::super::plans::plan_for("read missing.txt, analyse it, then write a summary")
+        crate::llm::providers::offline::plans::plan_for(
+            "read missing.txt, analyse it, then write a summary",
+        )
     }
 
     #[test]

@@ -17,8 +17,8 @@ use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::ToolCall as ModelToolCall;
 use crate::plan::{AgentSpec, JsonSchema};
 
-use super::super::super::super::context::RunContext;
-use super::super::super::super::tool_call::ToolArguments;
+use crate::engine::context::RunContext;
+use crate::engine::tool_call::ToolArguments;
 
 static DECISION: LazyLock<JsonSchema> = LazyLock::new(|| {
     JsonSchema::compile(&json!({

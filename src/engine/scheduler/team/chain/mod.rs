@@ -41,9 +41,9 @@ use crate::llm::Message;
 use crate::plan::middleware_spec::{Builtin, Guardrail};
 use crate::plan::{AgentSpec, Team};
 
-use super::super::super::context::RunContext;
-use super::super::super::converse::{ModelWrap, Retry};
 use super::turn::TurnEnd;
+use crate::engine::context::RunContext;
+use crate::engine::converse::{ModelWrap, Retry};
 use guard::{GuardChain, GuardStream};
 
 /// An agent's middleware, outermost first.
@@ -111,9 +111,8 @@ impl Chain {
             _ => None,
         });
         ModelWrap {
-            filters: (!guards.is_empty()).then(|| {
-                Arc::new(GuardChain(guards)) as Arc<dyn super::super::super::model::Filters>
-            }),
+            filters: (!guards.is_empty())
+                .then(|| Arc::new(GuardChain(guards)) as Arc<dyn crate::engine::model::Filters>),
             retry,
         }
     }
