@@ -10,6 +10,7 @@ pub fn now() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now().trunc_subsecs(6)
 }
 
+pub mod attempt_io;
 pub mod error;
 pub mod event;
 pub mod history;
@@ -20,6 +21,7 @@ pub mod plan;
 pub mod replan;
 pub mod run;
 
+pub use attempt_io::AttemptInput;
 pub use error::{ErrorCode, RunError};
 pub use event::{Event, EventKind, Payload};
 pub use history::StepAttempt;

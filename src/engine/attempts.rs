@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::domain::event::StepData;
-use crate::domain::{ErrorCode, RunError, StepAttempt, StepKind, StepPath, StepStatus};
+use crate::domain::{
+    AttemptInput, ErrorCode, RunError, StepAttempt, StepKind, StepPath, StepStatus,
+};
 use crate::store::Record;
 
 use super::checkpoint::{self, PlanProgress, Restored};
@@ -45,7 +47,7 @@ pub struct NewAttempt<'a> {
     /// 0 for runs without a plan (simple runs).
     pub plan_version: u32,
     /// What the attempt works on, when known at the start (tool arguments, a model round).
-    pub input: Option<Value>,
+    pub input: Option<AttemptInput>,
 }
 
 /// How an attempt ended.
@@ -60,7 +62,7 @@ pub struct AttemptEnd {
     /// Why an attempt was cancelled without running to its end, for its announcement.
     reason: Option<String>,
     /// What the attempt resolved its inputs to, when only known at the end.
-    input: Option<Value>,
+    input: Option<AttemptInput>,
     /// When the attempt's work ended, if before it is closed (a top-level step is closed
     /// only once the scheduler commits it); its time is counted to here.
     ended: Option<Instant>,
@@ -117,7 +119,7 @@ impl AttemptEnd {
         self
     }
 
-    pub fn with_input(mut self, input: Option<Value>) -> AttemptEnd {
+    pub fn with_input(mut self, input: Option<AttemptInput>) -> AttemptEnd {
         self.input = input;
         self
     }
@@ -208,7 +210,7 @@ impl RunContext {
             status: StepStatus::Running,
             attempt,
             plan_version: new.plan_version,
-            input: new.input,
+            input: new.input.map(AttemptInput::into_value),
             output: None,
             error: None,
             started_at: crate::domain::now(),
@@ -464,8 +466,8 @@ fn end_record(
     record.status = end.status;
     record.output = end.output.clone();
     record.error = end.error.clone();
-    if end.input.is_some() {
-        record.input = end.input.clone();
+    if let Some(input) = &end.input {
+        record.input = Some(input.clone().into_value());
     }
     let since = chrono::Duration::from_std(since).unwrap_or_default();
     record.completed_at = Some(crate::domain::now() - since);

@@ -20,8 +20,9 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use serde_json::{Value, json};
 
+use crate::domain::attempt_io::{Envelope, ModelRoundInput, ModelRoundOutput, ToolInput};
 use crate::domain::event::ErrorData;
-use crate::domain::{ErrorCode, RunError, Segment, StepKind, StepPath, StepStatus};
+use crate::domain::{AttemptInput, ErrorCode, RunError, Segment, StepKind, StepPath, StepStatus};
 use crate::llm::router::ModelRoute;
 use crate::llm::{ChatRequest, Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 
@@ -214,7 +215,10 @@ async fn model_round(
     let round = convo.round;
     let step = setup.path.join(Segment::ModelRound(round));
     let alias = setup.alias.clone().unwrap_or_else(|| "default".into());
-    let input = json!({ "model": alias, "round": round });
+    let input = AttemptInput::from(ModelRoundInput {
+        model: alias,
+        round,
+    });
     let new = NewAttempt {
         step: &step,
         name: "llm",
@@ -234,8 +238,11 @@ async fn model_round(
     };
     match call_wrapped(ctx, setup, request, &step, text_kind, wrap).await {
         Ok(reply) => {
-            let summary = json!({ "text": reply.text, "tool_calls": reply.tool_calls.len() });
-            let end = AttemptEnd::completed(summary);
+            let summary = ModelRoundOutput {
+                text: reply.text.clone(),
+                tool_calls: reply.tool_calls.len(),
+            };
+            let end = AttemptEnd::completed(summary.to_json());
             let end = match reply.answered_by {
                 Some(_) => end.with_input(reply.mark_input(Some(input))),
                 None => end,
@@ -327,7 +334,13 @@ async fn tool_round(
         name: &call.name,
         kind: StepKind::Tool,
         plan_version: setup.plan_version,
-        input: Some(json!({ "tool": call.name, "arguments": arguments.shown() })),
+        input: Some(
+            ToolInput {
+                tool: call.name.clone(),
+                arguments: arguments.shown(),
+            }
+            .into(),
+        ),
     };
     let key = match ctx.open_attempt(new, sink).await {
         Ok(key) => key,

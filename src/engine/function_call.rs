@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::domain::{ErrorCode, RunError, StepKind, StepPath};
+use crate::domain::{AttemptInput, ErrorCode, RunError, StepKind, StepPath};
 use crate::functions::LlmFunction;
 use crate::llm::router::ModelRoute;
 use crate::llm::{ChatRequest, Message, ResponseSchema};
@@ -79,7 +79,7 @@ pub struct FunctionCall<'a> {
     /// How the answer's text goes out while it is written.
     pub text: TextKind,
     /// What the attempt shows as its input.
-    pub input: Option<Value>,
+    pub input: Option<AttemptInput>,
 }
 
 impl<'a> FunctionCall<'a> {
@@ -113,7 +113,7 @@ pub struct Open {
     route: ModelRoute,
     schema: Option<ResponseSchema>,
     text: TextKind,
-    input: Option<Value>,
+    input: Option<AttemptInput>,
     /// The fallback alias that gave the last answer, if one did.
     answered_by: Option<String>,
 }

@@ -7,8 +7,9 @@ use futures::StreamExt;
 
 use serde_json::Value;
 
+use crate::domain::attempt_io::AnsweredBy;
 use crate::domain::event::{ErrorData, UsageData};
-use crate::domain::{ErrorCode, Payload, RunError, StepPath};
+use crate::domain::{AttemptInput, ErrorCode, Payload, RunError, StepPath};
 use crate::llm::router::{ModelRoute, Target};
 use crate::llm::schema::Projection;
 use crate::llm::{self, ChatRequest, LlmEvent, Message, ResponseSchema};
@@ -37,20 +38,22 @@ pub struct ModelReply {
 
 impl ModelReply {
     /// An attempt's `input` with `answered_by` added when a fallback answered.
-    pub fn mark_input(&self, input: Option<Value>) -> Option<Value> {
+    pub fn mark_input(&self, input: Option<AttemptInput>) -> Option<AttemptInput> {
         mark_answered_by(input, self.answered_by.as_deref())
     }
 }
 
 /// An attempt's `input` with `answered_by` added when a fallback alias (`by`) answered.
-pub fn mark_answered_by(input: Option<Value>, by: Option<&str>) -> Option<Value> {
+pub fn mark_answered_by(input: Option<AttemptInput>, by: Option<&str>) -> Option<AttemptInput> {
     match (by, input) {
-        (Some(by), Some(Value::Object(mut map))) => {
-            map.insert("answered_by".into(), Value::String(by.to_owned()));
-            Some(Value::Object(map))
-        }
-        (Some(by), None) => Some(serde_json::json!({ "answered_by": by })),
-        (_, input) => input,
+        (Some(by), Some(input)) => Some(input.answered_by(by)),
+        (Some(by), None) => Some(
+            AnsweredBy {
+                answered_by: by.to_owned(),
+            }
+            .into(),
+        ),
+        (None, input) => input,
     }
 }
 

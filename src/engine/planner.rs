@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::config::PlanningFallback;
+use crate::domain::attempt_io::{Envelope, PlanningOutput, RepairInput};
 use crate::domain::event::ErrorData;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::functions::{self, LlmFunction};
@@ -190,13 +191,16 @@ pub(super) async fn ask(
     let mut sink = EventSink::Live;
     let asked = FunctionCall {
         plan_version: call.plan_version,
-        input: Some(json!({ "repair": round })),
+        input: Some(RepairInput { repair: round }.into()),
         ..FunctionCall::of(function, &step, call.step, call.schema_name)
     };
     let mut open = function_call::open(ctx, asked, &mut sink).await?;
     let reply = open.ask(ctx, messages.to_vec()).await;
     let shown = match &reply {
-        Ok(r) => Ok(json!({ "characters": r.text.chars().count() })),
+        Ok(r) => Ok(PlanningOutput {
+            characters: r.text.chars().count(),
+        }
+        .to_json()),
         Err(e) => Err(e.clone()),
     };
     open.close(ctx, &shown, &mut sink).await;

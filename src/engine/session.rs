@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use crate::domain::attempt_io::SessionSummaryInput;
 use crate::domain::event::ErrorData;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::functions::{self, LlmFunction};
@@ -227,7 +228,8 @@ async fn summarise(
         "previous_summary": previous.map(|s| s.text.as_str()),
         "turns": turns.len(),
     });
-    let text = ask(ctx, &function, &input).await?;
+    let asked = SessionSummaryInput { turns: turns.len() };
+    let text = ask(ctx, &function, &input, asked).await?;
     let Some(last) = turns.last() else {
         return Err(RunError::new(
             ErrorCode::InternalError,
@@ -269,16 +271,22 @@ fn transcript(previous: Option<&SessionSummary>, turns: &[Turn]) -> String {
     out
 }
 
-/// One summariser call, recorded as an attempt of the step `summarizer`. Its text is not
-/// streamed (it is not the run's answer); its usage is counted and announced.
-async fn ask(ctx: &RunContext, function: &LlmFunction, input: &Value) -> Result<String, RunError> {
+/// One summariser call over `input`, recorded as an attempt of the step `summarizer` whose
+/// input is `asked`. Its text is not streamed (it is not the run's answer); its usage is
+/// counted and announced.
+async fn ask(
+    ctx: &RunContext,
+    function: &LlmFunction,
+    input: &Value,
+    asked: SessionSummaryInput,
+) -> Result<String, RunError> {
     let messages = function_call::opening(ctx, function, input)?;
     let step = StepPath::top(SUMMARY_STEP);
     let mut sink = EventSink::Live;
     let call = FunctionCall {
         schema: None,
         text: TextKind::Quiet,
-        input: Some(json!({ "turns": input["turns"] })),
+        input: Some(asked.into()),
         ..FunctionCall::of(function, &step, SUMMARY_STEP, "summary")
     };
     let mut open = function_call::open(ctx, call, &mut sink).await?;

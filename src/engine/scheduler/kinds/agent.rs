@@ -2,8 +2,11 @@
 //! between agents, `group_chat`: agents taking turns, and `workflow`: a nested workflow. These
 //! resolve the step's input; the work itself lives in `scheduler::team`.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::domain::attempt_io::{
+    AgentInput, GroupChatInput, HandoffInput, OnNoHandoff, Prompted, WorkflowInput,
+};
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::Message;
 use crate::plan::StepSpec;
@@ -58,12 +61,14 @@ pub(crate) async fn run(
     messages.push(Message::User {
         content: prompt.clone(),
     });
-    io.input = Some(json!({
-        "agent": agent.name,
-        "prompt": prompt,
-        "history": step.history,
-        "spokes": step.spokes,
-    }));
+    let mut input = AgentInput {
+        agent: agent.name.clone(),
+        prompt,
+        history: step.history.clone(),
+        spokes: step.spokes.clone(),
+        audit: Vec::new(),
+    };
+    io.input = Some(input.clone().into());
     let key = locals.key(spec);
     let end = if step.spokes.is_empty() {
         take_turn(frame, agent, &key, messages, &mut Plain, io.sink).await?
@@ -76,10 +81,9 @@ pub(crate) async fn run(
         };
         take_turn(frame, agent, &key, messages, &mut hub, io.sink).await?
     };
-    if !end.audit.is_empty()
-        && let Some(Value::Object(input)) = &mut io.input
-    {
-        input.insert("audit".into(), Value::Array(end.audit));
+    if !end.audit.is_empty() {
+        input.audit = end.audit;
+        io.input = Some(input.into());
     }
     Ok(end.value)
 }
@@ -94,7 +98,7 @@ fn asked_of(
     let input = inputs
         .get(&locals.path.step(id))
         .or_else(|| inputs.get(&StepPath::top(id)))?;
-    input.get("prompt")?.as_str().map(str::to_owned)
+    Prompted::of(input)
 }
 
 pub(crate) async fn workflow(
@@ -108,7 +112,11 @@ pub(crate) async fn workflow(
         Some(t) => frame.resolve(locals, t)?,
         None => (*frame.input).clone(),
     };
-    io.input = Some(json!({ "workflow": step.workflow, "input": input }));
+    let shown = WorkflowInput {
+        workflow: step.workflow.clone(),
+        input: input.clone(),
+    };
+    io.input = Some(shown.into());
     let key = locals.key(spec);
     run_named(frame, &step.workflow, input, &key, io.sink).await
 }
@@ -133,15 +141,16 @@ pub(crate) async fn handoff(
     io: &mut StepIo<'_>,
 ) -> Result<Value, RunError> {
     let prompt = opening(frame, locals, step.prompt.as_ref())?;
-    io.input = Some(json!({
-        "start": step.start,
-        "prompt": prompt,
-        "max_transitions": step.max_transitions,
-        "on_no_handoff": match step.on_no_handoff {
-            NoHandoff::End => "end",
-            NoHandoff::AskHuman => "ask_human",
+    let input = HandoffInput {
+        start: step.start.clone(),
+        prompt: prompt.clone(),
+        max_transitions: step.max_transitions,
+        on_no_handoff: match step.on_no_handoff {
+            NoHandoff::End => OnNoHandoff::End,
+            NoHandoff::AskHuman => OnNoHandoff::AskHuman,
         },
-    }));
+    };
+    io.input = Some(input.into());
     let key = locals.key(spec);
     handoffs::run(frame, &key, step, prompt, io.sink).await
 }
@@ -154,11 +163,12 @@ pub(crate) async fn group_chat(
     io: &mut StepIo<'_>,
 ) -> Result<Value, RunError> {
     let prompt = opening(frame, locals, step.prompt.as_ref())?;
-    io.input = Some(json!({
-        "participants": step.participants,
-        "prompt": prompt,
-        "max_rounds": step.max_rounds,
-    }));
+    let input = GroupChatInput {
+        participants: step.participants.clone(),
+        prompt: prompt.clone(),
+        max_rounds: step.max_rounds,
+    };
+    io.input = Some(input.into());
     let key = locals.key(spec);
     chat::run(frame, &key, step, prompt, io.sink).await
 }

@@ -1,7 +1,8 @@
 //! `branch`: evaluates its CEL condition; the steps of the arm not taken are skipped.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::domain::attempt_io::{BranchOutput, Envelope};
 use crate::domain::{RunError, StepId};
 use crate::plan::Condition;
 
@@ -13,7 +14,7 @@ pub(crate) fn run(
     locals: Locals<'_>,
 ) -> Result<Value, RunError> {
     let taken = frame.check(locals, condition)?;
-    Ok(json!({ "result": taken, "taken": if taken { "then" } else { "else" } }))
+    Ok(BranchOutput::new(taken).to_json())
 }
 
 /// The steps a branch with this output does not run.
@@ -22,7 +23,7 @@ pub(crate) fn arm_not_taken<'s>(
     then: &'s [StepId],
     otherwise: &'s [StepId],
 ) -> &'s [StepId] {
-    if output["result"] == Value::Bool(true) {
+    if BranchOutput::read(output).is_some_and(|b| b.result) {
         otherwise
     } else {
         then

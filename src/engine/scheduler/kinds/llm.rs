@@ -1,8 +1,9 @@
 //! `llm`: one model call, with the step's own prompt (and system prompt, model and output
 //! schema), or a named function's, its `arguments` as the function's `input`.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
+use crate::domain::attempt_io::{FunctionInput, LlmInput};
 use crate::domain::{ErrorCode, RunError};
 use crate::plan::{JsonSchema, NoResults, Scope, StepSpec, Template};
 
@@ -31,7 +32,12 @@ pub(crate) async fn run(
         Some(s) => Some(frame.resolve_text(locals, s)?),
         None => None,
     };
-    io.input = Some(json!({ "prompt": prompt, "system": system, "model": ask_.model }));
+    let input = LlmInput {
+        prompt: prompt.clone(),
+        system: system.clone(),
+        model: ask_.model.map(str::to_owned),
+    };
+    io.input = Some(input.into());
     let prompt = Prompt {
         system,
         user: prompt,
@@ -53,7 +59,11 @@ pub(crate) async fn call(
 ) -> Result<Value, RunError> {
     let ctx = frame.ctx;
     let args = frame.resolve(locals, arguments)?;
-    io.input = Some(json!({ "function": function, "arguments": args }));
+    let input = FunctionInput {
+        function: function.to_owned(),
+        arguments: args.clone(),
+    };
+    io.input = Some(input.into());
     let Some(f) = ctx.services.functions.get(function) else {
         return Err(RunError::new(
             ErrorCode::InvalidStep,
@@ -80,8 +90,8 @@ pub(crate) async fn call(
 
 /// The answer's value; the step's input shows the fallback alias that gave it, if one did.
 fn answered(answer: Answer, io: &mut StepIo<'_>) -> Result<Value, RunError> {
-    if let (Some(by), Some(Value::Object(input))) = (answer.answered_by, io.input.as_mut()) {
-        input.insert("answered_by".into(), Value::String(by));
+    if let Some(by) = &answer.answered_by {
+        io.input = io.input.take().map(|input| input.answered_by(by));
     }
     Ok(answer.value)
 }

@@ -13,9 +13,10 @@ pub(crate) mod sequential;
 mod tool;
 mod wait;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::domain::RunError;
+use crate::domain::attempt_io::UserInputInput;
+use crate::domain::{AttemptInput, RunError};
 use crate::plan::{KindSpec, StepSpec};
 
 use super::frame::{Frame, Locals};
@@ -27,7 +28,7 @@ pub(crate) use branch::arm_not_taken;
 pub(crate) struct StepIo<'s> {
     pub sink: &'s mut EventSink,
     /// What the attempt resolved its templates to (tool arguments, prompts).
-    pub input: Option<Value>,
+    pub input: Option<AttemptInput>,
 }
 
 /// One attempt of `spec`'s body. Boxed: a step holds steps (and agents, workflows) inside it,
@@ -75,7 +76,12 @@ async fn body(
         KindSpec::Wait(wait) => Ok(wait::run(*wait).await),
         KindSpec::UserInput { prompt, schema } => {
             let prompt = frame.resolve_text(locals, prompt)?;
-            io.input = Some(json!({ "prompt": prompt }));
+            io.input = Some(
+                UserInputInput {
+                    prompt: prompt.clone(),
+                }
+                .into(),
+            );
             frame
                 .ctx
                 .wait_for_input(&locals.key(spec), &prompt, schema.as_ref())

@@ -1,8 +1,9 @@
 //! `tool`: resolves the arguments and calls the tool through the run's one tool-call path.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::domain::RunError;
+use crate::domain::attempt_io::ToolInput;
 use crate::plan::{StepSpec, Template};
 
 use super::StepIo;
@@ -18,7 +19,11 @@ pub(crate) async fn run(
     io: &mut StepIo<'_>,
 ) -> Result<Value, RunError> {
     let args = frame.resolve(locals, arguments)?;
-    io.input = Some(json!({ "tool": tool, "arguments": args }));
+    let input = ToolInput {
+        tool: tool.to_owned(),
+        arguments: args.clone(),
+    };
+    io.input = Some(input.into());
     let call_id = format!("{}-call", spec.id);
     // The step's key: nested, its events carry the path of the steps around it.
     let key = locals.key(spec);

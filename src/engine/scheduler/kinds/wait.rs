@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::domain::attempt_io::{Envelope, WaitOutput};
 use crate::plan::WaitSpec;
 
 pub(crate) async fn run(wait: WaitSpec) -> Value {
@@ -12,5 +13,6 @@ pub(crate) async fn run(wait: WaitSpec) -> Value {
         WaitSpec::Until(t) => (t - chrono::Utc::now()).to_std().unwrap_or_default(),
     };
     tokio::time::sleep(duration).await;
-    json!({ "waited_ms": duration.as_millis() as u64 })
+    let waited_ms = duration.as_millis() as u64;
+    WaitOutput { waited_ms }.to_json()
 }

@@ -13,6 +13,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::domain::attempt_io::{
+    ChatOutput, ChatSelection, ChatSelectionInput, ChatTurnInput, Envelope, Said,
+};
 use crate::domain::event::{ErrorData, SpeakerData};
 use crate::domain::{ErrorCode, RunError, Segment, StepKind, StepPath};
 use crate::llm::{Message, ResponseSchema};
@@ -34,14 +37,6 @@ pub const SPEAKER_SCHEMA: &str = "speaker_choice";
 const SELECTOR_SYSTEM: &str = "You moderate a group chat. Read the conversation and choose \
 who speaks next: the participant whose contribution is needed now. Answer only with JSON \
 {\"speaker\": \"<name>\"}.";
-
-/// One answer of the chat.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Said {
-    pub agent: String,
-    pub round: u32,
-    pub text: String,
-}
 
 /// A finished selection or turn, as checkpointed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,7 +113,12 @@ pub(crate) async fn run(
         }
     }
     let last = said.last().map(|s| s.text.clone()).unwrap_or_default();
-    Ok(json!({ "transcript": said, "rounds": round, "last": last }))
+    let output = ChatOutput {
+        transcript: said,
+        rounds: round,
+        last,
+    };
+    Ok(output.to_json())
 }
 
 /// The record at `record_key` when a run before a restart finished it, else `work`'s result,
@@ -200,13 +200,19 @@ impl Chat<'_, '_> {
             model: self.step.selector.model.as_deref(),
             schema: Some(ResponseSchema::new(SPEAKER_SCHEMA, schema)),
             text: TextKind::Quiet,
-            input: Some(json!({ "round": round, "participants": self.step.participants })),
+            input: Some(
+                ChatSelectionInput {
+                    round,
+                    participants: self.step.participants.clone(),
+                }
+                .into(),
+            ),
         };
         let mut open = function_call::open(self.frame.ctx, call, sink).await?;
         let answered = self.selector_rounds(&mut open, said).await;
         let chosen = match &answered {
-            Ok(Ok(name)) => Ok(json!({ "speaker": name })),
-            Ok(Err(problem)) => Ok(json!({ "speaker": null, "problem": problem })),
+            Ok(Ok(name)) => Ok(ChatSelection::named(name).to_json()),
+            Ok(Err(problem)) => Ok(ChatSelection::unnamed(problem).to_json()),
             Err(e) => Err(e.clone()),
         };
         let held = open.held(self.frame.ctx, &chosen);
@@ -312,13 +318,17 @@ impl Chat<'_, '_> {
             chat_instructions(&agent.instructions, speaker, &self.step.participants);
         let messages = seen_by(speaker, self.prompt, said);
         let path = self.key.turn(speaker, round);
-        let input = json!({ "agent": speaker, "round": round, "messages": messages });
+        let input = ChatTurnInput {
+            agent: speaker.to_owned(),
+            round,
+            messages: messages.clone(),
+        };
         let part = Part {
             at: &path,
             name: speaker,
             kind: StepKind::Agent,
         };
-        let attempt = open_part(frame, part, input, sink).await?;
+        let attempt = open_part(frame, part, input.into(), sink).await?;
         let before = tokens_used(frame.ctx);
         let end = take_turn(frame, &agent, &path, messages, &mut Plain, sink).await;
         let shown = end.as_ref().map(|e| e.value.clone()).map_err(Clone::clone);

@@ -14,6 +14,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::domain::attempt_io::{
+    Envelope, HandoffSummaryInput, HandoffTo, HandoffTurnInput, HandoffTurnOutput,
+};
 use crate::domain::event::HandoffData;
 use crate::domain::{ErrorCode, RunError, Segment, StepKind, StepPath};
 
@@ -148,20 +151,25 @@ async fn take(
         ));
     };
     let path = key.turn(&agent.name, state.turn);
-    let input = json!({
-        "agent": agent.name,
-        "context": state.context,
-        "messages": state.received,
-    });
+    let input = HandoffTurnInput {
+        agent: agent.name.clone(),
+        context: state.context.clone(),
+        messages: state.received.clone(),
+    };
     let part = Part {
         at: &path,
         name: &agent.name,
         kind: StepKind::Agent,
     };
-    let attempt = open_part(frame, part, input, sink).await?;
+    let attempt = open_part(frame, part, input.into(), sink).await?;
     let taken = turn(frame, key, step, agent, &path, state, sink).await;
     let shown = taken.as_ref().map(|(r, _)| {
-        json!({ "text": r.text, "handoff": r.handoff.as_ref().map(|h| json!({ "to": h.to, "reason": h.reason })) })
+        let handoff = r.handoff.as_ref().map(|h| HandoffTo {
+            to: h.to.clone(),
+            reason: h.reason.clone(),
+        });
+        let text = r.text.clone();
+        HandoffTurnOutput { text, handoff }.to_json()
     });
     let held = hold_part(frame, attempt, &shown.map_err(Clone::clone));
     let ((record, summary), held) = held.kept_with(taken, frame.ctx, sink).await?;
@@ -355,13 +363,16 @@ async fn summarize(
 ) -> Result<(String, HeldEnd), RunError> {
     let ctx = frame.ctx;
     let function = function_call::configured(ctx, crate::functions::SUMMARIZER)?;
-    let input = json!({ "transcript": transcript_text(transcript) });
-    let messages = function_call::opening(ctx, &function, &input)?;
+    let input = HandoffSummaryInput {
+        transcript: transcript_text(transcript),
+    };
+    // The summarizer's prompt reads the attempt's input as its `input`.
+    let messages = function_call::opening(ctx, &function, &input.to_json())?;
     let call = FunctionCall {
         plan_version: frame.plan_version,
         schema: None,
         text: TextKind::Quiet,
-        input: Some(input),
+        input: Some(input.into()),
         ..FunctionCall::of(&function, at, "summarizer", "summary")
     };
     let mut open = function_call::open(ctx, call, sink).await?;

@@ -13,7 +13,7 @@ pub(crate) mod workflow;
 
 use serde_json::Value;
 
-use crate::domain::{RunError, StepKind, StepPath};
+use crate::domain::{AttemptInput, RunError, StepKind, StepPath};
 
 use super::frame::Frame;
 use crate::engine::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
@@ -39,7 +39,7 @@ pub(crate) struct Part<'a> {
 pub(crate) async fn open_part(
     frame: &Frame<'_>,
     part: Part<'_>,
-    input: Value,
+    input: AttemptInput,
     sink: &mut EventSink,
 ) -> Result<AttemptKey, RunError> {
     let new = NewAttempt {

@@ -10,6 +10,7 @@
 
 use serde_json::Value;
 
+use crate::domain::attempt_io::AuditEntry;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::{AgentSpec, JsonSchema};
@@ -62,7 +63,7 @@ pub(crate) struct TurnEnd {
     /// The whole conversation, the system prompt first.
     pub messages: Vec<Message>,
     /// What the `audit_log` middleware recorded of the turn (one record per such layer).
-    pub audit: Vec<Value>,
+    pub audit: Vec<AuditEntry>,
 }
 
 /// Takes `agent`'s turn on `messages` (the conversation after its system prompt), its steps at

@@ -37,6 +37,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::domain::RunError;
+use crate::domain::attempt_io::AuditEntry;
 use crate::llm::Message;
 use crate::plan::middleware_spec::{Builtin, Guardrail};
 use crate::plan::{AgentSpec, Team};
@@ -239,13 +240,13 @@ fn after(
                 from_model,
                 "agent turn"
             );
-            end.audit.push(json!({
-                "agent": agent.name,
-                "input_messages": input.len(),
-                "answer_chars": answer_chars,
-                "tool_calls": tool_calls,
-                "from_model": from_model,
-            }));
+            end.audit.push(AuditEntry {
+                agent: agent.name.clone(),
+                input_messages: input.len(),
+                answer_chars,
+                tool_calls,
+                from_model,
+            });
         }
         _ => {}
     }
