@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path};
-use super::workflows::{name_from_path, valid_name};
+use super::workflows::{RegistryName, name_from_path, valid_name};
 use super::{AppState, Named};
 use crate::domain::Tenant;
 use crate::plan::{AgentCatalog, validate_agent};
@@ -43,6 +43,39 @@ pub struct AgentDetail {
     pub definition: Value,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// The body of `PUT /v1/agents/{name}` in the OpenAPI document: an outline of
+/// `schemas/Agent.schema.json`, which the handler checks the body against in full.
+#[derive(ToSchema)]
+#[schema(
+    description = "An Agent (schemas/Agent.schema.json in the repository: handoffs are \
+    agent names or {to, context: inherit|summarize|isolate|last_n, last_n}, middleware are \
+    built-in names (retry, audit_log, guardrail, rate_limit, response_cache, tool_approval) or \
+    {name, config}; `kind: workflow` makes a registered workflow act as the agent); `name`, \
+    when given, must be the path's name. Validated in full: any problem is a 422 listing every \
+    one with a JSON Pointer."
+)]
+#[allow(dead_code)] // described, never built
+struct AgentDefinition {
+    #[schema(inline, required = false)]
+    name: RegistryName,
+    #[schema(max_length = 4000, required = false)]
+    description: String,
+    #[schema(min_length = 1, max_length = 32768)]
+    instructions: String,
+    #[schema(min_length = 1, required = false)]
+    model: String,
+    #[schema(max_items = 128, required = false)]
+    tools: Vec<String>,
+    #[schema(value_type = Object, required = false)]
+    output_schema: Value,
+    #[schema(max_items = 64, required = false)]
+    handoffs: Vec<Value>,
+    #[schema(max_items = 32, required = false)]
+    middleware: Vec<Value>,
+    #[schema(value_type = Object, required = false)]
+    metadata: Value,
 }
 
 fn description(definition: &Value) -> Option<String> {
@@ -93,7 +126,7 @@ pub async fn list_agents(
 /// Get an agent: the caller's own, else a shared one of that name.
 #[utoipa::path(
     get, path = "/v1/agents/{name}", tag = "agents",
-    params(("name" = String, Path, description = "Agent name")),
+    params(("name" = inline(RegistryName), Path, description = "Agent name")),
     responses(
         (status = 200, body = AgentDetail),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
@@ -121,8 +154,8 @@ pub async fn get_agent(
 /// every one with a JSON Pointer into the body. 201 when created, 200 when replaced.
 #[utoipa::path(
     put, path = "/v1/agents/{name}", tag = "agents",
-    params(("name" = String, Path, description = "Agent name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit")),
-    request_body(content = Object, description = "The agent definition"),
+    params(("name" = inline(RegistryName), Path, description = "Agent name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit")),
+    request_body(content = inline(AgentDefinition), description = "The agent definition"),
     responses(
         (status = 201, description = "Created", body = AgentDetail),
         (status = 200, description = "Replaced", body = AgentDetail),
@@ -181,7 +214,7 @@ pub async fn put_agent(
 /// deleted: 409.
 #[utoipa::path(
     delete, path = "/v1/agents/{name}", tag = "agents",
-    params(("name" = String, Path, description = "Agent name")),
+    params(("name" = inline(RegistryName), Path, description = "Agent name")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),

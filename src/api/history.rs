@@ -83,7 +83,9 @@ const MAX_PAGE: u32 = 1000;
     get, path = "/v1/runs/{id}/checkpoints", tag = "runs",
     params(
         ("id" = String, Path, description = "Run id"),
-        ("after" = Option<u64>, Query, description = "Only checkpoints with an id above this one"),
+        // Any u64: an id past every stored one is an empty page, never an error. `usize`: an
+        // integer with no `format` (int64 stops at 2^63).
+        ("after" = Option<usize>, Query, maximum = 18446744073709551615u64, description = "Only checkpoints with an id above this one"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Checkpoints per page (default 100)"),
     ),
     responses(

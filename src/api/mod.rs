@@ -89,7 +89,9 @@ impl AppState {
 #[openapi(
     info(
         title = "orca",
-        description = "HTTP streaming orchestration service for LLM agents.",
+        description = "HTTP streaming orchestration service for LLM agents. Every 4xx/5xx is \
+            application/problem+json with a stable `code`; a method a path does not have is 405 \
+            `method_not_allowed` with an `Allow` header.",
         license(name = "Apache-2.0")
     ),
     paths(

@@ -26,8 +26,11 @@ use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path, Query, deserialize_located, parse_with_schema};
 
-/// The body of `POST /v1/runs` (schema: `schemas/RunRequest.schema.json`).
+/// The body of `POST /v1/runs` (schema: `schemas/RunRequest.schema.json`). In the OpenAPI
+/// document it is `RunRequest`, the shipped schema it is checked with, which `openapi::embed`
+/// puts in place of the one derived here.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = RunRequest)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRun {
     #[schema(value_type = Object)]
@@ -74,6 +77,19 @@ pub struct RunList {
     pub next_cursor: Option<String>,
 }
 
+/// `cursor` of `GET /v1/runs` in the OpenAPI document; the handler reads it as a run id.
+#[derive(ToSchema)]
+#[schema(description = "`next_cursor` of the previous page")]
+#[allow(dead_code)] // described, never built
+struct PageCursor(uuid::Uuid);
+
+/// The `text/event-stream` answer of `POST /v1/runs` and `GET /v1/runs/{id}/events` in the
+/// OpenAPI document; [`sse`] writes it.
+#[derive(ToSchema)]
+#[schema(description = "Server-Sent Events")]
+#[allow(dead_code)] // described, never built
+struct ServerSentEvents(String);
+
 fn wants_sse(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -113,12 +129,15 @@ async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, A
 #[utoipa::path(
     post, path = "/v1/runs", tag = "runs",
     request_body = CreateRun,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Same key (per caller) returns the first run")),
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 255, pattern = "^[!-~]+$",
+        description = "Same key (per caller) returns the first run")),
     responses(
         (status = 201, description = "Run created", body = Run),
-        (status = 200, description = "Existing run for this Idempotency-Key, or the event stream (text/event-stream)", body = Run),
+        (status = 200, description = "Existing run for this Idempotency-Key, or the event stream (text/event-stream)",
+            content((Run = "application/json"), (inline(ServerSentEvents) = "text/event-stream"))),
         (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid request", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "Too many queued runs", body = super::error::Problem, content_type = "application/problem+json"),
     )
@@ -214,7 +233,7 @@ pub struct RunDetail {
     /// The body of `POST /v1/runs` that started the run, as accepted: what was given, with the
     /// orchestration as requested and a workflow by its name; posting it again starts the
     /// same run anew.
-    #[schema(value_type = Object)]
+    #[schema(value_type = CreateRun)]
     pub request: Map<String, Value>,
 }
 
@@ -345,9 +364,10 @@ fn search_text(v: &str) -> Result<Option<String>, String> {
         ("orchestration" = Option<Orchestration>, Query),
         ("created_after" = Option<String>, Query, format = DateTime),
         ("created_before" = Option<String>, Query, format = DateTime),
-        ("q" = Option<String>, Query, max_length = 200, description = "Only runs whose input contains this text (a string input as the string, an object input as its JSON text), ignoring case (on SQLite, of ASCII letters only). `%` and `_` match themselves; empty means no filter."),
+        // The handler refuses a NUL (PostgreSQL text cannot hold one) as it refuses a long `q`.
+        ("q" = Option<String>, Query, max_length = 200, pattern = "^[^\\u0000]*$", description = "Only runs whose input contains this text (a string input as the string, an object input as its JSON text), ignoring case (on SQLite, of ASCII letters only). `%` and `_` match themselves; empty means no filter."),
         ("limit" = Option<u32>, Query, maximum = 200, minimum = 1),
-        ("cursor" = Option<String>, Query),
+        ("cursor" = inline(Option<PageCursor>), Query),
     ),
     responses(
         (status = 200, body = RunList),
@@ -450,11 +470,13 @@ pub struct EventsQuery {
     get, path = "/v1/runs/{id}/events", tag = "runs",
     params(
         ("id" = String, Path),
-        ("after" = Option<u64>, Query, description = "Only events with seq > after"),
-        ("Last-Event-ID" = Option<u64>, Header, description = "Same as after"),
+        // `usize`: an integer with no `format` (int64 stops at 2^63); the handler reads a u64.
+        ("after" = Option<usize>, Query, maximum = 18446744073709551615u64, description = "Only events with seq > after"),
+        ("Last-Event-ID" = Option<usize>, Header, nullable = false, maximum = 18446744073709551615u64, description = "Same as after"),
     ),
     responses(
-        (status = 200, description = "text/event-stream, or a JSON array with Accept: application/json", body = Vec<Event>),
+        (status = 200, description = "text/event-stream, or a JSON array with Accept: application/json",
+            content((Vec<Event> = "application/json"), (inline(ServerSentEvents) = "text/event-stream"))),
         (status = 204, description = "The run has finished and no event follows `after` / `Last-Event-ID` (event streams only)"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, description = "`after` or `Last-Event-ID` is not a non-negative 64-bit integer", body = super::error::Problem, content_type = "application/problem+json"),
@@ -610,8 +632,11 @@ const MAX_REPLAN_MESSAGE: usize = 8_000;
     request_body = ReplanRequest,
     responses(
         (status = 202, description = "Stored; the run re-plans next", body = Run),
+        (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "Terminal, or not a reactive run", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than server.body_limit_bytes", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
@@ -654,8 +679,10 @@ pub async fn request_replan(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputAnswer {
+    /// The step_id of the input_required event.
+    #[schema(min_length = 1)]
     pub step_id: String,
-    #[schema(value_type = Object)]
+    /// Any JSON value; the step's schema, when it has one, decides.
     pub value: Value,
 }
 
@@ -666,8 +693,11 @@ pub struct InputAnswer {
     request_body = InputAnswer,
     responses(
         (status = 202, description = "Accepted; the run continues", body = Run),
+        (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "The run is not waiting on that step", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than server.body_limit_bytes", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, description = "The value fails the step's schema", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]

@@ -82,6 +82,9 @@ fn writable(state: &AppState, name: &str) -> Result<(), ApiError> {
     request_body(content = Object, description = "An HTTP tool declaration (schemas/HttpTool.schema.json)"),
     responses((status = 200, description = "Replaced", body = ToolDetail),
         (status = 201, description = "Declared", body = ToolDetail),
+        (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than server.body_limit_bytes", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 403, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json")))]

@@ -104,6 +104,33 @@ pub(super) fn valid_name(name: &str) -> Result<(), ApiError> {
     check_name(name).map_err(|message| ApiError::validation("/name", message))
 }
 
+/// A workflow or agent name in the OpenAPI document (the `{name}` path parameters, a
+/// definition's `name`), as [`check_name`] accepts it.
+#[derive(ToSchema)]
+#[schema(
+    description = "1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit",
+    pattern = "^[a-z0-9][a-z0-9_.-]{0,63}$"
+)]
+#[allow(dead_code)] // described, never built
+pub(super) struct RegistryName(String);
+
+/// What a workflow definition is, in the OpenAPI document.
+pub(super) const WORKFLOW_NOTE: &str = "A FixedWorkflow (schemas/FixedWorkflow.schema.json in \
+    the repository); `name`, when given, must be the path's name. Validated in full: any \
+    problem is a 422 listing every one with a JSON Pointer.";
+
+/// The body of `PUT /v1/workflows/{name}` in the OpenAPI document: an outline of
+/// `schemas/FixedWorkflow.schema.json`, which the handler checks the body against in full.
+#[derive(ToSchema)]
+#[schema(description = WORKFLOW_NOTE)]
+#[allow(dead_code)] // described, never built
+struct WorkflowDefinition {
+    #[schema(inline, required = false)]
+    name: RegistryName,
+    #[schema(value_type = Vec<Object>, min_items = 1, max_items = 500)]
+    steps: Vec<Value>,
+}
+
 /// List the caller's workflows and the shared ones, by name.
 #[utoipa::path(
     get, path = "/v1/workflows", tag = "workflows",
@@ -120,7 +147,7 @@ pub async fn list_workflows(
 /// Get a workflow: the caller's own, else a shared one of that name.
 #[utoipa::path(
     get, path = "/v1/workflows/{name}", tag = "workflows",
-    params(("name" = String, Path, description = "Workflow name")),
+    params(("name" = inline(RegistryName), Path, description = "Workflow name")),
     responses(
         (status = 200, body = WorkflowDetail),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
@@ -149,13 +176,14 @@ pub async fn get_workflow(
 /// name is not changed: the caller's own one shadows it for the caller.
 #[utoipa::path(
     put, path = "/v1/workflows/{name}", tag = "workflows",
-    params(("name" = String, Path, description = "Workflow name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit")),
-    request_body(content = Object, description = "The workflow definition"),
+    params(("name" = inline(RegistryName), Path, description = "Workflow name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit")),
+    request_body(content = inline(WorkflowDefinition), description = "The workflow definition"),
     responses(
         (status = 201, description = "Created", body = WorkflowDetail),
         (status = 200, description = "Replaced", body = WorkflowDetail),
         (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid workflow", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
@@ -203,7 +231,7 @@ pub async fn put_workflow(
 /// deleted: 409.
 #[utoipa::path(
     delete, path = "/v1/workflows/{name}", tag = "workflows",
-    params(("name" = String, Path, description = "Workflow name")),
+    params(("name" = inline(RegistryName), Path, description = "Workflow name")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),

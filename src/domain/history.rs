@@ -23,9 +23,7 @@ pub struct StepAttempt {
     pub status: StepStatus,
     pub attempt: u32,
     pub plan_version: u32,
-    #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
-    #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
     pub error: Option<RunError>,
     pub started_at: DateTime<Utc>,

@@ -305,9 +305,9 @@ pub struct Run {
     /// How the orchestration was chosen; `null` until it is (an `auto` run waiting to ask the
     /// model) and for runs stored before selections were recorded.
     pub selected: Option<Selection>,
-    #[schema(value_type = Object)]
+    #[schema(schema_with = input_schema)]
     pub input: Value,
-    #[schema(value_type = Option<Object>)]
+    /// Any JSON value: the run's output; null until it ends.
     pub output: Option<Value>,
     pub error: Option<RunError>,
     #[schema(value_type = Object)]
@@ -318,6 +318,16 @@ pub struct Run {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// `Run.input` in the OpenAPI document: a string or an object, as the request gave it (no
+/// `value_type` names a union of two JSON types).
+fn input_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Object]))
+        .description(Some("The run's input as given."))
+        .build()
 }
 
 #[cfg(test)]

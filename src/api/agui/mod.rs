@@ -122,6 +122,7 @@ const PASSED: [&str; 8] = [
         (status = 404, description = "The interrupt names an unknown run", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "The run does not wait on the interrupted step", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid input, or an answer its schema refuses", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "Too many queued runs", body = super::error::Problem, content_type = "application/problem+json"),
     )
