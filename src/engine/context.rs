@@ -173,6 +173,9 @@ pub struct RunContext {
     /// The run row as the task knows it. A std mutex: short updates, never across an await.
     run: Mutex<Run>,
     seq: AtomicU64,
+    /// Held while an event is stamped and queued, so the run's events are queued in seq
+    /// order ([`EventHub::append_stamped`]).
+    emit_order: Mutex<()>,
     /// The id of the run's last checkpoint (see [`super::checkpoint`]).
     pub(super) checkpoints: AtomicU64,
     steps_started: AtomicU64,
@@ -271,6 +274,7 @@ impl RunContext {
             stop,
             services,
             seq: AtomicU64::new(seed.last_seq),
+            emit_order: Mutex::new(()),
             checkpoints: AtomicU64::new(0),
             steps_started: AtomicU64::new(seed.counters.steps),
             retries_used: AtomicU64::new(seed.counters.retries),
@@ -326,8 +330,9 @@ impl RunContext {
 
     /// Stamps and queues one event, releasing nothing.
     pub(super) async fn emit_now(&self, step: Option<&StepPath>, payload: Payload) {
-        let ev = self.next_event(step, payload);
-        self.services.hub.append(Arc::new(ev)).await;
+        let hub = &self.services.hub;
+        hub.append_stamped(&self.emit_order, || self.next_event(step, payload))
+            .await;
     }
 
     /// Queues a history record other than an event, in order with the run's events.

@@ -124,6 +124,21 @@ impl EventHub {
         self.record(Record::Event(event)).await;
     }
 
+    /// Queues the event `stamp` makes (stamping gives it its seq) so that events are queued
+    /// in the order they are stamped: room in the writer's queue is reserved first, then the
+    /// event is stamped and queued under `order`, with no await between. Two tasks of one run
+    /// emitting at once could otherwise queue seq 89 before 88; a live reader would meet a gap
+    /// the store could not fill yet, replay past it, and never see 88.
+    pub async fn append_stamped(&self, order: &Mutex<()>, stamp: impl FnOnce() -> Event) {
+        match self.inner.writer.reserve().await {
+            Ok(slot) => {
+                let _in_order = order.lock().expect("emit order lock");
+                slot.send(Command::Append(Record::Event(Arc::new(stamp()))));
+            }
+            Err(_) => tracing::error!("event writer has stopped; record dropped"),
+        }
+    }
+
     /// Queues any history record; it is written in order with the events around it.
     pub async fn record(&self, record: Record) {
         if self

@@ -582,3 +582,31 @@ async fn a_nested_question_comes_after_what_led_to_it() {
     assert_eq!(fin["completion"], "success", "{fin}");
     assert_causal(&app.stored_events(&id).await);
 }
+
+/// Ten model calls streaming tokens at once, in `parallel`: every event reaches the live
+/// reader, in seq order, as stored. Events of one run are queued in the order their seqs are
+/// given: queued out of order, a reader met a gap the store could not fill yet, replayed past
+/// it, and lost the event in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_emitted_at_once_reach_a_live_reader_in_seq_order() {
+    let app = spawn_app(|_| {}).await;
+    let children: Vec<Value> = (0..10)
+        .map(|i| json!({ "id": format!("l{i}"), "kind": "llm", "input": { "prompt": format!("write {i}") } }))
+        .collect();
+    let plan = json!({ "settings": { "max_parallel_steps": 10 }, "steps": [
+        { "id": "par", "kind": "parallel", "input": { "steps": children } }] });
+    for _ in 0..5 {
+        let body = json!({ "input": "go", "orchestration": "fixed", "plan": plan });
+        let events = app.stream_run(body).await;
+        let live: Vec<Value> = events.iter().map(|e| e.json()).collect();
+        let seqs: Vec<u64> = live.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+        let want: Vec<u64> = (1..=seqs.len() as u64).collect();
+        assert_eq!(seqs, want, "every seq, in order");
+        let id = live[0]["run_id"].as_str().unwrap();
+        assert_eq!(
+            app.stored_events(id).await,
+            live,
+            "the stream told what history tells"
+        );
+    }
+}
