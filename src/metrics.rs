@@ -25,6 +25,19 @@ pub struct TokenLabel {
     pub r#type: String,
 }
 
+/// What [`Metrics::render`] reads at scrape time, beside the registry's own metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Scrape<'a> {
+    /// Runs in the store by status.
+    pub runs_by_status: &'a [(String, i64)],
+    pub open_streams: usize,
+    pub run_tasks: usize,
+    pub lease_held: usize,
+    /// What the store has written of runs since it opened.
+    pub store_statements: u64,
+    pub store_commits: u64,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -114,14 +127,16 @@ impl Metrics {
         }
     }
 
-    /// The text exposition, with scrape-time gauges appended.
-    pub fn render(
-        &self,
-        runs_by_status: &[(String, i64)],
-        open_streams: usize,
-        run_tasks: usize,
-        lease_held: usize,
-    ) -> String {
+    /// The text exposition, with what is read at scrape time appended.
+    pub fn render(&self, now: &Scrape<'_>) -> String {
+        let Scrape {
+            runs_by_status,
+            open_streams,
+            run_tasks,
+            lease_held,
+            store_statements,
+            store_commits,
+        } = *now;
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.inner.registry);
@@ -148,6 +163,14 @@ impl Metrics {
             "# HELP orca_lease_held_actions Steps, tool and model calls waiting for this replica to renew its leases.\n# TYPE orca_lease_held_actions gauge\n",
         );
         out.push_str(&format!("orca_lease_held_actions {lease_held}\n"));
+        out.push_str(
+            "# HELP orca_store_statements_total Statements this replica ran to write runs (new runs, history batches, ends).\n# TYPE orca_store_statements_total counter\n",
+        );
+        out.push_str(&format!("orca_store_statements_total {store_statements}\n"));
+        out.push_str(
+            "# HELP orca_store_commits_total Transactions this replica committed to write runs.\n# TYPE orca_store_commits_total counter\n",
+        );
+        out.push_str(&format!("orca_store_commits_total {store_commits}\n"));
         let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
     }

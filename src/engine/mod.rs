@@ -213,12 +213,15 @@ impl Engine {
     pub fn render_metrics(&self, runs_by_status: &[(String, i64)]) -> String {
         let services = &self.inner.services;
         let run_tasks = self.inner.live.lock().expect("live lock").len();
-        services.metrics.render(
+        let writes = services.store.writes();
+        services.metrics.render(&crate::metrics::Scrape {
             runs_by_status,
-            services.hub.open_streams(),
+            open_streams: services.hub.open_streams(),
             run_tasks,
-            services.lease.held(),
-        )
+            lease_held: services.lease.held(),
+            store_statements: writes.statements,
+            store_commits: writes.commits,
+        })
     }
 
     /// Number of runs waiting for a slot.

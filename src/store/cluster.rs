@@ -204,20 +204,23 @@ pub(super) async fn held_for_write(
     Ok(held.iter().filter_map(|id| RunId::parse(id)).collect())
 }
 
-/// Announces `events` to the other replicas when the transaction commits.
+/// Announces `events` to the other replicas when the transaction commits. Returns the number
+/// of statements that took.
 pub(super) async fn announce_events(
     conn: &mut AnyConnection,
     store: &Store,
     events: &[&Event],
-) -> Result<()> {
+) -> Result<usize> {
+    let mut statements = 0;
     for payload in event_payloads(&store.replica, events) {
+        statements += 1;
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(&store.channels.events)
             .bind(payload)
             .execute(&mut *conn)
             .await?;
     }
-    Ok(())
+    Ok(statements)
 }
 
 impl Store {

@@ -287,6 +287,24 @@ pub struct Store {
     lease_ttl: Duration,
     /// Where this deployment's replicas send and hear notices (Postgres).
     channels: std::sync::Arc<cluster::Channels>,
+    /// What this store has written of runs (see [`Writes`]).
+    writes: Arc<WriteCounts>,
+}
+
+/// The statements and commits a store has run to write runs' rows and histories since it
+/// opened: new runs, history batches ([`Store::append`]) and ends ([`Store::finish_run`]).
+/// Reads, registries, leases and retention are not counted. The figures a run's write cost
+/// is held to (`orca_store_statements_total`, `orca_store_commits_total`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Writes {
+    pub statements: u64,
+    pub commits: u64,
+}
+
+#[derive(Debug, Default)]
+struct WriteCounts {
+    statements: std::sync::atomic::AtomicU64,
+    commits: std::sync::atomic::AtomicU64,
 }
 
 impl Store {
@@ -379,12 +397,29 @@ impl Store {
             replica: uuid::Uuid::now_v7().simple().to_string().into(),
             lease_ttl,
             channels: cluster::Channels::for_schema(&schema).into(),
+            writes: Default::default(),
         })
     }
 
     /// The connection pool now.
     fn pool(&self) -> AnyPool {
         self.pool.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// What this store has written of runs since it opened.
+    pub fn writes(&self) -> Writes {
+        use std::sync::atomic::Ordering::Relaxed;
+        Writes {
+            statements: self.writes.statements.load(Relaxed),
+            commits: self.writes.commits.load(Relaxed),
+        }
+    }
+
+    /// Counts one committed transaction of `statements` statements.
+    fn committed(&self, statements: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.writes.statements.fetch_add(statements as u64, Relaxed);
+        self.writes.commits.fetch_add(1, Relaxed);
     }
 
     /// After an outage (a full disk, an I/O error), opens fresh connections for everything
@@ -516,6 +551,7 @@ impl Store {
             .bind(self.lease_ttl_ms())
             .execute(&self.pool())
             .await?;
+        self.committed(1);
         if res.rows_affected() == 1 {
             return Ok(Inserted::New);
         }
@@ -674,11 +710,14 @@ impl Store {
 
     async fn append_once(&self, records: &[Record]) -> Result<HashSet<RunId>> {
         let mut tx = self.pool().begin().await?;
+        // Every statement this batch runs, for `writes`.
+        let mut statements = 0;
         let fenced;
         let mut lost = HashSet::new();
         let records = if self.shared() {
             let runs: Vec<RunId> = records.iter().map(Record::run_id).collect();
             let held = cluster::held_for_write(&mut tx, &self.replica, &runs).await?;
+            statements += 1;
             lost = runs.into_iter().filter(|r| !held.contains(r)).collect();
             if lost.is_empty() {
                 records
@@ -704,6 +743,7 @@ impl Store {
             .collect();
         for chunk in events.chunks(EVENTS_PER_INSERT) {
             insert_events(&mut *tx, chunk).await?;
+            statements += 1;
         }
         let mut last_attempt: HashMap<AttemptRow<'_>, usize> = HashMap::new();
         for (i, r) in records.iter().enumerate() {
@@ -729,45 +769,27 @@ impl Store {
         }
         for chunk in attempts.chunks(ROWS_PER_INSERT) {
             upsert_attempts(&mut *tx, chunk).await?;
+            statements += 1;
         }
         for chunk in checkpoints.chunks(ROWS_PER_INSERT) {
             insert_checkpoints(&mut *tx, chunk).await?;
+            statements += 1;
         }
         for rec in records {
-            match rec {
-                Record::Event(_) | Record::Attempt(..) | Record::Checkpoint { .. } => {}
-                Record::Plan {
-                    run,
-                    version,
-                    reason,
-                    plan,
-                    change,
-                } => {
-                    sqlx::query(
-                        "INSERT INTO plans (run_id, version, reason, plan, change, created_at)
-                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-                    )
-                    .bind(run.to_string())
-                    .bind(*version as i64)
-                    .bind(reason)
-                    .bind(to_json(plan))
-                    .bind(change.as_ref().map(to_json))
-                    .bind(fmt_time(crate::domain::now()))
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                Record::RunState(run) => save_run_with(&mut *tx, run).await?,
-                Record::Counters {
-                    run,
-                    usage,
-                    counters,
-                } => save_counters(&mut *tx, *run, usage, counters).await?,
+            if let Record::Plan { .. } = rec {
+                insert_plan(&mut *tx, rec).await?;
+                statements += 1;
             }
         }
+        for row in rows_of(records) {
+            save_row(&mut *tx, &row).await?;
+            statements += 1;
+        }
         if self.shared() {
-            cluster::announce_events(&mut tx, self, &events).await?;
+            statements += cluster::announce_events(&mut tx, self, &events).await?;
         }
         tx.commit().await?;
+        self.committed(statements);
         Ok(lost)
     }
 
@@ -779,10 +801,13 @@ impl Store {
         self.fence(&mut tx, run.id).await?;
         insert_event(&mut *tx, final_event).await?;
         save_run_with(&mut *tx, run).await?;
+        let mut statements = 2;
         if self.shared() {
-            cluster::announce_events(&mut tx, self, &[final_event]).await?;
+            // The fence's read, and the notice.
+            statements += 1 + cluster::announce_events(&mut tx, self, &[final_event]).await?;
         }
         tx.commit().await?;
+        self.committed(statements);
         Ok(())
     }
 
@@ -1020,57 +1045,159 @@ where
     Ok(())
 }
 
-async fn save_counters<'e, E>(exec: E, run: RunId, usage: &Usage, counters: &Counters) -> Result<()>
+/// What one batch writes of a run's row: its latest state, its latest counters, or both in
+/// one statement (the usage columns both carry then come from whichever was queued later).
+struct RowWrite<'a> {
+    run: RunId,
+    state: Option<&'a Run>,
+    counters: Option<&'a Counters>,
+    usage: &'a Usage,
+}
+
+/// Stores a [`Record::Plan`] (a version already stored is left as it is).
+async fn insert_plan<'e, E>(exec: E, record: &Record) -> Result<()>
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
+    let Record::Plan {
+        run,
+        version,
+        reason,
+        plan,
+        change,
+    } = record
+    else {
+        return Ok(());
+    };
     sqlx::query(
-        "UPDATE runs SET prompt_tokens = $1, completion_tokens = $2, llm_calls = $3, tool_calls = $4,
-            steps_used = $5, retries_used = $6, time_used_ms = $7
-         WHERE id = $8",
+        "INSERT INTO plans (run_id, version, reason, plan, change, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
     )
-    .bind(usage.prompt_tokens as i64)
-    .bind(usage.completion_tokens as i64)
-    .bind(usage.llm_calls as i64)
-    .bind(usage.tool_calls as i64)
-    .bind(counters.steps as i64)
-    .bind(counters.retries as i64)
-    .bind(counters.time_used_ms as i64)
     .bind(run.to_string())
+    .bind(*version as i64)
+    .bind(reason)
+    .bind(to_json(plan))
+    .bind(change.as_ref().map(to_json))
+    .bind(fmt_time(crate::domain::now()))
     .execute(exec)
     .await?;
     Ok(())
+}
+
+/// What a batch writes of each run's row, in the order the runs first appear: of several
+/// states or counters of one run only the last of each matters (each holds absolute values).
+fn rows_of(records: &[Record]) -> Vec<RowWrite<'_>> {
+    let mut rows: Vec<RowWrite<'_>> = Vec::new();
+    let mut at: HashMap<RunId, usize> = HashMap::new();
+    for rec in records {
+        let (run, usage) = match rec {
+            Record::RunState(run) => (run.id, &run.usage),
+            Record::Counters { run, usage, .. } => (*run, usage),
+            _ => continue,
+        };
+        let i = *at.entry(run).or_insert_with(|| {
+            rows.push(RowWrite {
+                run,
+                state: None,
+                counters: None,
+                usage,
+            });
+            rows.len() - 1
+        });
+        let row = &mut rows[i];
+        row.usage = usage;
+        match rec {
+            Record::RunState(state) => row.state = Some(state),
+            Record::Counters { counters, .. } => row.counters = Some(counters),
+            _ => {}
+        }
+    }
+    rows
 }
 
 async fn save_run_with<'e, E>(exec: E, run: &Run) -> Result<()>
 where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
-    sqlx::query(
-        "UPDATE runs SET status = $1, completion = $2, orchestration = $3, selection = $4, output = $5,
-            error = $6, plan_version = $7, prompt_tokens = $8, completion_tokens = $9, llm_calls = $10,
-            tool_calls = $11, started_at = $12, finished_at = $13, completion_reason = $14,
-            step_counts = $15
-         WHERE id = $16",
-    )
-    .bind(run.status.as_str())
-    .bind(run.completion.map(|c| c.as_str()))
-    .bind(run.orchestration.as_str())
-    .bind(run.selected.as_ref().map(to_json))
-    .bind(run.output.as_ref().map(to_json))
-    .bind(run.error.as_ref().map(to_json))
-    .bind(run.plan_version.map(|v| v as i64))
-    .bind(run.usage.prompt_tokens as i64)
-    .bind(run.usage.completion_tokens as i64)
-    .bind(run.usage.llm_calls as i64)
-    .bind(run.usage.tool_calls as i64)
-    .bind(run.started_at.map(fmt_time))
-    .bind(run.finished_at.map(fmt_time))
-    .bind(&run.completion_reason)
-    .bind(run.step_counts.as_ref().map(to_json))
-    .bind(run.id.to_string())
-    .execute(exec)
-    .await?;
+    let row = RowWrite {
+        run: run.id,
+        state: Some(run),
+        counters: None,
+        usage: &run.usage,
+    };
+    save_row(exec, &row).await
+}
+
+async fn save_row<'e, E>(exec: E, row: &RowWrite<'_>) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    const STATE: [&str; 11] = [
+        "status",
+        "completion",
+        "orchestration",
+        "selection",
+        "output",
+        "error",
+        "plan_version",
+        "started_at",
+        "finished_at",
+        "completion_reason",
+        "step_counts",
+    ];
+    const USAGE: [&str; 4] = [
+        "prompt_tokens",
+        "completion_tokens",
+        "llm_calls",
+        "tool_calls",
+    ];
+    const COUNTERS: [&str; 3] = ["steps_used", "retries_used", "time_used_ms"];
+    let mut columns: Vec<&str> = Vec::with_capacity(18);
+    if row.state.is_some() {
+        columns.extend(STATE);
+    }
+    columns.extend(USAGE);
+    if row.counters.is_some() {
+        columns.extend(COUNTERS);
+    }
+    let set: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c} = ${}", i + 1))
+        .collect();
+    let sql = format!(
+        "UPDATE runs SET {} WHERE id = ${}",
+        set.join(", "),
+        columns.len() + 1
+    );
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    if let Some(run) = row.state {
+        q = q
+            .bind(run.status.as_str())
+            .bind(run.completion.map(|c| c.as_str()))
+            .bind(run.orchestration.as_str())
+            .bind(run.selected.as_ref().map(to_json))
+            .bind(run.output.as_ref().map(to_json))
+            .bind(run.error.as_ref().map(to_json))
+            .bind(run.plan_version.map(|v| v as i64))
+            .bind(run.started_at.map(fmt_time))
+            .bind(run.finished_at.map(fmt_time))
+            .bind(run.completion_reason.clone())
+            .bind(run.step_counts.as_ref().map(to_json));
+    }
+    let usage = row.usage;
+    q = q
+        .bind(usage.prompt_tokens as i64)
+        .bind(usage.completion_tokens as i64)
+        .bind(usage.llm_calls as i64)
+        .bind(usage.tool_calls as i64);
+    if let Some(counters) = row.counters {
+        q = q
+            .bind(counters.steps as i64)
+            .bind(counters.retries as i64)
+            .bind(counters.time_used_ms as i64);
+    }
+    q.bind(row.run.to_string()).execute(exec).await?;
     Ok(())
 }
 

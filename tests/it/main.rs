@@ -42,3 +42,4 @@ mod teams_middleware;
 mod telemetry;
 mod timeline;
 mod workflows;
+mod write_budget;
