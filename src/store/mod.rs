@@ -351,11 +351,14 @@ impl Store {
                 // One connection first, so an unreachable server or a refused login fails the
                 // start at once with the server's own reason, not a pool's time-out later.
                 let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
-                tokio::time::timeout(Duration::from_secs(10), options.connect())
+                let mut first = tokio::time::timeout(Duration::from_secs(10), options.connect())
                     .await
-                    .map_err(|_| sqlx::Error::PoolTimedOut)??
-                    .close()
-                    .await?;
+                    .map_err(|_| sqlx::Error::PoolTimedOut)??;
+                // Migrations take an advisory lock, so replicas starting together apply them
+                // once. On this connection, without the pool's `lock_timeout`: a replica waits
+                // for another's migration however short its lock wait is set.
+                POSTGRES_MIGRATIONS.run(&mut first).await?;
+                first.close().await?;
                 AnyPoolOptions::new()
                     .max_connections(max_connections)
                     .after_connect(move |conn, _| {
@@ -379,9 +382,6 @@ impl Store {
                 "main".to_owned()
             }
             Backend::Postgres => {
-                // Postgres migrations take an advisory lock: replicas starting together
-                // apply them once.
-                POSTGRES_MIGRATIONS.run(&pool).await?;
                 sqlx::query_scalar("SELECT CAST(current_schema() AS TEXT)")
                     .fetch_one(&pool)
                     .await?
