@@ -175,7 +175,7 @@ pub struct RunContext {
     seq: AtomicU64,
     /// Held while an event is stamped and queued, so the run's events are queued in seq
     /// order ([`EventHub::append_stamped`]).
-    emit_order: Mutex<()>,
+    pub(super) emit_order: Mutex<()>,
     /// The id of the run's last checkpoint (see [`super::checkpoint`]).
     pub(super) checkpoints: AtomicU64,
     steps_started: AtomicU64,

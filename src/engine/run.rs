@@ -2,7 +2,6 @@
 //! time limit and the server's shutdown, then finalise — the terminal row and the `final`
 //! event, written together after every earlier event is durable.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -271,35 +270,18 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
         usage: run.usage,
         error: run.error.clone(),
     };
+    // Queued after everything the run queued, and written with it: the row and `final` in
+    // one batch. Waited for until stored, unless the run is left for later meanwhile (the
+    // server stops: whoever resumes it ends it).
     let hub = &ctx.services.hub;
-    hub.flush().await;
-    let final_event = Arc::new(ctx.next_event(None, Payload::Final(data)));
-    // Tried until it is stored: a run whose end could not be written must not stay
-    // `running` with no task. Unless the run is left for later meanwhile (the server stops,
-    // another replica took it): then whoever resumes it ends it.
-    let mut delay = Duration::from_millis(50);
-    loop {
-        match ctx.services.store.finish_run(&run, &final_event).await {
-            Ok(()) => break hub.publish_persisted(final_event),
-            Err(crate::store::Error::LeaseLost) => {
-                tracing::warn!(
-                    "another replica took the run over before it ended here; it ends there"
-                );
-                return;
-            }
-            Err(e) => {
-                tracing::error!(error = ?e, "could not store the end of the run; trying again");
-                tokio::select! {
-                    () = ctx.stop.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(MAX_END_RETRY_DELAY);
-            }
-        }
+    let stamp = || ctx.next_event(None, Payload::Final(data));
+    tokio::select! {
+        stored = hub.end(&ctx.emit_order, run, stamp) => if !stored {
+            tracing::warn!("another replica took the run over before it ended here; it ends there");
+            return;
+        },
+        () = ctx.stop.cancelled() => return,
     }
     ctx.services.metrics.run_finished(status.as_str());
     tracing::info!(status = status.as_str(), "run finished");
 }
-
-/// Longest pause between two tries of storing a run's end.
-const MAX_END_RETRY_DELAY: Duration = Duration::from_secs(2);

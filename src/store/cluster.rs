@@ -44,7 +44,7 @@ impl Record {
             Record::Checkpoint { run, .. }
             | Record::Plan { run, .. }
             | Record::Counters { run, .. } => *run,
-            Record::RunState(run) => run.id,
+            Record::RunState(run) | Record::End { run, .. } => run.id,
         }
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! The store only persists and reads back domain types; it decides nothing about runs.
 //! Invariant: a run's `final` event and its terminal row are written in one transaction
-//! ([`Store::finish_run`]), so history never shows one without the other.
+//! ([`Record::End`] in a batch, or [`Store::finish_run`]), so history never shows one without
+//! the other.
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
@@ -204,6 +205,12 @@ pub enum Record {
         run: RunId,
         usage: Usage,
         counters: Counters,
+    },
+    /// The run's end: its terminal row and its `final` event, one record so that no batch
+    /// holds one without the other (history never shows one without the other).
+    End {
+        run: Box<Run>,
+        event: std::sync::Arc<Event>,
     },
 }
 
@@ -737,7 +744,7 @@ impl Store {
         let events: Vec<&Event> = records
             .iter()
             .filter_map(|r| match r {
-                Record::Event(ev) => Some(&**ev),
+                Record::Event(ev) | Record::End { event: ev, .. } => Some(&**ev),
                 _ => None,
             })
             .collect();
@@ -1091,7 +1098,7 @@ fn rows_of(records: &[Record]) -> Vec<RowWrite<'_>> {
     let mut at: HashMap<RunId, usize> = HashMap::new();
     for rec in records {
         let (run, usage) = match rec {
-            Record::RunState(run) => (run.id, &run.usage),
+            Record::RunState(run) | Record::End { run, .. } => (run.id, &run.usage),
             Record::Counters { run, usage, .. } => (*run, usage),
             _ => continue,
         };
@@ -1107,7 +1114,7 @@ fn rows_of(records: &[Record]) -> Vec<RowWrite<'_>> {
         let row = &mut rows[i];
         row.usage = usage;
         match rec {
-            Record::RunState(state) => row.state = Some(state),
+            Record::RunState(state) | Record::End { run: state, .. } => row.state = Some(state),
             Record::Counters { counters, .. } => row.counters = Some(counters),
             _ => {}
         }

@@ -19,7 +19,7 @@ use futures::Stream;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Event, EventKind, RunId};
+use crate::domain::{Event, EventKind, Run, RunId};
 use crate::store::{self, Record, Store};
 
 /// Most events written in one transaction.
@@ -41,6 +41,9 @@ const SHARED_POLL: Duration = Duration::from_secs(2);
 
 enum Command {
     Append(Record),
+    /// A run's end ([`Record::End`]), answered once its batch is stored: false when the
+    /// store dropped it because another replica took the run over.
+    End(Record, oneshot::Sender<bool>),
     /// Answered once everything queued before it is durable.
     Flush(oneshot::Sender<()>),
 }
@@ -119,11 +122,6 @@ impl EventHub {
         Health(self.inner.healthy.clone())
     }
 
-    /// Queues an event for persistence and then broadcast. Returns once it is queued.
-    pub async fn append(&self, event: Arc<Event>) {
-        self.record(Record::Event(event)).await;
-    }
-
     /// Queues the event `stamp` makes (stamping gives it its seq) so that events are queued
     /// in the order they are stamped: room in the writer's queue is reserved first, then the
     /// event is stamped and queued under `order`, with no await between. Two tasks of one run
@@ -137,6 +135,27 @@ impl EventHub {
             }
             Err(_) => tracing::error!("event writer has stopped; record dropped"),
         }
+    }
+
+    /// Queues a run's end: its terminal row and the `final` event `stamp` makes (stamped in
+    /// order, as [`Self::append_stamped`] does), written in one batch with what was queued
+    /// before it and published after. True once stored; false when it was not stored because
+    /// another replica took the run over, or the writer has stopped.
+    pub async fn end(&self, order: &Mutex<()>, run: Run, stamp: impl FnOnce() -> Event) -> bool {
+        let (tx, rx) = oneshot::channel();
+        match self.inner.writer.reserve().await {
+            Ok(slot) => {
+                let _in_order = order.lock().expect("emit order lock");
+                let event = Arc::new(stamp());
+                let record = Record::End {
+                    run: Box::new(run),
+                    event,
+                };
+                slot.send(Command::End(record, tx));
+            }
+            Err(_) => return false,
+        }
+        rx.await.unwrap_or(false)
     }
 
     /// Queues any history record; it is written in order with the events around it.
@@ -158,12 +177,6 @@ impl EventHub {
         if self.inner.writer.send(Command::Flush(tx)).await.is_ok() {
             let _ = rx.await;
         }
-    }
-
-    /// Broadcasts an event that the caller already persisted itself (the `final` event, which
-    /// is written together with the run row).
-    pub fn publish_persisted(&self, event: Arc<Event>) {
-        self.inner.broadcast(&event);
     }
 
     /// A receiver of the run's live events. Subscribe *before* replaying history.
@@ -435,11 +448,16 @@ async fn writer_loop(
 ) {
     let mut batch: Vec<Record> = Vec::with_capacity(MAX_BATCH);
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut ends: Vec<(RunId, oneshot::Sender<bool>)> = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
         while let Some(cmd) = next.take() {
             match cmd {
                 Command::Append(ev) => batch.push(ev),
+                Command::End(end, done) => {
+                    ends.push((end.run_id(), done));
+                    batch.push(end);
+                }
                 Command::Flush(w) => waiters.push(w),
             }
             if batch.len() >= MAX_BATCH {
@@ -452,7 +470,7 @@ async fn writer_loop(
             // Persist, then publish: only now is the batch broadcast.
             if let Some(inner) = hub.upgrade() {
                 for rec in &batch {
-                    if let Record::Event(ev) = rec
+                    if let Record::Event(ev) | Record::End { event: ev, .. } = rec
                         && !lost.contains(&ev.run_id)
                     {
                         inner.broadcast(ev);
@@ -460,6 +478,9 @@ async fn writer_loop(
                 }
             }
             batch.clear();
+            for (run, done) in ends.drain(..) {
+                let _ = done.send(!lost.contains(&run));
+            }
         }
         for w in waiters.drain(..) {
             let _ = w.send(());
