@@ -467,15 +467,7 @@ async fn health_readiness_tools_and_metrics() {
     }
 
     app.stream_run(json!({ "input": "10 + 20 계산해줘" })).await;
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     for needle in [
         "orca_runs{status=\"succeeded\"} 1",
         "orca_runs_finished_total{status=\"succeeded\"} 1",

@@ -576,8 +576,7 @@ async fn until_status(app: &TestApp, path: &str, status: u16) {
 async fn until_no_run_tasks(app: &TestApp) {
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
-        let text = app.client.get(app.url("/metrics")).send().await.unwrap();
-        if text.text().await.unwrap().contains("\norca_run_tasks 0\n") {
+        if app.metrics().await.contains("\norca_run_tasks 0\n") {
             return;
         }
         assert!(

@@ -20,15 +20,7 @@ fn chain(n: usize) -> Value {
 
 /// The store's write counters, read from `/metrics`.
 async fn writes(app: &TestApp) -> (u64, u64) {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     let read = |name: &str| -> u64 {
         let line = text
             .lines()

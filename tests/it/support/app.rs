@@ -335,6 +335,12 @@ impl TestApp {
         super::server::stored_events(&self.client, &url).await
     }
 
+    /// The text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let resp = self.client.get(self.url("/metrics")).send().await.unwrap();
+        resp.text().await.unwrap()
+    }
+
     pub async fn get_json(&self, path: &str) -> (u16, Value) {
         let resp = self.client.get(self.url(path)).send().await.expect("GET");
         let status = resp.status().as_u16();
