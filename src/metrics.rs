@@ -151,26 +151,43 @@ impl Metrics {
                 status.as_str()
             ));
         }
-        out.push_str(
-            "# HELP orca_open_streams Open event streams.\n# TYPE orca_open_streams gauge\n",
-        );
-        out.push_str(&format!("orca_open_streams {open_streams}\n"));
-        out.push_str(
-            "# HELP orca_run_tasks Runs this replica is running now (waiting for a slot included).\n# TYPE orca_run_tasks gauge\n",
-        );
-        out.push_str(&format!("orca_run_tasks {run_tasks}\n"));
-        out.push_str(
-            "# HELP orca_lease_held_actions Steps, tool and model calls waiting for this replica to renew its leases.\n# TYPE orca_lease_held_actions gauge\n",
-        );
-        out.push_str(&format!("orca_lease_held_actions {lease_held}\n"));
-        out.push_str(
-            "# HELP orca_store_statements_total Statements this replica ran to write runs (new runs, history batches, ends).\n# TYPE orca_store_statements_total counter\n",
-        );
-        out.push_str(&format!("orca_store_statements_total {store_statements}\n"));
-        out.push_str(
-            "# HELP orca_store_commits_total Transactions this replica committed to write runs.\n# TYPE orca_store_commits_total counter\n",
-        );
-        out.push_str(&format!("orca_store_commits_total {store_commits}\n"));
+        let scalars: [(&str, &str, &str, u64); 5] = [
+            (
+                "orca_open_streams",
+                "gauge",
+                "Open event streams.",
+                open_streams as u64,
+            ),
+            (
+                "orca_run_tasks",
+                "gauge",
+                "Runs this replica is running now (waiting for a slot included).",
+                run_tasks as u64,
+            ),
+            (
+                "orca_lease_held_actions",
+                "gauge",
+                "Steps, tool and model calls waiting for this replica to renew its leases.",
+                lease_held as u64,
+            ),
+            (
+                "orca_store_statements_total",
+                "counter",
+                "Statements this replica ran to write runs (new runs, history batches, ends).",
+                store_statements,
+            ),
+            (
+                "orca_store_commits_total",
+                "counter",
+                "Transactions this replica committed to write runs.",
+                store_commits,
+            ),
+        ];
+        for (name, kind, help, value) in scalars {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+            ));
+        }
         let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
     }
