@@ -1,7 +1,10 @@
 //! The store: every SQL statement of orca lives here, for two backends behind one API: SQLite
 //! (WAL, one file, one process) and PostgreSQL (any number of replicas). Statements are plain
-//! runtime SQL through sqlx's `Any` driver, written once with `$N` placeholders (which sqlx
-//! binds by number on both); the few that differ ask [`Backend`]. Each backend has its own
+//! runtime SQL, written once with `$N` placeholders; the few that differ ask [`Backend`].
+//! Reads, and PostgreSQL's writes, go through sqlx's `Any` driver (which binds `$N` by number
+//! on both). SQLite's writes of runs and their histories ([`statement`]) go through one
+//! connection on its own thread ([`sqlite_writer`]), a whole transaction per hand-off, the
+//! same text with `?N`, bound by position. Each backend has its own
 //! migrations folder (`migrations/sqlite`, `migrations/postgres`), the same schema in intent:
 //! JSON and times as text, integers as 64-bit.
 //!
@@ -10,7 +13,7 @@
 //! ([`Record::End`] in a batch, or [`Store::finish_run`]), so history never shows one without
 //! the other.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -33,6 +36,8 @@ mod reads;
 mod registry;
 mod retention;
 mod sessions;
+mod sqlite_writer;
+mod statement;
 mod timeline;
 pub use cluster::{Claim, Listener, Notice, listen};
 pub use history::*;
@@ -41,6 +46,9 @@ pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
 pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;
+
+use sqlite_writer::SqliteWriter;
+use statement::{Param, RowWrite, Statement};
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -106,6 +114,8 @@ pub fn redact_url(url: &str) -> String {
 pub enum Error {
     #[error("database error")]
     Db(#[from] sqlx::Error),
+    #[error("database error")]
+    Write(#[from] sqlite_writer::WriteError),
     #[error("database migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]
@@ -296,6 +306,9 @@ pub struct Store {
     channels: std::sync::Arc<cluster::Channels>,
     /// What this store has written of runs (see [`Writes`]).
     writes: Arc<WriteCounts>,
+    /// SQLite's writer thread, through which runs and their histories are written (a file
+    /// database; an in-memory one has no second connection to the same data).
+    writer: Option<Arc<SqliteWriter>>,
 }
 
 /// The statements and commits a store has run to write runs' rows and histories since it
@@ -383,9 +396,15 @@ impl Store {
                     .await?
             }
         };
+        let mut writer = None;
         let schema = match backend {
             Backend::Sqlite => {
                 SQLITE_MIGRATIONS.run(&pool).await?;
+                let options = SqliteConnectOptions::from_str(url)?;
+                let file = options.get_filename();
+                if file != std::path::Path::new(":memory:") && !url.contains("mode=memory") {
+                    writer = Some(Arc::new(SqliteWriter::start(file, busy_timeout)?));
+                }
                 "main".to_owned()
             }
             Backend::Postgres => {
@@ -405,6 +424,7 @@ impl Store {
             lease_ttl,
             channels: cluster::Channels::for_schema(&schema).into(),
             writes: Default::default(),
+            writer,
         })
     }
 
@@ -538,28 +558,33 @@ impl Store {
              ON CONFLICT DO NOTHING",
             self.backend.now_ms_sql()
         );
-        let res = sqlx::query(AssertSqlSafe(sql))
-            .bind(run.id.to_string())
-            .bind(&tenant.0)
-            .bind(run.status.as_str())
-            .bind(run.orchestration.as_str())
-            .bind(run.selected.as_ref().map(to_json))
-            .bind(to_json(spec))
-            .bind(to_json(&run.input))
-            .bind(to_json(&run.metadata))
-            .bind(&run.session_id)
-            .bind(idempotency.map(|i| i.key))
-            // Written with the row, so a concurrent request with the same key that finds this row
-            // also finds the fingerprint it must match.
-            .bind(idempotency.map(|i| i.fingerprint))
-            .bind(fmt_time(run.created_at))
+        let params: Vec<Param> = vec![
+            run.id.to_string().into(),
+            tenant.0.as_str().into(),
+            run.status.as_str().into(),
+            run.orchestration.as_str().into(),
+            run.selected.as_ref().map(to_json).into(),
+            to_json(spec).into(),
+            to_json(&run.input).into(),
+            to_json(&run.metadata).into(),
+            run.session_id.as_deref().into(),
+            idempotency.map(|i| i.key).into(),
+            // Written with the row, so a concurrent request with the same key that finds this
+            // row also finds the fingerprint it must match.
+            idempotency.map(|i| i.fingerprint).into(),
+            fmt_time(run.created_at).into(),
             // Leased to this replica, which starts its task.
-            .bind(&*self.replica)
-            .bind(self.lease_ttl_ms())
-            .execute(&self.pool())
+            (*self.replica).into(),
+            self.lease_ttl_ms().into(),
+        ];
+        let changed = self
+            .write_all(vec![Statement {
+                text: statement::Text::One(sql),
+                params,
+            }])
             .await?;
         self.committed(1);
-        if res.rows_affected() == 1 {
+        if changed == [1] {
             return Ok(Inserted::New);
         }
         let key = idempotency
@@ -614,7 +639,9 @@ impl Store {
 
     /// Writes every mutable field of a run (status, output, usage, times...).
     pub async fn save_run(&self, run: &Run) -> Result<()> {
-        save_run_with(&self.pool(), run).await
+        self.write_all(vec![statement::save_row(&RowWrite::whole(run))])
+            .await
+            .map(drop)
     }
 
     pub async fn list_runs(&self, tenant: &Tenant, f: &RunFilter) -> Result<Vec<Run>> {
@@ -695,12 +722,30 @@ impl Store {
 
     /// Appends events in one transaction.
     pub async fn append_events(&self, events: &[std::sync::Arc<Event>]) -> Result<()> {
+        let events: Vec<&Event> = events.iter().map(|e| &**e).collect();
+        self.write_all(vec![statement::insert_events(&events)])
+            .await
+            .map(drop)
+    }
+
+    /// Runs `statements` in one transaction, on SQLite's writer thread when there is one; the
+    /// rows each changed. One statement alone needs no transaction around it (PostgreSQL).
+    async fn write_all(&self, statements: Vec<Statement>) -> Result<Vec<u64>> {
+        if let Some(writer) = &self.writer {
+            let changed = writer.write(statements).await?;
+            return Ok(changed.into_iter().map(|n| n as u64).collect());
+        }
+        if let [_] = &statements[..] {
+            let st = statements.into_iter().next().expect("one statement");
+            return Ok(vec![st.execute(&self.pool()).await?]);
+        }
         let mut tx = self.pool().begin().await?;
-        for ev in events {
-            insert_event(&mut *tx, ev).await?;
+        let mut changed = Vec::with_capacity(statements.len());
+        for st in statements {
+            changed.push(st.execute(&mut *tx).await?);
         }
         tx.commit().await?;
-        Ok(())
+        Ok(changed)
     }
 
     /// Writes a batch of history records (events, step attempts, checkpoints, plans, run
@@ -716,31 +761,34 @@ impl Store {
     }
 
     async fn append_once(&self, records: &[Record]) -> Result<HashSet<RunId>> {
+        if !self.shared() {
+            let statements = statement::batch(records);
+            let n = statements.len();
+            self.write_all(statements).await?;
+            self.committed(n);
+            return Ok(HashSet::new());
+        }
         let mut tx = self.pool().begin().await?;
-        // Every statement this batch runs, for `writes`.
-        let mut statements = 0;
-        let fenced;
-        let mut lost = HashSet::new();
-        let records = if self.shared() {
-            let runs: Vec<RunId> = records.iter().map(Record::run_id).collect();
-            let held = cluster::held_for_write(&mut tx, &self.replica, &runs).await?;
-            statements += 1;
-            lost = runs.into_iter().filter(|r| !held.contains(r)).collect();
-            if lost.is_empty() {
-                records
-            } else {
-                fenced = records
-                    .iter()
-                    .filter(|r| held.contains(&r.run_id()))
-                    .cloned()
-                    .collect::<Vec<_>>();
-                &fenced[..]
-            }
-        } else {
+        let runs: Vec<RunId> = records.iter().map(Record::run_id).collect();
+        let held = cluster::held_for_write(&mut tx, &self.replica, &runs).await?;
+        let lost: HashSet<RunId> = runs.into_iter().filter(|r| !held.contains(r)).collect();
+        let fenced: Vec<Record>;
+        let records = if lost.is_empty() {
             records
+        } else {
+            fenced = records
+                .iter()
+                .filter(|r| held.contains(&r.run_id()))
+                .cloned()
+                .collect();
+            &fenced[..]
         };
-        // Events are independent rows: insert them many per statement. Of several writes of
-        // one step attempt in a batch (running, then finished) only the last matters.
+        let statements = statement::batch(records);
+        // The leases' read, and every statement this batch runs, for `writes`.
+        let mut count = 1 + statements.len();
+        for st in statements {
+            st.execute(&mut *tx).await?;
+        }
         let events: Vec<&Event> = records
             .iter()
             .filter_map(|r| match r {
@@ -748,55 +796,9 @@ impl Store {
                 _ => None,
             })
             .collect();
-        for chunk in events.chunks(EVENTS_PER_INSERT) {
-            insert_events(&mut *tx, chunk).await?;
-            statements += 1;
-        }
-        let mut last_attempt: HashMap<AttemptRow<'_>, usize> = HashMap::new();
-        for (i, r) in records.iter().enumerate() {
-            if let Record::Attempt(run, a) = r {
-                last_attempt.insert(attempt_row(*run, a), i);
-            }
-        }
-        let mut attempts: Vec<(RunId, &StepAttempt)> = Vec::new();
-        let mut checkpoints: Vec<(RunId, u64, u32, &Value)> = Vec::new();
-        for (i, r) in records.iter().enumerate() {
-            match r {
-                Record::Attempt(run, a) if last_attempt.get(&attempt_row(*run, a)) == Some(&i) => {
-                    attempts.push((*run, a));
-                }
-                Record::Checkpoint {
-                    run,
-                    id,
-                    plan_version,
-                    state,
-                } => checkpoints.push((*run, *id, *plan_version, state)),
-                _ => {}
-            }
-        }
-        for chunk in attempts.chunks(ROWS_PER_INSERT) {
-            upsert_attempts(&mut *tx, chunk).await?;
-            statements += 1;
-        }
-        for chunk in checkpoints.chunks(ROWS_PER_INSERT) {
-            insert_checkpoints(&mut *tx, chunk).await?;
-            statements += 1;
-        }
-        for rec in records {
-            if let Record::Plan { .. } = rec {
-                insert_plan(&mut *tx, rec).await?;
-                statements += 1;
-            }
-        }
-        for row in rows_of(records) {
-            save_row(&mut *tx, &row).await?;
-            statements += 1;
-        }
-        if self.shared() {
-            statements += cluster::announce_events(&mut tx, self, &events).await?;
-        }
+        count += cluster::announce_events(&mut tx, self, &events).await?;
         tx.commit().await?;
-        self.committed(statements);
+        self.committed(count);
         Ok(lost)
     }
 
@@ -804,17 +806,24 @@ impl Store {
     /// only while this replica holds the run's lease ([`Error::LeaseLost`] otherwise); the
     /// lease ends with the run.
     pub async fn finish_run(&self, run: &Run, final_event: &Event) -> Result<()> {
+        let statements = vec![
+            statement::insert_events(&[final_event]),
+            statement::save_row(&RowWrite::whole(run)),
+        ];
+        if !self.shared() {
+            self.write_all(statements).await?;
+            self.committed(2);
+            return Ok(());
+        }
         let mut tx = self.pool().begin().await?;
         self.fence(&mut tx, run.id).await?;
-        insert_event(&mut *tx, final_event).await?;
-        save_run_with(&mut *tx, run).await?;
-        let mut statements = 2;
-        if self.shared() {
-            // The fence's read, and the notice.
-            statements += 1 + cluster::announce_events(&mut tx, self, &[final_event]).await?;
+        for st in statements {
+            st.execute(&mut *tx).await?;
         }
+        // The fence's read, the two writes, and the notice.
+        let count = 3 + cluster::announce_events(&mut tx, self, &[final_event]).await?;
         tx.commit().await?;
-        self.committed(statements);
+        self.committed(count);
         Ok(())
     }
 
@@ -861,7 +870,9 @@ impl Store {
     // ---- steps --------------------------------------------------------------------------
 
     pub async fn upsert_step_attempt(&self, run: RunId, a: &StepAttempt) -> Result<()> {
-        upsert_attempt(&self.pool(), run, a).await
+        self.write_all(vec![statement::upsert_attempts(&[(run, a)])])
+            .await
+            .map(drop)
     }
 
     pub async fn step_attempts(&self, run: RunId) -> Result<Vec<StepAttempt>> {
@@ -874,56 +885,6 @@ impl Store {
         .await?;
         rows.iter().map(step_attempt_from_row).collect()
     }
-}
-
-/// Rows per multi-row event insert (6 parameters each, well under SQLite's limit).
-const EVENTS_PER_INSERT: usize = 256;
-/// The primary key of a step attempt row: run, plan version, path, step id, attempt.
-type AttemptRow<'a> = (RunId, u32, &'a str, &'a str, u32);
-
-fn attempt_row(run: RunId, a: &StepAttempt) -> AttemptRow<'_> {
-    let path = a.path.as_ref().map_or("", StepPath::as_str);
-    (run, a.plan_version, path, a.step_id.as_str(), a.attempt)
-}
-
-/// Rows per multi-row insert of attempts and checkpoints (14 and 5 parameters each).
-const ROWS_PER_INSERT: usize = 64;
-
-async fn insert_events<'e, E>(exec: E, events: &[&Event]) -> Result<()>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    // Only static fragments are repeated; every value is a bind parameter.
-    let sql = format!(
-        "INSERT INTO events (run_id, seq, kind, step_id, ts, data) VALUES {}",
-        placeholders(1, 6, events.len())
-    );
-    let mut q = sqlx::query(AssertSqlSafe(sql));
-    for ev in events {
-        q = q
-            .bind(ev.run_id.to_string())
-            .bind(ev.seq as i64)
-            .bind(ev.kind.as_str())
-            .bind(ev.step().map(String::from))
-            .bind(fmt_time(ev.ts))
-            .bind(to_json(&ev.data));
-    }
-    q.execute(exec).await?;
-    Ok(())
-}
-
-async fn insert_event<'e, E>(exec: E, ev: &Event) -> Result<()>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    insert_events(exec, &[ev]).await
-}
-
-async fn upsert_attempt<'e, E>(exec: E, run: RunId, a: &StepAttempt) -> Result<()>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    upsert_attempts(exec, &[(run, a)]).await
 }
 
 /// `rows` tuples of `width` placeholders, numbered on from `$first`: `($1, $2), ($3, $4)`.
@@ -991,221 +952,6 @@ fn like_pattern(text: &str) -> String {
     }
     out.push('%');
     out
-}
-
-async fn upsert_attempts<'e, E>(exec: E, rows: &[(RunId, &StepAttempt)]) -> Result<()>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    // Only static fragments are repeated; every value is a bind parameter.
-    let sql = format!(
-        "INSERT INTO step_attempts (run_id, plan_version, path, step_id, attempt, name, kind,
-            status, input, output, error, started_at, completed_at, duration_ms)
-         VALUES {}
-         ON CONFLICT (run_id, plan_version, path, step_id, attempt) DO UPDATE SET
-            status = excluded.status, output = excluded.output, error = excluded.error,
-            input = COALESCE(excluded.input, step_attempts.input),
-            completed_at = excluded.completed_at, duration_ms = excluded.duration_ms",
-        placeholders(1, 14, rows.len())
-    );
-    let mut q = sqlx::query(AssertSqlSafe(sql));
-    for (run, a) in rows {
-        q = q
-            .bind(run.to_string())
-            .bind(a.plan_version as i64)
-            .bind(a.path.as_ref().map_or("", StepPath::as_str).to_owned())
-            .bind(a.step_id.clone())
-            .bind(a.attempt as i64)
-            .bind(a.name.clone())
-            .bind(a.kind.as_str())
-            .bind(a.status.as_str())
-            .bind(a.input.as_ref().map(to_json))
-            .bind(a.output.as_ref().map(to_json))
-            .bind(a.error.as_ref().map(to_json))
-            .bind(fmt_time(a.started_at))
-            .bind(a.completed_at.map(fmt_time))
-            .bind(a.duration_ms.map(|d| d as i64));
-    }
-    q.execute(exec).await?;
-    Ok(())
-}
-
-async fn insert_checkpoints<'e, E>(exec: E, rows: &[(RunId, u64, u32, &Value)]) -> Result<()>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    let sql = format!(
-        "INSERT INTO checkpoints (run_id, id, plan_version, state, created_at) VALUES {}",
-        placeholders(1, 5, rows.len())
-    );
-    let now = fmt_time(crate::domain::now());
-    let mut q = sqlx::query(AssertSqlSafe(sql));
-    for (run, id, version, state) in rows {
-        q = q
-            .bind(run.to_string())
-            .bind(*id as i64)
-            .bind(*version as i64)
-            .bind(to_json(*state))
-            .bind(now.clone());
-    }
-    q.execute(exec).await?;
-    Ok(())
-}
-
-/// What one batch writes of a run's row: its latest state, its latest counters, or both in
-/// one statement (the usage columns both carry then come from whichever was queued later).
-struct RowWrite<'a> {
-    run: RunId,
-    state: Option<&'a Run>,
-    counters: Option<&'a Counters>,
-    usage: &'a Usage,
-}
-
-/// Stores a [`Record::Plan`] (a version already stored is left as it is).
-async fn insert_plan<'e, E>(exec: E, record: &Record) -> Result<()>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    let Record::Plan {
-        run,
-        version,
-        reason,
-        plan,
-        change,
-    } = record
-    else {
-        return Ok(());
-    };
-    sqlx::query(
-        "INSERT INTO plans (run_id, version, reason, plan, change, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-    )
-    .bind(run.to_string())
-    .bind(*version as i64)
-    .bind(reason)
-    .bind(to_json(plan))
-    .bind(change.as_ref().map(to_json))
-    .bind(fmt_time(crate::domain::now()))
-    .execute(exec)
-    .await?;
-    Ok(())
-}
-
-/// What a batch writes of each run's row, in the order the runs first appear: of several
-/// states or counters of one run only the last of each matters (each holds absolute values).
-fn rows_of(records: &[Record]) -> Vec<RowWrite<'_>> {
-    let mut rows: Vec<RowWrite<'_>> = Vec::new();
-    let mut at: HashMap<RunId, usize> = HashMap::new();
-    for rec in records {
-        let (run, usage) = match rec {
-            Record::RunState(run) | Record::End { run, .. } => (run.id, &run.usage),
-            Record::Counters { run, usage, .. } => (*run, usage),
-            _ => continue,
-        };
-        let i = *at.entry(run).or_insert_with(|| {
-            rows.push(RowWrite {
-                run,
-                state: None,
-                counters: None,
-                usage,
-            });
-            rows.len() - 1
-        });
-        let row = &mut rows[i];
-        row.usage = usage;
-        match rec {
-            Record::RunState(state) | Record::End { run: state, .. } => row.state = Some(state),
-            Record::Counters { counters, .. } => row.counters = Some(counters),
-            _ => {}
-        }
-    }
-    rows
-}
-
-async fn save_run_with<'e, E>(exec: E, run: &Run) -> Result<()>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    let row = RowWrite {
-        run: run.id,
-        state: Some(run),
-        counters: None,
-        usage: &run.usage,
-    };
-    save_row(exec, &row).await
-}
-
-async fn save_row<'e, E>(exec: E, row: &RowWrite<'_>) -> Result<()>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    const STATE: [&str; 11] = [
-        "status",
-        "completion",
-        "orchestration",
-        "selection",
-        "output",
-        "error",
-        "plan_version",
-        "started_at",
-        "finished_at",
-        "completion_reason",
-        "step_counts",
-    ];
-    const USAGE: [&str; 4] = [
-        "prompt_tokens",
-        "completion_tokens",
-        "llm_calls",
-        "tool_calls",
-    ];
-    const COUNTERS: [&str; 3] = ["steps_used", "retries_used", "time_used_ms"];
-    let mut columns: Vec<&str> = Vec::with_capacity(18);
-    if row.state.is_some() {
-        columns.extend(STATE);
-    }
-    columns.extend(USAGE);
-    if row.counters.is_some() {
-        columns.extend(COUNTERS);
-    }
-    let set: Vec<String> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("{c} = ${}", i + 1))
-        .collect();
-    let sql = format!(
-        "UPDATE runs SET {} WHERE id = ${}",
-        set.join(", "),
-        columns.len() + 1
-    );
-    let mut q = sqlx::query(AssertSqlSafe(sql));
-    if let Some(run) = row.state {
-        q = q
-            .bind(run.status.as_str())
-            .bind(run.completion.map(|c| c.as_str()))
-            .bind(run.orchestration.as_str())
-            .bind(run.selected.as_ref().map(to_json))
-            .bind(run.output.as_ref().map(to_json))
-            .bind(run.error.as_ref().map(to_json))
-            .bind(run.plan_version.map(|v| v as i64))
-            .bind(run.started_at.map(fmt_time))
-            .bind(run.finished_at.map(fmt_time))
-            .bind(run.completion_reason.clone())
-            .bind(run.step_counts.as_ref().map(to_json));
-    }
-    let usage = row.usage;
-    q = q
-        .bind(usage.prompt_tokens as i64)
-        .bind(usage.completion_tokens as i64)
-        .bind(usage.llm_calls as i64)
-        .bind(usage.tool_calls as i64);
-    if let Some(counters) = row.counters {
-        q = q
-            .bind(counters.steps as i64)
-            .bind(counters.retries as i64)
-            .bind(counters.time_used_ms as i64);
-    }
-    q.bind(row.run.to_string()).execute(exec).await?;
-    Ok(())
 }
 
 fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
