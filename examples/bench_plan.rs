@@ -62,11 +62,11 @@ async fn in_process(app: &App, plan: &Value) -> Duration {
     // Admitted as the API admits a request: the engine validates the plan once.
     let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     let run = match engine
-        .create_run(&tenant, admitted, None)
+        .create_run(&tenant, admitted, None, false)
         .await
         .expect("run")
     {
-        Created::New(r) | Created::Existing(r) => r,
+        Created::New(r, _) | Created::Existing(r) => r,
     };
     let mut events = std::pin::pin!(app.events().follow(run.id, 0, CancellationToken::new()));
     while let Some(ev) = events.next().await {
