@@ -287,6 +287,11 @@ impl Engine {
             finished_at: None,
         };
         let store = self.inner.services.store();
+        let fingerprint = match (idempotency_key, fingerprint) {
+            (None, _) => String::new(),
+            (Some(_), Some(taken)) => taken,
+            (Some(_), None) => spec.fingerprint(),
+        };
         let idempotency = idempotency_key.map(|key| Idempotency {
             key,
             fingerprint: &fingerprint,
