@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::statement::{Param, Statement};
@@ -99,13 +99,28 @@ fn serve(
     }
 }
 
-/// Runs `statements` in one immediate transaction, rolled back if any fails.
+/// Runs `statements` in one immediate transaction, rolled back if any fails. `BEGIN` and
+/// `COMMIT` are prepared once too.
 fn transaction(conn: &Connection, statements: &[Statement]) -> rusqlite::Result<Vec<usize>> {
-    let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+    conn.prepare_cached("BEGIN IMMEDIATE")?.raw_execute()?;
+    let done = run_all(conn, statements).and_then(|changed| {
+        conn.prepare_cached("COMMIT")?
+            .raw_execute()
+            .map(|_| changed)
+    });
+    if done.is_err() && !conn.is_autocommit() {
+        // The connection is closed after a failure anyway; this keeps the file clean at once.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    done
+}
+
+/// Runs each statement (a multi-row one once per row); the rows each changed.
+fn run_all(conn: &Connection, statements: &[Statement]) -> rusqlite::Result<Vec<usize>> {
     let mut changed = Vec::with_capacity(statements.len());
     for st in statements {
         let (sql, width) = st.sqlite_sql();
-        let mut prepared = tx.prepare_cached(&sql)?;
+        let mut prepared = conn.prepare_cached(&sql)?;
         let mut rows = 0;
         for row in st.params.chunks(width.max(1)) {
             for (i, p) in row.iter().enumerate() {
@@ -121,7 +136,6 @@ fn transaction(conn: &Connection, statements: &[Statement]) -> rusqlite::Result<
         }
         changed.push(rows);
     }
-    tx.commit()?;
     Ok(changed)
 }
 
