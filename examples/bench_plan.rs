@@ -61,14 +61,15 @@ async fn in_process(app: &App, plan: &Value) -> Duration {
     let tenant = Tenant::default_tenant();
     // Admitted as the API admits a request: the engine validates the plan once.
     let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
-    let run = match engine
-        .create_run(&tenant, admitted, None)
+    // Opened before the run starts, as `POST /v1/runs` with a stream does.
+    let Created::New(_, Some(opened)) = engine
+        .create_run(&tenant, admitted, None, true)
         .await
         .expect("run")
-    {
-        Created::New(r) | Created::Existing(r) => r,
+    else {
+        panic!("a new run, opened");
     };
-    let mut events = std::pin::pin!(app.events().follow(run.id, 0, CancellationToken::new()));
+    let mut events = std::pin::pin!(app.events().follow_opened(opened, CancellationToken::new()));
     while let Some(ev) = events.next().await {
         let ev = ev.expect("event");
         if ev.kind == EventKind::Final {

@@ -76,11 +76,11 @@ async fn replan_overhead(app: &App) -> Duration {
     // Admitted as the API admits a request: the engine validates the plan once.
     let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     let run = match engine
-        .create_run(&tenant, admitted, None)
+        .create_run(&tenant, admitted, None, false)
         .await
         .expect("run")
     {
-        Created::New(r) | Created::Existing(r) => r,
+        Created::New(r, _) | Created::Existing(r) => r,
     };
     let times = replan_times(app, run.id).await;
     let model = times.replanner_done - times.replanner_start;

@@ -77,10 +77,10 @@ async fn run(app: &App, plan: &Value) -> Duration {
     let tenant = Tenant::default_tenant();
     let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     let created = engine
-        .create_run(&tenant, admitted, None)
+        .create_run(&tenant, admitted, None, false)
         .await
         .expect("run");
-    let (Created::New(r) | Created::Existing(r)) = created;
+    let (Created::New(r, _) | Created::Existing(r)) = created;
     let mut events = std::pin::pin!(app.events().follow(r.id, 0, CancellationToken::new()));
     while let Some(ev) = events.next().await {
         let ev = ev.expect("event");

@@ -11,7 +11,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -21,6 +21,7 @@ use crate::domain::{Event, Limits, Orchestration, Run, RunId, RunStatus, StepAtt
 use crate::engine::intake::{Refused, RunRequest};
 use crate::engine::{self, Created};
 use crate::store::RunFilter;
+use crate::stream::Opened;
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
@@ -149,9 +150,20 @@ pub async fn create_run(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
-    let (run, fresh) = start_run(&state, &tenant, body, key).await?;
-    if wants_sse(&headers) {
-        return Ok(sse(&state, run.id, 0));
+    let follow = wants_sse(&headers);
+    let (run, fresh, opened) = start_run(&state, &tenant, body, key, follow).await?;
+    if follow {
+        let events = match opened {
+            Some(opened) => state
+                .events
+                .follow_opened(opened, state.shutdown.clone())
+                .left_stream(),
+            None => state
+                .events
+                .follow(run.id, 0, state.shutdown.clone())
+                .right_stream(),
+        };
+        return Ok(sse(&state, events));
     }
     let location =
         HeaderValue::from_str(&format!("/v1/runs/{}", run.id)).map_err(ApiError::internal)?;
@@ -165,14 +177,16 @@ pub async fn create_run(
 
 /// Checks a `POST /v1/runs` body against its schema, has the engine admit it (every problem
 /// of what it names is one 422, see `engine::intake`) and creates the run, or finds the one
-/// an idempotency key already made: the run, and whether it is new. Shared with the AG-UI
+/// an idempotency key already made: the run, whether it is new, and (when `follow` asks, for
+/// a new run) its live channel, opened before its first event. Shared with the AG-UI
 /// endpoint.
 pub(super) async fn start_run(
     state: &AppState,
     tenant: &Tenant,
     body: Value,
     key: Option<String>,
-) -> Result<(Run, bool), ApiError> {
+    follow: bool,
+) -> Result<(Run, bool, Option<Opened>), ApiError> {
     let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
     let admitted = match state.engine.admit(tenant, req.into()).await {
         Ok(admitted) => admitted,
@@ -188,7 +202,7 @@ pub(super) async fn start_run(
     };
     let created = state
         .engine
-        .create_run(tenant, admitted, key.as_deref())
+        .create_run(tenant, admitted, key.as_deref(), follow)
         .await
         .map_err(|e| match e {
             engine::Error::Overloaded | engine::Error::StoreDown => {
@@ -203,8 +217,8 @@ pub(super) async fn start_run(
             other => ApiError::internal(other),
         })?;
     Ok(match created {
-        Created::New(r) => (r, true),
-        Created::Existing(r) => (r, false),
+        Created::New(r, opened) => (r, true, opened),
+        Created::Existing(r) => (r, false, None),
     })
 }
 
@@ -535,23 +549,24 @@ pub async fn run_events(
     if tail.ended_by(after) {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    Ok(sse(&state, id, after))
+    let events = state.events.follow(id, after, state.shutdown.clone());
+    Ok(sse(&state, events))
 }
 
-/// The SSE response for a run from `after` on: replay, then live, then `final`.
-fn sse(state: &AppState, id: RunId, after: u64) -> Response {
-    let stream = state
-        .events
-        .follow(id, after, state.shutdown.clone())
-        .filter_map(|item| async move {
-            match item {
-                Ok(ev) => Some(Ok::<_, Infallible>(to_sse(&ev))),
-                Err(e) => {
-                    tracing::error!(error = ?e, "reading events failed; closing the stream");
-                    None
-                }
+/// The SSE response for a run's events (replay, then live, then `final`).
+fn sse(
+    state: &AppState,
+    events: impl Stream<Item = Result<Arc<Event>, crate::store::Error>> + Send + 'static,
+) -> Response {
+    let stream = events.filter_map(|item| async move {
+        match item {
+            Ok(ev) => Some(Ok::<_, Infallible>(to_sse(&ev))),
+            Err(e) => {
+                tracing::error!(error = ?e, "reading events failed; closing the stream");
+                None
             }
-        });
+        }
+    });
     let keep_alive = KeepAlive::new()
         .interval(Duration::from_secs(state.config.server.keep_alive_secs))
         .text("keep-alive");

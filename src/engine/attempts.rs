@@ -420,15 +420,27 @@ impl RunContext {
     }
 
     /// The inputs of the run's finished steps, by step key (`path/id`; the last completed
-    /// attempt of each), read back from the store once what is queued is written: how a
-    /// finished step was asked, for a later step that needs it, after a restart too.
+    /// attempt of each): how a finished step was asked, for a later step that needs it. From
+    /// the run's ledger, or for a resumed run read back from the store once what is queued is
+    /// written.
     pub async fn completed_inputs(&self) -> HashMap<StepPath, Value> {
-        self.services.hub.flush().await;
-        let attempts = match self.services.store().step_attempts(self.run_id).await {
-            Ok(attempts) => attempts,
-            Err(e) => {
-                tracing::warn!(error = ?e, "could not read the inputs of finished steps");
-                return HashMap::new();
+        let noted = {
+            let ledger = self.ledger.lock().expect("ledger lock");
+            ledger
+                .history()
+                .map(|(_, attempts)| attempts.into_iter().cloned().collect::<Vec<_>>())
+        };
+        let attempts = match noted {
+            Some(attempts) => attempts,
+            None => {
+                self.services.hub.flush().await;
+                match self.services.store().step_attempts(self.run_id).await {
+                    Ok(attempts) => attempts,
+                    Err(e) => {
+                        tracing::warn!(error = ?e, "could not read the inputs of finished steps");
+                        return HashMap::new();
+                    }
+                }
             }
         };
         let mut latest: HashMap<StepPath, (u32, u32, Value)> = HashMap::new();

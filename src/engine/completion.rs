@@ -91,9 +91,12 @@ pub struct Account {
 }
 
 /// Reads a plan run's history: `plans` oldest first, `attempts` every step attempt it made.
-pub fn account(plans: &[PlanRecord], attempts: &[StepAttempt]) -> Account {
+pub fn account<'a>(
+    plans: &[PlanRecord],
+    attempts: impl IntoIterator<Item = &'a StepAttempt>,
+) -> Account {
     let mut last: HashMap<&str, (u32, u32, StepStatus)> = HashMap::new();
-    for a in attempts.iter().filter(|a| a.path.is_none()) {
+    for a in attempts.into_iter().filter(|a| a.path.is_none()) {
         let at = (a.plan_version, a.attempt, a.status);
         let entry = last.entry(a.step_id.as_str()).or_insert(at);
         if (at.0, at.1) >= (entry.0, entry.1) {

@@ -203,6 +203,9 @@ pub struct RunContext {
     pub middleware: super::middleware_state::RunState,
     /// The run's trace span while it executes (see [`crate::telemetry`]).
     pub(super) trace: Mutex<Option<opentelemetry::Context>>,
+    /// The plans and attempts the run queued, for its own reads (see [`super::ledger`]).
+    /// A std mutex: folds and copies only.
+    pub(super) ledger: Mutex<super::ledger::Ledger>,
 }
 
 /// An attempt under way: its record as stored at the start, and when it started.
@@ -269,6 +272,7 @@ impl RunContext {
                 std::time::Duration::from_millis(seed.counters.time_used_ms),
             ),
             resumed: seed.last_seq > 0,
+            ledger: Mutex::new(super::ledger::Ledger::new(seed.last_seq == 0)),
             limits: seed.limits,
             cancel,
             stop,
@@ -337,6 +341,7 @@ impl RunContext {
 
     /// Queues a history record other than an event, in order with the run's events.
     pub async fn record(&self, record: Record) {
+        self.ledger.lock().expect("ledger lock").note(&record);
         self.services.hub.record(record).await;
     }
 

@@ -63,8 +63,9 @@ pub struct Admitted {
     /// What `auto` decided at once; `None` leaves it to the model when the run starts.
     pub(super) selected: Option<Selection>,
     /// [`RunSpec::fingerprint`] of the request as it came, taken before a rule's workflow plan
-    /// joins the spec: what an idempotency key is held to.
-    pub(super) fingerprint: String,
+    /// joins the spec: what an idempotency key is held to. `None` when the spec stays as it
+    /// came (it is taken from the spec then, if a key asks).
+    pub(super) fingerprint: Option<String>,
 }
 
 impl Admitted {
@@ -125,7 +126,11 @@ pub async fn admit(
         instructions: request.instructions,
         declared_tools,
     };
-    let fingerprint = spec.fingerprint();
+    // Only an `auto` run without a plan can have a rule's workflow join its spec: its
+    // fingerprint is taken now. Any other spec stays as it is, and its fingerprint is taken
+    // only if an idempotency key asks for it.
+    let fingerprint = (spec.orchestration == Orchestration::Auto && spec.plan.is_none())
+        .then(|| spec.fingerprint());
     // As the run will see them: only the declared tools it may call.
     let runs = services.for_tenant(tenant, &spec.declared_tools);
     let selected = select(&runs, tenant, &mut spec, &mut plan).await?;

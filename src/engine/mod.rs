@@ -32,6 +32,7 @@ pub mod function_call;
 pub mod input;
 pub mod intake;
 pub mod lease;
+mod ledger;
 pub mod middleware_state;
 pub mod model;
 pub mod planner;
@@ -154,7 +155,8 @@ impl TenantView {
 
 /// What [`Engine::create_run`] did.
 pub enum Created {
-    New(Run),
+    /// A new run, and its live channel when the caller asked to follow it.
+    New(Run, Option<crate::stream::Opened>),
     /// The idempotency key was used before: this is that run.
     Existing(Run),
 }
@@ -247,6 +249,7 @@ impl Engine {
         tenant: &Tenant,
         admitted: intake::Admitted,
         idempotency_key: Option<&str>,
+        follow: bool,
     ) -> Result<Created, Error> {
         if self.queued() >= self.inner.services.config.max_queued_runs {
             return Err(Error::Overloaded);
@@ -284,6 +287,11 @@ impl Engine {
             finished_at: None,
         };
         let store = self.inner.services.store();
+        let fingerprint = match (idempotency_key, fingerprint) {
+            (None, _) => String::new(),
+            (Some(_), Some(taken)) => taken,
+            (Some(_), None) => spec.fingerprint(),
+        };
         let idempotency = idempotency_key.map(|key| Idempotency {
             key,
             fingerprint: &fingerprint,
@@ -305,8 +313,10 @@ impl Engine {
             counters: Default::default(),
             cancel_requested: false,
         };
+        // Opened before the task can store anything: the stream starts from the hub.
+        let opened = follow.then(|| self.inner.services.hub.open_new(run.id));
         self.spawn(stored, 0, plan.map(Arc::new));
-        Ok(Created::New(run))
+        Ok(Created::New(run, opened))
     }
 
     /// Deletes a finished run of the tenant's with everything it owns. A run that has not

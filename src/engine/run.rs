@@ -193,6 +193,16 @@ async fn completed_so_far(ctx: &RunContext) -> Option<serde_json::Value> {
 /// What a plan run's stored history says about its end (see [`completion::account`]);
 /// `None` for a run that ran no plan, or whose history could not be read (logged).
 async fn account_of(ctx: &RunContext) -> Option<completion::Account> {
+    // A run that started here holds its whole history in its ledger.
+    if let Some(account) = ctx
+        .ledger
+        .lock()
+        .expect("ledger lock")
+        .history()
+        .map(|(plans, attempts)| (!plans.is_empty()).then(|| completion::account(plans, attempts)))
+    {
+        return account;
+    }
     // Attempts closed just now, and everything queued before, are read back.
     ctx.services.hub.flush().await;
     let store = ctx.services.store();

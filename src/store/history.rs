@@ -38,6 +38,41 @@ pub struct PlanRecord {
     pub created_at: DateTime<Utc>,
 }
 
+impl PlanRecord {
+    /// A version as stored: `change` says how a version after the first came to be.
+    pub fn new(
+        version: u32,
+        reason: String,
+        plan: Value,
+        change: Option<PlanChange>,
+        created_at: DateTime<Utc>,
+    ) -> PlanRecord {
+        let completes_task = change.as_ref().map(|c| c.completes_task);
+        let (trigger, strategy, explanation, diff, restored_version) = match change {
+            Some(c) => (
+                Some(c.trigger),
+                Some(c.strategy),
+                Some(c.explanation),
+                Some(c.diff),
+                c.restored_version,
+            ),
+            None => (None, None, None, None, None),
+        };
+        PlanRecord {
+            version,
+            reason,
+            plan,
+            trigger,
+            strategy,
+            explanation,
+            diff,
+            restored_version,
+            completes_task,
+            created_at,
+        }
+    }
+}
+
 /// A snapshot of a run's progress, from which it resumes after a stop or a crash.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct Checkpoint {
@@ -80,30 +115,13 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| {
-                let change: Option<PlanChange> = parse_opt_json(r.try_get("change")?)?;
-                let completes_task = change.as_ref().map(|c| c.completes_task);
-                let (trigger, strategy, explanation, diff, restored_version) = match change {
-                    Some(c) => (
-                        Some(c.trigger),
-                        Some(c.strategy),
-                        Some(c.explanation),
-                        Some(c.diff),
-                        c.restored_version,
-                    ),
-                    None => (None, None, None, None, None),
-                };
-                Ok(PlanRecord {
-                    version: r.try_get::<i64, _>("version")? as u32,
-                    reason: r.try_get("reason")?,
-                    plan: parse_json(&r.try_get::<String, _>("plan")?)?,
-                    trigger,
-                    strategy,
-                    explanation,
-                    diff,
-                    restored_version,
-                    completes_task,
-                    created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
-                })
+                Ok(PlanRecord::new(
+                    r.try_get::<i64, _>("version")? as u32,
+                    r.try_get("reason")?,
+                    parse_json(&r.try_get::<String, _>("plan")?)?,
+                    parse_opt_json(r.try_get("change")?)?,
+                    parse_time(&r.try_get::<String, _>("created_at")?)?,
+                ))
             })
             .collect()
     }

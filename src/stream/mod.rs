@@ -243,12 +243,62 @@ impl EventHub {
                 hub: hub.clone(),
                 run,
             };
-            let mut follower = Follower::new(hub, run, after, stop, tx);
+            let live = hub.subscribe_both(run);
+            let mut follower = Follower::new(hub, run, after, live, stop, tx);
             // Replay, then follow; every time the live side cannot prove continuity, replay
             // again.
             while follower.replay().await.is_continue() && follower.live().await.is_continue() {}
         })
     }
+
+    /// Opens the live channel of a run that has stored no event yet, before its task starts:
+    /// whoever follows it from there ([`Self::follow_opened`]) hears every event the run
+    /// stores, so a new run's stream starts without reading the store.
+    pub fn open_new(&self, run: RunId) -> Opened {
+        let (rx, elsewhere) = self.subscribe_both(run);
+        Opened {
+            rx,
+            elsewhere,
+            release: Release {
+                hub: self.clone(),
+                run,
+            },
+        }
+    }
+
+    /// Every event of a run opened with [`Self::open_new`], from its first: live, and from
+    /// the store only when the live side cannot prove continuity (a lag, another replica's
+    /// notice), as [`Self::follow`] does.
+    pub fn follow_opened(
+        &self,
+        opened: Opened,
+        stop: CancellationToken,
+    ) -> impl Stream<Item = Result<Arc<Event>, store::Error>> + Send + 'static {
+        let hub = self.clone();
+        async_stream(move |tx| async move {
+            let Opened {
+                rx,
+                elsewhere,
+                release,
+            } = opened;
+            let _guard = release;
+            let run = _guard.run;
+            let mut follower = Follower::new(hub, run, 0, (rx, elsewhere), stop, tx);
+            if follower.live().await.is_continue() {
+                while follower.replay().await.is_continue() && follower.live().await.is_continue() {
+                }
+            }
+        })
+    }
+}
+
+/// A new run's live channel, opened before its first event ([`EventHub::open_new`]).
+/// Dropped unused, it closes the channel again.
+pub struct Opened {
+    // Fields drop in order: the receivers before the release that looks for receivers left.
+    rx: broadcast::Receiver<Arc<Event>>,
+    elsewhere: watch::Receiver<u64>,
+    release: Release,
 }
 
 /// One reader of [`EventHub::follow`]: where it is (`last`, the seq it has been sent) and its
@@ -273,10 +323,10 @@ impl Follower {
         hub: EventHub,
         run: RunId,
         after: u64,
+        (rx, elsewhere): (broadcast::Receiver<Arc<Event>>, watch::Receiver<u64>),
         stop: CancellationToken,
         tx: mpsc::Sender<Result<Arc<Event>, store::Error>>,
     ) -> Follower {
-        let (rx, elsewhere) = hub.subscribe_both(run);
         let shared = hub.inner.store.shared();
         Follower {
             hub,

@@ -96,6 +96,8 @@ impl Telemetry {
         tenant: &str,
         resumed: bool,
     ) -> Option<Context> {
+        // Off: nothing to build the span's name and attributes for.
+        self.tracer.as_ref()?;
         self.start(
             "run".into(),
             SpanKind::Internal,
@@ -115,6 +117,8 @@ impl Telemetry {
         parent: Option<&Context>,
         attempt: &StepAttempt,
     ) -> Option<Context> {
+        // Off: nothing to build the span's name and attributes for.
+        self.tracer.as_ref()?;
         let key = match &attempt.path {
             Some(p) => format!("{p}/{}", attempt.step_id),
             None => attempt.step_id.clone(),
@@ -140,6 +144,8 @@ impl Telemetry {
         provider: &str,
         model: &str,
     ) -> Option<Context> {
+        // Off: nothing to build the span's name and attributes for.
+        self.tracer.as_ref()?;
         self.start(
             format!("chat {model}"),
             SpanKind::Client,
@@ -160,6 +166,8 @@ impl Telemetry {
         tool: &str,
         call_id: &str,
     ) -> Option<Context> {
+        // Off: nothing to build the span's name and attributes for.
+        self.tracer.as_ref()?;
         self.start(
             format!("execute_tool {tool}"),
             SpanKind::Internal,

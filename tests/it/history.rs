@@ -447,6 +447,34 @@ async fn a_slow_client_never_holds_a_run_back() {
     assert_eq!(late.len(), events.len());
 }
 
+/// A new run's stream starts from the hub, not the store: opened before the run's first event,
+/// it hears all of them. A client that does not read it for a while falls behind the live
+/// channel (16 events) and is caught up from the store: every event, in order, as stored.
+#[tokio::test]
+async fn a_new_runs_stream_that_falls_behind_catches_up_from_the_store() {
+    let app = spawn_app(|c| c.engine.event_buffer = 16).await;
+    let stalled = app
+        .client
+        .post(app.url("/v1/runs"))
+        .header("accept", "text/event-stream")
+        .json(&json!({ "input": "word ".repeat(2_000) }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stalled.status(), 200);
+    let (_, runs) = app.get_json("/v1/runs").await;
+    let id = runs["runs"][0]["id"].as_str().expect("the run").to_owned();
+    // The run ends while the POST's stream is not read.
+    let events = app.follow(&id).await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+    assert!(events.len() > 100, "{}", events.len());
+    let late = SseReader::new(stalled).read_to_final().await;
+    assert_well_formed(&late, 1);
+    let stored: Vec<Value> = app.history(&id).await;
+    let late: Vec<Value> = late.iter().map(SseMessage::json).collect();
+    assert_eq!(late, stored);
+}
+
 #[tokio::test]
 async fn health_readiness_tools_and_metrics() {
     let app = spawn_app(|_| {}).await;

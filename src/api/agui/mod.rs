@@ -239,7 +239,9 @@ async fn start(
     metadata.insert("agui_run_id".into(), json!(input.run_id));
     body["metadata"] = Value::Object(metadata);
     let key = Some(format!("agui:{}", input.run_id));
-    let (run, _) = start_run(state, tenant, body, key).await.map_err(located)?;
+    let (run, _, _) = start_run(state, tenant, body, key, false)
+        .await
+        .map_err(located)?;
     Ok(run.id)
 }
 
