@@ -48,7 +48,11 @@ pub async fn start(bin: &str, env: &[(&str, &str)]) -> Server {
         .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    for _ in 0..200 {
+    // 30 s: on a loaded machine (a build beside the benchmark) start-up can take several.
+    for _ in 0..1200 {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{} exited before it was healthy: {status}", bin.display());
+        }
         if client.get(format!("{base}/healthz")).send().await.is_ok() {
             return Server {
                 child,
@@ -60,5 +64,5 @@ pub async fn start(bin: &str, env: &[(&str, &str)]) -> Server {
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("the server did not become healthy");
+    panic!("the server did not become healthy within 30 s");
 }
