@@ -214,7 +214,7 @@ impl Engine {
     /// The Prometheus text of the engine's metrics, with the run counts by status given.
     pub fn render_metrics(&self, runs_by_status: &[(String, i64)]) -> String {
         let services = &self.inner.services;
-        let run_tasks = self.inner.live.lock().expect("live lock").len();
+        let run_tasks = self.run_tasks();
         let writes = services.store.writes();
         services.metrics.render(&crate::metrics::Scrape {
             runs_by_status,
@@ -224,6 +224,11 @@ impl Engine {
             store_statements: writes.statements,
             store_commits: writes.commits,
         })
+    }
+
+    /// Number of run tasks alive on this replica (queued, running or waiting).
+    pub fn run_tasks(&self) -> usize {
+        self.inner.live.lock().expect("live lock").len()
     }
 
     /// Number of runs waiting for a slot.
