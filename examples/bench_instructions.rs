@@ -9,54 +9,12 @@
 //!
 //! Usage: `cargo run --example bench_instructions -- --runs 10`
 
-use futures::StreamExt;
-use orca::Created;
-use orca::RunRequest;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
-use orca::domain::{EventKind, Orchestration, Tenant};
-use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-fn chain(n: usize) -> Value {
-    let steps: Vec<Value> = (0..n)
-        .map(|i| {
-            let after: Vec<String> = (i > 0).then(|| format!("s{}", i - 1)).into_iter().collect();
-            json!({ "id": format!("s{i}"), "kind": "tool", "depends_on": after,
-                    "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } })
-        })
-        .collect();
-    json!({ "steps": steps })
-}
-
-async fn one_run(app: &App, plan: &Value) {
-    let engine = app.engine();
-    let tenant = Tenant::default_tenant();
-    let request = RunRequest {
-        input: json!("bench"),
-        orchestration: Orchestration::Fixed,
-        plan: Some(plan.clone()),
-        ..Default::default()
-    };
-    let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
-    let Created::New(_, Some(opened)) = engine
-        .create_run(&tenant, admitted, None, true)
-        .await
-        .expect("run")
-    else {
-        panic!("a new run, opened");
-    };
-    let mut events = std::pin::pin!(app.events().follow_opened(opened, CancellationToken::new()));
-    while let Some(ev) = events.next().await {
-        let ev = ev.expect("event");
-        if ev.kind == EventKind::Final {
-            let data = ev.data.to_data();
-            assert_eq!(data["status"], "succeeded", "{data}");
-            return;
-        }
-    }
-    panic!("the stream ended without `final`");
-}
+#[path = "common/chain.rs"]
+mod chain;
+use chain::{chain, run_to_final};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -78,7 +36,7 @@ fn main() {
         let app = App::build(config).await.expect("app");
         let plan = chain(10);
         for _ in 0..runs {
-            one_run(&app, &plan).await;
+            run_to_final(&app, &plan).await;
         }
     });
 }

@@ -10,34 +10,14 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use orca::Created;
-use orca::RunRequest;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
-use orca::domain::{EventKind, Orchestration, Tenant};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-fn step(id: String, deps: Vec<String>) -> Value {
-    json!({ "id": id, "kind": "tool", "depends_on": deps,
-            "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } })
-}
-
-fn chain(n: usize) -> Value {
-    let steps: Vec<Value> = (0..n)
-        .map(|i| {
-            step(
-                format!("s{i}"),
-                if i == 0 {
-                    vec![]
-                } else {
-                    vec![format!("s{}", i - 1)]
-                },
-            )
-        })
-        .collect();
-    json!({ "steps": steps })
-}
+#[path = "common/chain.rs"]
+mod chain;
+use chain::{chain, run_to_final, step};
 
 fn fan_out(n: usize) -> Value {
     let steps: Vec<Value> = (0..n).map(|i| step(format!("s{i}"), vec![])).collect();
@@ -50,34 +30,8 @@ fn median(mut xs: Vec<Duration>) -> Duration {
 }
 
 async fn in_process(app: &App, plan: &Value) -> Duration {
-    let request = RunRequest {
-        input: json!("bench"),
-        orchestration: Orchestration::Fixed,
-        plan: Some(plan.clone()),
-        ..Default::default()
-    };
     let t0 = Instant::now();
-    let engine = app.engine();
-    let tenant = Tenant::default_tenant();
-    // Admitted as the API admits a request: the engine validates the plan once.
-    let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
-    // Opened before the run starts, as `POST /v1/runs` with a stream does.
-    let Created::New(_, Some(opened)) = engine
-        .create_run(&tenant, admitted, None, true)
-        .await
-        .expect("run")
-    else {
-        panic!("a new run, opened");
-    };
-    let mut events = std::pin::pin!(app.events().follow_opened(opened, CancellationToken::new()));
-    while let Some(ev) = events.next().await {
-        let ev = ev.expect("event");
-        if ev.kind == EventKind::Final {
-            let data = ev.data.to_data();
-            assert_eq!(data["status"], "succeeded", "{data}");
-            break;
-        }
-    }
+    run_to_final(app, plan).await;
     t0.elapsed()
 }
 

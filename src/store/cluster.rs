@@ -47,6 +47,14 @@ impl Record {
             Record::RunState(run) | Record::End { run, .. } => run.id,
         }
     }
+
+    /// The event a record carries: an event's, or a run end's `final`.
+    pub fn event(&self) -> Option<&std::sync::Arc<Event>> {
+        match self {
+            Record::Event(ev) | Record::End { event: ev, .. } => Some(ev),
+            _ => None,
+        }
+    }
 }
 
 /// The notice channels of one deployment, named after the schema its tables are in

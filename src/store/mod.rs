@@ -791,10 +791,8 @@ impl Store {
         }
         let events: Vec<&Event> = records
             .iter()
-            .filter_map(|r| match r {
-                Record::Event(ev) | Record::End { event: ev, .. } => Some(&**ev),
-                _ => None,
-            })
+            .filter_map(Record::event)
+            .map(|e| &**e)
             .collect();
         count += cluster::announce_events(&mut tx, self, &events).await?;
         tx.commit().await?;

@@ -174,10 +174,8 @@ pub(crate) fn batch(records: &[Record]) -> Vec<Statement> {
     let mut out = Vec::new();
     let events: Vec<&Event> = records
         .iter()
-        .filter_map(|r| match r {
-            Record::Event(ev) | Record::End { event: ev, .. } => Some(&**ev),
-            _ => None,
-        })
+        .filter_map(Record::event)
+        .map(|e| &**e)
         .collect();
     out.extend(events.chunks(EVENTS_PER_INSERT).map(insert_events));
     let mut last_attempt: HashMap<AttemptRow<'_>, usize> = HashMap::new();

@@ -520,7 +520,7 @@ async fn writer_loop(
             // Persist, then publish: only now is the batch broadcast.
             if let Some(inner) = hub.upgrade() {
                 for rec in &batch {
-                    if let Record::Event(ev) | Record::End { event: ev, .. } = rec
+                    if let Some(ev) = rec.event()
                         && !lost.contains(&ev.run_id)
                     {
                         inner.broadcast(ev);
