@@ -12,9 +12,12 @@
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
 
-#[path = "common/chain.rs"]
-mod chain;
-use chain::{chain, run_to_final};
+#[path = "common/in_process.rs"]
+mod in_process;
+#[path = "common/plans.rs"]
+mod plans;
+use in_process::run_to_final;
+use plans::chain;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

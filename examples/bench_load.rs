@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
+#[path = "common/plans.rs"]
+mod plans;
 #[path = "common/server.rs"]
 mod server;
 use server::start;
@@ -80,14 +82,7 @@ fn args() -> Result<Args, String> {
 
 /// The request of the workload: a 10-step chain of instant tool steps.
 fn chain_request() -> Value {
-    let steps: Vec<Value> = (0..10)
-        .map(|i| {
-            let after: Vec<String> = (i > 0).then(|| format!("s{}", i - 1)).into_iter().collect();
-            json!({ "id": format!("s{i}"), "kind": "tool", "depends_on": after,
-                    "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } })
-        })
-        .collect();
-    json!({ "input": "go", "orchestration": "fixed", "plan": { "steps": steps } })
+    json!({ "input": "go", "orchestration": "fixed", "plan": plans::chain(10) })
 }
 
 /// One run's times: POST → first SSE event, POST → `final`.

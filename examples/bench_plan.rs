@@ -15,9 +15,12 @@ use orca::config::{Config, ProviderChoice};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-#[path = "common/chain.rs"]
-mod chain;
-use chain::{chain, run_to_final, step};
+#[path = "common/in_process.rs"]
+mod in_process;
+#[path = "common/plans.rs"]
+mod plans;
+use in_process::run_to_final;
+use plans::{chain, step};
 
 fn fan_out(n: usize) -> Value {
     let steps: Vec<Value> = (0..n).map(|i| step(format!("s{i}"), vec![])).collect();

@@ -1,6 +1,5 @@
-//! The benchmarks' plans of instant tool steps (`math.calculate "1 + 1"`) and one in-process
-//! run of a plan to `final`, created and followed as `POST /v1/runs` with a stream does.
-//! Shared through `#[path = "common/chain.rs"] mod chain;`.
+//! One in-process run of a plan to `final`, created and followed as `POST /v1/runs` with a
+//! stream does. Shared through `#[path = "common/in_process.rs"] mod in_process;`.
 
 use futures::StreamExt;
 use orca::Created;
@@ -9,23 +8,6 @@ use orca::app::App;
 use orca::domain::{EventKind, Orchestration, Tenant};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-
-/// An instant tool step after `deps`.
-pub fn step(id: String, deps: Vec<String>) -> Value {
-    json!({ "id": id, "kind": "tool", "depends_on": deps,
-            "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } })
-}
-
-/// A plan of `n` steps, each after the one before.
-pub fn chain(n: usize) -> Value {
-    let steps: Vec<Value> = (0..n)
-        .map(|i| {
-            let after: Vec<String> = (i > 0).then(|| format!("s{}", i - 1)).into_iter().collect();
-            step(format!("s{i}"), after)
-        })
-        .collect();
-    json!({ "steps": steps })
-}
 
 /// Admits, creates and follows one `fixed` run of `plan` to its `final`, which must say
 /// `succeeded`.
