@@ -673,3 +673,144 @@ async fn a_store_that_refuses_writes_stops_runs_which_resume_once_it_is_back() {
         "the run never stopped and resumed"
     );
 }
+
+/// Eight chained `math.calculate` steps (1 + 1, then + 1 each: 9) with a short `wait` after
+/// the fourth, so a kill finds runs before, inside and after it.
+fn chain_around_a_wait() -> Value {
+    let mut steps = vec![json!({ "id": "c1", "kind": "tool",
+        "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } })];
+    for n in 2..=8 {
+        let before = if n == 5 {
+            "w".to_owned()
+        } else {
+            format!("c{}", n - 1)
+        };
+        let previous = format!("c{}", n - 1);
+        steps.push(
+            json!({ "id": format!("c{n}"), "kind": "tool", "depends_on": [before],
+            "input": { "tool": "math.calculate", "arguments": {
+                "expression": format!("{{{{ steps.{previous}.output.result }}}} + 1") } } }),
+        );
+        if n == 4 {
+            steps.push(json!({ "id": "w", "kind": "wait", "depends_on": ["c4"],
+                "input": { "duration_ms": 300 } }));
+        }
+    }
+    json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": steps } })
+}
+
+/// Creates a run of `body` (its id, once the server answered `201`) and reads its stream until
+/// `final` or until the connection dies, counting into `waiting` once the run has finished
+/// `c4`; the id (none if the server died before it answered) and what the client received.
+async fn stream_until_cut(
+    client: reqwest::Client,
+    base: String,
+    body: Value,
+    waiting: std::sync::Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+) -> Option<(String, Vec<SseMessage>)> {
+    let created = client.post(format!("{base}/v1/runs")).json(&body).send();
+    let resp = created.await.ok()?;
+    assert_eq!(resp.status(), 201);
+    let id = resp.json::<Value>().await.ok()?["id"].as_str()?.to_owned();
+    let mut seen = Vec::new();
+    let Ok(resp) = client
+        .get(format!("{base}/v1/runs/{id}/events"))
+        .send()
+        .await
+    else {
+        return Some((id, seen));
+    };
+    let mut reader = SseReader::new(resp);
+    while let Some(ev) = reader.next_event().await {
+        let data = ev.json()["data"].clone();
+        if ev.kind() == "step" && data["step_id"] == "c4" && data["status"] == "completed" {
+            waiting.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            waiting.1.notify_one();
+        }
+        let last = ev.kind() == "final";
+        seen.push(ev);
+        if last {
+            break;
+        }
+    }
+    Some((id, seen))
+}
+
+/// Speed never buys lost events: 120 runs created and streamed at once (64 run, the rest
+/// queue), the server killed -9 while most are in flight. After a restart every run it had
+/// answered `201` for ends as it should, every event a client had received is stored unchanged
+/// under its seq, and no step a client saw complete runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_under_load_loses_no_streamed_event_and_runs_no_completed_step_again() {
+    const RUNS: usize = 120;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path()).await;
+    let waiting = std::sync::Arc::new((
+        std::sync::atomic::AtomicUsize::new(0),
+        tokio::sync::Notify::new(),
+    ));
+    let clients: Vec<_> = (0..RUNS)
+        .map(|_| {
+            tokio::spawn(stream_until_cut(
+                server.client.clone(),
+                server.url(""),
+                chain_around_a_wait(),
+                waiting.clone(),
+            ))
+        })
+        .collect();
+    let some_waiting = async {
+        while waiting.0.load(std::sync::atomic::Ordering::SeqCst) < RUNS / 3 {
+            waiting.1.notified().await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, some_waiting)
+        .await
+        .expect("a third of the runs reach their wait");
+    server.kill();
+    let mut created = Vec::new();
+    for client in clients {
+        created.extend(client.await.unwrap());
+    }
+    let cut = created
+        .iter()
+        .filter(|(_, seen)| seen.last().is_none_or(|e| e.kind() != "final"))
+        .count();
+    assert!(cut > 0, "the kill cut no run off, so this proves nothing");
+
+    let server = Server::start(dir.path()).await;
+    for (id, seen) in &created {
+        let resp = server
+            .client
+            .get(server.url(&format!("/v1/runs/{id}/events")));
+        let all = to_final(SseReader::new(resp.send().await.unwrap())).await;
+        assert_well_formed(&all, 1);
+        let fin = final_data(&all);
+        assert_eq!(fin["status"], "succeeded", "run {id}: {fin}");
+        assert_eq!(fin["output"]["result"], 9, "run {id}: {fin}");
+        for ev in seen {
+            let seq: usize = ev.id.as_deref().unwrap().parse().unwrap();
+            assert_eq!(
+                &all[seq - 1],
+                ev,
+                "run {id}: the event at seq {seq} changed"
+            );
+        }
+        let steps = server.steps(id).await;
+        let completed_before = seen.iter().map(SseMessage::json).filter(|e| {
+            e["kind"] == "step" && e["data"]["status"] == "completed" && e["data"]["step_id"] != ""
+        });
+        for ev in completed_before {
+            let step = ev["data"]["step_id"].as_str().unwrap();
+            let attempts: Vec<(Value, Value)> = attempts_of(&steps, step)
+                .into_iter()
+                .map(|(n, status, _)| (n, status))
+                .collect();
+            assert_eq!(
+                attempts,
+                [(json!(1), json!("completed"))],
+                "run {id}: {step} completed before the kill and ran again"
+            );
+        }
+    }
+}
