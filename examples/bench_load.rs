@@ -11,7 +11,9 @@
 //! - POST → first SSE event and POST → `final`, p50 and p99 over the round's runs.
 //!
 //! After the rounds: the server's peak resident memory (VmHWM), and its VmRSS after warm-up and
-//! 1 s after the load ended (does memory go back?). Client and server share the machine: the
+//! 1 s after the load ended (does memory go back?). Then, once per round, events per second to
+//! one stream client: a `simple` run whose offline model answers with ~50,000 token events
+//! as fast as it can, streamed on `POST` and read to `final` (events received / POST → `final`). Client and server share the machine: the
 //! client's own CPU per run is shown so that its share of the cores is visible, and so is the
 //! CPU anything else used in the round (`/proc/stat` busy time minus server and client, as a
 //! share of all CPUs): a round with other work beside it is disturbed, and the output says so.
@@ -34,8 +36,15 @@ mod plans;
 mod server;
 use server::start;
 
-/// What this benchmark sets beside the offline provider: every run in flight admitted at once.
-const ENV: &[(&str, &str)] = &[("ORCA_ENGINE__MAX_RUNNING_RUNS", "256")];
+/// What this benchmark sets beside the offline provider: every run in flight admitted at once,
+/// and a model that streams its tokens without pausing (the token stream's figure).
+const ENV: &[(&str, &str)] = &[
+    ("ORCA_ENGINE__MAX_RUNNING_RUNS", "256"),
+    ("ORCA_LLM__OFFLINE_TOKEN_DELAY_MS", "0"),
+];
+
+/// Words in the token stream's input; the offline model answers with one token event each.
+const STREAM_WORDS: usize = 49_990;
 
 /// Runs streamed before the first round (connections opened, caches and statements warm).
 const WARM_UP: usize = 50;
@@ -135,6 +144,44 @@ async fn stream_run(client: &reqwest::Client, base: &str, body: &Value) -> Resul
             "never seen"
         }
     ))
+}
+
+/// Streams one `simple` run whose answer is [`STREAM_WORDS`] token events; events per second
+/// from POST to `final` (all events counted, tokens and the rest).
+async fn token_stream(client: &reqwest::Client, base: &str) -> Result<f64, String> {
+    let body = json!({ "input": "w ".repeat(STREAM_WORDS), "orchestration": "simple" });
+    let t0 = Instant::now();
+    let resp = client
+        .post(format!("{base}/v1/runs"))
+        .header("accept", "text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("POST /v1/runs: {e}"))?;
+    let mut stream = resp.bytes_stream();
+    let (mut buf, mut events) = (Vec::new(), 0usize);
+    while let Some(chunk) = stream.next().await {
+        buf.extend_from_slice(&chunk.map_err(|e| format!("reading the stream: {e}"))?);
+        let mut start = 0;
+        while let Some(pos) = buf[start..].windows(2).position(|w| w == b"\n\n") {
+            let block = &buf[start..start + pos];
+            start += pos + 2;
+            if !block.starts_with(b"id:") {
+                continue;
+            }
+            events += 1;
+            if block.windows(12).any(|w| w == b"event: final") {
+                let secs = t0.elapsed().as_secs_f64();
+                check_final(&String::from_utf8_lossy(block))?;
+                if events < STREAM_WORDS {
+                    return Err(format!("only {events} events streamed"));
+                }
+                return Ok(events as f64 / secs);
+            }
+        }
+        buf.drain(..start);
+    }
+    Err("the token stream ended without `final`".into())
 }
 
 /// The `final` event's data must say `succeeded`.
@@ -478,6 +525,12 @@ async fn run(a: &Args) -> Result<(), String> {
     println!("| server memory after warm-up (VmRSS) | {rss_warm:.1} MiB | |");
     println!("| server peak memory (VmHWM) | {peak:.1} MiB | |");
     println!("| server memory 1 s after the load (VmRSS) | {rss_after:.1} MiB | |");
+    let client = reqwest::Client::new();
+    let mut rates = Vec::new();
+    for _ in 0..a.rounds {
+        rates.push(token_stream(&client, &server.base).await? / 1000.0);
+    }
+    summary("events per second to one stream client", "k/s", 0, rates);
     Ok(())
 }
 

@@ -10,6 +10,7 @@ pub mod history;
 pub mod openapi;
 pub mod runs;
 pub mod server;
+pub mod sse;
 pub mod system;
 pub mod tools;
 pub mod workflows;

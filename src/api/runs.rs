@@ -1,13 +1,11 @@
 //! `/v1/runs`: create (streaming or not), read, list, delete, events (SSE or JSON), steps,
 //! cancel.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
@@ -558,30 +556,8 @@ fn sse(
     state: &AppState,
     events: impl Stream<Item = Result<Arc<Event>, crate::store::Error>> + Send + 'static,
 ) -> Response {
-    let stream = events.filter_map(|item| async move {
-        match item {
-            Ok(ev) => Some(Ok::<_, Infallible>(to_sse(&ev))),
-            Err(e) => {
-                tracing::error!(error = ?e, "reading events failed; closing the stream");
-                None
-            }
-        }
-    });
-    let keep_alive = KeepAlive::new()
-        .interval(Duration::from_secs(state.config.server.keep_alive_secs))
-        .text("keep-alive");
-    let mut resp = Sse::new(stream).keep_alive(keep_alive).into_response();
-    // Proxies (nginx) must not buffer the stream.
-    resp.headers_mut()
-        .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
-}
-
-fn to_sse(ev: &Arc<Event>) -> SseEvent {
-    SseEvent::default()
-        .id(ev.seq.to_string())
-        .event(ev.kind.as_str())
-        .data(serde_json::to_string(&**ev).unwrap_or_default())
+    let keep_alive = Duration::from_secs(state.config.server.keep_alive_secs);
+    super::sse::response(events, keep_alive)
 }
 
 /// Every step attempt of a run, in start order.

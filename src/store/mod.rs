@@ -36,6 +36,7 @@ mod reads;
 mod registry;
 mod retention;
 mod sessions;
+mod sqlite_reader;
 mod sqlite_writer;
 mod statement;
 mod timeline;
@@ -47,6 +48,7 @@ pub use retention::RUN_TABLES;
 pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;
 
+use sqlite_reader::SqliteReader;
 use sqlite_writer::SqliteWriter;
 use statement::{Param, RowWrite, Statement};
 
@@ -309,6 +311,8 @@ pub struct Store {
     /// SQLite's writer thread, through which runs and their histories are written (a file
     /// database; an in-memory one has no second connection to the same data).
     writer: Option<Arc<SqliteWriter>>,
+    /// SQLite's reader thread, through which followers replay events (a file database).
+    reader: Option<Arc<SqliteReader>>,
 }
 
 /// The statements and commits a store has run to write runs' rows and histories since it
@@ -396,7 +400,7 @@ impl Store {
                     .await?
             }
         };
-        let mut writer = None;
+        let (mut writer, mut reader) = (None, None);
         let schema = match backend {
             Backend::Sqlite => {
                 SQLITE_MIGRATIONS.run(&pool).await?;
@@ -404,6 +408,7 @@ impl Store {
                 let file = options.get_filename();
                 if file != std::path::Path::new(":memory:") && !url.contains("mode=memory") {
                     writer = Some(Arc::new(SqliteWriter::start(file, busy_timeout)?));
+                    reader = Some(Arc::new(SqliteReader::start(file, busy_timeout)?));
                 }
                 "main".to_owned()
             }
@@ -425,6 +430,7 @@ impl Store {
             channels: cluster::Channels::for_schema(&schema).into(),
             writes: Default::default(),
             writer,
+            reader,
         })
     }
 
@@ -827,6 +833,28 @@ impl Store {
 
     /// Events with `seq > after`, in order, at most `limit`.
     pub async fn events_after(&self, run: RunId, after: u64, limit: u32) -> Result<Vec<Event>> {
+        if let Some(reader) = &self.reader {
+            let id = run.to_string();
+            let rows = reader
+                .read(move |c| {
+                    let mut page = c.prepare_cached(
+                        "SELECT seq, kind, ts, step_id, data FROM events
+                         WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                    )?;
+                    let rows = page.query_map((id, seq_bound(after), limit), |r| {
+                        Ok(StoredEvent {
+                            seq: r.get(0)?,
+                            kind: r.get(1)?,
+                            ts: r.get(2)?,
+                            step: r.get(3)?,
+                            data: r.get(4)?,
+                        })
+                    })?;
+                    rows.collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .await?;
+            return rows.into_iter().map(|r| r.into_event(run)).collect();
+        }
         let rows = sqlx::query(
             "SELECT * FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         )
@@ -1012,23 +1040,43 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
 }
 
 fn event_from_row(run: RunId, r: &AnyRow) -> Result<Event> {
-    let kind: String = r.try_get("kind")?;
-    let kind = EventKind::parse(&kind).ok_or_else(|| Error::Corrupt(format!("kind `{kind}`")))?;
-    let data = parse_json(&r.try_get::<String, _>("data")?)?;
-    let data = Payload::decode(kind, data).map_err(Error::Corrupt)?;
-    // The column keeps the step's whole place: `path/id` for nested work.
-    let step: Option<String> = r.try_get("step_id")?;
-    let step = step.map(|s| step_path(&s)).transpose()?;
-    let event = Event {
-        seq: r.try_get::<i64, _>("seq")? as u64,
-        run_id: run,
-        kind,
-        ts: parse_time(&r.try_get::<String, _>("ts")?)?,
-        step_id: None,
-        path: None,
-        data,
-    };
-    Ok(event.at(step.as_ref()))
+    StoredEvent {
+        seq: r.try_get("seq")?,
+        kind: r.try_get("kind")?,
+        ts: r.try_get("ts")?,
+        step: r.try_get("step_id")?,
+        data: r.try_get("data")?,
+    }
+    .into_event(run)
+}
+
+/// An `events` row as stored, before it is decoded.
+struct StoredEvent {
+    seq: i64,
+    kind: String,
+    ts: String,
+    /// The step's whole place: `path/id` for nested work.
+    step: Option<String>,
+    data: String,
+}
+
+impl StoredEvent {
+    fn into_event(self, run: RunId) -> Result<Event> {
+        let kind = EventKind::parse(&self.kind)
+            .ok_or_else(|| Error::Corrupt(format!("kind `{}`", self.kind)))?;
+        let data = Payload::decode(kind, parse_json(&self.data)?).map_err(Error::Corrupt)?;
+        let step = self.step.map(|s| step_path(&s)).transpose()?;
+        let event = Event {
+            seq: self.seq as u64,
+            run_id: run,
+            kind,
+            ts: parse_time(&self.ts)?,
+            step_id: None,
+            path: None,
+            data,
+        };
+        Ok(event.at(step.as_ref()))
+    }
 }
 
 /// A stored step place, read back.

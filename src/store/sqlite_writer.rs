@@ -65,7 +65,7 @@ impl SqliteWriter {
     }
 }
 
-fn open(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Connection> {
+pub(super) fn open(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(busy_timeout)?;
     // As the pool's connections: a committed transaction survives a process crash (WAL), and
