@@ -329,8 +329,8 @@ async fn start_engine(
 const IDLE_LOOK: Duration = Duration::from_millis(250);
 
 /// Gives the heap's free memory back to the system each time the server falls idle after work
-/// (no run task alive on a look, some on the look before). glibc's malloc keeps what a load
-/// freed in its per-thread arenas otherwise: resident memory stayed at its peak after a load.
+/// (no run task alive on a look, some on the look before), instead of as jemalloc's decay
+/// would, over the next second and only as far as it goes.
 async fn trim_when_idle(engine: Engine, shutdown: CancellationToken) {
     let mut idle = IdleEdge::default();
     let mut look = tokio::time::interval(IDLE_LOOK);
@@ -340,8 +340,8 @@ async fn trim_when_idle(engine: Engine, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = look.tick() => {}
         }
-        if idle.fell_idle(engine.run_tasks()) {
-            give_back_free_memory();
+        if idle.fell_idle(engine.run_tasks()) && !give_back_free_memory() {
+            tracing::debug!("jemalloc refused to purge its arenas");
         }
     }
 }
@@ -360,17 +360,37 @@ impl IdleEdge {
     }
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn give_back_free_memory() {
-    // SAFETY: `malloc_trim` only returns free pages of glibc's heap to the kernel; it takes
-    // the allocator's own locks and touches no memory in use.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
+/// The allocator of every binary built on orca: jemalloc, measured against glibc's malloc
+/// and mimalloc (BENCHMARKS.md, issue 29): a quarter less server CPU per run under load. It
+/// keeps two arenas (one per core of a small machine), and a background thread hands pages
+/// freed a second ago back to the system; [`give_back_free_memory`] hands back the rest at once
+/// when the server falls idle.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn give_back_free_memory() {}
+/// jemalloc's options, read once when it starts (`_RJEM_MALLOC_CONF` in the environment
+/// overrides them).
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: &[u8; 70] =
+    b"background_thread:true,narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
+/// Purges every arena's unused pages now; whether jemalloc did.
+fn give_back_free_memory() -> bool {
+    // `arena.<MALLCTL_ARENAS_ALL>.purge`.
+    const PURGE_ALL: &std::ffi::CStr = c"arena.4096.purge";
+    // SAFETY: a void control: no value is read or written, so the null pointers and zero
+    // length are what jemalloc expects; purging touches no memory in use.
+    let status = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            PURGE_ALL.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    status == 0
+}
 
 /// Hands the other replicas' notices to the engine until the server stops.
 async fn relay_notices(
@@ -404,7 +424,14 @@ async fn relay_notices(
 
 #[cfg(test)]
 mod tests {
-    use super::IdleEdge;
+    use super::{IdleEdge, give_back_free_memory};
+
+    #[test]
+    fn jemalloc_purges_every_arena_on_request() {
+        let held: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 64 * 1024]).collect();
+        drop(held);
+        assert!(give_back_free_memory());
+    }
 
     #[test]
     fn memory_is_given_back_once_each_time_the_runs_are_over() {
