@@ -701,12 +701,15 @@ fn chain_around_a_wait() -> Value {
 
 /// Creates a run of `body` (its id, once the server answered `201`) and reads its stream until
 /// `final` or until the connection dies, counting into `waiting` once the run has finished
-/// `c4`; the id (none if the server died before it answered) and what the client received.
+/// `c4`. The reader whose count reaches `kill_at` kills the server (`pid`) at once, with
+/// events still on their way to it and to the store. The id (none if the server died before it
+/// answered) and what the client received.
 async fn stream_until_cut(
     client: reqwest::Client,
     base: String,
     body: Value,
     waiting: std::sync::Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+    (pid, kill_at): (u32, usize),
 ) -> Option<(String, Vec<SseMessage>)> {
     let created = client.post(format!("{base}/v1/runs")).json(&body).send();
     let resp = created.await.ok()?;
@@ -724,7 +727,10 @@ async fn stream_until_cut(
     while let Some(ev) = reader.next_event().await {
         let data = ev.json()["data"].clone();
         if ev.kind() == "step" && data["step_id"] == "c4" && data["status"] == "completed" {
-            waiting.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if waiting.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == kill_at {
+                // SAFETY: a signal to the test's own child process.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            }
             waiting.1.notify_one();
         }
         let last = ev.kind() == "final";
@@ -756,6 +762,7 @@ async fn a_kill_under_load_loses_no_streamed_event_and_runs_no_completed_step_ag
                 server.url(""),
                 chain_around_a_wait(),
                 waiting.clone(),
+                (server.pid(), RUNS / 3),
             ))
         })
         .collect();
@@ -767,7 +774,7 @@ async fn a_kill_under_load_loses_no_streamed_event_and_runs_no_completed_step_ag
     tokio::time::timeout(PATIENCE, some_waiting)
         .await
         .expect("a third of the runs reach their wait");
-    server.kill();
+    server.kill(); // reaps the process its reader killed
     let mut created = Vec::new();
     for client in clients {
         created.extend(client.await.unwrap());

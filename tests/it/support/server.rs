@@ -217,6 +217,11 @@ impl Server {
         self.child.wait().unwrap();
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Freezes the process (SIGSTOP), as a stop-the-world pause would.
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
