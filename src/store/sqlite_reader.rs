@@ -17,7 +17,9 @@ use tokio::sync::oneshot;
 
 use super::sqlite_writer::{WriteError, open};
 
-type Job = Box<dyn FnOnce(&mut Option<Connection>) + Send>;
+/// A read, given the connection (or why none could be opened); whether it succeeded, so the
+/// thread knows to keep the connection.
+type Job = Box<dyn FnOnce(rusqlite::Result<&Connection>) -> bool + Send>;
 
 /// The handle reads go through; the thread ends when the last handle is dropped.
 #[derive(Debug)]
@@ -28,19 +30,12 @@ pub(crate) struct SqliteReader {
 impl SqliteReader {
     /// Opens the reader's connection to `path` and starts its thread.
     pub fn start(path: &Path, busy_timeout: Duration) -> Result<SqliteReader, WriteError> {
-        let mut conn = Some(open(path, busy_timeout)?);
+        let first = open(path, busy_timeout)?;
         let (jobs, queue) = mpsc::channel::<Job>();
         let path = path.to_owned();
         std::thread::Builder::new()
             .name("orca-sqlite-reader".into())
-            .spawn(move || {
-                while let Ok(job) = queue.recv() {
-                    if conn.is_none() {
-                        conn = open(&path, busy_timeout).ok();
-                    }
-                    job(&mut conn);
-                }
-            })
+            .spawn(move || serve(Some(first), &path, busy_timeout, queue))
             .map_err(|_| WriteError::Gone)?;
         Ok(SqliteReader { jobs })
     }
@@ -51,19 +46,35 @@ impl SqliteReader {
         read: impl FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
     ) -> Result<R, WriteError> {
         let (done, answer) = oneshot::channel();
-        let job: Job = Box::new(move |conn: &mut Option<Connection>| {
-            let Some(c) = conn.as_ref() else {
-                let _ = done.send(Err(WriteError::Gone));
-                return;
-            };
-            let result = read(c);
-            if result.is_err() {
-                *conn = None;
-            }
+        let job: Job = Box::new(move |conn| {
+            let result = conn.and_then(read);
+            let succeeded = result.is_ok();
             let _ = done.send(result.map_err(WriteError::from));
+            succeeded
         });
         self.jobs.send(job).map_err(|_| WriteError::Gone)?;
         answer.await.map_err(|_| WriteError::Gone)?
+    }
+}
+
+/// Runs each read on the connection, opening a fresh one after a failed read.
+fn serve(
+    mut conn: Option<Connection>,
+    path: &Path,
+    busy_timeout: Duration,
+    queue: mpsc::Receiver<Job>,
+) {
+    while let Ok(job) = queue.recv() {
+        match conn.take().map_or_else(|| open(path, busy_timeout), Ok) {
+            Ok(c) => {
+                if job(Ok(&c)) {
+                    conn = Some(c);
+                }
+            }
+            Err(e) => {
+                job(Err(e));
+            }
+        }
     }
 }
 
