@@ -15,7 +15,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::sqlite_writer::{WriteError, open};
+use super::sqlite_writer::{WriteError, open, serve_each};
 
 /// A read, given the connection (or why none could be opened); whether it succeeded, so the
 /// thread knows to keep the connection.
@@ -35,7 +35,11 @@ impl SqliteReader {
         let path = path.to_owned();
         std::thread::Builder::new()
             .name("orca-sqlite-reader".into())
-            .spawn(move || serve(Some(first), &path, busy_timeout, queue))
+            .spawn(move || {
+                serve_each(Some(first), &path, busy_timeout, queue, |job: Job, conn| {
+                    job(conn)
+                })
+            })
             .map_err(|_| WriteError::Gone)?;
         Ok(SqliteReader { jobs })
     }
@@ -54,27 +58,6 @@ impl SqliteReader {
         });
         self.jobs.send(job).map_err(|_| WriteError::Gone)?;
         answer.await.map_err(|_| WriteError::Gone)?
-    }
-}
-
-/// Runs each read on the connection, opening a fresh one after a failed read.
-fn serve(
-    mut conn: Option<Connection>,
-    path: &Path,
-    busy_timeout: Duration,
-    queue: mpsc::Receiver<Job>,
-) {
-    while let Ok(job) = queue.recv() {
-        match conn.take().map_or_else(|| open(path, busy_timeout), Ok) {
-            Ok(c) => {
-                if job(Ok(&c)) {
-                    conn = Some(c);
-                }
-            }
-            Err(e) => {
-                job(Err(e));
-            }
-        }
     }
 }
 

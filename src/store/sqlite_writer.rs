@@ -79,23 +79,41 @@ pub(super) fn open(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Conn
 }
 
 fn serve(
-    mut conn: Option<Connection>,
+    conn: Option<Connection>,
     path: &Path,
     busy_timeout: Duration,
     queue: mpsc::Receiver<Job>,
 ) {
-    while let Ok(job) = queue.recv() {
-        let written = match conn.take() {
-            Some(c) => Ok(c),
-            None => open(path, busy_timeout),
-        }
-        .and_then(|c| {
-            let changed = transaction(&c, &job.statements)?;
-            conn = Some(c);
-            Ok(changed)
-        });
+    serve_each(conn, path, busy_timeout, queue, |job, conn| {
+        let written = conn.and_then(|c| transaction(c, &job.statements));
+        let kept = written.is_ok();
         // The store may have stopped waiting (its task was cancelled): nothing to tell then.
         let _ = job.done.send(written);
+        kept
+    })
+}
+
+/// A connection thread's loop, the writer's and the reader's: each job runs on the kept
+/// connection, or on a fresh one when there is none; `run` says whether to keep it (a
+/// connection that lived through a failure is closed), or gets the error of opening one.
+pub(super) fn serve_each<J>(
+    mut conn: Option<Connection>,
+    path: &Path,
+    busy_timeout: Duration,
+    queue: mpsc::Receiver<J>,
+    mut run: impl FnMut(J, rusqlite::Result<&Connection>) -> bool,
+) {
+    while let Ok(job) = queue.recv() {
+        match conn.take().map_or_else(|| open(path, busy_timeout), Ok) {
+            Ok(c) => {
+                if run(job, Ok(&c)) {
+                    conn = Some(c);
+                }
+            }
+            Err(e) => {
+                run(job, Err(e));
+            }
+        }
     }
 }
 
