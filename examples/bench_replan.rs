@@ -170,7 +170,7 @@ async fn main() {
                 run: RunId::new(),
                 version: 1,
                 reason: "initial".into(),
-                plan: plan50.clone(),
+                plan: plan50.clone().into(),
                 change: None,
             };
             store.append(&[record]).await.expect("stored");

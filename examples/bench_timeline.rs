@@ -266,7 +266,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
     let plan = PlanData {
         version: 1,
         reason: "initial".into(),
-        plan: json!({ "steps": [{ "id": "g0", "kind": "parallel" }] }),
+        plan: json!({ "steps": [{ "id": "g0", "kind": "parallel" }] }).into(),
         critical_path: vec!["g0".into()],
         critical_path_ms: 0,
         change: None,
@@ -311,7 +311,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
     records.extend(
         w.attempts
             .iter()
-            .map(|a| Record::Attempt(w.run, Box::new(a.clone()))),
+            .map(|a| Record::Attempt(w.run, std::sync::Arc::new(a.clone()))),
     );
     for chunk in records.chunks(1_000) {
         store.append(chunk).await.expect("append");

@@ -247,7 +247,7 @@ pub struct PlanData {
     pub version: u32,
     /// `initial`, or what made a new version necessary.
     pub reason: String,
-    pub plan: Value,
+    pub plan: std::sync::Arc<Value>,
     /// The heaviest chain of dependencies, first step first.
     pub critical_path: Vec<String>,
     pub critical_path_ms: u64,

@@ -15,6 +15,7 @@
 //! [`RunContext::restore_attempts`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -461,7 +462,7 @@ impl RunContext {
     }
 
     async fn store_attempt(&self, record: &StepAttempt) {
-        self.record(Record::Attempt(self.run_id, Box::new(record.clone())))
+        self.record(Record::Attempt(self.run_id, Arc::new(record.clone())))
             .await;
     }
 }

@@ -256,7 +256,7 @@ mod tests {
         PlanRecord {
             version: n,
             reason: "x".into(),
-            plan: json!({ "steps": steps }),
+            plan: json!({ "steps": steps }).into(),
             trigger,
             strategy: change.map(|_| crate::domain::replan::Strategy::Alternative),
             explanation: Some("said".into()),

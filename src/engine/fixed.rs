@@ -114,11 +114,13 @@ pub async fn announce_plan(
     let reason = change
         .as_ref()
         .map_or("initial", |c| c.trigger.kind.as_str());
+    // One copy of the document for the store, the run's ledger and the event.
+    let doc = std::sync::Arc::new(doc.clone());
     ctx.record(Record::Plan {
         run: ctx.run_id,
         version,
         reason: reason.to_owned(),
-        plan: doc.clone(),
+        plan: std::sync::Arc::clone(&doc),
         change: change.clone().map(Box::new),
     })
     .await;
@@ -127,7 +129,7 @@ pub async fn announce_plan(
     let announced = PlanData {
         version,
         reason: reason.to_owned(),
-        plan: doc.clone(),
+        plan: doc,
         critical_path: plan.critical_path().iter().map(|s| s.to_string()).collect(),
         critical_path_ms: plan.critical_path_ms(),
         change,

@@ -96,14 +96,14 @@ pub enum Refused {
 pub async fn admit(
     services: &Services,
     tenant: &Tenant,
-    request: RunRequest,
+    mut request: RunRequest,
 ) -> Result<Admitted, Refused> {
     // The tenant's tools as the store has them now; the run keeps the declarations it may
     // call, so it calls the same tools wherever and whenever it runs.
     let declared = services.declared_tools(tenant).await?;
     let tenants = services.for_tenant(tenant, &declared);
     let mut problems = named(&tenants, &request);
-    let (plan, more) = plan_of(&tenants, tenant, &request).await?;
+    let (plan, more) = plan_of(&tenants, tenant, &mut request).await?;
     problems.extend(more);
     if !problems.is_empty() {
         return Err(Refused::Invalid(problems));
@@ -182,18 +182,19 @@ type Resolved = (Value, ValidPlan);
 
 /// The plan the request runs, if it gives one: its `plan`, or its `workflow` as a plan; with
 /// every problem of the orchestration × workflow × plan combination and of what it names.
+/// An inline `plan` is taken out of the request (it becomes the run's document), not copied.
 async fn plan_of(
     services: &Services,
     tenant: &Tenant,
-    request: &RunRequest,
+    request: &mut RunRequest,
 ) -> store::Result<(Option<Resolved>, Vec<Problem>)> {
     use Orchestration::{Auto, Fixed, Planner, Reactive, Simple};
     let refused = |pointer: &str, message: &str| (None, vec![Problem::new(pointer, message)]);
     Ok(
         match (request.orchestration, &request.workflow, &request.plan) {
             (_, Some(_), Some(_)) => refused("/plan", "send either `workflow` or `plan`, not both"),
-            (Auto | Fixed | Reactive, None, Some(doc)) => {
-                let mut doc = doc.clone();
+            (Auto | Fixed | Reactive, None, Some(_)) => {
+                let mut doc = request.plan.take().unwrap_or_default();
                 crate::agents::resolve_references(services.store(), tenant, &mut doc).await?;
                 match crate::plan::validate_plan(&doc, services.catalog()) {
                     Ok(valid) => (Some((doc, valid)), Vec::new()),

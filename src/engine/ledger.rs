@@ -9,6 +9,7 @@
 //! already there is left as it is (`ON CONFLICT DO NOTHING`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::domain::{StepAttempt, StepPath};
 use crate::store::{PlanRecord, Record};
@@ -21,7 +22,8 @@ pub(super) struct Ledger {
     /// Whether it holds the run's whole history (false for a resumed run).
     whole: bool,
     plans: Vec<PlanRecord>,
-    attempts: HashMap<AttemptKey, StepAttempt>,
+    /// The records queued, shared with the store's batch (no copy of inputs and outputs).
+    attempts: HashMap<AttemptKey, Arc<StepAttempt>>,
 }
 
 impl Ledger {
@@ -41,14 +43,17 @@ impl Ledger {
         match record {
             Record::Attempt(_, a) => {
                 let key = (a.plan_version, a.step(), a.attempt);
-                let mut a = (**a).clone();
-                if let Some(before) = self.attempts.get_mut(&key) {
-                    if a.input.is_none() {
-                        a.input = before.input.take();
+                match self.attempts.get_mut(&key) {
+                    // Copied only to keep an input the later write does not bring.
+                    Some(before) if a.input.is_none() && before.input.is_some() => {
+                        let mut merged = (**a).clone();
+                        merged.input = before.input.clone();
+                        *before = Arc::new(merged);
                     }
-                    *before = a;
-                } else {
-                    self.attempts.insert(key, a);
+                    Some(before) => *before = Arc::clone(a),
+                    None => {
+                        self.attempts.insert(key, Arc::clone(a));
+                    }
                 }
             }
             Record::Plan {
@@ -73,8 +78,12 @@ impl Ledger {
 
     /// The run's plan versions (oldest first) and step attempts, when the ledger is whole.
     pub fn history(&self) -> Option<(&[PlanRecord], Vec<&StepAttempt>)> {
-        self.whole
-            .then(|| (&self.plans[..], self.attempts.values().collect()))
+        self.whole.then(|| {
+            (
+                &self.plans[..],
+                self.attempts.values().map(|a| &**a).collect(),
+            )
+        })
     }
 }
 
@@ -100,7 +109,7 @@ mod tests {
             completed_at: None,
             duration_ms: None,
         };
-        Record::Attempt(RunId::new(), Box::new(a))
+        Record::Attempt(RunId::new(), Arc::new(a))
     }
 
     fn plan(version: u32, reason: &str) -> Record {
@@ -108,7 +117,7 @@ mod tests {
             run: RunId::new(),
             version,
             reason: reason.into(),
-            plan: json!({ "steps": [] }),
+            plan: json!({ "steps": [] }).into(),
             change: None,
         }
     }

@@ -756,25 +756,25 @@ impl Engine {
 
     fn context(
         &self,
-        stored: &StoredRun,
+        stored: StoredRun,
         last_seq: u64,
         plan: Option<Arc<ValidPlan>>,
         cancel: CancellationToken,
         stop: CancellationToken,
     ) -> RunContext {
-        let seed = RunSeed {
-            run: stored.run.clone(),
-            tenant: stored.tenant.clone(),
-            spec: stored.spec.clone(),
-            plan,
-            limits: self.limits(&stored.spec),
-            counters: stored.counters,
-            last_seq,
-        };
         let services = self
             .inner
             .services
             .for_tenant(&stored.tenant, &stored.spec.declared_tools);
+        let seed = RunSeed {
+            limits: self.limits(&stored.spec),
+            run: stored.run,
+            tenant: stored.tenant,
+            spec: stored.spec,
+            plan,
+            counters: stored.counters,
+            last_seq,
+        };
         RunContext::new(seed, cancel, stop, services)
     }
 
@@ -797,12 +797,12 @@ impl Engine {
             cancel.cancel();
         }
         self.inner.queued.fetch_add(1, Ordering::SeqCst);
-        let ctx = self.context(&stored, last_seq, plan, cancel, stop.clone());
+        let id = stored.run.id;
+        let span = tracing::info_span!("run", run_id = %id, tenant = %stored.tenant.0);
+        let ctx = self.context(stored, last_seq, plan, cancel, stop.clone());
         let engine = self.clone();
-        let span = tracing::info_span!("run", run_id = %stored.run.id, tenant = %stored.tenant.0);
         self.inner.tracker.spawn(
             async move {
-                let id = stored.run.id;
                 let left = run::drive(&engine.inner, ctx, stop).await;
                 engine.inner.live.lock().expect("live lock").remove(&id);
                 if left == run::Left::ForTheStore {

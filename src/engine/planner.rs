@@ -85,7 +85,7 @@ async fn stored_plan(ctx: &RunContext, version: u32) -> Result<(ValidPlan, Value
         ));
     };
     let valid = fixed::revalidate(ctx, &stored.plan)?;
-    Ok((valid, stored.plan))
+    Ok((valid, std::sync::Arc::unwrap_or_clone(stored.plan)))
 }
 
 /// Asks the planner function for a plan, sending the problems back while it is invalid.

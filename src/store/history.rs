@@ -21,7 +21,7 @@ pub struct PlanRecord {
     /// `initial`, or what triggered the replan (the trigger's kind).
     pub reason: String,
     #[schema(value_type = Object)]
-    pub plan: Value,
+    pub plan: std::sync::Arc<Value>,
     /// What made this version (`null` for the first).
     pub trigger: Option<Trigger>,
     /// The re-planner's strategy (`null` for the first version).
@@ -43,7 +43,7 @@ impl PlanRecord {
     pub fn new(
         version: u32,
         reason: String,
-        plan: Value,
+        plan: std::sync::Arc<Value>,
         change: Option<PlanChange>,
         created_at: DateTime<Utc>,
     ) -> PlanRecord {
@@ -118,7 +118,7 @@ impl Store {
                 Ok(PlanRecord::new(
                     r.try_get::<i64, _>("version")? as u32,
                     r.try_get("reason")?,
-                    parse_json(&r.try_get::<String, _>("plan")?)?,
+                    std::sync::Arc::new(parse_json(&r.try_get::<String, _>("plan")?)?),
                     parse_opt_json(r.try_get("change")?)?,
                     parse_time(&r.try_get::<String, _>("created_at")?)?,
                 ))

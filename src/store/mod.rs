@@ -195,7 +195,8 @@ pub struct StoredRun {
 #[derive(Debug, Clone)]
 pub enum Record {
     Event(std::sync::Arc<Event>),
-    Attempt(RunId, Box<StepAttempt>),
+    /// Shared with the run's ledger, which keeps what it queued without a copy.
+    Attempt(RunId, std::sync::Arc<StepAttempt>),
     Checkpoint {
         run: RunId,
         id: u64,
@@ -206,7 +207,8 @@ pub enum Record {
         run: RunId,
         version: u32,
         reason: String,
-        plan: Value,
+        /// Shared with the run's ledger and its `plan` event: one copy of the document.
+        plan: std::sync::Arc<Value>,
         /// How a version after the first came to be.
         change: Option<Box<crate::domain::replan::PlanChange>>,
     },

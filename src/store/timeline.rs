@@ -177,7 +177,7 @@ mod tests {
                 event(2, Payload::token("hi")),
                 event(3, Payload::token(" there")),
                 event(4, Payload::status(RunStatus::Succeeded)),
-                Record::Attempt(run.id, Box::new(attempt.clone())),
+                Record::Attempt(run.id, std::sync::Arc::new(attempt.clone())),
             ])
             .await
             .unwrap();

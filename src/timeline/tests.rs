@@ -156,7 +156,7 @@ impl Fixture {
         let plan = PlanData {
             version,
             reason: reason.into(),
-            plan: json!({ "steps": [] }),
+            plan: json!({ "steps": [] }).into(),
             critical_path: vec!["a".into()],
             critical_path_ms: 0,
             change: None,

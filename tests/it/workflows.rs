@@ -110,7 +110,7 @@ async fn the_store_keeps_plans_by_version_and_numbers_checkpoints_per_run() {
     let plans = store.list_plans(run).await.unwrap();
     let got: Vec<(u32, &str, &Value)> = plans
         .iter()
-        .map(|p| (p.version, p.reason.as_str(), &p.plan))
+        .map(|p| (p.version, p.reason.as_str(), &*p.plan))
         .collect();
     assert_eq!(
         got,

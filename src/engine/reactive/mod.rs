@@ -437,7 +437,7 @@ fn version_of(record: PlanRecord) -> Version {
     };
     Version {
         number: record.version,
-        doc: record.plan,
+        doc: std::sync::Arc::unwrap_or_clone(record.plan),
         change,
     }
 }
