@@ -226,6 +226,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         limits: Default::default(),
         metadata: Default::default(),
         session_id: None,
+        schedule: None,
         instructions: None,
         declared_tools: Vec::new(),
     };
@@ -242,6 +243,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         error: None,
         metadata: Default::default(),
         session_id: None,
+        schedule: None,
         plan_version: Some(1),
         usage: Usage::default(),
         created_at: created,

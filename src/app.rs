@@ -127,6 +127,7 @@ impl App {
             Arc::new(config),
             shutdown.clone(),
         );
+        tracker.spawn(api::schedules::fire_due(state.clone()));
         Ok(App {
             listener,
             router: api::router(state),

@@ -38,6 +38,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("ui.js", JS, include_str!("console/ui.js")),
     ("runs.js", JS, include_str!("console/runs.js")),
     ("run.js", JS, include_str!("console/run.js")),
+    ("schedules.js", JS, include_str!("console/schedules.js")),
     ("form.js", JS, include_str!("console/form.js")),
     ("graph.js", JS, include_str!("console/graph.js")),
     ("timeline.js", JS, include_str!("console/timeline.js")),

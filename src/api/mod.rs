@@ -9,6 +9,7 @@ pub mod extract;
 pub mod history;
 pub mod openapi;
 pub mod runs;
+pub mod schedules;
 pub mod server;
 pub mod sse;
 pub mod system;
@@ -69,6 +70,8 @@ pub struct Handles {
     pub history: History,
     pub workflows: Workflows,
     pub agents: Agents,
+    /// Schedules and their fires.
+    pub schedules: crate::store::Schedules,
     pub events: EventHub,
     pub config: Arc<Config>,
     pub run_schema: Arc<crate::schema::ShippedSchema>,
@@ -91,6 +94,7 @@ impl AppState {
             history: History::new(store.clone()),
             workflows: Workflows::new(store.clone()),
             agents: Agents::new(store.clone()),
+            schedules: crate::store::Schedules::new(store.clone()),
             events,
             config,
             run_schema: Arc::new(crate::schema::ShippedSchema::compile(include_str!(
@@ -115,6 +119,8 @@ impl AppState {
         runs::run_steps,
         runs::cancel_run, runs::submit_input, runs::request_replan, history::run_plans, history::run_checkpoints,
         history::run_timeline,
+        schedules::create_schedule, schedules::list_schedules, schedules::get_schedule,
+        schedules::update_schedule, schedules::delete_schedule, schedules::schedule_fires,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
         agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::list_models, system::healthz,
@@ -126,6 +132,8 @@ impl AppState {
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
         crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::llm::router::ModelInfo, crate::store::PlanRecord, crate::store::Checkpoint,
         workflows::WorkflowSummary, workflows::WorkflowDetail, agui::RunAgentInput, tools::ToolDetail, agui::ResumeEntry, agui::ResumeStatus, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
+        schedules::Schedule, schedules::ScheduleList, schedules::ScheduleFires, schedules::ScheduleFireRecord,
+        schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -133,6 +141,7 @@ impl AppState {
         (name = "tools", description = "Tools runs can use"),
         (name = "models", description = "Model aliases runs can name"),
         (name = "workflows", description = "The fixed-workflow registry"),
+        (name = "schedules", description = "Runs started on a cron expression or an interval"),
         (name = "agents", description = "The agent registry"),
         (name = "system", description = "Health, readiness, metrics"),
     )
@@ -214,6 +223,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/plans", get(history::run_plans))
         .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
         .route("/runs/{id}/timeline", get(history::run_timeline))
+        .merge(schedules::routes())
         .route("/workflows", get(workflows::list_workflows))
         .route(
             "/workflows/{name}",

@@ -15,8 +15,9 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::domain::run::RunSpec;
+use crate::domain::schedule::ScheduleFire;
 use crate::domain::{Event, Limits, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant};
-use crate::engine::intake::{Refused, RunRequest};
+use crate::engine::intake::{Admitted, Refused, RunRequest};
 use crate::engine::{self, Created};
 use crate::store::RunFilter;
 use crate::stream::Opened;
@@ -64,6 +65,7 @@ impl From<CreateRun> for RunRequest {
             limits: c.limits,
             metadata: c.metadata,
             session_id: c.session_id,
+            schedule: None,
             instructions: c.instructions,
         }
     }
@@ -185,19 +187,42 @@ pub(super) async fn start_run(
     key: Option<String>,
     follow: bool,
 ) -> Result<(Run, bool, Option<Opened>), ApiError> {
+    start_run_for(state, tenant, body, key, follow, None).await
+}
+
+/// Checks a run body as `POST /v1/runs` does and has the engine admit it: the run to create,
+/// or every problem at once as one 422. `schedule` links the run to the tick that starts it.
+pub(super) async fn admit_body(
+    state: &AppState,
+    tenant: &Tenant,
+    body: Value,
+    schedule: Option<ScheduleFire>,
+) -> Result<Admitted, ApiError> {
     let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
-    let admitted = match state.engine.admit(tenant, req.into()).await {
-        Ok(admitted) => admitted,
-        Err(Refused::Invalid(problems)) => {
-            return Err(ApiError::validation_many(
-                problems
-                    .into_iter()
-                    .map(|p| FieldError::new(p.pointer, p.message))
-                    .collect(),
-            ));
-        }
-        Err(Refused::Store(e)) => return Err(e.into()),
-    };
+    let mut request = RunRequest::from(req);
+    request.schedule = schedule;
+    match state.engine.admit(tenant, request).await {
+        Ok(admitted) => Ok(admitted),
+        Err(Refused::Invalid(problems)) => Err(ApiError::validation_many(
+            problems
+                .into_iter()
+                .map(|p| FieldError::new(p.pointer, p.message))
+                .collect(),
+        )),
+        Err(Refused::Store(e)) => Err(e.into()),
+    }
+}
+
+/// [`start_run`], for a run a schedule's tick starts when `schedule` names it.
+pub(super) async fn start_run_for(
+    state: &AppState,
+    tenant: &Tenant,
+    body: Value,
+    key: Option<String>,
+    follow: bool,
+    schedule: Option<ScheduleFire>,
+) -> Result<(Run, bool, Option<Opened>), ApiError> {
+    let admitted = admit_body(state, tenant, body, schedule).await?;
     let created = state
         .engine
         .create_run(tenant, admitted, key.as_deref(), follow)

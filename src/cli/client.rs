@@ -182,6 +182,11 @@ impl Client {
         self.json(self.request(Method::PUT, path).json(body)).await
     }
 
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<Value, Error> {
+        self.json(self.request(Method::PATCH, path).json(body))
+            .await
+    }
+
     pub async fn delete(&self, path: &str) -> Result<(), Error> {
         self.send(self.request(Method::DELETE, path))
             .await

@@ -1,4 +1,5 @@
-//! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, `agents …`, talking to a
+//! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, `agents …`,
+//! `schedules …`, talking to a
 //! running server over its public HTTP API only (never the store or the engine).
 //!
 //! Exit codes: 0 the run succeeded (or the command did its job), 1 the run ended otherwise
@@ -29,6 +30,7 @@ macro_rules! out {
 
 mod client;
 mod progress;
+mod schedules;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,6 +75,12 @@ pub enum Command {
     Agents {
         #[command(subcommand)]
         command: AgentsCommand,
+    },
+    /// Start runs on a cron expression or an interval: create, list, show (next ticks and
+    /// the runs they started), enable, disable, delete.
+    Schedules {
+        #[command(subcommand)]
+        command: schedules::SchedulesCommand,
     },
 }
 
@@ -235,6 +243,7 @@ async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Runs { command } => runs(command).await,
         Command::Workflows { command } => workflows(command).await,
         Command::Agents { command } => agents(command).await,
+        Command::Schedules { command } => schedules::schedules(command).await,
     }
 }
 

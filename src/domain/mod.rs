@@ -20,6 +20,7 @@ pub mod path;
 pub mod plan;
 pub mod replan;
 pub mod run;
+pub mod schedule;
 
 pub use attempt_io::AttemptInput;
 pub use error::{ErrorCode, RunError};

@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use super::error::RunError;
 use super::ids::RunId;
+use super::schedule::ScheduleFire;
 
 /// How a run is orchestrated. `auto` is resolved by the selector before execution starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, Default)]
@@ -211,6 +212,9 @@ pub struct RunSpec {
     pub metadata: Map<String, Value>,
     #[serde(default)]
     pub session_id: Option<String>,
+    /// The schedule tick that started the run. Left out of the stored JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleFire>,
     /// The system prompt of a `simple` run, instead of the built-in one. Left out of the
     /// stored JSON when absent, so earlier requests keep their fingerprints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -313,6 +317,8 @@ pub struct Run {
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
     pub session_id: Option<String>,
+    /// The schedule and tick that started the run; `null` for a run started by a request.
+    pub schedule: Option<ScheduleFire>,
     pub plan_version: Option<u32>,
     pub usage: Usage,
     pub created_at: DateTime<Utc>,
@@ -367,6 +373,7 @@ mod tests {
             limits: Limits::default(),
             metadata: Map::new(),
             session_id: None,
+            schedule: None,
             instructions: None,
             declared_tools: Vec::new(),
         }

@@ -21,6 +21,7 @@
 use serde_json::{Map, Value};
 
 use crate::domain::run::RunSpec;
+use crate::domain::schedule::ScheduleFire;
 use crate::domain::{Limits, Orchestration, SelectedBy, Selection, Tenant};
 use crate::plan::{Problem, ValidPlan};
 use crate::store;
@@ -49,6 +50,8 @@ pub struct RunRequest {
     pub limits: Limits,
     pub metadata: Map<String, Value>,
     pub session_id: Option<String>,
+    /// The schedule tick that starts the run (set by the schedule loop, never by a body).
+    pub schedule: Option<ScheduleFire>,
     /// The system prompt of a `simple` run instead of the built-in one.
     pub instructions: Option<String>,
 }
@@ -123,6 +126,7 @@ pub async fn admit(
         limits: request.limits,
         metadata: request.metadata,
         session_id: request.session_id,
+        schedule: request.schedule,
         instructions: request.instructions,
         declared_tools,
     };

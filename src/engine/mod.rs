@@ -285,6 +285,7 @@ impl Engine {
             error: None,
             metadata: spec.metadata.clone(),
             session_id: spec.session_id.clone(),
+            schedule: spec.schedule.clone(),
             plan_version: None,
             usage: Default::default(),
             created_at: crate::domain::now(),

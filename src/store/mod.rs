@@ -35,6 +35,7 @@ mod history;
 mod reads;
 mod registry;
 mod retention;
+mod schedules;
 mod sessions;
 mod sqlite_reader;
 mod sqlite_writer;
@@ -45,6 +46,7 @@ pub use history::*;
 pub use reads::{History, RunReads};
 pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
+pub use schedules::{FireRecord, Fired, ScheduleRecord, Schedules};
 pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;
 
@@ -1014,6 +1016,7 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
         error: parse_opt_json::<RunError>(r.try_get("error")?)?,
         metadata,
         session_id: r.try_get("session_id")?,
+        schedule: spec.schedule.clone(),
         plan_version: r
             .try_get::<Option<i64>, _>("plan_version")?
             .map(|v| v as u32),

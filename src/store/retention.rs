@@ -18,6 +18,8 @@ pub const RUN_TABLES: &[&str] = &[
     "checkpoints",
     "input_answers",
     "replan_requests",
+    // A schedule's record of the run a tick started goes with the run.
+    "schedule_fires",
 ];
 
 /// The SQL list of terminal statuses, as stored.

@@ -109,6 +109,7 @@ mod tests {
             limits: Default::default(),
             metadata: Default::default(),
             session_id: None,
+            schedule: None,
             instructions: None,
             declared_tools: Vec::new(),
         };
@@ -125,6 +126,7 @@ mod tests {
             error: None,
             metadata: Default::default(),
             session_id: None,
+            schedule: None,
             plan_version: None,
             usage: Usage::default(),
             created_at: crate::domain::now(),

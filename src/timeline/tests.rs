@@ -47,6 +47,7 @@ impl Fixture {
             error: None,
             metadata: Default::default(),
             session_id: None,
+            schedule: None,
             plan_version: Some(1),
             usage: Usage::default(),
             created_at: t0(),

@@ -397,6 +397,29 @@ async function keyScenario(page) {
   report({ ok: 'key' });
 }
 
+/** A schedule that has fired: its row, its ticks' runs (one opened, which names the
+ * schedule), then Disable, and Delete of another one after a confirmation. */
+async function schedulesScenario(page) {
+  const [id, other] = arg.split(',');
+  page.on('dialog', (d) => d.accept());
+  await page.goto(`${base}/#/schedules`);
+  const row = page.locator(`tr[data-schedule="${id}"]`);
+  await row.waitFor({ timeout: PATIENCE });
+  await labelled(page, 'schedules');
+  await row.getByText('ticks and runs').click();
+  const firstRun = page.locator(`ul[data-fires="${id}"] a`).first();
+  await firstRun.waitFor({ timeout: PATIENCE });
+  await shot(page, 'schedules');
+  await firstRun.click();
+  await page.locator('[data-fact="schedule"]').waitFor({ timeout: PATIENCE });
+  await page.goto(`${base}/#/schedules`);
+  await row.getByRole('button', { name: 'Disable' }).click();
+  await page.locator(`tr[data-schedule="${id}"] td[data-enabled="false"]`).waitFor({ timeout: PATIENCE });
+  await page.locator(`tr[data-schedule="${other}"]`).getByRole('button', { name: 'Delete' }).click();
+  await page.locator(`tr[data-schedule="${other}"]`).waitFor({ state: 'detached', timeout: PATIENCE });
+  report({ ok: 'schedules' });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -413,6 +436,8 @@ try {
     await plansScenario(page);
   } else if (scenario === 'key') {
     await keyScenario(page);
+  } else if (scenario === 'schedules') {
+    await schedulesScenario(page);
   } else if (scenario === 'papercuts') {
     await papercutsScenario(page);
   } else {

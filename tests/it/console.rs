@@ -295,6 +295,30 @@ async fn the_console_asks_for_the_api_key_and_uses_it() {
 }
 
 #[tokio::test]
+async fn the_console_shows_schedules_their_runs_and_disables_and_deletes_them() {
+    let app = spawn_app(|_| {}).await;
+    let run = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
+          "arguments": { "expression": "1 + 1" } } } ] } });
+    let mut ids = Vec::new();
+    for body in [
+        json!({ "name": "every second", "interval_ms": 1000, "run": run }),
+        json!({ "name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Paris", "run": run }),
+    ] {
+        let (status, created) = app.post_json("/v1/schedules", &body).await;
+        assert_eq!(status, 201, "{created}");
+        ids.push(created["id"].as_str().unwrap().to_owned());
+    }
+    let report = browser("schedules", &app.base, Some(&ids.join(","))).await;
+    finding(&report, "schedules");
+    assert_png(&screenshots().join("schedules").join("schedules.png"));
+    let (_, kept) = app.get_json(&format!("/v1/schedules/{}", ids[0])).await;
+    assert_eq!(kept["enabled"], false, "the browser disabled it: {kept}");
+    let (status, _) = app.get_json(&format!("/v1/schedules/{}", ids[1])).await;
+    assert_eq!(status, 404, "the browser deleted it");
+}
+
+#[tokio::test]
 async fn console_files_are_served_with_a_strict_policy_and_can_be_turned_off() {
     let app = spawn_app(|_| {}).await;
     let page = app.client.get(app.url("/")).send().await.unwrap();

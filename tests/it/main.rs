@@ -32,6 +32,7 @@ mod promises;
 mod reactive;
 mod replicas;
 mod retention;
+mod schedules;
 mod scripted_runs;
 mod selector;
 mod stream_end;

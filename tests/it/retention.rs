@@ -116,6 +116,14 @@ async fn deleting_a_finished_run_removes_it_and_everything_it_owns() {
     .execute(&pool)
     .await
     .unwrap();
+    // As if a schedule's tick had started it.
+    sqlx::query(
+        "INSERT INTO schedule_fires (schedule_id, fire_at, run_id, fired_at) VALUES ('s', 't', $1, '')",
+    )
+    .bind(&doomed)
+    .execute(&pool)
+    .await
+    .unwrap();
     let before = rows_of(&pool, &doomed).await;
     assert!(before.values().all(|n| *n > 0), "{before:?}");
     let kept_before = rows_of(&pool, &kept).await;

@@ -1,5 +1,5 @@
 // The console's entry point: a hash router (#/runs, #/runs/{id}[/tab], #/new, #/workflows,
-// #/agents, #/tools), the navigation's current-page marks and the API-key dialog.
+// #/agents, #/tools, #/schedules), the navigation's current-page marks and the API-key dialog.
 // Every view gets an AbortSignal that fires when the user leaves it, which ends its streams
 // and timers.
 
@@ -8,6 +8,7 @@ import { h, clear, empty } from './ui.js';
 import { runsView, newRunView } from './runs.js';
 import { runView } from './run.js';
 import { registryView } from './registry.js';
+import { schedulesView } from './schedules.js';
 
 let current = null;
 
@@ -32,11 +33,12 @@ async function route() {
   const { parts, params } = parse(location.hash);
   const [section = 'runs', id, tab] = parts;
   markNav(section === 'runs' && id ? 'runs' : section);
-  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: 'Workflows', agents: 'Agents', tools: 'Tools' };
+  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: 'Workflows', agents: 'Agents', tools: 'Tools', schedules: 'Schedules' };
   document.title = `${titles[section] || 'Not found'} · orca console`;
   if (section === 'runs' && id) await runView(main, id, tab, signal);
   else if (section === 'runs') await runsView(main, params, signal);
   else if (section === 'new') await newRunView(main, params, signal);
+  else if (section === 'schedules') await schedulesView(main, signal);
   else if (PAGE_SECTIONS.has(section)) await registryView(main, section, signal);
   else clear(main, h('h1', {}, 'Not found'), empty('This console has no such page.', h('a', { href: '#/runs' }, 'Go to the runs')));
   if (!signal.aborted && document.activeElement === document.body) main.focus({ preventScroll: true });

@@ -807,6 +807,7 @@ mod tests {
             limits: Default::default(),
             metadata: Default::default(),
             session_id: None,
+            schedule: None,
             instructions: None,
             declared_tools: Vec::new(),
         };
@@ -823,6 +824,7 @@ mod tests {
             error: None,
             metadata: Default::default(),
             session_id: None,
+            schedule: None,
             plan_version: None,
             usage: Default::default(),
             created_at: crate::domain::now(),

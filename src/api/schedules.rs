@@ -1,0 +1,598 @@
+//! `/v1/schedules`: run bodies started on a cron expression's ticks (in a time zone) or at an
+//! interval; and the loop that fires them. Every replica runs the loop. A tick starts at most
+//! one run however many replicas see it due: the run carries the idempotency key
+//! `schedule:<id>:<tick>` (the store keeps one run per key and tenant), and the replica that
+//! moves the schedule's next tick on does so with a compare-and-set. A run is started before
+//! its tick is moved on, so a crash between the two starts nothing twice and loses no tick.
+//! When to fire, and what a missed tick does, is `domain::schedule`'s rule.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::domain::Tenant;
+use crate::domain::schedule::{Decision, Missed, ScheduleFire, Timing, decide};
+use crate::store::{FireRecord, Fired, ScheduleRecord, fmt_time};
+
+use super::AppState;
+use super::error::{ApiError, FieldError};
+use super::extract::{JsonBody, Path, deserialize_located};
+use super::runs::{admit_body, start_run_for};
+
+/// How many coming ticks a schedule shows.
+const UPCOMING: usize = 5;
+
+/// The longest schedule name, in characters.
+const MAX_NAME_CHARS: usize = 200;
+
+/// How long the loop waits at most before it looks at the store again (for schedules other
+/// replicas stored or changed).
+const POLL: Duration = Duration::from_secs(1);
+
+/// Due schedules fired per look at the store.
+const BATCH: u32 = 64;
+
+/// The fires a schedule's `/fires` shows, newest first.
+const FIRES_SHOWN: u32 = 100;
+
+/// The `/v1/schedules` routes.
+pub fn routes() -> axum::Router<AppState> {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/schedules", post(create_schedule).get(list_schedules))
+        .route(
+            "/schedules/{id}",
+            get(get_schedule)
+                .patch(update_schedule)
+                .delete(delete_schedule),
+        )
+        .route("/schedules/{id}/fires", get(schedule_fires))
+}
+
+/// A schedule as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Schedule {
+    pub id: String,
+    pub name: Option<String>,
+    /// A cron expression (five fields, or six with seconds first); `null` for an interval.
+    pub cron: Option<String>,
+    /// The IANA time zone the cron expression is read in (`UTC` for intervals).
+    pub timezone: String,
+    /// The interval between ticks, in milliseconds; `null` for a cron schedule.
+    pub interval_ms: Option<u64>,
+    /// The run body each tick starts, as `POST /v1/runs` takes it.
+    #[schema(value_type = Object)]
+    pub run: Value,
+    pub enabled: bool,
+    pub missed: Missed,
+    /// The next tick; `null` while disabled or when no tick is left.
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// The next ticks (up to five) while enabled.
+    pub next_fire_times: Vec<DateTime<Utc>>,
+    pub last_fire_at: Option<DateTime<Utc>>,
+    /// The run the last fired tick started.
+    pub last_run_id: Option<String>,
+    /// Ticks that started a run.
+    pub fire_count: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `GET /v1/schedules` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScheduleList {
+    pub schedules: Vec<Schedule>,
+}
+
+/// One tick a schedule acted on.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScheduleFireRecord {
+    pub fire_at: DateTime<Utc>,
+    /// The run the tick started; `null` when it could not start one (`error` says why).
+    pub run_id: Option<String>,
+    pub error: Option<String>,
+    pub fired_at: DateTime<Utc>,
+}
+
+/// `GET /v1/schedules/{id}/fires` answer: the latest 100, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScheduleFires {
+    pub fires: Vec<ScheduleFireRecord>,
+}
+
+/// The body of `POST /v1/schedules`: exactly one of `cron` and `interval_ms`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSchedule {
+    /// At most 200 characters.
+    pub name: Option<String>,
+    /// Five fields (minute hour day-of-month month day-of-week) or six with seconds first.
+    pub cron: Option<String>,
+    /// An IANA time zone for `cron` (default `UTC`).
+    pub timezone: Option<String>,
+    /// 1,000 (a second) to 31,622,400,000 (a year).
+    pub interval_ms: Option<u64>,
+    /// The run body each tick starts, checked as `POST /v1/runs` checks it.
+    #[schema(value_type = Object)]
+    pub run: Value,
+    /// Default true.
+    pub enabled: Option<bool>,
+    /// Default `skip`.
+    pub missed: Option<Missed>,
+}
+
+/// The body of `PATCH /v1/schedules/{id}`: the members to change. `cron` switches the
+/// schedule to a cron timing and `interval_ms` to an interval (not both); a changed timing,
+/// or enabling, counts ticks from now.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSchedule {
+    pub name: Option<String>,
+    pub cron: Option<String>,
+    pub timezone: Option<String>,
+    pub interval_ms: Option<u64>,
+    #[schema(value_type = Option<Object>)]
+    pub run: Option<Value>,
+    pub enabled: Option<bool>,
+    pub missed: Option<Missed>,
+}
+
+impl From<ScheduleRecord> for Schedule {
+    fn from(s: ScheduleRecord) -> Self {
+        let next_fire_times = match (s.enabled, s.next_fire_at, timing_of(&s)) {
+            (true, Some(next), Ok(timing)) => {
+                let mut ticks = vec![next];
+                ticks.extend(timing.upcoming(next, UPCOMING - 1));
+                ticks
+            }
+            _ => Vec::new(),
+        };
+        Schedule {
+            id: s.id,
+            name: s.name,
+            cron: s.cron,
+            timezone: s.timezone,
+            interval_ms: s.interval_ms,
+            run: s.run,
+            enabled: s.enabled,
+            missed: s.missed,
+            next_fire_at: s.next_fire_at.filter(|_| s.enabled),
+            next_fire_times,
+            last_fire_at: s.last_fire_at,
+            last_run_id: s.last_run_id,
+            fire_count: s.fire_count,
+            created_at: s.created_at,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+/// A stored schedule's timing (stored ones were checked, so an error means a changed rule).
+fn timing_of(s: &ScheduleRecord) -> Result<Timing, String> {
+    timing_of_fields(s).map_err(|(_, message)| message)
+}
+
+/// Checks a schedule as it would be stored: its name, timing and run body (as `POST
+/// /v1/runs` would, as the tenant), every problem at once; sets its next tick from `now`.
+async fn check(
+    state: &AppState,
+    tenant: &Tenant,
+    s: &mut ScheduleRecord,
+    now: DateTime<Utc>,
+) -> Result<(), ApiError> {
+    let mut problems = Vec::new();
+    if s.name
+        .as_ref()
+        .is_some_and(|n| n.chars().count() > MAX_NAME_CHARS)
+    {
+        problems.push(FieldError::new(
+            "/name",
+            format!("at most {MAX_NAME_CHARS} characters"),
+        ));
+    }
+    let timing = match (&s.cron, s.interval_ms) {
+        (Some(_), Some(_)) => Err((
+            "interval_ms",
+            "give either `cron` or `interval_ms`, not both".to_owned(),
+        )),
+        (None, None) => Err((
+            "cron",
+            "give `cron` (with `timezone`) or `interval_ms`".to_owned(),
+        )),
+        (None, Some(_)) if s.timezone != "UTC" => Err((
+            "timezone",
+            "`timezone` applies to `cron` only; intervals are counted in UTC".to_owned(),
+        )),
+        _ => timing_of_fields(s),
+    };
+    match timing {
+        Ok(timing) => s.next_fire_at = timing.next_after(now),
+        Err((field, message)) => problems.push(FieldError::new(format!("/{field}"), message)),
+    }
+    if let Err(e) = admit_body(state, tenant, s.run.clone(), None).await {
+        match e {
+            ApiError::Validation { errors, .. } => problems.extend(
+                errors
+                    .into_iter()
+                    .map(|f| FieldError::new(format!("/run{}", f.pointer), f.message)),
+            ),
+            other => return Err(other),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::validation_many(problems))
+    }
+}
+
+fn timing_of_fields(s: &ScheduleRecord) -> Result<Timing, (&'static str, String)> {
+    match (&s.cron, s.interval_ms) {
+        (Some(cron), _) => Timing::cron(cron, &s.timezone),
+        (None, Some(ms)) => Timing::every(ms, s.anchor_at),
+        (None, None) => Err(("cron", "the schedule has no timing".into())),
+    }
+}
+
+/// Create a schedule.
+///
+/// Exactly one of `cron` (with an optional IANA `timezone`) and `interval_ms`. The `run` body
+/// is checked as `POST /v1/runs` checks it, as the caller; any problem is a 422 listing every
+/// one (`/run/...` pointers for the body's). Each tick starts the body as a run of the caller
+/// with `schedule: {id, fire_at}`. A tick more than 60 s late (the servers were down) was
+/// missed: `missed: "skip"` fires nothing for it, `"catch_up_one"` fires the latest one once.
+#[utoipa::path(
+    post, path = "/v1/schedules", tag = "schedules",
+    request_body = CreateSchedule,
+    responses(
+        (status = 201, description = "Created; `Location` names it", body = Schedule),
+        (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn create_schedule(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let body: CreateSchedule = deserialize_located(body)?;
+    let now = crate::domain::now();
+    let mut s = ScheduleRecord {
+        id: uuid::Uuid::now_v7().to_string(),
+        tenant: tenant.clone(),
+        name: body.name,
+        cron: body.cron,
+        timezone: body.timezone.unwrap_or_else(|| "UTC".into()),
+        interval_ms: body.interval_ms,
+        anchor_at: now,
+        run: body.run,
+        enabled: body.enabled.unwrap_or(true),
+        missed: body.missed.unwrap_or_default(),
+        next_fire_at: None,
+        last_fire_at: None,
+        last_run_id: None,
+        fire_count: 0,
+        created_at: now,
+        updated_at: now,
+    };
+    check(&state, &tenant, &mut s, now).await?;
+    state.schedules.insert_schedule(&s).await?;
+    let location =
+        HeaderValue::from_str(&format!("/v1/schedules/{}", s.id)).map_err(ApiError::internal)?;
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(Schedule::from(s)),
+    )
+        .into_response())
+}
+
+/// List the caller's schedules, oldest first.
+#[utoipa::path(
+    get, path = "/v1/schedules", tag = "schedules",
+    responses((status = 200, body = ScheduleList))
+)]
+pub async fn list_schedules(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<Json<ScheduleList>, ApiError> {
+    let schedules = state.schedules.list_schedules(&tenant).await?;
+    Ok(Json(ScheduleList {
+        schedules: schedules.into_iter().map(Schedule::from).collect(),
+    }))
+}
+
+async fn found(state: &AppState, tenant: &Tenant, id: &str) -> Result<ScheduleRecord, ApiError> {
+    state
+        .schedules
+        .get_schedule(tenant, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no schedule `{id}`")))
+}
+
+/// Get a schedule with its next ticks.
+#[utoipa::path(
+    get, path = "/v1/schedules/{id}", tag = "schedules",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = Schedule),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_schedule(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Schedule>, ApiError> {
+    Ok(Json(found(&state, &tenant, &id).await?.into()))
+}
+
+/// Change a schedule: enable or disable it, or change its name, timing, run body or policy.
+///
+/// A changed timing, or enabling a disabled schedule, counts ticks from now: ticks that passed
+/// while it was disabled are not caught up. Checked as on create (422 listing every problem).
+#[utoipa::path(
+    patch, path = "/v1/schedules/{id}", tag = "schedules",
+    params(("id" = String, Path)),
+    request_body = UpdateSchedule,
+    responses(
+        (status = 200, body = Schedule),
+        (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn update_schedule(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Schedule>, ApiError> {
+    let patch: UpdateSchedule = deserialize_located(body)?;
+    let mut s = found(&state, &tenant, &id).await?;
+    let now = crate::domain::now();
+    let (was_enabled, next_before) = (s.enabled, s.next_fire_at);
+    let retimed = patch.cron.is_some() || patch.interval_ms.is_some() || patch.timezone.is_some();
+    if patch.cron.is_some() && patch.interval_ms.is_some() {
+        return Err(ApiError::validation(
+            "/interval_ms",
+            "give either `cron` or `interval_ms`, not both",
+        ));
+    }
+    if let Some(cron) = patch.cron {
+        s.cron = Some(cron);
+        s.interval_ms = None;
+    }
+    if let Some(ms) = patch.interval_ms {
+        s.interval_ms = Some(ms);
+        s.cron = None;
+        s.timezone = "UTC".into();
+    }
+    if let Some(zone) = patch.timezone {
+        s.timezone = zone;
+    }
+    s.name = patch.name.or(s.name);
+    s.run = patch.run.unwrap_or(s.run);
+    s.enabled = patch.enabled.unwrap_or(s.enabled);
+    s.missed = patch.missed.unwrap_or(s.missed);
+    // A new timing, or an enabled schedule that was off, counts its ticks from now.
+    let restart = retimed || (s.enabled && !was_enabled);
+    if restart {
+        s.anchor_at = now;
+    }
+    check(&state, &tenant, &mut s, now).await?;
+    // An untouched timing keeps its next tick (a due one still fires).
+    if !restart {
+        s.next_fire_at = next_before;
+    }
+    s.updated_at = now;
+    if !state.schedules.update_schedule(&s).await? {
+        return Err(ApiError::NotFound(format!("no schedule `{id}`")));
+    }
+    Ok(Json(s.into()))
+}
+
+/// Delete a schedule. The runs it started stay.
+#[utoipa::path(
+    delete, path = "/v1/schedules/{id}", tag = "schedules",
+    params(("id" = String, Path)),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_schedule(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if state.schedules.delete_schedule(&tenant, &id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no schedule `{id}`")))
+    }
+}
+
+/// The ticks a schedule acted on, newest first (the latest 100): the run each started, or
+/// why it could not start one.
+#[utoipa::path(
+    get, path = "/v1/schedules/{id}/fires", tag = "schedules",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = ScheduleFires),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn schedule_fires(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleFires>, ApiError> {
+    let s = found(&state, &tenant, &id).await?;
+    let fires = state.schedules.schedule_fires(&s.id, FIRES_SHOWN).await?;
+    Ok(Json(ScheduleFires {
+        fires: fires.into_iter().map(fire_record).collect(),
+    }))
+}
+
+/// An error as one line: a 422's every problem with its pointer.
+fn describe(e: &ApiError) -> String {
+    match e {
+        ApiError::Validation { errors, .. } if !errors.is_empty() => errors
+            .iter()
+            .map(|f| format!("{}: {}", f.pointer, f.message))
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => other.to_string(),
+    }
+}
+
+fn fire_record(f: FireRecord) -> ScheduleFireRecord {
+    ScheduleFireRecord {
+        fire_at: f.fire_at,
+        run_id: f.run_id,
+        error: f.error,
+        fired_at: f.fired_at,
+    }
+}
+
+/// Fires due schedules until the server stops: looks at the store when the earliest tick is
+/// due, when a schedule changes through this server, and at least every second (for changes
+/// made through other replicas).
+pub async fn fire_due(state: AppState) {
+    loop {
+        let wait = match fire_once(&state).await {
+            Ok(true) => Duration::ZERO,
+            Ok(false) => until_next(&state).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading due schedules failed; trying again");
+                POLL
+            }
+        };
+        tokio::select! {
+            () = state.shutdown.cancelled() => return,
+            () = state.schedules.changed() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// How long until the earliest tick, at most [`POLL`].
+async fn until_next(state: &AppState) -> Duration {
+    match state.schedules.next_schedule_tick().await {
+        Ok(Some(next)) => (next - crate::domain::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            .min(POLL),
+        _ => POLL,
+    }
+}
+
+/// Acts on the schedules due now; true when there may be more due.
+async fn fire_once(state: &AppState) -> Result<bool, crate::store::Error> {
+    let now = crate::domain::now();
+    let due = state.schedules.due_schedules(now, BATCH).await?;
+    let full = due.len() == BATCH as usize;
+    for s in due {
+        if state.shutdown.is_cancelled() {
+            break;
+        }
+        if let Err(e) = fire(state, &s, now).await {
+            tracing::warn!(schedule = %s.id, error = %e, "firing a schedule failed; it is tried again");
+        }
+    }
+    Ok(full)
+}
+
+/// Acts on one due schedule: starts its tick's run (or skips a missed tick), then moves its
+/// next tick on.
+async fn fire(
+    state: &AppState,
+    s: &ScheduleRecord,
+    now: DateTime<Utc>,
+) -> Result<(), crate::store::Error> {
+    let Some(due) = s.next_fire_at else {
+        return Ok(());
+    };
+    let timing = match timing_of(s) {
+        Ok(timing) => timing,
+        Err(why) => {
+            tracing::error!(schedule = %s.id, %why, "a stored schedule no longer reads; it is left as it is");
+            return Ok(());
+        }
+    };
+    match decide(&timing, due, now, s.missed) {
+        Decision::Wait => Ok(()),
+        Decision::Skip { next } => {
+            tracing::info!(schedule = %s.id, missed_since = %due, "missed ticks skipped");
+            state
+                .schedules
+                .advance_schedule(&s.id, due, next, Fired::Nothing)
+                .await
+                .map(drop)
+        }
+        Decision::Fire { tick, next } => start_tick(state, s, due, tick, next).await,
+    }
+}
+
+async fn start_tick(
+    state: &AppState,
+    s: &ScheduleRecord,
+    due: DateTime<Utc>,
+    tick: DateTime<Utc>,
+    next: Option<DateTime<Utc>>,
+) -> Result<(), crate::store::Error> {
+    let key = format!("schedule:{}:{}", s.id, fmt_time(tick));
+    let link = ScheduleFire {
+        id: s.id.clone(),
+        fire_at: tick,
+    };
+    let started = start_run_for(
+        state,
+        &s.tenant,
+        s.run.clone(),
+        Some(key),
+        false,
+        Some(link),
+    )
+    .await;
+    let schedules = &state.schedules;
+    match started {
+        Ok((run, _, _)) => {
+            let run_id = run.id.to_string();
+            schedules
+                .record_fire(&s.id, tick, Some(&run_id), None)
+                .await?;
+            let fired = Fired::Run {
+                tick,
+                run_id: &run_id,
+            };
+            schedules.advance_schedule(&s.id, due, next, fired).await?;
+        }
+        // Busy or the store is down: the tick stays due and is tried again (until it is
+        // missed).
+        Err(ApiError::Unavailable(why)) => {
+            tracing::warn!(schedule = %s.id, %why, "a schedule's run could not start yet");
+        }
+        // Another replica started this tick with a body changed since: the tick has its run.
+        Err(ApiError::IdempotencyKeyReused) => {}
+        Err(refused) => {
+            // The body no longer runs (a workflow or tool it names was removed): the tick is
+            // recorded with why, and the schedule goes on.
+            let why = describe(&refused);
+            tracing::warn!(schedule = %s.id, %why, "a schedule's run was refused");
+            schedules.record_fire(&s.id, tick, None, Some(&why)).await?;
+            schedules
+                .advance_schedule(&s.id, due, next, Fired::Nothing)
+                .await?;
+        }
+    }
+    Ok(())
+}
