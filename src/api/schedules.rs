@@ -111,13 +111,15 @@ pub struct ScheduleFires {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSchedule {
-    /// At most 200 characters.
+    #[schema(max_length = 200)]
     pub name: Option<String>,
     /// Five fields (minute hour day-of-month month day-of-week) or six with seconds first.
+    #[schema(min_length = 1)]
     pub cron: Option<String>,
     /// An IANA time zone for `cron` (default `UTC`).
     pub timezone: Option<String>,
     /// 1,000 (a second) to 31,622,400,000 (a year).
+    #[schema(minimum = 1000, maximum = 31_622_400_000u64)]
     pub interval_ms: Option<u64>,
     /// The run body each tick starts, checked as `POST /v1/runs` checks it.
     #[schema(value_type = Object)]
@@ -134,9 +136,12 @@ pub struct CreateSchedule {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateSchedule {
+    #[schema(max_length = 200)]
     pub name: Option<String>,
+    #[schema(min_length = 1)]
     pub cron: Option<String>,
     pub timezone: Option<String>,
+    #[schema(minimum = 1000, maximum = 31_622_400_000u64)]
     pub interval_ms: Option<u64>,
     #[schema(value_type = Option<Object>)]
     pub run: Option<Value>,

@@ -615,3 +615,99 @@ async fn with_no_server_it_asks_whether_orca_serve_is_running() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn schedules_create_list_show_disable_and_delete_round_trip() {
+    let app = spawn_app(|_| {}).await;
+    let body = json!({ "input": "x", "orchestration": "fixed", "plan": two_sums() });
+    let request = write_json(app.dir.path(), "sums.json", &body);
+    let args = [
+        "schedules",
+        "create",
+        "--request",
+        &request,
+        "--every-ms",
+        "1000",
+    ];
+    let out = app
+        .orca(&[&args[..], &["--name", "sums", "--json"]].concat(), "")
+        .await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["interval_ms"], 1000);
+    assert_eq!(created["run"], body);
+
+    let out = app.orca(&["schedules", "list"], "").await;
+    let table = text(&out.stdout);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(
+        table.contains(&id) && table.contains("sums (every 1000 ms)"),
+        "{table}"
+    );
+
+    // Once a tick has started its run, `show` lists it.
+    let path = app.url(&format!("/v1/schedules/{id}"));
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let run_id = loop {
+        let s: Value = app
+            .client
+            .get(&path)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(run) = s["last_run_id"].as_str() {
+            break run.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no tick fired: {s}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let out = app.orca(&["schedules", "show", &id], "").await;
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("every 1000 ms") && shown.contains(&run_id),
+        "{shown}"
+    );
+
+    let out = app.orca(&["schedules", "disable", &id, "--json"], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let disabled: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            disabled["enabled"].clone(),
+            disabled["next_fire_at"].clone()
+        ),
+        (json!(false), Value::Null)
+    );
+
+    // Bad input: the server's 422 (exit 2), and flags that cannot go together.
+    let out = app
+        .orca(&["schedules", "create", "x", "--cron", "61 * * * *"], "")
+        .await;
+    assert_eq!(code(&out), 2);
+    assert!(text(&out.stderr).contains("/cron"), "{}", text(&out.stderr));
+    let out = app
+        .orca(
+            &[
+                "schedules",
+                "create",
+                "x",
+                "--cron",
+                "* * * * *",
+                "--every-ms",
+                "5000",
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(code(&out), 2);
+
+    let out = app.orca(&["schedules", "delete", &id], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = app.orca(&["schedules", "show", &id], "").await;
+    assert_eq!(code(&out), 2);
+    assert!(text(&out.stderr).contains("404"), "{}", text(&out.stderr));
+}
