@@ -259,6 +259,7 @@ fn timing_of_fields(s: &ScheduleRecord) -> Result<Timing, (&'static str, String)
     responses(
         (status = 201, description = "Created; `Location` names it", body = Schedule),
         (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
@@ -351,6 +352,7 @@ pub async fn get_schedule(
         (status = 200, body = Schedule),
         (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
