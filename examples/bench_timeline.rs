@@ -228,6 +228,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         session_id: None,
         schedule: None,
         instructions: None,
+        webhook: None,
         declared_tools: Vec::new(),
     };
     let mut run = Run {

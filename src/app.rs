@@ -120,6 +120,13 @@ impl App {
         let limits = ServerLimits::from_config(&config.server);
         let (sweeper, retention) =
             Sweeper::new(store.clone(), config.retention.clone(), shutdown.clone());
+        let deliverer = crate::webhooks::Deliverer::new(
+            store.clone(),
+            config.webhooks.clone(),
+            crate::tools::http::destinations(&config.tools)?,
+            shutdown.clone(),
+        )
+        .context("starting the webhook deliverer")?;
         let state = AppState::new(
             engine.clone(),
             &store,
@@ -128,6 +135,7 @@ impl App {
             shutdown.clone(),
         );
         tracker.spawn(api::schedules::fire_due(state.clone()));
+        tracker.spawn(deliverer.run());
         Ok(App {
             listener,
             router: api::router(state),

@@ -60,6 +60,39 @@ pub struct Config {
     pub functions: std::collections::BTreeMap<String, FunctionConfig>,
     /// OpenTelemetry traces; off unless an endpoint is set.
     pub telemetry: TelemetryConfig,
+    /// Completion webhooks: the key that signs them, tenants' default URLs, retries.
+    pub webhooks: WebhooksConfig,
+}
+
+/// `[webhooks]`: what a run's completion webhook is signed with and how it is retried (see
+/// `crate::webhooks`). Deliveries connect where HTTP tools may (`tools.http_allow`,
+/// `tools.http_allow_private`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// The HMAC-SHA256 key every delivery is signed with (`ORCA_WEBHOOKS__SECRET`); runs can
+    /// name a webhook only when it is set (at least 16 characters).
+    pub secret: Secret,
+    /// The URL a tenant's runs report to when they name none: tenant = URL.
+    pub tenants: std::collections::BTreeMap<String, String>,
+    /// Attempts per delivery before it is given up (1-50).
+    pub max_attempts: u32,
+    /// The wait before the second attempt; it doubles after each one, up to 5 minutes.
+    pub backoff_ms: u64,
+    /// How long one attempt may take, connecting included.
+    pub timeout_ms: u64,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        WebhooksConfig {
+            secret: Secret::default(),
+            tenants: Default::default(),
+            max_attempts: 8,
+            backoff_ms: 1_000,
+            timeout_ms: 10_000,
+        }
+    }
 }
 
 /// `[telemetry]`: OTLP traces (see `crate::telemetry`).
@@ -1126,6 +1159,7 @@ impl Config {
         self.validate_database()?;
         self.validate_run_limits()?;
         self.validate_auth()?;
+        self.validate_webhooks()?;
         self.validate_llm()?;
         self.validate_selector()
     }
@@ -1295,6 +1329,39 @@ impl Config {
             if k.tenant.is_empty() {
                 return Err(invalid("auth.api_keys", "every key needs a tenant"));
             }
+        }
+        Ok(())
+    }
+
+    /// `[webhooks]`: a key long enough to sign with, tenants' URLs, bounded retries.
+    fn validate_webhooks(&self) -> Result<(), Error> {
+        let w = &self.webhooks;
+        if !w.secret.is_empty() && w.secret.expose().len() < 16 {
+            return Err(invalid("webhooks.secret", "must be at least 16 characters"));
+        }
+        if !w.tenants.is_empty() && w.secret.is_empty() {
+            return Err(invalid(
+                "webhooks.tenants",
+                "set webhooks.secret too: every delivery is signed",
+            ));
+        }
+        for (tenant, url) in &w.tenants {
+            let ok = url::Url::parse(url).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+            if !ok {
+                return Err(invalid(
+                    "webhooks.tenants",
+                    &format!("the URL of tenant `{tenant}` is not an http(s) URL"),
+                ));
+            }
+        }
+        if !(1..=50).contains(&w.max_attempts) {
+            return Err(invalid("webhooks.max_attempts", "must be 1-50"));
+        }
+        if w.backoff_ms == 0 || w.timeout_ms == 0 {
+            return Err(invalid(
+                "webhooks",
+                "backoff_ms and timeout_ms must be above 0",
+            ));
         }
         Ok(())
     }

@@ -28,6 +28,7 @@ mod suggest;
 mod telemetry;
 pub mod timeline;
 pub mod tools;
+mod webhooks;
 mod workflows;
 
 pub use api::openapi;

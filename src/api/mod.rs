@@ -14,6 +14,7 @@ pub mod server;
 pub mod sse;
 pub mod system;
 pub mod tools;
+pub mod webhooks;
 pub mod workflows;
 
 use std::sync::Arc;
@@ -72,6 +73,10 @@ pub struct Handles {
     pub agents: Agents,
     /// Schedules and their fires.
     pub schedules: crate::store::Schedules,
+    /// Runs' completion webhook deliveries.
+    pub webhooks: crate::store::Webhooks,
+    /// Where HTTP tools and webhooks may connect (`tools.http_allow*`).
+    pub destinations: Arc<crate::tools::http::guard::Destinations>,
     pub events: EventHub,
     pub config: Arc<Config>,
     pub run_schema: Arc<crate::schema::ShippedSchema>,
@@ -95,6 +100,9 @@ impl AppState {
             workflows: Workflows::new(store.clone()),
             agents: Agents::new(store.clone()),
             schedules: crate::store::Schedules::new(store.clone()),
+            webhooks: crate::store::Webhooks::new(store.clone()),
+            // Checked when the configuration loaded; nothing private is allowed if not.
+            destinations: crate::tools::http::destinations(&config.tools).unwrap_or_default(),
             events,
             config,
             run_schema: Arc::new(crate::schema::ShippedSchema::compile(include_str!(
@@ -121,6 +129,7 @@ impl AppState {
         history::run_timeline,
         schedules::create_schedule, schedules::list_schedules, schedules::get_schedule,
         schedules::update_schedule, schedules::delete_schedule, schedules::schedule_fires,
+        webhooks::run_webhook,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
         agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::list_models, system::healthz,
@@ -133,6 +142,7 @@ impl AppState {
         crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::llm::router::ModelInfo, crate::store::PlanRecord, crate::store::Checkpoint,
         workflows::WorkflowSummary, workflows::WorkflowDetail, agui::RunAgentInput, tools::ToolDetail, agui::ResumeEntry, agui::ResumeStatus, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
         schedules::Schedule, schedules::ScheduleList, schedules::ScheduleFires, schedules::ScheduleFireRecord,
+        webhooks::WebhookDelivery, webhooks::WebhookAttempt,
         schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire,
     )),
     modifiers(&SecurityAddon),
@@ -224,6 +234,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
         .route("/runs/{id}/timeline", get(history::run_timeline))
         .merge(schedules::routes())
+        .route("/runs/{id}/webhook", get(webhooks::run_webhook))
         .route("/workflows", get(workflows::list_workflows))
         .route(
             "/workflows/{name}",

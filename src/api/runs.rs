@@ -51,6 +51,16 @@ pub struct CreateRun {
     pub session_id: Option<String>,
     /// The system prompt of a `simple` run instead of the built-in one (at most 32 KiB).
     pub instructions: Option<String>,
+    /// Where the run's summary is POSTed, signed, once it ends.
+    #[schema(value_type = Option<Object>)]
+    pub webhook: Option<WebhookTarget>,
+}
+
+/// A run request's `webhook`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookTarget {
+    pub url: String,
 }
 
 impl From<CreateRun> for RunRequest {
@@ -67,6 +77,7 @@ impl From<CreateRun> for RunRequest {
             session_id: c.session_id,
             schedule: None,
             instructions: c.instructions,
+            webhook: c.webhook.map(|w| w.url),
         }
     }
 }
@@ -201,14 +212,19 @@ pub(super) async fn admit_body(
     let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
     let mut request = RunRequest::from(req);
     request.schedule = schedule;
+    let webhook = super::webhooks::webhook_of(state, tenant, request.webhook.take());
+    request.webhook = webhook.as_ref().ok().cloned().flatten();
+    let mut problems: Vec<FieldError> = webhook.err().into_iter().collect();
     match state.engine.admit(tenant, request).await {
-        Ok(admitted) => Ok(admitted),
-        Err(Refused::Invalid(problems)) => Err(ApiError::validation_many(
-            problems
-                .into_iter()
-                .map(|p| FieldError::new(p.pointer, p.message))
-                .collect(),
-        )),
+        Ok(admitted) if problems.is_empty() => Ok(admitted),
+        Ok(_) => Err(ApiError::validation_many(problems)),
+        Err(Refused::Invalid(more)) => {
+            problems.extend(
+                more.into_iter()
+                    .map(|p| FieldError::new(p.pointer, p.message)),
+            );
+            Err(ApiError::validation_many(problems))
+        }
         Err(Refused::Store(e)) => Err(e.into()),
     }
 }
@@ -316,6 +332,10 @@ fn request_of(spec: RunSpec) -> Map<String, Value> {
     put("metadata", object(spec.metadata));
     put("session_id", spec.session_id.map(Value::String));
     put("instructions", spec.instructions.map(Value::String));
+    put(
+        "webhook",
+        spec.webhook.map(|url| serde_json::json!({ "url": url })),
+    );
     out
 }
 

@@ -219,6 +219,9 @@ pub struct RunSpec {
     /// stored JSON when absent, so earlier requests keep their fingerprints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// Where the run's summary is POSTed once it ends. Left out of the stored JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
     /// The HTTP tools the tenant had declared through the API when the run was created (those
     /// the run may call): the run calls these, on whichever replica resumes it, whatever the
     /// tenant declares or removes meanwhile. Not part of the request: left out of its
@@ -375,6 +378,7 @@ mod tests {
             session_id: None,
             schedule: None,
             instructions: None,
+            webhook: None,
             declared_tools: Vec::new(),
         }
     }

@@ -54,6 +54,8 @@ pub struct RunRequest {
     pub schedule: Option<ScheduleFire>,
     /// The system prompt of a `simple` run instead of the built-in one.
     pub instructions: Option<String>,
+    /// The completion webhook's URL (the request's, else the tenant's default).
+    pub webhook: Option<String>,
 }
 
 /// A request that can run: what [`Engine::create_run`](super::Engine::create_run) stores.
@@ -128,6 +130,7 @@ pub async fn admit(
         session_id: request.session_id,
         schedule: request.schedule,
         instructions: request.instructions,
+        webhook: request.webhook,
         declared_tools,
     };
     // Only an `auto` run without a plan can have a rule's workflow join its spec: its

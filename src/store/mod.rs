@@ -41,6 +41,7 @@ mod sqlite_reader;
 mod sqlite_writer;
 mod statement;
 mod timeline;
+mod webhooks;
 pub use cluster::{Claim, Listener, Notice, listen};
 pub use history::*;
 pub use reads::{History, RunReads};
@@ -49,6 +50,7 @@ pub use retention::RUN_TABLES;
 pub use schedules::{FireRecord, Fired, ScheduleRecord, Schedules};
 pub use sessions::{SessionSummary, Turn};
 pub use timeline::RunHistory;
+pub use webhooks::{Delivery, DeliveryAttempt, DueDelivery, Outcome, Webhooks};
 
 use sqlite_reader::SqliteReader;
 use sqlite_writer::SqliteWriter;
@@ -587,14 +589,16 @@ impl Store {
             (*self.replica).into(),
             self.lease_ttl_ms().into(),
         ];
-        let changed = self
-            .write_all(vec![Statement {
-                text: statement::Text::One(sql),
-                params,
-            }])
-            .await?;
+        let mut statements = vec![Statement {
+            text: statement::Text::One(sql),
+            params,
+        }];
+        if let Some(url) = &spec.webhook {
+            statements.push(webhooks::enqueue(tenant, run.id, url, run.created_at));
+        }
+        let changed = self.write_all(statements).await?;
         self.committed(1);
-        if changed == [1] {
+        if changed.first() == Some(&1) {
             return Ok(Inserted::New);
         }
         let key = idempotency

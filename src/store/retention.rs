@@ -20,6 +20,8 @@ pub const RUN_TABLES: &[&str] = &[
     "replan_requests",
     // A schedule's record of the run a tick started goes with the run.
     "schedule_fires",
+    "webhook_deliveries",
+    "webhook_attempts",
 ];
 
 /// The SQL list of terminal statuses, as stored.

@@ -111,6 +111,7 @@ mod tests {
             session_id: None,
             schedule: None,
             instructions: None,
+            webhook: None,
             declared_tools: Vec::new(),
         };
         let run = Run {

@@ -48,6 +48,8 @@ const FLOORS: &[(&str, u8)] = &[
     // Event hub and retention sweeper.
     ("stream", 5),
     ("retention", 5),
+    // Completion webhooks: store, tools' destination guard, configuration.
+    ("webhooks", 5),
     ("engine", 6),
     ("api", 7),
     ("app", 8),

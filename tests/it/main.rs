@@ -42,5 +42,6 @@ mod teams_handoff;
 mod teams_middleware;
 mod telemetry;
 mod timeline;
+mod webhooks;
 mod workflows;
 mod write_budget;

@@ -116,6 +116,17 @@ async fn deleting_a_finished_run_removes_it_and_everything_it_owns() {
     .execute(&pool)
     .await
     .unwrap();
+    // As if it had named a webhook, tried once.
+    for statement in [
+        "INSERT INTO webhook_deliveries (run_id, tenant, url, state, created_at) VALUES ($1, 'default', 'https://e.com', 'failed', '')",
+        "INSERT INTO webhook_attempts (run_id, attempt, at, duration_ms) VALUES ($1, 1, '', 0)",
+    ] {
+        sqlx::query(statement)
+            .bind(&doomed)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
     // As if a schedule's tick had started it.
     sqlx::query(
         "INSERT INTO schedule_fires (schedule_id, fire_at, run_id, fired_at) VALUES ('s', 't', $1, '')",

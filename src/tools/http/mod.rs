@@ -103,21 +103,8 @@ impl HttpTool {
         policy: Arc<Destinations>,
         env: EnvAccess,
     ) -> anyhow::Result<HttpTool> {
-        let redirects = policy.clone();
-        let client = reqwest::Client::builder()
-            .dns_resolver(GuardedResolver::new(policy.clone()))
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
-                if attempt.previous().len() >= MAX_REDIRECTS {
-                    return attempt.error(Refused(format!("more than {MAX_REDIRECTS} redirects")));
-                }
-                match redirects.check_url(attempt.url()) {
-                    Ok(()) => attempt.follow(),
-                    Err(refused) => attempt.error(refused),
-                }
-            }))
-            .connect_timeout(Duration::from_millis(spec.timeout_ms.min(10_000)))
-            .build()?;
+        let connect = Duration::from_millis(spec.timeout_ms.min(10_000));
+        let client = guarded_client(&policy, connect)?;
         Ok(HttpTool {
             spec,
             client,
@@ -302,6 +289,42 @@ impl Tool for HttpTool {
                 ToolError::failed(ErrorCode::ToolTimeout, format!("no answer within timeout_ms ({} ms)", timeout.as_millis())))),
         }
     }
+}
+
+/// A client that connects only where `policy` allows, checked on the addresses a name
+/// resolves to and at every redirect (at most [`MAX_REDIRECTS`]); no proxy. HTTP tools and
+/// completion webhooks both send through one.
+pub fn guarded_client(
+    policy: &Arc<Destinations>,
+    connect_timeout: Duration,
+) -> reqwest::Result<reqwest::Client> {
+    let redirects = policy.clone();
+    reqwest::Client::builder()
+        .dns_resolver(GuardedResolver::new(policy.clone()))
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= MAX_REDIRECTS {
+                return attempt.error(Refused(format!("more than {MAX_REDIRECTS} redirects")));
+            }
+            match redirects.check_url(attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(refused) => attempt.error(refused),
+            }
+        }))
+        .connect_timeout(connect_timeout)
+        .build()
+}
+
+/// Whether `e` (anywhere in its chain) is the destination policy's refusal, and its reason.
+pub fn refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(r) = c.downcast_ref::<Refused>() {
+            return Some(r.0.clone());
+        }
+        cause = c.source();
+    }
+    None
 }
 
 /// The operator's destination policy, from the config (checked by `Config::validate`).

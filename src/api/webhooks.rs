@@ -1,0 +1,108 @@
+//! `GET /v1/runs/{id}/webhook`: a run's completion webhook delivery and every attempt (what
+//! `crate::webhooks` sent and what came back); and the check of a run body's `webhook`.
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::Tenant;
+use crate::store::Delivery;
+
+use super::AppState;
+use super::error::{ApiError, FieldError};
+use super::extract::Path;
+use super::runs::own_run;
+
+/// A run's completion webhook.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WebhookDelivery {
+    pub url: String,
+    /// `pending` (the run has not ended, or an attempt is due), `delivered` (a 2xx answer) or
+    /// `failed` (attempts used up, or the destination refused).
+    pub state: String,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub attempts: Vec<WebhookAttempt>,
+}
+
+/// One attempt to deliver it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WebhookAttempt {
+    pub attempt: u32,
+    pub at: DateTime<Utc>,
+    /// The receiver's HTTP status; `null` when none came (see `error`).
+    pub status_code: Option<u16>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+}
+
+impl From<Delivery> for WebhookDelivery {
+    fn from(d: Delivery) -> Self {
+        WebhookDelivery {
+            url: d.url,
+            state: d.state,
+            created_at: d.created_at,
+            finished_at: d.finished_at,
+            attempts: d
+                .attempts
+                .into_iter()
+                .map(|a| WebhookAttempt {
+                    attempt: a.attempt,
+                    at: a.at,
+                    status_code: a.status_code,
+                    error: a.error,
+                    duration_ms: a.duration_ms,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A run's completion webhook: where it goes, whether it was delivered, every attempt.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/webhook", tag = "runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, body = WebhookDelivery),
+        (status = 404, description = "No such run, or it names no webhook", body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn run_webhook(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<WebhookDelivery>, ApiError> {
+    let run = own_run(&state, &tenant, &id).await?;
+    match state.webhooks.delivery(&tenant, run).await? {
+        Some(d) => Ok(Json(d.into())),
+        None => Err(ApiError::NotFound(format!("run `{id}` names no webhook"))),
+    }
+}
+
+/// The webhook a new run of `tenant` reports to: the body's `url` (checked: signing is
+/// configured, and the destination is not refused outright), else the tenant's default.
+pub(super) fn webhook_of(
+    state: &AppState,
+    tenant: &Tenant,
+    given: Option<String>,
+) -> Result<Option<String>, FieldError> {
+    let config = &state.config.webhooks;
+    let Some(url) = given else {
+        return Ok(config.tenants.get(&tenant.0).cloned());
+    };
+    if config.secret.is_empty() {
+        return Err(FieldError::new(
+            "/webhook",
+            "this server signs no webhooks: its operator has not set webhooks.secret",
+        ));
+    }
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|e| FieldError::new("/webhook/url", format!("not a URL: {e}")))?;
+    state
+        .destinations
+        .check_url(&parsed)
+        .map_err(|refused| FieldError::new("/webhook/url", format!("refused: {refused}")))?;
+    Ok(Some(url))
+}

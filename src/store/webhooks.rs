@@ -1,0 +1,262 @@
+//! Completion webhook deliveries: one per run that names a webhook, written with the run's row
+//! (so an acknowledged run never loses its webhook), then claimed attempt by attempt once the
+//! run has ended. Times a replica compares are the database's clock, as leases' are. Like the
+//! rest of the store, this module only persists: sending and signing are `crate::webhooks`'.
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use super::statement::{Statement, Text};
+use super::{Result, Store, fmt_time, parse_opt_time, parse_time};
+use crate::domain::{RunId, Tenant};
+
+/// The statement that queues a new run's delivery, in the transaction that inserts the run:
+/// it inserts only when the run's row is there (an idempotent repeat inserts neither).
+pub(super) fn enqueue(tenant: &Tenant, run: RunId, url: &str, at: DateTime<Utc>) -> Statement {
+    Statement {
+        text: Text::One(
+            "INSERT INTO webhook_deliveries (run_id, tenant, url, state, attempts,
+                next_attempt_at, created_at)
+             SELECT $1, $2, $3, 'pending', 0, 0, $4 WHERE EXISTS
+                (SELECT 1 FROM runs WHERE id = $5 AND tenant = $6)"
+                .into(),
+        ),
+        params: vec![
+            run.to_string().into(),
+            tenant.0.as_str().into(),
+            url.into(),
+            fmt_time(at).into(),
+            run.to_string().into(),
+            tenant.0.as_str().into(),
+        ],
+    }
+}
+
+/// A delivery whose run has ended and whose next attempt is due.
+#[derive(Debug, Clone)]
+pub struct DueDelivery {
+    pub run_id: RunId,
+    pub tenant: Tenant,
+    pub url: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// Its `next_attempt_at`, which a claim compares and sets.
+    pub due_at: i64,
+}
+
+/// A run's delivery as the API shows it.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub url: String,
+    /// `pending`, `delivered` or `failed`.
+    pub state: String,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub attempts: Vec<DeliveryAttempt>,
+}
+
+/// One attempt: the answer's status, or why there was none.
+#[derive(Debug, Clone)]
+pub struct DeliveryAttempt {
+    pub attempt: u32,
+    pub at: DateTime<Utc>,
+    pub status_code: Option<u16>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// The deliveries' handle.
+#[derive(Clone)]
+pub struct Webhooks(Store);
+
+impl Webhooks {
+    pub fn new(store: Store) -> Self {
+        Webhooks(store)
+    }
+
+    /// Up to `limit` deliveries due now whose runs have ended, the longest waiting first.
+    pub async fn due(&self, limit: u32) -> Result<Vec<DueDelivery>> {
+        let sql = format!(
+            "SELECT d.run_id, d.tenant, d.url, d.attempts, d.next_attempt_at
+             FROM webhook_deliveries d JOIN runs r ON r.id = d.run_id
+             WHERE d.state = 'pending' AND d.next_attempt_at <= {}
+               AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+             ORDER BY d.next_attempt_at LIMIT $1",
+            self.0.backend.now_ms_sql()
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(i64::from(limit))
+            .fetch_all(&self.0.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get("run_id")?;
+                Ok(DueDelivery {
+                    run_id: RunId::parse(&id)
+                        .ok_or_else(|| super::Error::Corrupt(format!("run id `{id}`")))?,
+                    tenant: Tenant(r.try_get("tenant")?),
+                    url: r.try_get("url")?,
+                    attempts: r.try_get::<i64, _>("attempts")? as u32,
+                    due_at: r.try_get("next_attempt_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Claims the next attempt of `d` for `hold_ms` (no other replica sends it meanwhile);
+    /// false if another replica claimed it first.
+    pub async fn claim(&self, d: &DueDelivery, hold_ms: i64) -> Result<bool> {
+        let sql = format!(
+            "UPDATE webhook_deliveries SET attempts = attempts + 1, next_attempt_at = {} + $1
+             WHERE run_id = $2 AND state = 'pending' AND next_attempt_at = $3",
+            self.0.backend.now_ms_sql()
+        );
+        let res = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(hold_ms)
+            .bind(d.run_id.to_string())
+            .bind(d.due_at)
+            .execute(&self.0.pool())
+            .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    /// Records attempt `a` of the run's delivery and what follows: delivered, failed for
+    /// good, or another attempt `retry_in_ms` from now.
+    pub async fn settle(&self, run: RunId, a: &DeliveryAttempt, outcome: Outcome) -> Result<()> {
+        let mut tx = self.0.pool().begin().await?;
+        sqlx::query(
+            "INSERT INTO webhook_attempts (run_id, attempt, at, status_code, error, duration_ms)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(run.to_string())
+        .bind(i64::from(a.attempt))
+        .bind(fmt_time(a.at))
+        .bind(a.status_code.map(i64::from))
+        .bind(a.error.as_deref())
+        .bind(a.duration_ms as i64)
+        .execute(&mut *tx)
+        .await?;
+        let (state, retry_in_ms, finished) = match outcome {
+            Outcome::Delivered => ("delivered", 0, Some(fmt_time(a.at))),
+            Outcome::Failed => ("failed", 0, Some(fmt_time(a.at))),
+            Outcome::Retry { in_ms } => ("pending", in_ms, None),
+        };
+        let sql = format!(
+            "UPDATE webhook_deliveries SET state = $1, next_attempt_at = {} + $2,
+                finished_at = $3
+             WHERE run_id = $4",
+            self.0.backend.now_ms_sql()
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(state)
+            .bind(retry_in_ms)
+            .bind(finished)
+            .bind(run.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The tenant's run's delivery with every attempt, oldest first.
+    pub async fn delivery(&self, tenant: &Tenant, run: RunId) -> Result<Option<Delivery>> {
+        let Some(row) =
+            sqlx::query("SELECT * FROM webhook_deliveries WHERE run_id = $1 AND tenant = $2")
+                .bind(run.to_string())
+                .bind(&tenant.0)
+                .fetch_optional(&self.0.pool())
+                .await?
+        else {
+            return Ok(None);
+        };
+        let attempts =
+            sqlx::query("SELECT * FROM webhook_attempts WHERE run_id = $1 ORDER BY attempt")
+                .bind(run.to_string())
+                .fetch_all(&self.0.pool())
+                .await?;
+        let attempts = attempts
+            .iter()
+            .map(|r| {
+                Ok(DeliveryAttempt {
+                    attempt: r.try_get::<i64, _>("attempt")? as u32,
+                    at: parse_time(&r.try_get::<String, _>("at")?)?,
+                    status_code: r
+                        .try_get::<Option<i64>, _>("status_code")?
+                        .map(|c| c as u16),
+                    error: r.try_get("error")?,
+                    duration_ms: r.try_get::<i64, _>("duration_ms")? as u64,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Some(Delivery {
+            url: row.try_get("url")?,
+            state: row.try_get("state")?,
+            created_at: parse_time(&row.try_get::<String, _>("created_at")?)?,
+            finished_at: parse_opt_time(row.try_get("finished_at")?)?,
+            attempts,
+        }))
+    }
+}
+
+/// What an attempt leads to.
+pub enum Outcome {
+    Delivered,
+    /// Given up: the last attempt, or a destination that is refused.
+    Failed,
+    Retry {
+        in_ms: i64,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_attempt_is_claimed_once_however_many_replicas_saw_it_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
+        let store = Store::connect(&url, 2).await.unwrap();
+        let hooks = Webhooks::new(store.clone());
+        let (tenant, run) = (Tenant("a".into()), RunId::new());
+        let seen = DueDelivery {
+            run_id: run,
+            tenant: tenant.clone(),
+            url: "https://example.com/hook".into(),
+            attempts: 0,
+            due_at: 0,
+        };
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (run_id, tenant, url, state, created_at)
+             VALUES ($1, 'a', 'https://example.com/hook', 'pending', $2)",
+        )
+        .bind(run.to_string())
+        .bind(fmt_time(crate::domain::now()))
+        .execute(&store.pool())
+        .await
+        .unwrap();
+        // Two replicas read the same due row; only the first claim takes it.
+        assert!(hooks.claim(&seen, 10_000).await.unwrap());
+        assert!(!hooks.claim(&seen, 10_000).await.unwrap());
+        let attempt = DeliveryAttempt {
+            attempt: 1,
+            at: crate::domain::now(),
+            status_code: Some(503),
+            error: Some("answered 503".into()),
+            duration_ms: 3,
+        };
+        hooks
+            .settle(run, &attempt, Outcome::Retry { in_ms: 0 })
+            .await
+            .unwrap();
+        let d = hooks.delivery(&tenant, run).await.unwrap().unwrap();
+        assert_eq!((d.state.as_str(), d.attempts.len()), ("pending", 1));
+        assert!(
+            hooks
+                .delivery(&Tenant("b".into()), run)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+}

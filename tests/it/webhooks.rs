@@ -1,0 +1,371 @@
+//! Completion webhooks over real HTTP: a receiver on loopback verifies each delivery's
+//! signature as a user's would, answers 500 then 200, and the run's `/webhook` shows both
+//! attempts; a tenant's default URL and a schedule's run body report too; a delivery queued
+//! before a restart goes out after it; refused destinations and a server without a signing
+//! key are refused when the run is created.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, StatusCode};
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use crate::support::{PATIENCE, TestApp, spawn_app, spawn_app_in};
+
+const SECRET: &str = "whsec-test-key-0123456789";
+
+/// What the receiver got: each delivery's body, once its signature checked out.
+#[derive(Clone, Default)]
+struct Received {
+    bodies: Arc<Mutex<Vec<Value>>>,
+    /// Answers to give, in order; 200 once they run out.
+    answers: Arc<Mutex<Vec<u16>>>,
+    /// How long each answer takes.
+    delay: Duration,
+}
+
+/// Checks `Orca-Signature: t=…,v1=…` as a receiver would: HMAC-SHA256 over `<t>.<body>` with
+/// the shared secret, and a timestamp within five minutes.
+fn verified(headers: &HeaderMap, body: &[u8]) -> bool {
+    let Some(header) = headers.get("orca-signature").and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let mut t = None;
+    let mut v1 = None;
+    for part in header.split(',') {
+        match part.split_once('=') {
+            Some(("t", v)) => t = v.parse::<i64>().ok(),
+            Some(("v1", v)) => v1 = Some(v.to_owned()),
+            _ => {}
+        }
+    }
+    let (Some(t), Some(v1)) = (t, v1) else {
+        return false;
+    };
+    if (chrono::Utc::now().timestamp() - t).abs() > 300 {
+        return false;
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    let want: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    want == v1
+}
+
+async fn receiver(received: Received) -> String {
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
+            let received = received.clone();
+            async move {
+                if !verified(&headers, &body) {
+                    return StatusCode::UNAUTHORIZED;
+                }
+                received
+                    .bodies
+                    .lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap());
+                let answer = {
+                    let mut answers = received.answers.lock().unwrap();
+                    if answers.is_empty() {
+                        200
+                    } else {
+                        answers.remove(0)
+                    }
+                };
+                tokio::time::sleep(received.delay).await;
+                StatusCode::from_u16(answer).unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/hook")
+}
+
+fn with_webhooks(c: &mut orca::config::Config) {
+    c.webhooks.secret = orca::config::Secret::new(SECRET);
+    c.webhooks.backoff_ms = 50;
+    c.tools.http_allow_private = true;
+}
+
+fn calculation(webhook: Option<&str>) -> Value {
+    let mut body = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
+          "arguments": { "expression": "6 * 7" } } } ] } });
+    if let Some(url) = webhook {
+        body["webhook"] = json!({ "url": url });
+    }
+    body
+}
+
+/// Polls the run's webhook until `done` holds of it.
+async fn delivery(app: &TestApp, run_id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (status, d) = app.get_json(&format!("/v1/runs/{run_id}/webhook")).await;
+        if status == 200 && done(&d) {
+            return d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the webhook of {run_id} never got there: {d}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_finished_run_posts_its_signed_summary_and_retries_until_accepted() {
+    let received = Received::default();
+    received.answers.lock().unwrap().push(500);
+    let url = receiver(received.clone()).await;
+    let app = spawn_app(with_webhooks).await;
+
+    let run = app.create_run(calculation(Some(&url))).await;
+    let id = run["id"].as_str().unwrap();
+    let d = delivery(&app, id, |d| d["state"] == "delivered").await;
+    let attempts = d["attempts"].as_array().unwrap();
+    let codes: Vec<&Value> = attempts.iter().map(|a| &a["status_code"]).collect();
+    assert_eq!(codes, [&json!(500), &json!(200)], "{d}");
+    assert_eq!(attempts[0]["error"], "answered 500");
+    assert_eq!(d["url"], url.as_str());
+
+    let bodies = received.bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 2, "each attempt carried a valid signature");
+    assert_eq!(bodies[1]["type"], "run.finished");
+    assert_eq!(bodies[1]["run"]["id"], id);
+    assert_eq!(bodies[1]["run"]["status"], "succeeded");
+    assert_eq!(bodies[1]["run"]["output"]["result"], 42);
+
+    // The request a run shows names its webhook; a run without one has none.
+    let (_, shown) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(shown["request"]["webhook"], json!({ "url": url }));
+    let plain = app.create_run(calculation(None)).await;
+    let (status, _) = app
+        .get_json(&format!(
+            "/v1/runs/{}/webhook",
+            plain["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_tenants_default_and_a_schedules_runs_report_and_a_queued_delivery_survives_a_restart() {
+    let received = Received::default();
+    let url = receiver(received.clone()).await;
+    let configure = |c: &mut orca::config::Config| {
+        with_webhooks(c);
+        c.webhooks.tenants.insert("default".into(), url.clone());
+    };
+    let app = spawn_app(configure).await;
+
+    // A run waiting for a human when the server stops: its delivery waits in the store.
+    let waiting = app
+        .create_run(
+            json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+            { "id": "ok", "kind": "user_input", "input": { "prompt": "Go?" } } ] } }),
+        )
+        .await;
+    let waiting_id = waiting["id"].as_str().unwrap().to_owned();
+    let mut events = app.events(&waiting_id).await;
+    while events.next_event().await.expect("the run asks").kind() != "input_required" {}
+    drop(events);
+    let d = delivery(&app, &waiting_id, |d| d["state"] == "pending").await;
+    assert_eq!(
+        d["attempts"],
+        json!([]),
+        "nothing is sent before the run ends"
+    );
+    let dir = app.stop().await;
+
+    let app = spawn_app_in(dir, configure).await;
+    // Asked again once the restarted server has resumed it.
+    let mut events = app.events(&waiting_id).await;
+    crate::support::skip_to(&mut events, "input_required", 2).await;
+    assert_eq!(
+        app.answer(&waiting_id, "ok", json!("yes")).await.status(),
+        202
+    );
+    delivery(&app, &waiting_id, |d| d["state"] == "delivered").await;
+
+    // A schedule's run body names no webhook: the tenant's default applies to its runs.
+    let body = json!({ "interval_ms": 1000, "run": calculation(None) });
+    let (status, schedule) = app.post_json("/v1/schedules", &body).await;
+    assert_eq!(status, 201, "{schedule}");
+    let path = app.url(&format!(
+        "/v1/schedules/{}",
+        schedule["id"].as_str().unwrap()
+    ));
+    let deadline = Instant::now() + PATIENCE;
+    let fired = loop {
+        let s: Value = app
+            .client
+            .get(&path)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(run) = s["last_run_id"].as_str() {
+            break run.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no tick fired: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    delivery(&app, &fired, |d| d["state"] == "delivered").await;
+    let bodies = received.bodies.lock().unwrap().clone();
+    let ids: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["run"]["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&waiting_id.as_str()) && ids.contains(&fired.as_str()),
+        "{ids:?}"
+    );
+    assert_eq!(
+        ids.iter().filter(|i| **i == waiting_id).count(),
+        1,
+        "delivered once: {ids:?}"
+    );
+}
+
+#[tokio::test]
+async fn refused_destinations_and_a_server_without_a_signing_key_are_refused() {
+    // No key: a run cannot name a webhook.
+    let unsigned = spawn_app(|_| {}).await;
+    let (status, problem) = unsigned
+        .post_json("/v1/runs", &calculation(Some("https://example.com/hook")))
+        .await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(problem["errors"][0]["pointer"], "/webhook", "{problem}");
+
+    // Signed, but private addresses are not allowed: an address is refused at once, a name
+    // that resolves to one when the delivery connects.
+    let app = spawn_app(|c| c.webhooks.secret = orca::config::Secret::new(SECRET)).await;
+    for (url, pointer) in [
+        ("http://127.0.0.1:9/hook", "/webhook/url"),
+        ("ftp://example.com/hook", "/webhook/url"),
+        ("not a url", "/webhook/url"),
+    ] {
+        let (status, problem) = app.post_json("/v1/runs", &calculation(Some(url))).await;
+        assert_eq!(status, 422, "{url}: {problem}");
+        let pointers: Vec<&str> = problem["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["pointer"].as_str().unwrap())
+            .collect();
+        assert!(pointers.contains(&pointer), "{url}: {problem}");
+    }
+    let (status, problem) = app
+        .post_json(
+            "/v1/runs",
+            &json!({ "input": "x", "webhook": { "url": "https://e.com", "secret": "x" } }),
+        )
+        .await;
+    assert_eq!(status, 422, "{problem}");
+
+    let run = app
+        .create_run(calculation(Some("http://localhost:9/hook")))
+        .await;
+    let d = delivery(&app, run["id"].as_str().unwrap(), |d| {
+        d["state"] == "failed"
+    })
+    .await;
+    let attempts = d["attempts"].as_array().unwrap();
+    assert_eq!(
+        attempts.len(),
+        1,
+        "a refused destination is not retried: {d}"
+    );
+    assert!(
+        attempts[0]["error"].as_str().unwrap().contains("refused"),
+        "{d}"
+    );
+    assert_eq!(attempts[0]["status_code"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_deliver_each_runs_webhook_once() {
+    use crate::support::Server;
+    use crate::support::db::{PgServer, database_url_on};
+    // A slow receiver: while one replica sends, the other sees the same deliveries due.
+    let received = Received {
+        delay: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let url = receiver(received.clone()).await;
+    let pg = PgServer::start();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let db = database_url_on(&pg.url, dirs[0].path());
+    let env = [
+        ("ORCA_LLM__PROVIDER", "offline"),
+        ("ORCA_WEBHOOKS__SECRET", SECRET),
+        ("ORCA_TOOLS__HTTP_ALLOW_PRIVATE", "true"),
+    ];
+    let replicas = [
+        Server::start_on(dirs[0].path(), &db, &env).await,
+        Server::start_on(dirs[1].path(), &db, &env).await,
+    ];
+    // All at once, so their deliveries fall due together.
+    let posts = (0..20).map(|i| {
+        let server = &replicas[i % 2];
+        let body = calculation(Some(&url));
+        async move {
+            let resp = server
+                .client
+                .post(server.url("/v1/runs"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 201);
+            resp.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    });
+    let ids: Vec<String> = futures::future::join_all(posts).await;
+    let deadline = Instant::now() + PATIENCE;
+    for id in &ids {
+        loop {
+            let d: Value = replicas[0]
+                .client
+                .get(replicas[0].url(&format!("/v1/runs/{id}/webhook")))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if d["state"] == "delivered" {
+                assert_eq!(d["attempts"].as_array().unwrap().len(), 1, "{d}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{id}: {d}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let bodies = received.bodies.lock().unwrap().clone();
+    for id in &ids {
+        let n = bodies
+            .iter()
+            .filter(|b| b["run"]["id"] == id.as_str())
+            .count();
+        assert_eq!(n, 1, "run {id} was delivered {n} times");
+    }
+    assert_eq!(bodies.len(), ids.len());
+}
