@@ -108,6 +108,10 @@ pub struct RunArgs {
     /// A session id: runs of one session share their conversation history.
     #[arg(long)]
     session: Option<String>,
+    /// Where the server POSTs the run's signed summary once it ends (needs
+    /// `webhooks.secret` on the server).
+    #[arg(long, value_name = "URL")]
+    webhook: Option<String>,
     /// Metadata stored with the run, KEY=VALUE (repeat for more); `runs list --metadata`
     /// filters by it.
     #[arg(long, value_name = "KEY=VALUE")]
@@ -297,7 +301,11 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
             show(client.json, &body, print_runs)
         }
         RunsCommand::Show { id, client } => {
-            let body = connect(&client)?.get(&run_path(&id, "")).await?;
+            let c = connect(&client)?;
+            let mut body = c.get(&run_path(&id, "")).await?;
+            if !body["request"]["webhook"].is_null() {
+                body["webhook"] = c.get(&run_path(&id, "/webhook")).await?;
+            }
             show(client.json, &body, print_run)
         }
         RunsCommand::Watch { id, client } => {
@@ -474,6 +482,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
     }
     if let Some(session) = &args.session {
         body["session_id"] = json!(session);
+    }
+    if let Some(url) = &args.webhook {
+        body["webhook"] = json!({ "url": url });
     }
     if !args.metadata.is_empty() {
         let pairs = key_values(&args.metadata)?;
@@ -781,5 +792,21 @@ fn print_run(r: &Value) {
     outln!("{:<14}{}", "output", field("output"));
     if !r["error"].is_null() {
         outln!("{:<14}{}", "error", field("error"));
+    }
+    if let Some(schedule) = r["schedule"]["id"].as_str() {
+        outln!(
+            "{:<14}{schedule} (tick {})",
+            "schedule",
+            r["schedule"]["fire_at"].as_str().unwrap_or("-")
+        );
+    }
+    let w = &r["webhook"];
+    if let Some(state) = w["state"].as_str() {
+        let attempts = w["attempts"].as_array().map_or(0, Vec::len);
+        let url = w["url"].as_str().unwrap_or("");
+        outln!(
+            "{:<14}{state} after {attempts} attempt(s) → {url}",
+            "webhook"
+        );
     }
 }

@@ -420,6 +420,15 @@ async function schedulesScenario(page) {
   report({ ok: 'schedules' });
 }
 
+/** A finished run's completion webhook: its state and attempts, opened from the run page. */
+async function webhookScenario(page) {
+  await page.goto(`${base}/#/runs/${arg}`);
+  await page.locator(`details[data-webhook="${arg}"] summary`).click();
+  await page.locator('[data-webhook-state="delivered"]').waitFor({ timeout: PATIENCE });
+  await shot(page, 'webhook');
+  report({ ok: 'webhook' });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -436,6 +445,8 @@ try {
     await plansScenario(page);
   } else if (scenario === 'key') {
     await keyScenario(page);
+  } else if (scenario === 'webhook') {
+    await webhookScenario(page);
   } else if (scenario === 'schedules') {
     await schedulesScenario(page);
   } else if (scenario === 'papercuts') {

@@ -319,6 +319,41 @@ async fn the_console_shows_schedules_their_runs_and_disables_and_deletes_them() 
 }
 
 #[tokio::test]
+async fn the_console_shows_a_runs_webhook_and_its_attempts() {
+    // A receiver that takes every delivery.
+    let receiver = axum::Router::new().route("/hook", axum::routing::post(|| async { "ok" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, receiver).await.unwrap() });
+    let app = spawn_app(|c| {
+        c.webhooks.secret = Secret::new("whsec-test-key-0123456789");
+        c.tools.http_allow_private = true;
+    })
+    .await;
+    let run = app
+        .create_run(
+            json!({ "input": "x", "orchestration": "fixed", "webhook": { "url": hook },
+            "plan": { "steps": [{ "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
+                "arguments": { "expression": "1 + 1" } } }] } }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap();
+    // Delivered first: the page shows the state it loads when the panel opens.
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+    loop {
+        let (_, d) = app.get_json(&format!("/v1/runs/{id}/webhook")).await;
+        if d["state"] == "delivered" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{d}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let report = browser("webhook", &app.base, Some(id)).await;
+    finding(&report, "webhook");
+    assert_png(&screenshots().join("webhook").join("webhook.png"));
+}
+
+#[tokio::test]
 async fn console_files_are_served_with_a_strict_policy_and_can_be_turned_off() {
     let app = spawn_app(|_| {}).await;
     let page = app.client.get(app.url("/")).send().await.unwrap();

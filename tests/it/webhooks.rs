@@ -147,6 +147,14 @@ async fn a_finished_run_posts_its_signed_summary_and_retries_until_accepted() {
     assert_eq!(bodies[1]["run"]["status"], "succeeded");
     assert_eq!(bodies[1]["run"]["output"]["result"], 42);
 
+    // `orca runs show` says where it went and how it went.
+    let out = app.orca(&["runs", "show", id], "").await;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(&format!("delivered after 2 attempt(s) → {url}")),
+        "{shown}"
+    );
+
     // The request a run shows names its webhook; a run without one has none.
     let (_, shown) = app.get_json(&format!("/v1/runs/{id}")).await;
     assert_eq!(shown["request"]["webhook"], json!({ "url": url }));

@@ -152,6 +152,27 @@ function facts(run) {
     run.step_counts ? item('steps', stepCounts(run.step_counts)) : null);
 }
 
+/** The run's completion webhook: where it goes, its state and every attempt, loaded when opened. */
+function webhookPanel(id) {
+  const panel = h('details', { 'data-webhook': id }, h('summary', {}, 'Webhook'));
+  panel.addEventListener('toggle', async () => {
+    if (!panel.open) return;
+    const spot = loading('the webhook');
+    panel.querySelector('.webhook-body')?.remove();
+    panel.append(spot);
+    try {
+      const d = await api(`/v1/runs/${encodeURIComponent(id)}/webhook`);
+      spot.replaceWith(h('div', { class: 'webhook-body' },
+        h('p', {}, h('b', { 'data-webhook-state': d.state }, d.state), ' → ', h('code', {}, d.url)),
+        d.attempts.length ? h('ol', {}, d.attempts.map((a) => h('li', { class: 'mono' }, when(a.at), ' · ',
+          a.status_code != null ? `HTTP ${a.status_code}` : a.error, ` · ${ms(a.duration_ms)}`))) : h('p', { class: 'muted' }, 'Sent once the run ends.')));
+    } catch (err) {
+      spot.replaceWith(errorBox(err));
+    }
+  });
+  return panel;
+}
+
 /** `{completed, failed, skipped}` in words. */
 function stepCounts(c) {
   return `${c.completed} completed / ${c.failed} failed / ${c.skipped} skipped`;
@@ -282,7 +303,8 @@ class RunPage {
       h('div', { class: 'run-head' }, h('h1', { title: run.id }, `Run ${shortId(run.id)}`), this.head.status, this.head.stream, this.head.controls, again),
       this.head.notice,
       this.head.facts,
-      h('details', {}, h('summary', {}, 'Input and metadata'), h('h3', {}, 'Input'), json(run.input), h('h3', {}, 'Metadata'), json(run.metadata || {}), h('p', { class: 'hint mono' }, run.id)));
+      h('details', {}, h('summary', {}, 'Input and metadata'), h('h3', {}, 'Input'), json(run.input), h('h3', {}, 'Metadata'), json(run.metadata || {}), h('p', { class: 'hint mono' }, run.id)),
+      run.request?.webhook ? webhookPanel(run.id) : null);
   }
 
   /** Starts a new run with this run's request (GET /v1/runs/{id} gives it) and opens it. */
