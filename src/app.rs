@@ -92,6 +92,7 @@ impl App {
         let (hub, writer) = EventHub::start(store.clone(), config.engine.event_buffer);
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
+        let webhook_due = Arc::new(tokio::sync::Notify::new());
         let services = Services {
             llm,
             tools,
@@ -106,6 +107,7 @@ impl App {
             selector: Arc::new(selector),
             telemetry: telemetry.clone(),
             declared,
+            webhook_due: webhook_due.clone(),
             lease: if store.shared() {
                 crate::engine::lease::LeaseGate::leased(store.lease_ttl())
             } else {
@@ -124,6 +126,7 @@ impl App {
             store.clone(),
             config.webhooks.clone(),
             crate::tools::http::destinations(&config.tools)?,
+            webhook_due,
             shutdown.clone(),
         )
         .context("starting the webhook deliverer")?;

@@ -24,8 +24,10 @@ use crate::domain::Run;
 use crate::store::{DeliveryAttempt, DueDelivery, Outcome, Store, Webhooks};
 use crate::tools::http::guard::Destinations;
 
-/// How often each replica looks for deliveries due.
-const POLL: Duration = Duration::from_millis(250);
+/// How often each replica looks for deliveries due when nothing tells it sooner: a run that
+/// ends here wakes it at once, and a retry is waited for exactly; this catches the rest (runs
+/// ended on a replica that stopped before it sent).
+const POLL: Duration = Duration::from_secs(5);
 
 /// Deliveries attempted per look.
 const BATCH: u32 = 16;
@@ -59,6 +61,8 @@ pub struct Deliverer {
     deliveries: Webhooks,
     client: reqwest::Client,
     config: WebhooksConfig,
+    /// Told when a run with a webhook ends on this server.
+    due: Arc<tokio::sync::Notify>,
     stop: CancellationToken,
 }
 
@@ -67,6 +71,7 @@ impl Deliverer {
         store: Store,
         config: WebhooksConfig,
         policy: Arc<Destinations>,
+        due: Arc<tokio::sync::Notify>,
         stop: CancellationToken,
     ) -> anyhow::Result<Deliverer> {
         let timeout = Duration::from_millis(config.timeout_ms);
@@ -76,6 +81,7 @@ impl Deliverer {
             store,
             client,
             config,
+            due,
             stop,
         })
     }
@@ -100,11 +106,24 @@ impl Deliverer {
                     false
                 }
             };
-            let wait = if more { Duration::ZERO } else { POLL };
+            let wait = if more {
+                Duration::ZERO
+            } else {
+                self.until_next_retry().await
+            };
             tokio::select! {
                 () = self.stop.cancelled() => return,
+                () = self.due.notified() => {}
                 () = tokio::time::sleep(wait) => {}
             }
+        }
+    }
+
+    /// How long until the next retry is due, at most [`POLL`].
+    async fn until_next_retry(&self) -> Duration {
+        match self.deliveries.next_retry_in_ms().await {
+            Ok(Some(ms)) => Duration::from_millis(ms.max(0) as u64).min(POLL),
+            _ => POLL,
         }
     }
 

@@ -292,6 +292,9 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
         },
         () = ctx.stop.cancelled() => return,
     }
+    if ctx.spec.webhook.is_some() {
+        ctx.services.webhook_due.notify_one();
+    }
     ctx.services.metrics.run_finished(status.as_str());
     tracing::info!(status = status.as_str(), "run finished");
 }

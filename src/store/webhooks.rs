@@ -103,6 +103,20 @@ impl Webhooks {
             .collect()
     }
 
+    /// Milliseconds until the earliest retry of a delivery that has had an attempt (by the
+    /// database's clock; negative when one is overdue).
+    pub async fn next_retry_in_ms(&self) -> Result<Option<i64>> {
+        let sql = format!(
+            "SELECT MIN(next_attempt_at) - {} FROM webhook_deliveries
+             WHERE state = 'pending' AND attempts > 0",
+            self.0.backend.now_ms_sql()
+        );
+        let next: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .fetch_one(&self.0.pool())
+            .await?;
+        Ok(next)
+    }
+
     /// Claims the next attempt of `d` for `hold_ms` (no other replica sends it meanwhile);
     /// false if another replica claimed it first.
     pub async fn claim(&self, d: &DueDelivery, hold_ms: i64) -> Result<bool> {

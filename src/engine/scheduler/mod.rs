@@ -796,6 +796,7 @@ mod tests {
             telemetry: Default::default(),
             declared: DeclaredTools::new(&config.tools).unwrap(),
             lease: Default::default(),
+            webhook_due: Default::default(),
         };
         let spec = RunSpec {
             input: json!("go"),
