@@ -11,6 +11,7 @@ pub mod openapi;
 pub mod runs;
 pub mod schedules;
 pub mod server;
+pub mod sessions;
 pub mod sse;
 pub mod system;
 pub mod tools;
@@ -73,6 +74,8 @@ pub struct Handles {
     pub agents: Agents,
     /// Schedules and their fires.
     pub schedules: crate::store::Schedules,
+    /// Sessions: their variables, summaries and runs.
+    pub sessions: crate::store::Sessions,
     /// Runs' completion webhook deliveries.
     pub webhooks: crate::store::Webhooks,
     /// Where HTTP tools and webhooks may connect (`tools.http_allow*`).
@@ -101,6 +104,7 @@ impl AppState {
             agents: Agents::new(store.clone()),
             schedules: crate::store::Schedules::new(store.clone()),
             webhooks: crate::store::Webhooks::new(store.clone()),
+            sessions: crate::store::Sessions::new(store.clone()),
             // Checked when the configuration loaded; nothing private is allowed if not.
             destinations: crate::tools::http::destinations(&config.tools).unwrap_or_default(),
             events,
@@ -130,6 +134,7 @@ impl AppState {
         schedules::create_schedule, schedules::list_schedules, schedules::get_schedule,
         schedules::update_schedule, schedules::delete_schedule, schedules::schedule_fires,
         webhooks::run_webhook,
+        sessions::get_session, sessions::update_session, sessions::session_history, sessions::delete_session,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
         agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::list_models, system::healthz,
@@ -143,6 +148,7 @@ impl AppState {
         workflows::WorkflowSummary, workflows::WorkflowDetail, agui::RunAgentInput, tools::ToolDetail, agui::ResumeEntry, agui::ResumeStatus, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
         schedules::Schedule, schedules::ScheduleList, schedules::ScheduleFires, schedules::ScheduleFireRecord,
         webhooks::WebhookDelivery, webhooks::WebhookAttempt,
+        sessions::Session, sessions::SummaryView, sessions::SessionRunView, sessions::SessionHistory, sessions::TurnView, sessions::UpdateSession,
         schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire,
     )),
     modifiers(&SecurityAddon),
@@ -152,6 +158,7 @@ impl AppState {
         (name = "models", description = "Model aliases runs can name"),
         (name = "workflows", description = "The fixed-workflow registry"),
         (name = "schedules", description = "Runs started on a cron expression or an interval"),
+        (name = "sessions", description = "What the runs sharing a session_id share: variables, history"),
         (name = "agents", description = "The agent registry"),
         (name = "system", description = "Health, readiness, metrics"),
     )
@@ -234,6 +241,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
         .route("/runs/{id}/timeline", get(history::run_timeline))
         .merge(schedules::routes())
+        .merge(sessions::routes())
         .route("/runs/{id}/webhook", get(webhooks::run_webhook))
         .route("/workflows", get(workflows::list_workflows))
         .route(

@@ -48,7 +48,7 @@ pub use reads::{History, RunReads};
 pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
 pub use schedules::{FireRecord, Fired, ScheduleRecord, Schedules};
-pub use sessions::{SessionSummary, Turn};
+pub use sessions::{SessionRun, SessionSummary, Sessions, Turn};
 pub use timeline::RunHistory;
 pub use webhooks::{Delivery, DeliveryAttempt, DueDelivery, Outcome, Webhooks};
 

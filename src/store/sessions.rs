@@ -188,6 +188,153 @@ impl Store {
     }
 }
 
+/// One run of a session, as its page lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRun {
+    pub id: RunId,
+    pub status: String,
+    pub created_at: chrono::DateTime<Utc>,
+    pub finished_at: Option<chrono::DateTime<Utc>>,
+}
+
+/// Sessions as the API reads and changes them: their variables, summary and runs. The engine
+/// reads and writes the same rows through [`Store`].
+#[derive(Clone)]
+pub struct Sessions(Store);
+
+impl Sessions {
+    pub fn new(store: Store) -> Self {
+        Sessions(store)
+    }
+
+    pub async fn variables(&self, tenant: &Tenant, id: &str) -> Result<Map<String, Value>> {
+        self.0.session_variables(tenant, id).await
+    }
+
+    pub async fn summary(&self, tenant: &Tenant, id: &str) -> Result<Option<SessionSummary>> {
+        self.0.session_summary(tenant, id).await
+    }
+
+    /// The session's succeeded runs' turns, the newest `limit`, oldest first.
+    pub async fn turns(&self, tenant: &Tenant, id: &str, limit: u32) -> Result<Vec<Turn>> {
+        // Every run id sorts before this one (UUIDv7 ids are made in time order).
+        let after_all = RunId::parse("ffffffff-ffff-7fff-bfff-ffffffffffff").expect("an id");
+        self.0
+            .session_turns(tenant, id, after_all, None, limit)
+            .await
+    }
+
+    /// The session's newest `limit` runs, newest first, and how many it has in all.
+    pub async fn runs(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        limit: u32,
+    ) -> Result<(Vec<SessionRun>, u64)> {
+        let rows = sqlx::query(
+            "SELECT id, status, created_at, finished_at FROM runs
+             WHERE tenant = $1 AND session_id = $2 ORDER BY id DESC LIMIT $3",
+        )
+        .bind(&tenant.0)
+        .bind(id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.0.pool())
+        .await?;
+        let runs = rows
+            .iter()
+            .map(|r| {
+                let run: String = r.try_get("id")?;
+                Ok(SessionRun {
+                    id: RunId::parse(&run)
+                        .ok_or_else(|| super::Error::Corrupt(format!("run id `{run}`")))?,
+                    status: r.try_get("status")?,
+                    created_at: super::parse_time(&r.try_get::<String, _>("created_at")?)?,
+                    finished_at: super::parse_opt_time(r.try_get("finished_at")?)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let total: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE tenant = $1 AND session_id = $2")
+                .bind(&tenant.0)
+                .bind(id)
+                .fetch_one(&self.0.pool())
+                .await?;
+        Ok((runs, total as u64))
+    }
+
+    /// The ids of the session's runs that have not finished.
+    pub async fn unfinished(&self, tenant: &Tenant, id: &str) -> Result<Vec<RunId>> {
+        let rows: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM runs WHERE tenant = $1 AND session_id = $2
+               AND status IN ('queued', 'running', 'waiting_input') ORDER BY id",
+        )
+        .bind(&tenant.0)
+        .bind(id)
+        .fetch_all(&self.0.pool())
+        .await?;
+        rows.iter()
+            .map(|r| RunId::parse(r).ok_or_else(|| super::Error::Corrupt(format!("run id `{r}`"))))
+            .collect()
+    }
+
+    /// Sets the variables of `set` and deletes those named in `unset`, in one transaction
+    /// (written by the API, not by a run).
+    pub async fn change_variables(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        set: &Map<String, Value>,
+        unset: &[String],
+    ) -> Result<()> {
+        let mut tx = self.0.pool().begin().await?;
+        let now = fmt_time(Utc::now());
+        for (name, value) in set {
+            sqlx::query(
+                "INSERT INTO session_variables (tenant, session_id, name, value, written_by, updated_at)
+                 VALUES ($1, $2, $3, $4, 'api', $5)
+                 ON CONFLICT (tenant, session_id, name) DO UPDATE SET
+                    value = excluded.value, written_by = excluded.written_by,
+                    updated_at = excluded.updated_at",
+            )
+            .bind(&tenant.0)
+            .bind(id)
+            .bind(name)
+            .bind(super::to_json(value))
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for name in unset {
+            sqlx::query(
+                "DELETE FROM session_variables WHERE tenant = $1 AND session_id = $2 AND name = $3",
+            )
+            .bind(&tenant.0)
+            .bind(id)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes the session's variables and summary (its runs are deleted through the engine).
+    pub async fn forget(&self, tenant: &Tenant, id: &str) -> Result<()> {
+        let mut tx = self.0.pool().begin().await?;
+        for table in ["session_variables", "session_summaries"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE tenant = $1 AND session_id = $2"
+            )))
+            .bind(&tenant.0)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -35,6 +35,7 @@ mod retention;
 mod schedules;
 mod scripted_runs;
 mod selector;
+mod sessions;
 mod stream_end;
 mod structured;
 mod teams;

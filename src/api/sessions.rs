@@ -1,0 +1,322 @@
+//! `/v1/sessions/{id}`: what the runs sharing a `session_id` share, per tenant: its variables
+//! (`session.NAME` in plans) to read and change, its runs, its history (the turns later runs
+//! are given, and the summary of older ones), and deleting it whole.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::domain::Tenant;
+use crate::engine;
+
+use super::AppState;
+use super::error::{ApiError, FieldError};
+use super::extract::{JsonBody, Path, deserialize_located};
+
+/// Runs a session shows.
+const RUNS_SHOWN: u32 = 100;
+
+/// Turns a session's history shows (the newest, oldest first).
+const TURNS_SHOWN: u32 = 200;
+
+/// Variables one change may set or delete.
+const MAX_CHANGES: usize = 64;
+
+/// A session.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Session {
+    pub id: String,
+    /// Its variables: what plans read as `session.NAME`.
+    #[schema(value_type = Object)]
+    pub variables: Map<String, Value>,
+    /// The summary of its older turns, once one was made.
+    pub summary: Option<SummaryView>,
+    /// Its newest runs (up to 100), newest first.
+    pub runs: Vec<SessionRunView>,
+    /// How many runs it has in all.
+    pub run_count: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SummaryView {
+    pub text: String,
+    /// Turns (succeeded runs) it covers.
+    pub turns: u32,
+    pub tokens: u32,
+    /// The last run it covers.
+    pub through_run: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionRunView {
+    pub id: String,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A session's history: what its next run is given.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionHistory {
+    pub summary: Option<SummaryView>,
+    /// The newest turns (up to 200), oldest first: each succeeded run's input and output.
+    pub turns: Vec<TurnView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TurnView {
+    pub run_id: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+    #[schema(value_type = Object)]
+    pub output: Value,
+}
+
+/// The body of `PATCH /v1/sessions/{id}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSession {
+    /// Variables to set (name → value), or to delete (name → `null`); names as plans' (1-64
+    /// of letters, digits, `_`, `-`); at most 64.
+    #[schema(value_type = Object)]
+    pub variables: Map<String, Value>,
+}
+
+/// The `/v1/sessions` routes.
+pub fn routes() -> axum::Router<AppState> {
+    use axum::routing::get;
+    axum::Router::new()
+        .route(
+            "/sessions/{id}",
+            get(get_session)
+                .patch(update_session)
+                .delete(delete_session),
+        )
+        .route("/sessions/{id}/history", get(session_history))
+}
+
+/// A session id as `POST /v1/runs` takes it: 1-200 characters.
+fn valid_id(id: &str) -> Result<(), ApiError> {
+    let n = id.chars().count();
+    if (1..=200).contains(&n) {
+        Ok(())
+    } else {
+        Err(ApiError::validation(
+            "/id",
+            "a session id is 1-200 characters",
+        ))
+    }
+}
+
+fn summary_view(s: crate::store::SessionSummary) -> SummaryView {
+    SummaryView {
+        text: s.text,
+        turns: s.turns,
+        tokens: s.tokens,
+        through_run: s.through.to_string(),
+    }
+}
+
+/// The session as it stands; `None` when it has no run, variable or summary.
+async fn session(state: &AppState, tenant: &Tenant, id: &str) -> Result<Option<Session>, ApiError> {
+    let sessions = &state.sessions;
+    let variables = sessions.variables(tenant, id).await?;
+    let summary = sessions.summary(tenant, id).await?;
+    let (runs, run_count) = sessions.runs(tenant, id, RUNS_SHOWN).await?;
+    if variables.is_empty() && summary.is_none() && run_count == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Session {
+        id: id.to_owned(),
+        variables,
+        summary: summary.map(summary_view),
+        runs: runs
+            .into_iter()
+            .map(|r| SessionRunView {
+                id: r.id.to_string(),
+                status: r.status,
+                created_at: r.created_at,
+                finished_at: r.finished_at,
+            })
+            .collect(),
+        run_count,
+    }))
+}
+
+fn no_session(id: &str) -> ApiError {
+    ApiError::NotFound(format!("no session `{id}`"))
+}
+
+/// A session: its variables, the summary of its older turns, its runs.
+#[utoipa::path(
+    get, path = "/v1/sessions/{id}", tag = "sessions",
+    params(("id" = String, Path, description = "The session id runs name as `session_id`")),
+    responses(
+        (status = 200, body = Session),
+        (status = 404, description = "No run, variable or summary has this session id", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_session(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<Session>, ApiError> {
+    valid_id(&id)?;
+    session(&state, &tenant, &id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| no_session(&id))
+}
+
+/// Set or delete a session's variables.
+///
+/// `{"variables": {"topic": "cats", "old": null}}` sets `topic` and deletes `old`, in one
+/// change; the session's next runs read them as `session.NAME`. A session that does not
+/// exist yet starts with them.
+#[utoipa::path(
+    patch, path = "/v1/sessions/{id}", tag = "sessions",
+    params(("id" = String, Path)),
+    request_body = UpdateSession,
+    responses(
+        (status = 200, body = Session),
+        (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn update_session(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Session>, ApiError> {
+    valid_id(&id)?;
+    let change: UpdateSession = deserialize_located(body)?;
+    if change.variables.len() > MAX_CHANGES {
+        return Err(ApiError::validation(
+            "/variables",
+            format!("at most {MAX_CHANGES} variables per change"),
+        ));
+    }
+    let bad: Vec<FieldError> = change
+        .variables
+        .keys()
+        .filter(|name| {
+            name.is_empty()
+                || name.len() > 64
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+        .map(|name| {
+            FieldError::new(
+                format!("/variables/{}", name.replace('~', "~0").replace('/', "~1")),
+                "a variable name is 1-64 of letters, digits, `_` and `-`",
+            )
+        })
+        .collect();
+    if !bad.is_empty() {
+        return Err(ApiError::validation_many(bad));
+    }
+    let (unset, set): (Vec<_>, Vec<_>) =
+        change.variables.into_iter().partition(|(_, v)| v.is_null());
+    let set: Map<String, Value> = set.into_iter().collect();
+    let unset: Vec<String> = unset.into_iter().map(|(name, _)| name).collect();
+    state
+        .sessions
+        .change_variables(&tenant, &id, &set, &unset)
+        .await?;
+    session(&state, &tenant, &id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| no_session(&id))
+}
+
+/// A session's history: the turns its next run is given (each succeeded run's input and
+/// output, the newest 200) and the summary of older ones.
+#[utoipa::path(
+    get, path = "/v1/sessions/{id}/history", tag = "sessions",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = SessionHistory),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn session_history(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionHistory>, ApiError> {
+    valid_id(&id)?;
+    if session(&state, &tenant, &id).await?.is_none() {
+        return Err(no_session(&id));
+    }
+    let turns = state.sessions.turns(&tenant, &id, TURNS_SHOWN).await?;
+    let summary = state.sessions.summary(&tenant, &id).await?;
+    Ok(Json(SessionHistory {
+        summary: summary.map(summary_view),
+        turns: turns
+            .into_iter()
+            .map(|t| TurnView {
+                run_id: t.run_id.to_string(),
+                input: t.input,
+                output: t.output,
+            })
+            .collect(),
+    }))
+}
+
+/// Delete a session: its variables, its summary and its runs with their histories.
+///
+/// 409 while any of its runs has not finished (cancel them first); nothing is deleted then.
+#[utoipa::path(
+    delete, path = "/v1/sessions/{id}", tag = "sessions",
+    params(("id" = String, Path)),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A run of the session has not finished", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_session(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    valid_id(&id)?;
+    let Some(found) = session(&state, &tenant, &id).await? else {
+        return Err(no_session(&id));
+    };
+    let unfinished = state.sessions.unfinished(&tenant, &id).await?;
+    if let Some(run) = unfinished.first() {
+        return Err(ApiError::Conflict(format!(
+            "{} run(s) of the session have not finished (e.g. {run}); cancel them first",
+            unfinished.len()
+        )));
+    }
+    // Every run, a page at a time (the page shows the newest).
+    let mut remaining = found.run_count;
+    while remaining > 0 {
+        let (runs, left) = state.sessions.runs(&tenant, &id, RUNS_SHOWN).await?;
+        for run in &runs {
+            match state.engine.delete_run(&tenant, run.id).await {
+                Ok(()) | Err(engine::Error::NotFound) => {}
+                Err(engine::Error::Conflict(why)) => return Err(ApiError::Conflict(why)),
+                Err(other) => return Err(ApiError::internal(other)),
+            }
+        }
+        if runs.is_empty() || left <= runs.len() as u64 {
+            break;
+        }
+        remaining = left;
+    }
+    state.sessions.forget(&tenant, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
