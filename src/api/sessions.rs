@@ -70,9 +70,9 @@ pub struct SessionHistory {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TurnView {
     pub run_id: String,
-    #[schema(value_type = Object)]
+    /// The run's input as given: a string or an object.
     pub input: Value,
-    #[schema(value_type = Object)]
+    /// Any JSON value: what the run output.
     pub output: Value,
 }
 
@@ -154,7 +154,7 @@ fn no_session(id: &str) -> ApiError {
 /// A session: its variables, the summary of its older turns, its runs.
 #[utoipa::path(
     get, path = "/v1/sessions/{id}", tag = "sessions",
-    params(("id" = String, Path, description = "The session id runs name as `session_id`")),
+    params(("id" = String, Path, min_length = 1, max_length = 200, description = "The session id runs name as `session_id`")),
     responses(
         (status = 200, body = Session),
         (status = 404, description = "No run, variable or summary has this session id", body = super::error::Problem, content_type = "application/problem+json"),
@@ -180,7 +180,7 @@ pub async fn get_session(
 /// exist yet starts with them.
 #[utoipa::path(
     patch, path = "/v1/sessions/{id}", tag = "sessions",
-    params(("id" = String, Path)),
+    params(("id" = String, Path, min_length = 1, max_length = 200, description = "The session id")),
     request_body = UpdateSession,
     responses(
         (status = 200, body = Session),
@@ -231,17 +231,22 @@ pub async fn update_session(
         .sessions
         .change_variables(&tenant, &id, &set, &unset)
         .await?;
-    session(&state, &tenant, &id)
-        .await?
-        .map(Json)
-        .ok_or_else(|| no_session(&id))
+    // Changing nothing in a session nothing has named yet leaves it empty, not missing.
+    let found = session(&state, &tenant, &id).await?;
+    Ok(Json(found.unwrap_or_else(|| Session {
+        id: id.clone(),
+        variables: Map::new(),
+        summary: None,
+        runs: Vec::new(),
+        run_count: 0,
+    })))
 }
 
 /// A session's history: the turns its next run is given (each succeeded run's input and
 /// output, the newest 200) and the summary of older ones.
 #[utoipa::path(
     get, path = "/v1/sessions/{id}/history", tag = "sessions",
-    params(("id" = String, Path)),
+    params(("id" = String, Path, min_length = 1, max_length = 200, description = "The session id")),
     responses(
         (status = 200, body = SessionHistory),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
@@ -277,7 +282,7 @@ pub async fn session_history(
 /// 409 while any of its runs has not finished (cancel them first); nothing is deleted then.
 #[utoipa::path(
     delete, path = "/v1/sessions/{id}", tag = "sessions",
-    params(("id" = String, Path)),
+    params(("id" = String, Path, min_length = 1, max_length = 200, description = "The session id")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),

@@ -1,5 +1,5 @@
 //! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, `agents …`,
-//! `schedules …`, talking to a
+//! `schedules …`, `sessions …`, talking to a
 //! running server over its public HTTP API only (never the store or the engine).
 //!
 //! Exit codes: 0 the run succeeded (or the command did its job), 1 the run ended otherwise
@@ -31,6 +31,7 @@ macro_rules! out {
 mod client;
 mod progress;
 mod schedules;
+mod sessions;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -81,6 +82,11 @@ pub enum Command {
     Schedules {
         #[command(subcommand)]
         command: schedules::SchedulesCommand,
+    },
+    /// A session's variables, runs and history; set or unset variables; delete it.
+    Sessions {
+        #[command(subcommand)]
+        command: sessions::SessionsCommand,
     },
 }
 
@@ -248,6 +254,7 @@ async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Workflows { command } => workflows(command).await,
         Command::Agents { command } => agents(command).await,
         Command::Schedules { command } => schedules::schedules(command).await,
+        Command::Sessions { command } => sessions::sessions(command).await,
     }
 }
 

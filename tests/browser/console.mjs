@@ -429,6 +429,22 @@ async function webhookScenario(page) {
   report({ ok: 'webhook' });
 }
 
+/** A session's page, opened from one of its runs: its runs, and a variable set in the form. */
+async function sessionScenario(page) {
+  await page.goto(`${base}/#/runs/${arg}`);
+  await page.locator('[data-fact="session"]').click();
+  await page.locator('ul[data-session-runs] a').first().waitFor({ timeout: PATIENCE });
+  await labelled(page, 'session');
+  await page.getByLabel('Name').fill('topic');
+  await page.getByLabel('Value (JSON or text)').fill('{"animal": "cats"}');
+  await page.getByRole('button', { name: 'Set' }).click();
+  await page.locator('tr[data-variable="topic"]').waitFor({ timeout: PATIENCE });
+  await page.getByRole('button', { name: 'Delete n' }).click();
+  await page.locator('tr[data-variable="n"]').waitFor({ state: 'detached', timeout: PATIENCE });
+  await shot(page, 'session');
+  report({ ok: 'session' });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -445,6 +461,8 @@ try {
     await plansScenario(page);
   } else if (scenario === 'key') {
     await keyScenario(page);
+  } else if (scenario === 'session') {
+    await sessionScenario(page);
   } else if (scenario === 'webhook') {
     await webhookScenario(page);
   } else if (scenario === 'schedules') {

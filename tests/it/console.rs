@@ -319,6 +319,37 @@ async fn the_console_shows_schedules_their_runs_and_disables_and_deletes_them() 
 }
 
 #[tokio::test]
+async fn the_console_shows_a_session_and_changes_its_variables() {
+    let app = spawn_app(|_| {}).await;
+    let resp = app
+        .client
+        .patch(app.url("/v1/sessions/chat-7"))
+        .json(&json!({ "variables": { "n": 3 } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let run = app
+        .create_run(
+            json!({ "input": "x", "orchestration": "fixed", "session_id": "chat-7",
+            "plan": { "steps": [{ "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
+                "arguments": { "expression": "{{ session.n }} + 1" } } }] } }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap();
+    app.follow(id).await;
+    let report = browser("session", &app.base, Some(id)).await;
+    finding(&report, "session");
+    assert_png(&screenshots().join("session").join("session.png"));
+    let (_, session) = app.get_json("/v1/sessions/chat-7").await;
+    assert_eq!(
+        session["variables"],
+        json!({ "topic": { "animal": "cats" } }),
+        "{session}"
+    );
+}
+
+#[tokio::test]
 async fn the_console_shows_a_runs_webhook_and_its_attempts() {
     // A receiver that takes every delivery.
     let receiver = axum::Router::new().route("/hook", axum::routing::post(|| async { "ok" }));

@@ -244,3 +244,43 @@ async fn bad_session_input_is_refused_and_tenants_do_not_see_each_others_session
     let (status, _) = send(Method::GET, "/v1/sessions/x", key_a, None).await;
     assert_eq!(status, 404, "nothing refused was stored");
 }
+
+#[tokio::test]
+async fn orca_sessions_sets_shows_unsets_and_deletes() {
+    let app = spawn_app(|_| {}).await;
+    let out = app
+        .orca(&["sessions", "set", "s3", "n=4", "topic=cats"], "")
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = finished(&app, doubling("s3")).await;
+    assert_eq!(run["output"]["result"], 8, "the number 4, not the text");
+    let out = app.orca(&["sessions", "show", "s3"], "").await;
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("n = 4") && shown.contains("topic = \"cats\""),
+        "{shown}"
+    );
+    assert!(shown.contains(run["id"].as_str().unwrap()), "{shown}");
+    let out = app
+        .orca(&["sessions", "unset", "s3", "topic", "--json"], "")
+        .await;
+    let session: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(session["variables"], json!({ "n": 4 }));
+    let out = app.orca(&["sessions", "history", "s3"], "").await;
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"result\":8"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = app.orca(&["sessions", "set", "s3", "bad name=1"], "").await;
+    assert_eq!(out.status.code(), Some(2));
+    let out = app.orca(&["sessions", "delete", "s3"], "").await;
+    assert!(out.status.success());
+    let out = app.orca(&["sessions", "show", "s3"], "").await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
+}

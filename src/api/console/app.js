@@ -9,6 +9,7 @@ import { runsView, newRunView } from './runs.js';
 import { runView } from './run.js';
 import { registryView } from './registry.js';
 import { schedulesView } from './schedules.js';
+import { sessionView } from './sessions.js';
 
 let current = null;
 
@@ -33,12 +34,13 @@ async function route() {
   const { parts, params } = parse(location.hash);
   const [section = 'runs', id, tab] = parts;
   markNav(section === 'runs' && id ? 'runs' : section);
-  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: 'Workflows', agents: 'Agents', tools: 'Tools', schedules: 'Schedules' };
+  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: 'Workflows', agents: 'Agents', tools: 'Tools', schedules: 'Schedules', sessions: id ? `Session ${id}` : 'Sessions' };
   document.title = `${titles[section] || 'Not found'} · orca console`;
   if (section === 'runs' && id) await runView(main, id, tab, signal);
   else if (section === 'runs') await runsView(main, params, signal);
   else if (section === 'new') await newRunView(main, params, signal);
   else if (section === 'schedules') await schedulesView(main, signal);
+  else if (section === 'sessions' && id) await sessionView(main, id, signal);
   else if (PAGE_SECTIONS.has(section)) await registryView(main, section, signal);
   else clear(main, h('h1', {}, 'Not found'), empty('This console has no such page.', h('a', { href: '#/runs' }, 'Go to the runs')));
   if (!signal.aborted && document.activeElement === document.body) main.focus({ preventScroll: true });

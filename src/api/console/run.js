@@ -145,7 +145,7 @@ function facts(run) {
     item('tokens', `${u.prompt_tokens || 0} in / ${u.completion_tokens || 0} out`),
     item('model calls', u.llm_calls ?? '—'),
     item('tool calls', u.tool_calls ?? '—'),
-    run.session_id ? item('session', run.session_id) : null,
+    run.session_id ? h('li', {}, 'session ', h('a', { href: `#/sessions/${encodeURIComponent(run.session_id)}`, 'data-fact': 'session' }, run.session_id)) : null,
     run.schedule ? h('li', {}, 'schedule ', h('a', { href: '#/schedules', 'data-fact': 'schedule' }, run.schedule.id.slice(0, 8)), ` (tick ${when(run.schedule.fire_at)})`) : null,
     run.completion ? item('completion', run.completion) : null,
     run.completion_reason ? item('because', run.completion_reason) : null,

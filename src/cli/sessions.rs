@@ -1,0 +1,134 @@
+//! `orca sessions …`: the client side of `/v1/sessions/{id}`.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use serde_json::{Map, Value, json};
+
+use super::client::Error;
+use super::{ClientArgs, connect, encode, key_values, show};
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// A session: its variables and its runs.
+    Show {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Set session variables, NAME=VALUE (a value that parses as JSON is that JSON).
+    Set {
+        id: String,
+        #[arg(required = true, value_name = "NAME=VALUE")]
+        variables: Vec<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete session variables by name.
+    Unset {
+        id: String,
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// The turns the session's next run is given, oldest first.
+    History {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete a session with its variables and runs (its runs must have finished).
+    Delete {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+fn path(id: &str) -> String {
+    format!("/v1/sessions/{}", encode(id))
+}
+
+pub async fn sessions(command: SessionsCommand) -> Result<ExitCode, Error> {
+    match command {
+        SessionsCommand::Show { id, client } => {
+            let body = connect(&client)?.get(&path(&id)).await?;
+            show(client.json, &body, print_session)
+        }
+        SessionsCommand::Set {
+            id,
+            variables,
+            client,
+        } => {
+            let values: Map<String, Value> = key_values(&variables)?
+                .into_iter()
+                .map(|(k, v)| {
+                    let value = serde_json::from_str(&v).unwrap_or(Value::String(v));
+                    (k, value)
+                })
+                .collect();
+            let body = connect(&client)?
+                .patch(&path(&id), &json!({ "variables": values }))
+                .await?;
+            show(client.json, &body, print_session)
+        }
+        SessionsCommand::Unset { id, names, client } => {
+            let values: Map<String, Value> = names.into_iter().map(|n| (n, Value::Null)).collect();
+            let body = connect(&client)?
+                .patch(&path(&id), &json!({ "variables": values }))
+                .await?;
+            show(client.json, &body, print_session)
+        }
+        SessionsCommand::History { id, client } => {
+            let body = connect(&client)?
+                .get(&format!("{}/history", path(&id)))
+                .await?;
+            show(client.json, &body, print_history)
+        }
+        SessionsCommand::Delete { id, client } => {
+            connect(&client)?.delete(&path(&id)).await?;
+            show(client.json, &json!({ "deleted": id }), |_| {
+                outln!("session {id} deleted")
+            })
+        }
+    }
+}
+
+fn print_session(s: &Value) {
+    outln!("session   {}", s["id"].as_str().unwrap_or(""));
+    let vars = s["variables"].as_object().cloned().unwrap_or_default();
+    if vars.is_empty() {
+        outln!("variables none");
+    }
+    for (name, value) in vars {
+        outln!("  {name} = {value}");
+    }
+    outln!("runs      {}", s["run_count"].as_u64().unwrap_or(0));
+    for r in s["runs"].as_array().into_iter().flatten() {
+        outln!(
+            "  {}  {:<13} {}",
+            r["id"].as_str().unwrap_or(""),
+            r["status"].as_str().unwrap_or(""),
+            r["created_at"].as_str().unwrap_or("")
+        );
+    }
+}
+
+fn print_history(h: &Value) {
+    if let Some(summary) = h["summary"]["text"].as_str() {
+        outln!(
+            "summary of {} earlier turn(s): {summary}",
+            h["summary"]["turns"]
+        );
+    }
+    let turns = h["turns"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if turns.is_empty() {
+        outln!("no turns yet");
+    }
+    for t in turns {
+        outln!("{}", t["run_id"].as_str().unwrap_or(""));
+        outln!("  in:  {}", t["input"]);
+        outln!("  out: {}", t["output"]);
+    }
+}
