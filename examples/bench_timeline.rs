@@ -229,6 +229,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         schedule: None,
         instructions: None,
         webhook: None,
+        concurrency: None,
         declared_tools: Vec::new(),
     };
     let mut run = Run {
@@ -252,7 +253,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         finished_at: None,
     };
     store
-        .insert_run(tenant, &run, &spec, None)
+        .insert_run(tenant, &run, &spec, None, false)
         .await
         .expect("insert run");
 

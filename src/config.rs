@@ -263,6 +263,9 @@ pub struct EngineConfig {
     pub max_running_runs: usize,
     /// Runs waiting for a slot; past this, new runs are refused with 503.
     pub max_queued_runs: usize,
+    /// What a new run of a session does when the session has a run in progress, unless the
+    /// request says (`concurrency`): `parallel`, `reject`, `enqueue` or `interrupt`.
+    pub session_concurrency: crate::domain::SessionConcurrency,
     pub max_run_duration_ms: u64,
     pub max_steps: u64,
     pub max_retries: u64,
@@ -343,6 +346,7 @@ impl Default for EngineConfig {
         EngineConfig {
             max_running_runs: 64,
             max_queued_runs: 1024,
+            session_concurrency: Default::default(),
             max_run_duration_ms: 600_000,
             max_steps: 200,
             max_retries: 20,

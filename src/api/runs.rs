@@ -54,6 +54,8 @@ pub struct CreateRun {
     /// Where the run's summary is POSTed, signed, once it ends.
     #[schema(value_type = Option<Object>)]
     pub webhook: Option<WebhookTarget>,
+    /// What the run does when its session has a run in progress.
+    pub concurrency: Option<crate::domain::SessionConcurrency>,
 }
 
 /// A run request's `webhook`.
@@ -78,6 +80,7 @@ impl From<CreateRun> for RunRequest {
             schedule: None,
             instructions: c.instructions,
             webhook: c.webhook.map(|w| w.url),
+            concurrency: c.concurrency,
         }
     }
 }
@@ -248,6 +251,7 @@ pub(super) async fn start_run_for(
                 ApiError::Unavailable(e.to_string())
             }
             engine::Error::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
+            engine::Error::SessionBusy(_) => ApiError::Conflict(e.to_string()),
             engine::Error::Store(e) => {
                 // Logged with its cause; the caller learns only that it may try again.
                 tracing::error!(error = ?e, "storing a new run failed");
@@ -335,6 +339,10 @@ fn request_of(spec: RunSpec) -> Map<String, Value> {
     put(
         "webhook",
         spec.webhook.map(|url| serde_json::json!({ "url": url })),
+    );
+    put(
+        "concurrency",
+        spec.concurrency.and_then(|c| serde_json::to_value(c).ok()),
     );
     out
 }

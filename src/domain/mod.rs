@@ -31,6 +31,6 @@ pub use ids::{RunId, StepId, Tenant};
 pub use path::{Segment, StepPath};
 pub use plan::{BackoffStrategy, Plan, PlanSettings, RetryPolicy, Step, StepKind, StepStatus};
 pub use run::{
-    Completion, Counters, Limits, Orchestration, Run, RunStatus, SelectedBy, Selection, StepCounts,
-    Usage,
+    Completion, Counters, Limits, Orchestration, Run, RunStatus, SelectedBy, Selection,
+    SessionConcurrency, StepCounts, Usage,
 };

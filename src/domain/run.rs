@@ -9,6 +9,23 @@ use super::error::RunError;
 use super::ids::RunId;
 use super::schedule::ScheduleFire;
 
+/// What a new run does when its session already has a run in progress ("double-texting").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionConcurrency {
+    /// Both run at once.
+    #[default]
+    Parallel,
+    /// The new run is refused (409).
+    Reject,
+    /// The new run waits, `queued` and holding no running slot, until the session's earlier
+    /// runs have ended.
+    Enqueue,
+    /// The session's runs in progress are cancelled (their history kept); the new run starts
+    /// once they have ended.
+    Interrupt,
+}
+
 /// How a run is orchestrated. `auto` is resolved by the selector before execution starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, Default)]
 #[serde(rename_all = "snake_case")]
@@ -222,6 +239,10 @@ pub struct RunSpec {
     /// Where the run's summary is POSTed once it ends. Left out of the stored JSON when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<String>,
+    /// What the request asked it to do about its session's runs in progress (`None`: the
+    /// configured default). Left out of the stored JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<SessionConcurrency>,
     /// The HTTP tools the tenant had declared through the API when the run was created (those
     /// the run may call): the run calls these, on whichever replica resumes it, whatever the
     /// tenant declares or removes meanwhile. Not part of the request: left out of its
@@ -231,6 +252,14 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
+    /// What the run does about its session's runs in progress: the request's policy, else
+    /// `default`; `None` for a run of no session.
+    pub fn session_policy(&self, default: SessionConcurrency) -> Option<SessionConcurrency> {
+        self.session_id
+            .as_ref()
+            .map(|_| self.concurrency.unwrap_or(default))
+    }
+
     /// What an `Idempotency-Key` is checked against: a SHA-256 of the request as accepted, in
     /// canonical JSON (object members sorted), so two bodies that are equal as JSON values
     /// match however they were spelled (member order, white space), and defaults spelled out
@@ -379,6 +408,7 @@ mod tests {
             schedule: None,
             instructions: None,
             webhook: None,
+            concurrency: None,
             declared_tools: Vec::new(),
         }
     }

@@ -56,6 +56,9 @@ pub struct RunRequest {
     pub instructions: Option<String>,
     /// The completion webhook's URL (the request's, else the tenant's default).
     pub webhook: Option<String>,
+    /// What the run does when its session has a run in progress (the configured default when
+    /// `None`).
+    pub concurrency: Option<crate::domain::SessionConcurrency>,
 }
 
 /// A request that can run: what [`Engine::create_run`](super::Engine::create_run) stores.
@@ -131,6 +134,7 @@ pub async fn admit(
         schedule: request.schedule,
         instructions: request.instructions,
         webhook: request.webhook,
+        concurrency: request.concurrency,
         declared_tools,
     };
     // Only an `auto` run without a plan can have a rule's workflow join its spec: its
@@ -163,6 +167,12 @@ fn named(services: &Services, request: &RunRequest) -> Vec<Problem> {
                 "unknown model alias `{model}`; configured: {}",
                 models.aliases().join(", ")
             ),
+        ));
+    }
+    if request.concurrency.is_some() && request.session_id.is_none() {
+        problems.push(Problem::new(
+            "/concurrency",
+            "applies to runs of a session: give a session_id too",
         ));
     }
     if let Some(text) = &request.instructions

@@ -90,6 +90,9 @@ pub enum Error {
     /// hand the caller a run it did not ask for.
     #[error("the Idempotency-Key was already used with a different request")]
     IdempotencyKeyReused,
+    /// The run asked to be refused while its session has a run in progress, and it has.
+    #[error("session `{0}` has a run in progress (the request's concurrency is `reject`)")]
+    SessionBusy(String),
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -302,8 +305,23 @@ impl Engine {
             key,
             fingerprint: &fingerprint,
         });
-        if let Inserted::Existing(prev) = store.insert_run(tenant, &run, &spec, idempotency).await?
+        use crate::domain::SessionConcurrency::{Interrupt, Reject};
+        let policy = spec.session_policy(self.inner.services.config.session_concurrency);
+        if policy == Some(Interrupt)
+            && let Some(session) = &spec.session_id
         {
+            self.interrupt_session(tenant, session).await?;
+        }
+        let reject = policy == Some(Reject);
+        let inserted = store
+            .insert_run(tenant, &run, &spec, idempotency, reject)
+            .await?;
+        if let Inserted::SessionBusy = inserted {
+            return Err(Error::SessionBusy(
+                spec.session_id.clone().unwrap_or_default(),
+            ));
+        }
+        if let Inserted::Existing(prev) = inserted {
             // The key names one request: the same key with another request is a client bug
             // (a reused key), and answering with the first run would hide it.
             let stored = store.idempotency_fingerprint(tenant, prev.run.id).await?;
@@ -572,6 +590,24 @@ impl Engine {
     }
 
     /// Asks a run to stop. Returns the run as it is now.
+    /// Cancels every run of the session still in progress (for a new run that interrupts
+    /// them); their histories stay. A run that ends meanwhile is left as it ended.
+    async fn interrupt_session(&self, tenant: &Tenant, session: &str) -> Result<(), Error> {
+        let running = self
+            .inner
+            .services
+            .store()
+            .session_unfinished(tenant, session, None)
+            .await?;
+        for id in running {
+            match self.cancel(tenant, id).await {
+                Ok(_) | Err(Error::AlreadyTerminal(_) | Error::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     pub async fn cancel(&self, tenant: &Tenant, id: RunId) -> Result<Run, Error> {
         let store = self.inner.services.store();
         let mut stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;

@@ -56,9 +56,52 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext, stop: CancellationToke
     left
 }
 
+/// How often a run queued behind its session's earlier runs looks whether they have ended
+/// (they may run on another replica, so it asks the store).
+const SESSION_TURN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A run that waits for its session's earlier runs (`enqueue`, `interrupt`) waits here,
+/// `queued` and holding no running slot; `Some` when it ends or is left before its turn.
+async fn session_turn(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Option<Left> {
+    use crate::domain::SessionConcurrency::{Enqueue, Interrupt};
+    let policy = ctx
+        .spec
+        .session_policy(ctx.services.config.session_concurrency);
+    if !matches!(policy, Some(Enqueue | Interrupt)) {
+        return None;
+    }
+    let session = ctx.spec.session_id.as_deref()?;
+    let store = ctx.services.store();
+    loop {
+        match store
+            .session_unfinished(&ctx.tenant, session, Some(ctx.run_id))
+            .await
+        {
+            Ok(earlier) if earlier.is_empty() => return None,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "reading the session's runs failed; asking again"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(SESSION_TURN_POLL) => {}
+            () = ctx.cancel.cancelled() => {
+                inner.queued.fetch_sub(1, Ordering::SeqCst);
+                finalize(ctx, Ending::Cancelled).await;
+                return Some(Left::Done);
+            }
+            () = stop.cancelled() => {
+                inner.queued.fetch_sub(1, Ordering::SeqCst);
+                return Some(Left::Done);
+            }
+        }
+    }
+}
+
 async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left {
     if !ctx.resumed {
         ctx.emit(None, Payload::status(RunStatus::Queued)).await;
+    }
+    if let Some(left) = session_turn(inner, ctx, stop).await {
+        return left;
     }
     let permit = tokio::select! {
         p = inner.slots.clone().acquire_owned() => p,

@@ -289,6 +289,8 @@ async fn sqlite_pool(url: &str, max_connections: u32, busy_timeout: Duration) ->
 /// Outcome of [`Store::insert_run`].
 pub enum Inserted {
     New,
+    /// The run asked to be refused while its session has a run in progress, and it has.
+    SessionBusy,
     /// The tenant already used this idempotency key: here is that run.
     Existing(Box<StoredRun>),
 }
@@ -560,17 +562,28 @@ impl Store {
         run: &Run,
         spec: &RunSpec,
         idempotency: Option<Idempotency<'_>>,
+        reject_if_session_busy: bool,
     ) -> Result<Inserted> {
+        // A run that is refused while its session has a run in progress is inserted only if
+        // none is, in the transaction that inserts it.
+        let session = run.session_id.as_deref().filter(|_| reject_if_session_busy);
+        let values = "$1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12,
+                $13, {now} + $14";
+        let rows = match session {
+            Some(_) => format!(
+                "SELECT {values} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $15
+                    AND session_id = $16 AND status IN ('queued', 'running', 'waiting_input'))"
+            ),
+            None => format!("VALUES ({values})"),
+        };
         let sql = format!(
             "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
                 input, output, error, metadata, session_id, plan_version, idempotency_key,
                 idempotency_hash, created_at, owner, lease_expires_at)
-             VALUES ($1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12,
-                $13, {} + $14)
-             ON CONFLICT DO NOTHING",
-            self.backend.now_ms_sql()
+             {} ON CONFLICT DO NOTHING",
+            rows.replace("{now}", self.backend.now_ms_sql())
         );
-        let params: Vec<Param> = vec![
+        let mut params: Vec<Param> = vec![
             run.id.to_string().into(),
             tenant.0.as_str().into(),
             run.status.as_str().into(),
@@ -589,27 +602,49 @@ impl Store {
             (*self.replica).into(),
             self.lease_ttl_ms().into(),
         ];
-        let mut statements = vec![Statement {
+        let mut statements = Vec::with_capacity(3);
+        if let Some(session) = session {
+            params.extend([tenant.0.as_str().into(), session.into()]);
+            // PostgreSQL checks the guard without locking what is not there yet: two
+            // requests for one session wait for each other on a lock of its own instead.
+            if self.backend == Backend::Postgres {
+                statements.push(Statement {
+                    text: statement::Text::One("SELECT pg_advisory_xact_lock(hashtext($1))".into()),
+                    params: vec![format!("session:{}/{session}", tenant.0).into()],
+                });
+            }
+        }
+        let inserted_at = statements.len();
+        statements.push(Statement {
             text: statement::Text::One(sql),
             params,
-        }];
+        });
         if let Some(url) = &spec.webhook {
             statements.push(webhooks::enqueue(tenant, run.id, url, run.created_at));
         }
         let changed = self.write_all(statements).await?;
         self.committed(1);
-        if changed.first() == Some(&1) {
+        if changed.get(inserted_at) == Some(&1) {
             return Ok(Inserted::New);
         }
-        let key = idempotency
-            .map(|i| i.key)
-            .ok_or_else(|| Error::Corrupt("run id collision".into()))?;
+        let Some(key) = idempotency.map(|i| i.key) else {
+            return match session {
+                Some(_) => Ok(Inserted::SessionBusy),
+                None => Err(Error::Corrupt("run id collision".into())),
+            };
+        };
         let row = sqlx::query("SELECT * FROM runs WHERE tenant = $1 AND idempotency_key = $2")
             .bind(&tenant.0)
             .bind(key)
-            .fetch_one(&self.pool())
+            .fetch_optional(&self.pool())
             .await?;
-        Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?)))
+        match row {
+            Some(row) => Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?))),
+            None if session.is_some() => Ok(Inserted::SessionBusy),
+            None => Err(Error::Corrupt(
+                "an idempotency key conflict with no run".into(),
+            )),
+        }
     }
 
     /// The fingerprint ([`RunSpec::fingerprint`]) of the request that created a run under an

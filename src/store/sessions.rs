@@ -188,6 +188,29 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The session's runs in progress (created before `before`, when given), oldest first.
+    pub async fn session_unfinished(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        before: Option<RunId>,
+    ) -> Result<Vec<RunId>> {
+        let rows: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM runs WHERE tenant = $1 AND session_id = $2 AND id < $3
+               AND status IN ('queued', 'running', 'waiting_input') ORDER BY id",
+        )
+        .bind(&tenant.0)
+        .bind(session_id)
+        .bind(before.map_or_else(|| "~".to_owned(), |b| b.to_string()))
+        .fetch_all(&self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| RunId::parse(r).ok_or_else(|| super::Error::Corrupt(format!("run id `{r}`"))))
+            .collect()
+    }
+}
+
 /// One run of a session, as its page lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRun {
@@ -264,17 +287,7 @@ impl Sessions {
 
     /// The ids of the session's runs that have not finished.
     pub async fn unfinished(&self, tenant: &Tenant, id: &str) -> Result<Vec<RunId>> {
-        let rows: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM runs WHERE tenant = $1 AND session_id = $2
-               AND status IN ('queued', 'running', 'waiting_input') ORDER BY id",
-        )
-        .bind(&tenant.0)
-        .bind(id)
-        .fetch_all(&self.0.pool())
-        .await?;
-        rows.iter()
-            .map(|r| RunId::parse(r).ok_or_else(|| super::Error::Corrupt(format!("run id `{r}`"))))
-            .collect()
+        self.0.session_unfinished(tenant, id, None).await
     }
 
     /// Sets the variables of `set` and deletes those named in `unset`, in one transaction

@@ -112,6 +112,7 @@ mod tests {
             schedule: None,
             instructions: None,
             webhook: None,
+            concurrency: None,
             declared_tools: Vec::new(),
         };
         let run = Run {
@@ -145,7 +146,10 @@ mod tests {
         let store = Store::connect(&url, 2).await.unwrap();
         let (spec, run) = simple_run();
         assert!(matches!(
-            store.insert_run(owner, &run, &spec, None).await.unwrap(),
+            store
+                .insert_run(owner, &run, &spec, None, false)
+                .await
+                .unwrap(),
             Inserted::New
         ));
         let event = |seq: u64, payload: Payload| {

@@ -284,3 +284,222 @@ async fn orca_sessions_sets_shows_unsets_and_deletes() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
 }
+
+/// A run of `session` that waits for a human at step `ok`.
+fn asking(session: &str, concurrency: Option<&str>) -> Value {
+    let mut body = json!({ "input": "x", "orchestration": "fixed", "session_id": session,
+        "plan": { "steps": [{ "id": "ok", "kind": "user_input", "input": { "prompt": "Go?" } }] } });
+    if let Some(c) = concurrency {
+        body["concurrency"] = json!(c);
+    }
+    body
+}
+
+/// Starts a run that asks for input; its id once it asks.
+async fn waiting(app: &TestApp, session: &str) -> String {
+    let run = app.create_run(asking(session, None)).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut events = app.events(&id).await;
+    while events.next_event().await.expect("asks").kind() != "input_required" {}
+    id
+}
+
+fn time(run: &Value, field: &str) -> chrono::DateTime<chrono::Utc> {
+    run[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("{field}: {run}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_sessions_busy_run_rejects_queues_or_is_interrupted_by_the_next_as_asked() {
+    let app = spawn_app(|_| {}).await;
+
+    // reject: 409 while the session has a run in progress, nothing created.
+    let first = waiting(&app, "c1").await;
+    let (status, problem) = app
+        .post_json("/v1/runs", &{
+            let mut b = doubling("c1");
+            b["concurrency"] = json!("reject");
+            b
+        })
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("conflict")),
+        "{problem}"
+    );
+    let (_, session) = app.get_json("/v1/sessions/c1").await;
+    assert_eq!(session["run_count"], 1);
+
+    // enqueue: accepted, and it starts only once the earlier run has ended.
+    app.post_json("/v1/sessions/c1", &json!({})).await;
+    let (status, _) = app
+        .client
+        .patch(app.url("/v1/sessions/c1"))
+        .json(&json!({ "variables": { "n": 3 } }))
+        .send()
+        .await
+        .map(|r| (r.status(), ()))
+        .unwrap();
+    assert_eq!(status, 200);
+    let queued = app
+        .create_run({
+            let mut b = doubling("c1");
+            b["concurrency"] = json!("enqueue");
+            b
+        })
+        .await;
+    let queued_id = queued["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.answer(&first, "ok", json!("go")).await.status(), 202);
+    app.follow(&queued_id).await;
+    let (_, first_run) = app.get_json(&format!("/v1/runs/{first}")).await;
+    let (_, queued_run) = app.get_json(&format!("/v1/runs/{queued_id}")).await;
+    assert_eq!(queued_run["status"], "succeeded", "{queued_run}");
+    assert_eq!(queued_run["output"]["result"], 6);
+    assert!(
+        time(&queued_run, "started_at") >= time(&first_run, "finished_at"),
+        "{first_run} {queued_run}"
+    );
+
+    // interrupt: the run in progress is cancelled, its history kept, and the new one runs.
+    let second = waiting(&app, "c1").await;
+    let interrupting = app
+        .create_run({
+            let mut b = doubling("c1");
+            b["concurrency"] = json!("interrupt");
+            b
+        })
+        .await;
+    let interrupting_id = interrupting["id"].as_str().unwrap().to_owned();
+    app.follow(&interrupting_id).await;
+    let (_, second_run) = app.get_json(&format!("/v1/runs/{second}")).await;
+    assert_eq!(second_run["status"], "cancelled", "{second_run}");
+    let kinds: Vec<String> = app
+        .history(&second)
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        kinds.contains(&"input_required".to_owned())
+            && kinds.last().map(String::as_str) == Some("final"),
+        "{kinds:?}"
+    );
+    let (_, interrupting_run) = app.get_json(&format!("/v1/runs/{interrupting_id}")).await;
+    assert_eq!(interrupting_run["status"], "succeeded");
+    assert!(time(&interrupting_run, "started_at") >= time(&second_run, "finished_at"));
+
+    // parallel (the default): both at once.
+    let third = waiting(&app, "c1").await;
+    let alongside = finished(&app, doubling("c1")).await;
+    assert_eq!(alongside["status"], "succeeded");
+    let (_, third_run) = app.get_json(&format!("/v1/runs/{third}")).await;
+    assert_eq!(third_run["status"], "waiting_input");
+
+    // Bad input: a policy without a session, an unknown one.
+    for (body, pointer) in [
+        (
+            json!({ "input": "x", "concurrency": "reject" }),
+            "/concurrency",
+        ),
+        (
+            {
+                let mut b = doubling("c1");
+                b["concurrency"] = json!("sometimes");
+                b
+            },
+            "/concurrency",
+        ),
+    ] {
+        let (status, problem) = app.post_json("/v1/runs", &body).await;
+        assert_eq!(status, 422, "{problem}");
+        assert_eq!(problem["errors"][0]["pointer"], pointer, "{problem}");
+    }
+}
+
+#[tokio::test]
+async fn the_configured_default_applies_when_the_request_names_no_policy() {
+    let app =
+        spawn_app(|c| c.engine.session_concurrency = orca::domain::SessionConcurrency::Reject)
+            .await;
+    waiting(&app, "c2").await;
+    let (status, _) = app.post_json("/v1/runs", &asking("c2", None)).await;
+    assert_eq!(status, 409);
+    let (status, _) = app
+        .post_json("/v1/runs", &asking("c2", Some("parallel")))
+        .await;
+    assert_eq!(status, 201, "the request's own policy wins");
+    let (status, _) = app.post_json("/v1/runs", &asking("other", None)).await;
+    assert_eq!(status, 201, "another session is not busy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reject_and_enqueue_hold_across_two_replicas() {
+    use crate::support::Server;
+    use crate::support::db::{PgServer, database_url_on};
+    let pg = PgServer::start();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let db = database_url_on(&pg.url, dirs[0].path());
+    let env = [("ORCA_LLM__PROVIDER", "offline")];
+    let a = Server::start_on(dirs[0].path(), &db, &env).await;
+    let b = Server::start_on(dirs[1].path(), &db, &env).await;
+    let post = |server: &Server, body: Value| {
+        let req = server.client.post(server.url("/v1/runs")).json(&body);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap())
+        }
+    };
+    // Forty rejecting requests for an idle session through both replicas at once: one gets in.
+    let tries = (0..40).map(|i| {
+        post(
+            if i % 2 == 0 { &a } else { &b },
+            asking("c3", Some("reject")),
+        )
+    });
+    let answers = futures::future::join_all(tries).await;
+    let created: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == 201)
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(created.len(), 1, "{answers:?}");
+    assert!(
+        answers.iter().all(|(s, _)| *s == 201 || *s == 409),
+        "{answers:?}"
+    );
+    let first_id = created[0]["id"].as_str().unwrap().to_owned();
+    // Either replica streams and answers it, whichever runs it.
+    let mut asked = a.until_asked(&first_id, 1).await;
+    let mut sum = json!({ "input": "x", "orchestration": "fixed", "session_id": "c3", "concurrency": "enqueue",
+        "plan": { "steps": [{ "id": "sum", "kind": "tool", "input": { "tool": "math.calculate",
+            "arguments": { "expression": "1 + 1" } } }] } });
+    sum["concurrency"] = json!("enqueue");
+    let (status, queued) = post(&b, sum).await;
+    assert_eq!(status, 201);
+    let queued_id = queued["id"].as_str().unwrap().to_owned();
+    assert_eq!(a.answer(&first_id, "ok", json!("go")).await, 202);
+    crate::support::skip_to(&mut asked, "final", 1).await;
+    let resp = b
+        .client
+        .get(b.url(&format!("/v1/runs/{queued_id}/events")))
+        .send()
+        .await
+        .unwrap();
+    let mut events = crate::support::SseReader::new(resp);
+    crate::support::skip_to(&mut events, "final", 1).await;
+    let get = |server: &Server, id: String| {
+        let req = server.client.get(server.url(&format!("/v1/runs/{id}")));
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let first_run = get(&a, first_id).await;
+    let queued_run = get(&b, queued_id).await;
+    assert_eq!(queued_run["status"], "succeeded", "{queued_run}");
+    assert!(
+        time(&queued_run, "started_at") >= time(&first_run, "finished_at"),
+        "{first_run} {queued_run}"
+    );
+}

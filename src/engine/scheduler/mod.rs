@@ -811,6 +811,7 @@ mod tests {
             schedule: None,
             instructions: None,
             webhook: None,
+            concurrency: None,
             declared_tools: Vec::new(),
         };
         let run = Run {
