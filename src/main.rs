@@ -43,7 +43,7 @@ enum Command {
         output: Option<PathBuf>,
     },
     #[command(flatten)]
-    Client(cli::Command),
+    Client(Box<cli::Command>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -111,7 +111,7 @@ fn main() -> ExitCode {
     };
     let command = match command {
         // Client commands own their exit codes (0, 1 for a run that did not succeed, 2).
-        Command::Client(c) => return runtime.block_on(cli::main(c)),
+        Command::Client(c) => return runtime.block_on(cli::main(*c)),
         other => other,
     };
     match runtime.block_on(run(command, &log_format)) {

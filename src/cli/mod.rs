@@ -114,6 +114,10 @@ pub struct RunArgs {
     /// A session id: runs of one session share their conversation history.
     #[arg(long)]
     session: Option<String>,
+    /// What the run does when its session has a run in progress (the server's default is
+    /// `engine.session_concurrency`).
+    #[arg(long, requires = "session", value_parser = ["parallel", "reject", "enqueue", "interrupt"])]
+    concurrency: Option<String>,
     /// Where the server POSTs the run's signed summary once it ends (needs
     /// `webhooks.secret` on the server).
     #[arg(long, value_name = "URL")]
@@ -489,6 +493,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
     }
     if let Some(session) = &args.session {
         body["session_id"] = json!(session);
+    }
+    if let Some(policy) = &args.concurrency {
+        body["concurrency"] = json!(policy);
     }
     if let Some(url) = &args.webhook {
         body["webhook"] = json!({ "url": url });

@@ -433,6 +433,37 @@ async fn the_configured_default_applies_when_the_request_names_no_policy() {
     assert_eq!(status, 201, "the request's own policy wins");
     let (status, _) = app.post_json("/v1/runs", &asking("other", None)).await;
     assert_eq!(status, 201, "another session is not busy");
+    // `orca run --session S --concurrency P` asks the same.
+    let out = app
+        .orca(
+            &["run", "hello", "--session", "c2", "--concurrency", "reject"],
+            "",
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("409"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = app
+        .orca(
+            &[
+                "run",
+                "hello",
+                "--session",
+                "quiet",
+                "--concurrency",
+                "reject",
+            ],
+            "",
+        )
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
