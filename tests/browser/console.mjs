@@ -432,6 +432,7 @@ async function webhookScenario(page) {
 /** A session's page, opened from one of its runs: its runs, and a variable set in the form. */
 async function sessionScenario(page) {
   await page.goto(`${base}/#/runs/${arg}`);
+  expect(await page.locator('[data-fact="concurrency"]').innerText() === 'enqueue', 'the run page does not show its session policy');
   await page.locator('[data-fact="session"]').click();
   await page.locator('ul[data-session-runs] a').first().waitFor({ timeout: PATIENCE });
   await labelled(page, 'session');

@@ -331,7 +331,7 @@ async fn the_console_shows_a_session_and_changes_its_variables() {
     assert_eq!(resp.status(), 200);
     let run = app
         .create_run(
-            json!({ "input": "x", "orchestration": "fixed", "session_id": "chat-7",
+            json!({ "input": "x", "orchestration": "fixed", "session_id": "chat-7", "concurrency": "enqueue",
             "plan": { "steps": [{ "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
                 "arguments": { "expression": "{{ session.n }} + 1" } } }] } }),
         )

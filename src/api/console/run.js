@@ -146,6 +146,7 @@ function facts(run) {
     item('model calls', u.llm_calls ?? '—'),
     item('tool calls', u.tool_calls ?? '—'),
     run.session_id ? h('li', {}, 'session ', h('a', { href: `#/sessions/${encodeURIComponent(run.session_id)}`, 'data-fact': 'session' }, run.session_id)) : null,
+    run.request?.concurrency ? h('li', {}, 'if its session is busy ', h('b', { 'data-fact': 'concurrency' }, run.request.concurrency)) : null,
     run.schedule ? h('li', {}, 'schedule ', h('a', { href: '#/schedules', 'data-fact': 'schedule' }, run.schedule.id.slice(0, 8)), ` (tick ${when(run.schedule.fire_at)})`) : null,
     run.completion ? item('completion', run.completion) : null,
     run.completion_reason ? item('because', run.completion_reason) : null,
