@@ -61,7 +61,8 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext, stop: CancellationToke
 const SESSION_TURN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A run that waits for its session's earlier runs (`enqueue`, `interrupt`) waits here,
-/// `queued` and holding no running slot; `Some` when it ends or is left before its turn.
+/// `queued`, holding no running slot and with its clock paused (the wait does not count
+/// against `max_duration_ms`); `Some` when it ends or is left before its turn.
 async fn session_turn(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Option<Left> {
     use crate::domain::SessionConcurrency::{Enqueue, Interrupt};
     let policy = ctx
@@ -72,12 +73,16 @@ async fn session_turn(inner: &Inner, ctx: &RunContext, stop: &CancellationToken)
     }
     let session = ctx.spec.session_id.as_deref()?;
     let store = ctx.services.store();
+    ctx.clock.pause();
     loop {
         match store
             .session_unfinished(&ctx.tenant, session, Some(ctx.run_id))
             .await
         {
-            Ok(earlier) if earlier.is_empty() => return None,
+            Ok(earlier) if earlier.is_empty() => {
+                ctx.clock.resume();
+                return None;
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reading the session's runs failed; asking again"),
         }

@@ -648,23 +648,9 @@ async fn schedules_create_list_show_disable_and_delete_round_trip() {
 
     // Once a tick has started its run, `show` lists it.
     let path = app.url(&format!("/v1/schedules/{id}"));
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let run_id = loop {
-        let s: Value = app
-            .client
-            .get(&path)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if let Some(run) = s["last_run_id"].as_str() {
-            break run.to_owned();
-        }
-        assert!(std::time::Instant::now() < deadline, "no tick fired: {s}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let fired =
+        crate::support::poll_json(&app.client, &path, |s| s["last_run_id"].is_string()).await;
+    let run_id = fired["last_run_id"].as_str().unwrap().to_owned();
     let out = app.orca(&["schedules", "show", &id], "").await;
     let shown = text(&out.stdout);
     assert!(

@@ -3,14 +3,11 @@
 //! schedule's policy across a restart; and a cron that fires once per tick across two
 //! replicas sharing PostgreSQL.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 use crate::support::db::{PgServer, database_url_on, pool};
-use crate::support::{PATIENCE, Server, TestApp, spawn_app, spawn_app_in};
-use orca::config::ApiKey;
+use crate::support::{Server, TestApp, poll_json, spawn_app, spawn_app_in, two_tenants};
 
 fn calculation() -> Value {
     json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
@@ -38,19 +35,6 @@ async fn send(
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
-/// Polls `GET path` (every 50 ms, within PATIENCE) until `done` holds of its body.
-async fn until(client: &reqwest::Client, url: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let body: Value = client.get(url).send().await.unwrap().json().await.unwrap();
-        if done(&body) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "{url} never got there: {body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn pointers(problem: &Value) -> Vec<&str> {
     problem["errors"]
         .as_array()
@@ -63,15 +47,7 @@ fn pointers(problem: &Value) -> Vec<&str> {
 #[tokio::test]
 async fn schedules_are_created_read_changed_and_deleted_and_bad_ones_are_refused_whole() {
     let (key_a, key_b) = ("key-for-team-a-0123456789", "key-for-team-b-0123456789");
-    let app = spawn_app(|c| {
-        c.auth.api_keys = [(key_a, "a"), (key_b, "b")]
-            .map(|(key, tenant)| ApiKey {
-                key: orca::config::Secret::new(key),
-                tenant: tenant.into(),
-            })
-            .to_vec();
-    })
-    .await;
+    let app = spawn_app(|c| two_tenants(c, [key_a, key_b])).await;
     use reqwest::Method;
 
     let body = json!({ "name": "nightly report", "cron": "30 2 * * *",
@@ -233,7 +209,7 @@ async fn an_interval_schedule_starts_runs_that_link_back_to_it() {
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_owned();
     let path = app.url(&format!("/v1/schedules/{id}"));
-    let two = until(&app.client, &path, |s| s["fire_count"].as_u64() >= Some(2)).await;
+    let two = poll_json(&app.client, &path, |s| s["fire_count"].as_u64() >= Some(2)).await;
 
     let (_, fires) = app.get_json(&format!("/v1/schedules/{id}/fires")).await;
     let fires = fires["fires"].as_array().unwrap().clone();
@@ -242,7 +218,7 @@ async fn an_interval_schedule_starts_runs_that_link_back_to_it() {
     assert_eq!(fires[0]["fire_at"], two["last_fire_at"]);
     for fire in &fires {
         let run_id = fire["run_id"].as_str().unwrap();
-        let run = until(&app.client, &app.url(&format!("/v1/runs/{run_id}")), |r| {
+        let run = poll_json(&app.client, &app.url(&format!("/v1/runs/{run_id}")), |r| {
             r["finished_at"].is_string()
         })
         .await;
@@ -292,9 +268,9 @@ async fn missed_ticks_after_downtime_follow_each_schedules_policy() {
             .is_some_and(|t| t > now)
     };
     let caught_up = app.url(&format!("/v1/schedules/{}", ids["catch_up_one"]));
-    let caught_up = until(&app.client, &caught_up, moved_on).await;
+    let caught_up = poll_json(&app.client, &caught_up, moved_on).await;
     let skipped = app.url(&format!("/v1/schedules/{}", ids["skip"]));
-    let skipped = until(&app.client, &skipped, moved_on).await;
+    let skipped = poll_json(&app.client, &skipped, moved_on).await;
 
     // Both wait for the tick of 30 minutes from now; only catch_up_one fired the missed one.
     for s in [&caught_up, &skipped] {
@@ -347,7 +323,7 @@ async fn a_cron_fires_once_per_tick_across_two_replicas() {
         .unwrap()
         .to_owned();
     let path = format!("/v1/schedules/{id}");
-    until(&b.client, &b.url(&path), |s| {
+    poll_json(&b.client, &b.url(&path), |s| {
         s["fire_count"].as_u64() >= Some(4)
     })
     .await;

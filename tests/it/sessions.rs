@@ -4,8 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, spawn_app};
-use orca::config::ApiKey;
+use crate::support::{TestApp, spawn_app, two_tenants};
 
 async fn patch(app: &TestApp, path: &str, body: &Value) -> (u16, Value) {
     let resp = app
@@ -146,15 +145,7 @@ async fn a_session_is_deleted_whole_and_only_once_its_runs_have_finished() {
 #[tokio::test]
 async fn bad_session_input_is_refused_and_tenants_do_not_see_each_others_sessions() {
     let (key_a, key_b) = ("key-for-team-a-0123456789", "key-for-team-b-0123456789");
-    let app = spawn_app(|c| {
-        c.auth.api_keys = [(key_a, "a"), (key_b, "b")]
-            .map(|(key, tenant)| ApiKey {
-                key: orca::config::Secret::new(key),
-                tenant: tenant.into(),
-            })
-            .to_vec();
-    })
-    .await;
+    let app = spawn_app(|c| two_tenants(c, [key_a, key_b])).await;
     let send = |method: reqwest::Method, path: &str, key: &str, body: Option<Value>| {
         let mut req = app.client.request(method, app.url(path)).bearer_auth(key);
         if let Some(b) = body {
@@ -532,5 +523,31 @@ async fn reject_and_enqueue_hold_across_two_replicas() {
     assert!(
         time(&queued_run, "started_at") >= time(&first_run, "finished_at"),
         "{first_run} {queued_run}"
+    );
+}
+
+#[tokio::test]
+async fn the_wait_for_a_sessions_turn_does_not_count_against_the_runs_time_limit() {
+    let app = spawn_app(|_| {}).await;
+    // The session is busy for 800 ms; the queued run may take 400 ms of its own.
+    let busy = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "session_id": "c4",
+            "plan": { "steps": [{ "id": "w", "kind": "wait", "input": { "duration_ms": 800 } }] } }))
+        .await;
+    let mut queued = doubling("c4");
+    queued["concurrency"] = json!("enqueue");
+    queued["limits"] = json!({ "max_duration_ms": 400 });
+    patch(&app, "/v1/sessions/c4", &json!({ "variables": { "n": 1 } })).await;
+    let queued = app.create_run(queued).await;
+    let id = queued["id"].as_str().unwrap();
+    app.follow(id).await;
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let (_, busy) = app
+        .get_json(&format!("/v1/runs/{}", busy["id"].as_str().unwrap()))
+        .await;
+    assert!(
+        time(&run, "started_at") >= time(&busy, "finished_at"),
+        "{busy} {run}"
     );
 }

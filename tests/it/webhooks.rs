@@ -215,23 +215,9 @@ async fn a_tenants_default_and_a_schedules_runs_report_and_a_queued_delivery_sur
         "/v1/schedules/{}",
         schedule["id"].as_str().unwrap()
     ));
-    let deadline = Instant::now() + PATIENCE;
-    let fired = loop {
-        let s: Value = app
-            .client
-            .get(&path)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if let Some(run) = s["last_run_id"].as_str() {
-            break run.to_owned();
-        }
-        assert!(Instant::now() < deadline, "no tick fired: {s}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let fired =
+        crate::support::poll_json(&app.client, &path, |s| s["last_run_id"].is_string()).await;
+    let fired = fired["last_run_id"].as_str().unwrap().to_owned();
     delivery(&app, &fired, |d| d["state"] == "delivered").await;
     let bodies = received.bodies.lock().unwrap().clone();
     let ids: Vec<&str> = bodies

@@ -17,6 +17,38 @@ use super::scripted_llm::ScriptedLlm;
 /// stalling the suite.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// Polls `GET url` (every 50 ms, within [`PATIENCE`]) until `done` holds of its JSON body,
+/// and returns that body.
+pub async fn poll_json(
+    client: &reqwest::Client,
+    url: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let resp = client.get(url).send().await.expect("GET");
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if done(&body) {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{url} never got there: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// API keys for tenants `a` and `b` (the two keys given, in that order).
+pub fn two_tenants(c: &mut Config, [key_a, key_b]: [&str; 2]) {
+    c.auth.api_keys = [(key_a, "a"), (key_b, "b")]
+        .map(|(key, tenant)| orca::config::ApiKey {
+            key: Secret::new(key),
+            tenant: tenant.into(),
+        })
+        .to_vec();
+}
+
 pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
