@@ -296,9 +296,9 @@ pub async fn delete_session(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     valid_id(&id)?;
-    let Some(found) = session(&state, &tenant, &id).await? else {
+    if session(&state, &tenant, &id).await?.is_none() {
         return Err(no_session(&id));
-    };
+    }
     let unfinished = state.sessions.unfinished(&tenant, &id).await?;
     if let Some(run) = unfinished.first() {
         return Err(ApiError::Conflict(format!(
@@ -306,21 +306,25 @@ pub async fn delete_session(
             unfinished.len()
         )));
     }
-    // Every run, a page at a time (the page shows the newest).
-    let mut remaining = found.run_count;
-    while remaining > 0 {
-        let (runs, left) = state.sessions.runs(&tenant, &id, RUNS_SHOWN).await?;
+    // Every run, a page at a time, until none is left (each page is gone once deleted).
+    loop {
+        let (runs, _) = state.sessions.runs(&tenant, &id, RUNS_SHOWN).await?;
+        if runs.is_empty() {
+            break;
+        }
+        let mut deleted = 0;
         for run in &runs {
             match state.engine.delete_run(&tenant, run.id).await {
-                Ok(()) | Err(engine::Error::NotFound) => {}
+                Ok(()) => deleted += 1,
+                Err(engine::Error::NotFound) => {}
                 Err(engine::Error::Conflict(why)) => return Err(ApiError::Conflict(why)),
                 Err(other) => return Err(ApiError::internal(other)),
             }
         }
-        if runs.is_empty() || left <= runs.len() as u64 {
+        // A page whose runs were all gone already cannot shrink the list: never loop on it.
+        if deleted == 0 {
             break;
         }
-        remaining = left;
     }
     state.sessions.forget(&tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)

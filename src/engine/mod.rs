@@ -589,7 +589,6 @@ impl Engine {
         }
     }
 
-    /// Asks a run to stop. Returns the run as it is now.
     /// Cancels every run of the session still in progress (for a new run that interrupts
     /// them); their histories stay. A run that ends meanwhile is left as it ended.
     async fn interrupt_session(&self, tenant: &Tenant, session: &str) -> Result<(), Error> {
@@ -608,6 +607,7 @@ impl Engine {
         Ok(())
     }
 
+    /// Asks a run to stop. Returns the run as it is now.
     pub async fn cancel(&self, tenant: &Tenant, id: RunId) -> Result<Run, Error> {
         let store = self.inner.services.store();
         let mut stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;

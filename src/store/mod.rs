@@ -567,8 +567,11 @@ impl Store {
         // A run that is refused while its session has a run in progress is inserted only if
         // none is, in the transaction that inserts it.
         let session = run.session_id.as_deref().filter(|_| reject_if_session_busy);
-        let values = "$1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12,
-                $13, {now} + $14";
+        let now = self.backend.now_ms_sql();
+        let values = format!(
+            "$1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12,
+                $13, {now} + $14"
+        );
         let rows = match session {
             Some(_) => format!(
                 "SELECT {values} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $15
@@ -580,8 +583,7 @@ impl Store {
             "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
                 input, output, error, metadata, session_id, plan_version, idempotency_key,
                 idempotency_hash, created_at, owner, lease_expires_at)
-             {} ON CONFLICT DO NOTHING",
-            rows.replace("{now}", self.backend.now_ms_sql())
+             {rows} ON CONFLICT DO NOTHING"
         );
         let mut params: Vec<Param> = vec![
             run.id.to_string().into(),

@@ -63,22 +63,16 @@ impl Store {
         let now = fmt_time(Utc::now());
         let mut tx = self.pool().begin().await?;
         self.fence(&mut tx, written_by).await?;
+        let written_by = written_by.to_string();
         for (name, value) in values {
-            sqlx::query(
-                "INSERT INTO session_variables
-                    (tenant, session_id, name, value, written_by, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6)
-                 ON CONFLICT (tenant, session_id, name) DO UPDATE SET
-                    value = excluded.value, written_by = excluded.written_by,
-                    updated_at = excluded.updated_at",
+            upsert_variable(
+                &mut tx,
+                tenant,
+                session_id,
+                (name, value),
+                &written_by,
+                &now,
             )
-            .bind(&tenant.0)
-            .bind(session_id)
-            .bind(name)
-            .bind(value.to_string())
-            .bind(written_by.to_string())
-            .bind(&now)
-            .execute(&mut *tx)
             .await?;
         }
         tx.commit().await?;
@@ -211,6 +205,35 @@ impl Store {
     }
 }
 
+/// Sets one session variable (replacing its value), noting who wrote it: a run's id, or
+/// `api`.
+async fn upsert_variable(
+    conn: &mut sqlx::AnyConnection,
+    tenant: &Tenant,
+    session_id: &str,
+    (name, value): (&String, &Value),
+    written_by: &str,
+    now: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO session_variables
+            (tenant, session_id, name, value, written_by, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (tenant, session_id, name) DO UPDATE SET
+            value = excluded.value, written_by = excluded.written_by,
+            updated_at = excluded.updated_at",
+    )
+    .bind(&tenant.0)
+    .bind(session_id)
+    .bind(name)
+    .bind(value.to_string())
+    .bind(written_by)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// One run of a session, as its page lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRun {
@@ -301,21 +324,8 @@ impl Sessions {
     ) -> Result<()> {
         let mut tx = self.0.pool().begin().await?;
         let now = fmt_time(Utc::now());
-        for (name, value) in set {
-            sqlx::query(
-                "INSERT INTO session_variables (tenant, session_id, name, value, written_by, updated_at)
-                 VALUES ($1, $2, $3, $4, 'api', $5)
-                 ON CONFLICT (tenant, session_id, name) DO UPDATE SET
-                    value = excluded.value, written_by = excluded.written_by,
-                    updated_at = excluded.updated_at",
-            )
-            .bind(&tenant.0)
-            .bind(id)
-            .bind(name)
-            .bind(super::to_json(value))
-            .bind(&now)
-            .execute(&mut *tx)
-            .await?;
+        for variable in set {
+            upsert_variable(&mut tx, tenant, id, variable, "api", &now).await?;
         }
         for name in unset {
             sqlx::query(
