@@ -276,6 +276,12 @@ async fn orca_sessions_sets_shows_unsets_and_deletes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
 }
 
+/// `body` with the session policy `concurrency`.
+fn with_policy(mut body: Value, concurrency: &str) -> Value {
+    body["concurrency"] = json!(concurrency);
+    body
+}
+
 /// A run of `session` that waits for a human at step `ok`.
 fn asking(session: &str, concurrency: Option<&str>) -> Value {
     let mut body = json!({ "input": "x", "orchestration": "fixed", "session_id": session,
@@ -310,11 +316,7 @@ async fn a_sessions_busy_run_rejects_queues_or_is_interrupted_by_the_next_as_ask
     // reject: 409 while the session has a run in progress, nothing created.
     let first = waiting(&app, "c1").await;
     let (status, problem) = app
-        .post_json("/v1/runs", &{
-            let mut b = doubling("c1");
-            b["concurrency"] = json!("reject");
-            b
-        })
+        .post_json("/v1/runs", &with_policy(doubling("c1"), "reject"))
         .await;
     assert_eq!(
         (status, problem["code"].as_str()),
@@ -325,23 +327,9 @@ async fn a_sessions_busy_run_rejects_queues_or_is_interrupted_by_the_next_as_ask
     assert_eq!(session["run_count"], 1);
 
     // enqueue: accepted, and it starts only once the earlier run has ended.
-    app.post_json("/v1/sessions/c1", &json!({})).await;
-    let (status, _) = app
-        .client
-        .patch(app.url("/v1/sessions/c1"))
-        .json(&json!({ "variables": { "n": 3 } }))
-        .send()
-        .await
-        .map(|r| (r.status(), ()))
-        .unwrap();
+    let (status, _) = patch(&app, "/v1/sessions/c1", &json!({ "variables": { "n": 3 } })).await;
     assert_eq!(status, 200);
-    let queued = app
-        .create_run({
-            let mut b = doubling("c1");
-            b["concurrency"] = json!("enqueue");
-            b
-        })
-        .await;
+    let queued = app.create_run(with_policy(doubling("c1"), "enqueue")).await;
     let queued_id = queued["id"].as_str().unwrap().to_owned();
     assert_eq!(app.answer(&first, "ok", json!("go")).await.status(), 202);
     app.follow(&queued_id).await;
@@ -357,11 +345,7 @@ async fn a_sessions_busy_run_rejects_queues_or_is_interrupted_by_the_next_as_ask
     // interrupt: the run in progress is cancelled, its history kept, and the new one runs.
     let second = waiting(&app, "c1").await;
     let interrupting = app
-        .create_run({
-            let mut b = doubling("c1");
-            b["concurrency"] = json!("interrupt");
-            b
-        })
+        .create_run(with_policy(doubling("c1"), "interrupt"))
         .await;
     let interrupting_id = interrupting["id"].as_str().unwrap().to_owned();
     app.follow(&interrupting_id).await;
@@ -395,14 +379,7 @@ async fn a_sessions_busy_run_rejects_queues_or_is_interrupted_by_the_next_as_ask
             json!({ "input": "x", "concurrency": "reject" }),
             "/concurrency",
         ),
-        (
-            {
-                let mut b = doubling("c1");
-                b["concurrency"] = json!("sometimes");
-                b
-            },
-            "/concurrency",
-        ),
+        (with_policy(doubling("c1"), "sometimes"), "/concurrency"),
     ] {
         let (status, problem) = app.post_json("/v1/runs", &body).await;
         assert_eq!(status, 422, "{problem}");
@@ -496,10 +473,9 @@ async fn reject_and_enqueue_hold_across_two_replicas() {
     let first_id = created[0]["id"].as_str().unwrap().to_owned();
     // Either replica streams and answers it, whichever runs it.
     let mut asked = a.until_asked(&first_id, 1).await;
-    let mut sum = json!({ "input": "x", "orchestration": "fixed", "session_id": "c3", "concurrency": "enqueue",
+    let sum = json!({ "input": "x", "orchestration": "fixed", "session_id": "c3", "concurrency": "enqueue",
         "plan": { "steps": [{ "id": "sum", "kind": "tool", "input": { "tool": "math.calculate",
             "arguments": { "expression": "1 + 1" } } }] } });
-    sum["concurrency"] = json!("enqueue");
     let (status, queued) = post(&b, sum).await;
     assert_eq!(status, 201);
     let queued_id = queued["id"].as_str().unwrap().to_owned();
@@ -534,8 +510,7 @@ async fn the_wait_for_a_sessions_turn_does_not_count_against_the_runs_time_limit
         .create_run(json!({ "input": "x", "orchestration": "fixed", "session_id": "c4",
             "plan": { "steps": [{ "id": "w", "kind": "wait", "input": { "duration_ms": 800 } }] } }))
         .await;
-    let mut queued = doubling("c4");
-    queued["concurrency"] = json!("enqueue");
+    let mut queued = with_policy(doubling("c4"), "enqueue");
     queued["limits"] = json!({ "max_duration_ms": 400 });
     patch(&app, "/v1/sessions/c4", &json!({ "variables": { "n": 1 } })).await;
     let queued = app.create_run(queued).await;
