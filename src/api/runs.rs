@@ -661,8 +661,15 @@ pub async fn cancel_run(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplanRequest {
-    /// What the user wants changed; the re-planner reads it.
-    pub message: String,
+    /// What the user wants changed; the re-planner reads it. Optional with `restore_version`.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Go back to this earlier plan version (1 to the current one minus 1) instead of asking
+    /// the re-planner: it becomes the next version, with strategy `restore`; the completed
+    /// steps it has keep their outputs, the rest run.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub restore_version: Option<u32>,
 }
 
 /// The longest re-plan message accepted, in characters.
@@ -692,14 +699,25 @@ pub async fn request_replan(
 ) -> Result<(StatusCode, Json<Run>), ApiError> {
     let id = parse_run_id(&id)?;
     let request: ReplanRequest = deserialize_located(body)?;
-    let message = request.message.trim();
-    if message.is_empty() || message.chars().count() > MAX_REPLAN_MESSAGE {
-        return Err(ApiError::validation_many(vec![FieldError::new(
-            "/message",
-            format!("`message` must be 1 to {MAX_REPLAN_MESSAGE} characters of text"),
-        )]));
-    }
-    match state.engine.request_replan(&tenant, id, message).await {
+    let message = match (
+        request.message.as_deref().map(str::trim),
+        request.restore_version,
+    ) {
+        (Some(m), _) if !m.is_empty() && m.chars().count() <= MAX_REPLAN_MESSAGE => m.to_owned(),
+        (None, Some(version)) => format!("go back to plan version {version}"),
+        _ => {
+            return Err(ApiError::validation_many(vec![FieldError::new(
+                "/message",
+                format!(
+                    "`message` must be 1 to {MAX_REPLAN_MESSAGE} characters of text (it may be left out with `restore_version`)"
+                ),
+            )]));
+        }
+    };
+    let asked = state
+        .engine
+        .request_replan(&tenant, id, &message, request.restore_version);
+    match asked.await {
         Ok(_) => Ok((
             StatusCode::ACCEPTED,
             Json(load_run(&state, &tenant, id).await?),
@@ -709,6 +727,9 @@ pub async fn request_replan(
             Err(ApiError::Conflict(format!("the run is already {s}")))
         }
         Err(engine::Error::Conflict(message)) => Err(ApiError::Conflict(message)),
+        Err(engine::Error::Invalid { pointer, message }) => {
+            Err(ApiError::validation(pointer, message))
+        }
         Err(engine::Error::Store(e)) => {
             tracing::error!(error = ?e, "storing a re-plan request failed");
             Err(ApiError::Unavailable(

@@ -93,6 +93,12 @@ pub enum Error {
     /// The run asked to be refused while its session has a run in progress, and it has.
     #[error("session `{0}` has a run in progress (the request's concurrency is `reject`)")]
     SessionBusy(String),
+    /// A field of the request is wrong for this run (422, located by `pointer`).
+    #[error("{message}")]
+    Invalid {
+        pointer: &'static str,
+        message: String,
+    },
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -739,12 +745,14 @@ impl Engine {
 
     /// Asks a running reactive run for a new plan: the request is stored (once this returns
     /// it survives a crash), then the run is woken; it re-plans with `message` as the user's
-    /// word, also while it waits for input.
+    /// word, also while it waits for input. With `restore_version` the run goes back to that
+    /// earlier version itself, without asking the re-planner.
     pub async fn request_replan(
         &self,
         tenant: &Tenant,
         id: RunId,
         message: &str,
+        restore_version: Option<u32>,
     ) -> Result<u64, Error> {
         let stored = self
             .inner
@@ -762,11 +770,28 @@ impl Engine {
                 stored.run.orchestration.as_str()
             )));
         }
+        if let Some(wanted) = restore_version {
+            let current = stored.run.plan_version.unwrap_or(0);
+            if wanted == 0 || wanted >= current {
+                return Err(Error::Invalid {
+                    pointer: "/restore_version",
+                    message: match current {
+                        0 | 1 => format!(
+                            "the run has no plan version before its current one to go back to (it is at version {current})"
+                        ),
+                        _ => format!(
+                            "`restore_version` must be an earlier plan version, 1 to {}",
+                            current - 1
+                        ),
+                    },
+                });
+            }
+        }
         let seq = self
             .inner
             .services
             .store()
-            .save_replan_request(id, message)
+            .save_replan_request(id, message, restore_version)
             .await?;
         self.inner.services.replans.wake(id);
         if !self.is_live(id) {

@@ -84,6 +84,16 @@ pub struct Checkpoint {
     pub created_at: DateTime<Utc>,
 }
 
+/// A user's request for a new plan version (`POST /v1/runs/{id}/replan`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplanRequest {
+    /// 1 for a run's first request, rising by one.
+    pub seq: u64,
+    pub message: String,
+    /// The earlier version the user asked to go back to; `None` asks the re-planner.
+    pub restore_version: Option<u32>,
+}
+
 impl Store {
     // ---- plans --------------------------------------------------------------------------
 
@@ -130,18 +140,24 @@ impl Store {
 
     /// Stores a request for a new plan, in its own transaction (the API acknowledges it only
     /// once this returned); its number among the run's requests, from 1.
-    pub async fn save_replan_request(&self, run: RunId, message: &str) -> Result<u64> {
+    pub async fn save_replan_request(
+        &self,
+        run: RunId,
+        message: &str,
+        restore_version: Option<u32>,
+    ) -> Result<u64> {
         let pool = self.pool();
         next_numbered(|| {
             sqlx::query_scalar(
-                "INSERT INTO replan_requests (run_id, seq, message, created_at)
-                 SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3 FROM replan_requests
+                "INSERT INTO replan_requests (run_id, seq, message, created_at, restore_version)
+                 SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4 FROM replan_requests
                  WHERE run_id = $1
                  RETURNING seq",
             )
             .bind(run.to_string())
             .bind(message)
             .bind(fmt_time(Utc::now()))
+            .bind(restore_version.map(i64::from))
             .fetch_one(&pool)
         })
         .await
@@ -152,16 +168,25 @@ impl Store {
         &self,
         run: RunId,
         after: u64,
-    ) -> Result<Vec<(u64, String)>> {
+    ) -> Result<Vec<ReplanRequest>> {
         let rows = sqlx::query(
-            "SELECT seq, message FROM replan_requests WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+            "SELECT seq, message, restore_version FROM replan_requests
+             WHERE run_id = $1 AND seq > $2 ORDER BY seq",
         )
         .bind(run.to_string())
         .bind(after as i64)
         .fetch_all(&self.pool())
         .await?;
         rows.iter()
-            .map(|r| Ok((r.try_get::<i64, _>("seq")? as u64, r.try_get("message")?)))
+            .map(|r| {
+                Ok(ReplanRequest {
+                    seq: r.try_get::<i64, _>("seq")? as u64,
+                    message: r.try_get("message")?,
+                    restore_version: r
+                        .try_get::<Option<i64>, _>("restore_version")?
+                        .and_then(|v| u32::try_from(v).ok()),
+                })
+            })
             .collect()
     }
 

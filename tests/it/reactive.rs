@@ -477,6 +477,106 @@ async fn restore_goes_back_to_an_earlier_version() {
 }
 
 #[tokio::test]
+async fn the_user_rolls_a_run_back_to_an_earlier_plan_version_across_a_restart() {
+    let llm = ScriptedLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_app_in(dir, |c| use_scripted(c, &llm)).await;
+    let ask = |id: &str, deps: &[&str]| json!({ "id": id, "kind": "user_input", "depends_on": deps, "input": { "prompt": "Go on?" } });
+    let v1 = json!({ "steps": [
+        calc("fact", &[], "6 * 7"), ask("ask", &["fact"]),
+        calc("after", &["ask"], "{{ steps.fact.output.result }} + 100"),
+    ], "output": "{{ steps.after.output.result }}" });
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "reactive", "plan": v1 }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/runs/{id}/replan");
+    let mut reader = app.events(&id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    // Version 1 has nothing before it to go back to.
+    let (status, problem) = app.post_json(&path, &json!({ "restore_version": 1 })).await;
+    assert_eq!(
+        (status, problem["errors"][0]["pointer"].clone()),
+        (422, json!("/restore_version")),
+        "{problem}"
+    );
+
+    // The re-planner writes version 2, which asks another question.
+    let v2 = json!({ "steps": [
+        calc("fact", &[], "6 * 7"), ask("ask2", &["fact"]),
+        calc("plus", &["ask2"], "{{ steps.fact.output.result }} + 1"),
+    ] });
+    llm.push(replan("complete", v2));
+    let (status, body) = app
+        .post_json(&path, &json!({ "message": "ask differently" }))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    skip_to(&mut reader, "input_required", 1).await;
+    for (bad, pointer) in [
+        (json!({ "restore_version": 0 }), "/restore_version"),
+        (json!({ "restore_version": 2 }), "/restore_version"),
+        (json!({ "restore_version": 9 }), "/restore_version"),
+        (json!({ "restore_version": "1" }), "/restore_version"),
+        (json!({ "restore_version": 1, "message": " " }), "/message"),
+    ] {
+        let (status, problem) = app.post_json(&path, &bad).await;
+        assert_eq!(status, 422, "{bad} → {problem}");
+        assert_eq!(
+            problem["errors"][0]["pointer"], pointer,
+            "{bad} → {problem}"
+        );
+    }
+    // The user goes back to version 1: no model is asked, and version 3 is version 1 again.
+    let (status, body) = app.post_json(&path, &json!({ "restore_version": 1 })).await;
+    assert_eq!(status, 202, "{body}");
+    skip_to(&mut reader, "input_required", 1).await;
+    drop(reader);
+    assert_eq!(
+        llm.requests().len(),
+        1,
+        "only the first re-plan asked the model"
+    );
+
+    // Across a restart the run waits at version 3's question and finishes it.
+    let dir = app.stop().await;
+    let app = spawn_app_in(dir, |c| use_scripted(c, &llm)).await;
+    let versions = plans(&app, &id).await;
+    assert_eq!(versions.len(), 3, "{versions:?}");
+    let v3 = &versions[2];
+    assert_eq!(
+        (v3["strategy"].clone(), v3["restored_version"].clone()),
+        (json!("restore"), json!(1))
+    );
+    assert_eq!(v3["trigger"]["kind"], "user");
+    assert_eq!(v3["trigger"]["request"], 2);
+    assert_eq!(v3["trigger"]["message"], "go back to plan version 1");
+    assert_eq!(v3["plan"], versions[0]["plan"]);
+    assert_eq!(v3["diff"]["added"], json!(["after", "ask"]));
+    let reader = app.events(&id).await;
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/runs/{id}/input"),
+            &json!({ "step_id": "ask", "value": "yes" }),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let events = to_final(reader).await;
+    let fin = final_data(&events);
+    assert_eq!(
+        (fin["status"].clone(), fin["output"].clone()),
+        (json!("succeeded"), json!(142)),
+        "{fin}"
+    );
+    let fact_runs = app.attempts(&id, "fact").await;
+    assert_eq!(
+        fact_runs.len(),
+        1,
+        "`fact` completed once and was kept by every version: {fact_runs:?}"
+    );
+    assert_eq!(llm.requests().len(), 1);
+}
+
+#[tokio::test]
 async fn a_run_close_to_its_token_budget_re_plans_once() {
     let llm = ScriptedLlm::start().await;
     llm.push(Reply::text("a long answer").usage(700, 200));

@@ -172,13 +172,18 @@ async fn concurrent_replan_requests_get_distinct_numbers() {
     for i in 0..10 {
         let store = store.clone();
         let message = format!("note {i}");
-        tasks.spawn(async move { store.save_replan_request(run, &message).await.unwrap() });
+        tasks.spawn(async move {
+            store
+                .save_replan_request(run, &message, None)
+                .await
+                .unwrap()
+        });
     }
     let mut seqs = tasks.join_all().await;
     seqs.sort_unstable();
     assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
     let stored = store.replan_requests_after(run, 0).await.unwrap();
-    let mut messages: Vec<String> = stored.into_iter().map(|(_, m)| m).collect();
+    let mut messages: Vec<String> = stored.into_iter().map(|r| r.message).collect();
     messages.sort();
     assert_eq!(
         messages,

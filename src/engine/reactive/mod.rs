@@ -85,6 +85,9 @@ struct Run {
     limit_near_done: bool,
     /// The `replan_limit_exceeded` error event went out.
     replan_limit_told: bool,
+    /// The version the user's pending request asked to go back to (`restore_version`): the
+    /// next version is that one, without asking the re-planner.
+    restore_asked: Option<u32>,
 }
 
 /// What to do about a trigger.
@@ -167,6 +170,7 @@ impl Run {
             requests_answered: triggers().filter_map(|t| t.request).max().unwrap_or(0),
             limit_near_done: triggers().any(|t| t.kind == TriggerKind::LimitNear),
             replan_limit_told: false,
+            restore_asked: None,
             versions,
             plan,
             progress,
@@ -206,7 +210,11 @@ impl Run {
             }
             let reason = format!("a new plan replaces this one ({})", trigger.kind.as_str());
             let progress = scheduler.abandon(&reason).await;
-            match replanner::replan(ctx, &trigger, &self.versions, &progress).await {
+            let replanned = match self.restore_asked.take() {
+                Some(version) => replanner::restore(ctx, &trigger, &self.versions, version),
+                None => replanner::replan(ctx, &trigger, &self.versions, &progress).await,
+            };
+            match replanned {
                 Ok(Ok(replanned)) => {
                     if let Some(error) = self.repeats_a_version(&replanned) {
                         return loop_detected(ctx, error, &progress).await;
@@ -259,8 +267,9 @@ impl Run {
         }
     }
 
-    /// The user's requests no version answered yet, as one trigger.
-    async fn pending_request(&self, ctx: &RunContext) -> Result<Option<Trigger>, RunError> {
+    /// The user's requests no version answered yet, as one trigger; the last one may ask to
+    /// go back to an earlier version ([`Self::restore_asked`]).
+    async fn pending_request(&mut self, ctx: &RunContext) -> Result<Option<Trigger>, RunError> {
         let pending = ctx
             .services
             .store()
@@ -272,16 +281,17 @@ impl Run {
                     format!("could not read the run's re-plan requests: {e}"),
                 )
             })?;
-        let Some((last, _)) = pending.last() else {
+        let Some(last) = pending.last() else {
             return Ok(None);
         };
-        let message: Vec<&str> = pending.iter().map(|(_, m)| m.as_str()).collect();
+        self.restore_asked = last.restore_version;
+        let message: Vec<&str> = pending.iter().map(|r| r.message.as_str()).collect();
         Ok(Some(Trigger {
             kind: TriggerKind::User,
             step_id: None,
             error: None,
             message: Some(message.join("\n")),
-            request: Some(*last),
+            request: Some(last.seq),
         }))
     }
 
@@ -318,14 +328,13 @@ impl Run {
     }
 
     async fn decide(&mut self, ctx: &RunContext, trigger: &Trigger) -> Decision {
+        // The policy says what the re-planner may do; a user going back to a version they
+        // name does not ask it.
+        let policy = &ctx.services.config.replan_policy;
         if ctx.breached().is_some()
-            || ctx
-                .services
-                .config
-                .replan_policy
-                .allowed(trigger.kind)
-                .is_empty()
+            || (self.restore_asked.is_none() && policy.allowed(trigger.kind).is_empty())
         {
+            self.restore_asked = None;
             return Decision::GoOn;
         }
         if let Some(error) = self.failed_again(trigger) {
@@ -333,6 +342,7 @@ impl Run {
         }
         let used = u64::from(self.current().number - FIRST_VERSION);
         if used >= ctx.limits.max_replans {
+            self.restore_asked = None;
             if !self.replan_limit_told {
                 self.replan_limit_told = true;
                 let told = ErrorData {

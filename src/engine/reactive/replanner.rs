@@ -103,6 +103,45 @@ pub async fn replan(
     Ok(Err(problems))
 }
 
+/// The version the user asked to go back to (`POST /v1/runs/{id}/replan` with
+/// `restore_version`), as the next version: strategy `restore`, the user's trigger, and
+/// validated again like any stored plan. The API takes only a version before the current one
+/// and versions only grow, so a version the run lacks is a problem as for an invalid answer.
+pub fn restore(
+    ctx: &RunContext,
+    trigger: &Trigger,
+    versions: &[Version],
+    wanted: u32,
+) -> Result<Result<Replanned, Vec<Problem>>, RunError> {
+    let current = versions.last().expect("a run re-plans a plan it has");
+    let Some(earlier) = versions
+        .iter()
+        .find(|v| v.number == wanted && wanted < current.number)
+    else {
+        return Ok(Err(vec![Problem::new(
+            "/restore_version",
+            format!(
+                "the run has no plan version {wanted} before its current version {}",
+                current.number
+            ),
+        )]));
+    };
+    let plan = fixed::revalidate(ctx, &earlier.doc)?;
+    let change = PlanChange {
+        trigger: trigger.clone(),
+        strategy: Strategy::Restore,
+        explanation: format!("the user asked to go back to version {wanted}"),
+        diff: PlanDiff::between(&current.doc, &earlier.doc),
+        restored_version: Some(wanted),
+        completes_task: true,
+    };
+    Ok(Ok(Replanned {
+        doc: earlier.doc.clone(),
+        plan,
+        change,
+    }))
+}
+
 fn read_answer(doc: &Value) -> Result<Answer, Problem> {
     Answer::deserialize(doc).map_err(|e| {
         Problem::new(
