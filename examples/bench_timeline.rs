@@ -227,6 +227,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         metadata: Default::default(),
         session_id: None,
         schedule: None,
+        fork: None,
         instructions: None,
         webhook: None,
         concurrency: None,
@@ -246,6 +247,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         metadata: Default::default(),
         session_id: None,
         schedule: None,
+        parent: None,
         plan_version: Some(1),
         usage: Usage::default(),
         created_at: created,
@@ -253,7 +255,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         finished_at: None,
     };
     store
-        .insert_run(tenant, &run, &spec, None, false)
+        .insert_run(tenant, &run, &spec, None, false, &[])
         .await
         .expect("insert run");
 

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, FieldError};
+use super::error::ApiError;
 use super::extract::{JsonBody, Path};
 use super::workflows::{RegistryName, name_from_path, valid_name};
 use super::{AppState, Named};
@@ -189,12 +189,7 @@ pub async fn put_agent(
         validate_agent(&name, &definition, &known)
     };
     if !problems.is_empty() {
-        return Err(ApiError::validation_many(
-            problems
-                .into_iter()
-                .map(|p| FieldError::new(p.pointer, p.message))
-                .collect(),
-        ));
+        return Err(ApiError::problems(problems));
     }
     let created = state.agents.put(&tenant, &name, &definition).await?;
     let stored = (state.agents)

@@ -91,6 +91,16 @@ impl ApiError {
         ApiError::Validation { detail, errors }
     }
 
+    /// A 422 with the problems a plan, workflow or answer check found.
+    pub fn problems(problems: Vec<crate::plan::Problem>) -> Self {
+        let errors = problems.into_iter();
+        ApiError::validation_many(
+            errors
+                .map(|p| FieldError::new(p.pointer, p.message))
+                .collect(),
+        )
+    }
+
     pub fn internal(e: impl Into<anyhow::Error>) -> Self {
         ApiError::Internal(e.into())
     }

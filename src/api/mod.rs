@@ -6,6 +6,7 @@ pub mod agui;
 pub mod console;
 pub mod error;
 pub mod extract;
+pub mod forks;
 pub mod history;
 pub mod openapi;
 pub mod runs;
@@ -129,7 +130,7 @@ impl AppState {
     paths(
         runs::create_run, runs::list_runs, runs::get_run, runs::delete_run, runs::run_events,
         runs::run_steps,
-        runs::cancel_run, runs::submit_input, runs::request_replan, history::run_plans, history::run_checkpoints,
+        runs::cancel_run, runs::submit_input, runs::request_replan, forks::fork_run, history::run_plans, history::run_checkpoints,
         history::run_timeline,
         schedules::create_schedule, schedules::list_schedules, schedules::get_schedule,
         schedules::update_schedule, schedules::delete_schedule, schedules::schedule_fires,
@@ -149,7 +150,7 @@ impl AppState {
         schedules::Schedule, schedules::ScheduleList, schedules::ScheduleFires, schedules::ScheduleFireRecord,
         webhooks::WebhookDelivery, webhooks::WebhookAttempt,
         sessions::Session, sessions::SummaryView, sessions::SessionRunView, sessions::SessionHistory, sessions::TurnView, sessions::UpdateSession,
-        schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire,
+        schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire, crate::domain::run::ForkOrigin,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -237,6 +238,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/cancel", post(runs::cancel_run))
         .route("/runs/{id}/input", post(runs::submit_input))
         .route("/runs/{id}/replan", post(runs::request_replan))
+        .route("/runs/{id}/fork", post(forks::fork_run))
         .route("/runs/{id}/plans", get(history::run_plans))
         .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
         .route("/runs/{id}/timeline", get(history::run_timeline))

@@ -246,26 +246,33 @@ pub(super) async fn start_run_for(
         .engine
         .create_run(tenant, admitted, key.as_deref(), follow)
         .await
-        .map_err(|e| match e {
-            engine::Error::Overloaded | engine::Error::StoreDown => {
-                ApiError::Unavailable(e.to_string())
-            }
-            engine::Error::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
-            engine::Error::SessionBusy(_) => ApiError::Conflict(e.to_string()),
-            engine::Error::Store(e) => {
-                // Logged with its cause; the caller learns only that it may try again.
-                tracing::error!(error = ?e, "storing a new run failed");
-                ApiError::Unavailable("the store cannot take the run now; try again".into())
-            }
-            other => ApiError::internal(other),
-        })?;
+        .map_err(creation_error)?;
     Ok(match created {
         Created::New(r, opened) => (r, true, opened),
         Created::Existing(r) => (r, false, None),
     })
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+/// What creating a run (or a fork) failing tells the caller.
+pub(super) fn creation_error(e: engine::Error) -> ApiError {
+    match e {
+        engine::Error::Overloaded | engine::Error::StoreDown => {
+            ApiError::Unavailable(e.to_string())
+        }
+        engine::Error::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
+        engine::Error::SessionBusy(_) | engine::Error::Conflict(_) => {
+            ApiError::Conflict(e.to_string())
+        }
+        engine::Error::Store(e) => {
+            // Logged with its cause; the caller learns only that it may try again.
+            tracing::error!(error = ?e, "storing a new run failed");
+            ApiError::Unavailable("the store cannot take the run now; try again".into())
+        }
+        other => ApiError::internal(other),
+    }
+}
+
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(v) = headers.get("idempotency-key") else {
         return Ok(None);
     };
@@ -421,7 +428,8 @@ fn search_text(v: &str) -> Result<Option<String>, String> {
 ///
 /// Filters: `status`, `orchestration`, `created_after`, `created_before` (RFC 3339),
 /// `metadata.KEY=VALUE`, `q` (text the input contains, ignoring case; `%` and `_` match
-/// themselves); `limit` (1-200, default 50); `cursor` from the previous page.
+/// themselves), `parent_id` (the forks of a run); `limit` (1-200, default 50); `cursor` from
+/// the previous page.
 #[utoipa::path(
     get, path = "/v1/runs", tag = "runs",
     params(
@@ -431,6 +439,7 @@ fn search_text(v: &str) -> Result<Option<String>, String> {
         ("created_before" = Option<String>, Query, format = DateTime),
         // The handler refuses a NUL (PostgreSQL text cannot hold one) as it refuses a long `q`.
         ("q" = Option<String>, Query, max_length = 200, pattern = "^[^\\u0000]*$", description = "Only runs whose input contains this text (a string input as the string, an object input as its JSON text), ignoring case (on SQLite, of ASCII letters only). `%` and `_` match themselves; empty means no filter."),
+        ("parent_id" = Option<String>, Query, format = Uuid, description = "Only the runs forked from this run (`POST /v1/runs/{id}/fork`)"),
         ("limit" = Option<u32>, Query, maximum = 200, minimum = 1),
         ("cursor" = inline(Option<PageCursor>), Query),
     ),
@@ -495,6 +504,10 @@ pub async fn list_runs(
             "cursor" => match RunId::parse(v) {
                 Some(id) => filter.before_id = Some(id),
                 None => errors.push(FieldError::new(pointer, "not a cursor from this API")),
+            },
+            "parent_id" => match RunId::parse(v) {
+                Some(id) => filter.parent = Some(id),
+                None => errors.push(FieldError::new(pointer, "not a run id")),
             },
             key if key.starts_with("metadata.") && key.len() > "metadata.".len() => {
                 filter
@@ -727,9 +740,7 @@ pub async fn request_replan(
             Err(ApiError::Conflict(format!("the run is already {s}")))
         }
         Err(engine::Error::Conflict(message)) => Err(ApiError::Conflict(message)),
-        Err(engine::Error::Invalid { pointer, message }) => {
-            Err(ApiError::validation(pointer, message))
-        }
+        Err(engine::Error::Invalid(problems)) => Err(ApiError::problems(problems)),
         Err(engine::Error::Store(e)) => {
             tracing::error!(error = ?e, "storing a re-plan request failed");
             Err(ApiError::Unavailable(

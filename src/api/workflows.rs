@@ -15,7 +15,7 @@ use crate::domain::ids::check_name;
 use crate::plan::validate_workflow;
 use crate::store::WorkflowRecord;
 
-use super::error::{ApiError, FieldError};
+use super::error::ApiError;
 use super::extract::{JsonBody, Path};
 use super::{AppState, Named};
 
@@ -203,14 +203,7 @@ pub async fn put_workflow(
         .resolve_references(&tenant, &mut resolved)
         .await?;
     let view = state.engine.tenant_view(&tenant).await?;
-    validate_workflow(&resolved, view.catalog()).map_err(|problems| {
-        ApiError::validation_many(
-            problems
-                .into_iter()
-                .map(|p| FieldError::new(p.pointer, p.message))
-                .collect(),
-        )
-    })?;
+    validate_workflow(&resolved, view.catalog()).map_err(ApiError::problems)?;
     let created = state.workflows.put(&tenant, &name, &definition).await?;
     // Read back rather than rebuild, so the answer carries the stored times (a replacement
     // keeps its created_at).

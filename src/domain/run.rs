@@ -26,6 +26,20 @@ pub enum SessionConcurrency {
     Interrupt,
 }
 
+/// Where a forked run came from (`POST /v1/runs/{id}/fork`): its parent and the checkpoint it
+/// starts from (`Run.parent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForkOrigin {
+    /// The run it was forked from.
+    #[schema(value_type = String, format = Uuid)]
+    pub run_id: RunId,
+    /// The parent's checkpoint the fork starts from (0: before the first, from the start).
+    pub checkpoint: u64,
+    /// The step the fork was asked to start before (`before_step`), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_step: Option<String>,
+}
+
 /// How a run is orchestrated. `auto` is resolved by the selector before execution starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, Default)]
 #[serde(rename_all = "snake_case")]
@@ -232,6 +246,9 @@ pub struct RunSpec {
     /// The schedule tick that started the run. Left out of the stored JSON when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ScheduleFire>,
+    /// The run and checkpoint a fork starts from. Left out of the stored JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkOrigin>,
     /// The system prompt of a `simple` run, instead of the built-in one. Left out of the
     /// stored JSON when absent, so earlier requests keep their fingerprints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -351,6 +368,8 @@ pub struct Run {
     pub session_id: Option<String>,
     /// The schedule and tick that started the run; `null` for a run started by a request.
     pub schedule: Option<ScheduleFire>,
+    /// The run and checkpoint this run was forked from; `null` for a run that is no fork.
+    pub parent: Option<ForkOrigin>,
     pub plan_version: Option<u32>,
     pub usage: Usage,
     pub created_at: DateTime<Utc>,
@@ -406,6 +425,7 @@ mod tests {
             metadata: Map::new(),
             session_id: None,
             schedule: None,
+            fork: None,
             instructions: None,
             webhook: None,
             concurrency: None,

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 use crate::llm::Message;
-use crate::store::Record;
+use crate::store::{Checkpoint, Record};
 
 use super::context::RunContext;
 
@@ -264,9 +264,16 @@ pub async fn restore(ctx: &RunContext) -> Result<Restored, RunError> {
                 format!("could not read the run's checkpoints: {e}"),
             )
         })?;
+    if let Some(last) = stored.last() {
+        ctx.checkpoints.fetch_max(last.id, Ordering::SeqCst);
+    }
+    fold(stored)
+}
+
+/// What `stored` checkpoints (one run's, oldest first) add up to.
+pub fn fold(stored: impl IntoIterator<Item = Checkpoint>) -> Result<Restored, RunError> {
     let mut restored = Restored::Nothing;
     for checkpoint in stored {
-        ctx.checkpoints.fetch_max(checkpoint.id, Ordering::SeqCst);
         let unreadable = |e: String| {
             RunError::new(
                 ErrorCode::InternalError,
@@ -287,6 +294,34 @@ pub async fn restore(ctx: &RunContext) -> Result<Restored, RunError> {
         };
     }
     Ok(restored)
+}
+
+/// The id of the first of `stored` (one plan run's checkpoints, oldest first) by which `step`
+/// (a top-level step's id, or a nested step's path) had finished: it, or the top-level step
+/// it sits in. `None` if it never had.
+pub fn first_finishing(stored: &[Checkpoint], step: &StepPath) -> Result<Option<u64>, RunError> {
+    let mut progress = PlanProgress::default();
+    for checkpoint in stored {
+        match Delta::from_json(checkpoint.state.clone()) {
+            Ok(Delta::Plan(delta)) => progress.apply(delta),
+            Ok(Delta::Conversation(_)) => return Ok(None),
+            Err(e) => {
+                return Err(RunError::new(
+                    ErrorCode::InternalError,
+                    format!("the run's checkpoint {} cannot be read: {e}", checkpoint.id),
+                ));
+            }
+        }
+        let finished = progress.children.contains_key(step)
+            || progress
+                .steps
+                .keys()
+                .any(|id| StepPath::top(id).encloses(step));
+        if finished {
+            return Ok(Some(checkpoint.id));
+        }
+    }
+    Ok(None)
 }
 
 fn fold_plan(mut progress: PlanProgress, delta: PlanDelta) -> Restored {

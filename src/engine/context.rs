@@ -254,6 +254,12 @@ impl RunningSlot {
 }
 
 impl RunContext {
+    /// Whether the run starts from stored checkpoints: it was resumed, or it is a fork (which
+    /// starts from its parent's).
+    pub fn restores(&self) -> bool {
+        self.resumed || self.spec.fork.is_some()
+    }
+
     /// The run holds `permit`, one of `slots`, until it ends (or lends it while it waits).
     pub fn hold_slot(&self, slots: Arc<Semaphore>, permit: OwnedSemaphorePermit) {
         *self.slot.held.lock().expect("slot lock") = Some((slots, Some(permit)));
@@ -265,6 +271,9 @@ impl RunContext {
         stop: CancellationToken,
         services: Services,
     ) -> Self {
+        // The run's ledger holds its whole history unless it has a past: it was resumed, or
+        // it is a fork, whose history starts with what it carried from its parent.
+        let whole = seed.last_seq == 0 && seed.spec.fork.is_none();
         RunContext {
             run_id: seed.run.id,
             tenant: seed.tenant,
@@ -275,7 +284,7 @@ impl RunContext {
                 std::time::Duration::from_millis(seed.counters.time_used_ms),
             ),
             resumed: seed.last_seq > 0,
-            ledger: Mutex::new(super::ledger::Ledger::new(seed.last_seq == 0)),
+            ledger: Mutex::new(super::ledger::Ledger::new(whole)),
             limits: seed.limits,
             cancel,
             stop,

@@ -49,6 +49,11 @@ pub async fn run_plan(ctx: &RunContext, plan: Arc<ValidPlan>, doc: &Value) -> Ou
         announce_plan(ctx, &plan, doc, FIRST_VERSION, None).await;
         PlanProgress::default()
     } else {
+        if !ctx.resumed {
+            // A fork's first start: its stream shows the plan it goes on with.
+            let doc = std::sync::Arc::new(doc.clone());
+            show_plan(ctx, &plan, doc, FIRST_VERSION, "fork", None).await;
+        }
         match restore(ctx).await {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e),
@@ -126,6 +131,18 @@ pub async fn announce_plan(
     .await;
     ctx.update_run(|r| r.plan_version = Some(version));
     ctx.save_run().await;
+    show_plan(ctx, plan, doc, version, reason, change).await;
+}
+
+/// Emits the `plan` event of version `version` (with the critical path).
+pub async fn show_plan(
+    ctx: &RunContext,
+    plan: &ValidPlan,
+    doc: std::sync::Arc<Value>,
+    version: u32,
+    reason: &str,
+    change: Option<PlanChange>,
+) {
     let announced = PlanData {
         version,
         reason: reason.to_owned(),

@@ -132,6 +132,7 @@ pub async fn admit(
         metadata: request.metadata,
         session_id: request.session_id,
         schedule: request.schedule,
+        fork: None,
         instructions: request.instructions,
         webhook: request.webhook,
         concurrency: request.concurrency,

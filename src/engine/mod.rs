@@ -28,6 +28,7 @@ pub mod context;
 pub mod converse;
 pub mod executor;
 pub mod fixed;
+pub mod fork;
 pub mod function_call;
 pub mod input;
 pub mod intake;
@@ -93,12 +94,9 @@ pub enum Error {
     /// The run asked to be refused while its session has a run in progress, and it has.
     #[error("session `{0}` has a run in progress (the request's concurrency is `reject`)")]
     SessionBusy(String),
-    /// A field of the request is wrong for this run (422, located by `pointer`).
-    #[error("{message}")]
-    Invalid {
-        pointer: &'static str,
-        message: String,
-    },
+    /// The request is wrong for this run (422): each problem located by its pointer.
+    #[error("the request is invalid for this run")]
+    Invalid(Vec<crate::plan::Problem>),
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -265,6 +263,53 @@ impl Engine {
         idempotency_key: Option<&str>,
         follow: bool,
     ) -> Result<Created, Error> {
+        self.accepting()?;
+        let intake::Admitted {
+            spec,
+            plan,
+            selected,
+            fingerprint,
+        } = admitted;
+        let run = queued_run(RunId::new(), &spec, selected);
+        let new = NewRun {
+            run,
+            spec,
+            plan: plan.map(Arc::new),
+            fingerprint,
+            history: Vec::new(),
+        };
+        self.start_new(tenant, new, idempotency_key, follow).await
+    }
+
+    /// Forks the tenant's run `parent` ([`fork`]): a new run that starts where the parent
+    /// stood at the checkpoint the request names, stored with what it starts from and
+    /// started like any run.
+    pub async fn fork(
+        &self,
+        tenant: &Tenant,
+        parent: RunId,
+        request: fork::ForkRequest,
+        idempotency_key: Option<&str>,
+    ) -> Result<Created, Error> {
+        self.accepting()?;
+        let id = RunId::new();
+        let services = &self.inner.services;
+        let forked = fork::prepare(services, tenant, parent, request, id).await?;
+        let mut run = queued_run(id, &forked.spec, forked.parent.run.selected.clone());
+        run.orchestration = forked.parent.run.orchestration;
+        run.plan_version = forked.plan_version;
+        let new = NewRun {
+            run,
+            spec: forked.spec,
+            plan: forked.plan,
+            fingerprint: None,
+            history: forked.history,
+        };
+        self.start_new(tenant, new, idempotency_key, false).await
+    }
+
+    /// Whether a new run can be taken now: the queue has room and the store takes writes.
+    fn accepting(&self) -> Result<(), Error> {
         if self.queued() >= self.inner.services.config.max_queued_runs {
             return Err(Error::Overloaded);
         }
@@ -273,34 +318,25 @@ impl Engine {
         if !self.inner.services.hub.is_healthy() {
             return Err(Error::StoreDown);
         }
-        let intake::Admitted {
+        Ok(())
+    }
+
+    /// Stores a new run (with what its history starts with) as `queued` and starts its task,
+    /// or finds the run an idempotency key already made.
+    async fn start_new(
+        &self,
+        tenant: &Tenant,
+        new: NewRun,
+        idempotency_key: Option<&str>,
+        follow: bool,
+    ) -> Result<Created, Error> {
+        let NewRun {
+            run,
             spec,
             plan,
-            selected,
             fingerprint,
-        } = admitted;
-        let run = Run {
-            id: RunId::new(),
-            status: RunStatus::Queued,
-            completion: None,
-            completion_reason: None,
-            step_counts: None,
-            orchestration: selected
-                .as_ref()
-                .map_or(Orchestration::Auto, |s| s.orchestration),
-            selected,
-            input: spec.input.clone(),
-            output: None,
-            error: None,
-            metadata: spec.metadata.clone(),
-            session_id: spec.session_id.clone(),
-            schedule: spec.schedule.clone(),
-            plan_version: None,
-            usage: Default::default(),
-            created_at: crate::domain::now(),
-            started_at: None,
-            finished_at: None,
-        };
+            history,
+        } = new;
         let store = self.inner.services.store();
         let fingerprint = match (idempotency_key, fingerprint) {
             (None, _) => String::new(),
@@ -320,7 +356,7 @@ impl Engine {
         }
         let reject = policy == Some(Reject);
         let inserted = store
-            .insert_run(tenant, &run, &spec, idempotency, reject)
+            .insert_run(tenant, &run, &spec, idempotency, reject, &history)
             .await?;
         if let Inserted::SessionBusy = inserted {
             return Err(Error::SessionBusy(
@@ -345,7 +381,7 @@ impl Engine {
         };
         // Opened before the task can store anything: the stream starts from the hub.
         let opened = follow.then(|| self.inner.services.hub.open_new(run.id));
-        self.spawn(stored, 0, plan.map(Arc::new));
+        self.spawn(stored, 0, plan);
         Ok(Created::New(run, opened))
     }
 
@@ -773,9 +809,9 @@ impl Engine {
         if let Some(wanted) = restore_version {
             let current = stored.run.plan_version.unwrap_or(0);
             if wanted == 0 || wanted >= current {
-                return Err(Error::Invalid {
-                    pointer: "/restore_version",
-                    message: match current {
+                return Err(Error::Invalid(vec![crate::plan::Problem::new(
+                    "/restore_version",
+                    match current {
                         0 | 1 => format!(
                             "the run has no plan version before its current one to go back to (it is at version {current})"
                         ),
@@ -784,7 +820,7 @@ impl Engine {
                             current - 1
                         ),
                     },
-                });
+                )]));
             }
         }
         let seq = self
@@ -875,5 +911,42 @@ impl Engine {
             }
             .instrument(span),
         );
+    }
+}
+
+/// A run about to be stored: its row, spec, validated plan, the fingerprint admission took
+/// (if it took one) and what its history starts with (a fork's).
+struct NewRun {
+    run: Run,
+    spec: RunSpec,
+    plan: Option<Arc<ValidPlan>>,
+    fingerprint: Option<String>,
+    history: Vec<store::Record>,
+}
+
+/// The row of a new run of `spec`, `queued`.
+fn queued_run(id: RunId, spec: &RunSpec, selected: Option<crate::domain::Selection>) -> Run {
+    Run {
+        id,
+        status: RunStatus::Queued,
+        completion: None,
+        completion_reason: None,
+        step_counts: None,
+        orchestration: selected
+            .as_ref()
+            .map_or(Orchestration::Auto, |s| s.orchestration),
+        selected,
+        input: spec.input.clone(),
+        output: None,
+        error: None,
+        metadata: spec.metadata.clone(),
+        session_id: spec.session_id.clone(),
+        schedule: spec.schedule.clone(),
+        parent: spec.fork.clone(),
+        plan_version: None,
+        usage: Default::default(),
+        created_at: crate::domain::now(),
+        started_at: None,
+        finished_at: None,
     }
 }

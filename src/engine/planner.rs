@@ -45,7 +45,7 @@ impl Executor for Planner {
                 Err(e) => Outcome::Failed(e),
             };
         }
-        if ctx.resumed
+        if ctx.restores()
             && let Ok(Restored::Conversation(_)) = checkpoint::restore(ctx).await
         {
             // Stopped while answering as `simple` after planning failed: go on with that.

@@ -129,11 +129,18 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
     ctx.update_run(|r| {
         r.started_at.get_or_insert_with(crate::domain::now);
     });
-    let message = ctx.resumed.then_some("resumed after a restart");
+    let message = match &ctx.spec.fork {
+        _ if ctx.resumed => Some("resumed after a restart".to_owned()),
+        Some(fork) => Some(format!(
+            "forked from run {} at its checkpoint {}",
+            fork.run_id, fork.checkpoint
+        )),
+        None => None,
+    };
     // Every start announces the orchestration choice once it is made; a choice left to the
     // model is announced by `selector::settle` when the model has answered.
     let selected = ctx.run().selected;
-    ctx.set_status_selected(RunStatus::Running, message, selected)
+    ctx.set_status_selected(RunStatus::Running, message.as_deref(), selected)
         .await;
     if ctx.resumed {
         ctx.restore_attempts().await;

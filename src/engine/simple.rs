@@ -150,10 +150,10 @@ async fn opening_messages(ctx: &RunContext) -> Vec<Message> {
     messages
 }
 
-/// The conversation a resumed run's checkpoints hold; `None` for a first start or a run that
-/// stopped before its first checkpoint.
+/// The conversation a resumed run's (or a fork's) checkpoints hold; `None` for a first start
+/// or a run that stopped before its first checkpoint.
 async fn restore(ctx: &RunContext) -> Result<Option<Conversation>, RunError> {
-    if !ctx.resumed {
+    if !ctx.restores() {
         return Ok(None);
     }
     match checkpoint::restore(ctx).await? {

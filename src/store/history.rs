@@ -39,6 +39,21 @@ pub struct PlanRecord {
 }
 
 impl PlanRecord {
+    /// How the version came to be, as it was stored (`None` for a first version).
+    pub fn change(&self) -> Option<PlanChange> {
+        match (&self.trigger, self.strategy, &self.diff) {
+            (Some(trigger), Some(strategy), Some(diff)) => Some(PlanChange {
+                trigger: trigger.clone(),
+                strategy,
+                explanation: self.explanation.clone().unwrap_or_default(),
+                diff: diff.clone(),
+                restored_version: self.restored_version,
+                completes_task: self.completes_task.unwrap_or(true),
+            }),
+            _ => None,
+        }
+    }
+
     /// A version as stored: `change` says how a version after the first came to be.
     pub fn new(
         version: u32,

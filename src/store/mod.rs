@@ -179,6 +179,8 @@ pub struct RunFilter {
     /// as the string, an object input as its stored JSON text. `%` and `_` are plain
     /// characters here, not wildcards.
     pub text: Option<String>,
+    /// Only the forks of this run.
+    pub parent: Option<RunId>,
     /// Keyset cursor: only runs with an id below this one.
     pub before_id: Option<RunId>,
     pub limit: u32,
@@ -563,26 +565,27 @@ impl Store {
         spec: &RunSpec,
         idempotency: Option<Idempotency<'_>>,
         reject_if_session_busy: bool,
+        history: &[Record],
     ) -> Result<Inserted> {
         // A run that is refused while its session has a run in progress is inserted only if
         // none is, in the transaction that inserts it.
         let session = run.session_id.as_deref().filter(|_| reject_if_session_busy);
         let now = self.backend.now_ms_sql();
         let values = format!(
-            "$1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, NULL, $10, $11, $12,
-                $13, {now} + $14"
+            "$1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, $10, $11, $12, $13,
+                $14, {now} + $15, $16"
         );
         let rows = match session {
             Some(_) => format!(
-                "SELECT {values} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $15
-                    AND session_id = $16 AND status IN ('queued', 'running', 'waiting_input'))"
+                "SELECT {values} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $17
+                    AND session_id = $18 AND status IN ('queued', 'running', 'waiting_input'))"
             ),
             None => format!("VALUES ({values})"),
         };
         let sql = format!(
             "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
                 input, output, error, metadata, session_id, plan_version, idempotency_key,
-                idempotency_hash, created_at, owner, lease_expires_at)
+                idempotency_hash, created_at, owner, lease_expires_at, parent_run_id)
              {rows} ON CONFLICT DO NOTHING"
         );
         let mut params: Vec<Param> = vec![
@@ -595,6 +598,7 @@ impl Store {
             to_json(&run.input).into(),
             to_json(&run.metadata).into(),
             run.session_id.as_deref().into(),
+            run.plan_version.map(i64::from).into(),
             idempotency.map(|i| i.key).into(),
             // Written with the row, so a concurrent request with the same key that finds this
             // row also finds the fingerprint it must match.
@@ -603,6 +607,7 @@ impl Store {
             // Leased to this replica, which starts its task.
             (*self.replica).into(),
             self.lease_ttl_ms().into(),
+            spec.fork.as_ref().map(|f| f.run_id.to_string()).into(),
         ];
         let mut statements = Vec::with_capacity(3);
         if let Some(session) = session {
@@ -624,15 +629,35 @@ impl Store {
         if let Some(url) = &spec.webhook {
             statements.push(webhooks::enqueue(tenant, run.id, url, run.created_at));
         }
+        // What a fork starts from (its plans, checkpoint and the attempts it keeps) is
+        // written with its row, or not at all.
+        statements.extend(statement::batch(history));
         let changed = self.write_all(statements).await?;
         self.committed(1);
         if changed.get(inserted_at) == Some(&1) {
             return Ok(Inserted::New);
         }
+        if !history.is_empty() {
+            // The row was not inserted, so what was written with it belongs to no run: the
+            // id is new, and nothing else holds rows under it.
+            self.delete_runs(&[run.id]).await?;
+        }
+        self.why_not_inserted(tenant, idempotency, session.is_some())
+            .await
+    }
+
+    /// Why a new run's row was not inserted: its idempotency key made a run before, or its
+    /// session (guarded when `session_guarded`) has one in progress.
+    async fn why_not_inserted(
+        &self,
+        tenant: &Tenant,
+        idempotency: Option<Idempotency<'_>>,
+        session_guarded: bool,
+    ) -> Result<Inserted> {
         let Some(key) = idempotency.map(|i| i.key) else {
-            return match session {
-                Some(_) => Ok(Inserted::SessionBusy),
-                None => Err(Error::Corrupt("run id collision".into())),
+            return match session_guarded {
+                true => Ok(Inserted::SessionBusy),
+                false => Err(Error::Corrupt("run id collision".into())),
             };
         };
         let row = sqlx::query("SELECT * FROM runs WHERE tenant = $1 AND idempotency_key = $2")
@@ -642,7 +667,7 @@ impl Store {
             .await?;
         match row {
             Some(row) => Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?))),
-            None if session.is_some() => Ok(Inserted::SessionBusy),
+            None if session_guarded => Ok(Inserted::SessionBusy),
             None => Err(Error::Corrupt(
                 "an idempotency key conflict with no run".into(),
             )),
@@ -723,6 +748,9 @@ impl Store {
         if f.text.is_some() {
             sql.push_str(&input_contains(self.backend, &param()));
         }
+        if f.parent.is_some() {
+            sql.push_str(&format!(" AND parent_run_id = {}", param()));
+        }
         if f.before_id.is_some() {
             sql.push_str(&format!(" AND id < {}", param()));
         }
@@ -749,6 +777,9 @@ impl Store {
         }
         if let Some(text) = &f.text {
             q = q.bind(like_pattern(text));
+        }
+        if let Some(id) = f.parent {
+            q = q.bind(id.to_string());
         }
         if let Some(id) = f.before_id {
             q = q.bind(id.to_string());
@@ -1058,6 +1089,7 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
         metadata,
         session_id: r.try_get("session_id")?,
         schedule: spec.schedule.clone(),
+        parent: spec.fork.clone(),
         plan_version: r
             .try_get::<Option<i64>, _>("plan_version")?
             .map(|v| v as u32),

@@ -110,6 +110,7 @@ mod tests {
             metadata: Default::default(),
             session_id: None,
             schedule: None,
+            fork: None,
             instructions: None,
             webhook: None,
             concurrency: None,
@@ -129,6 +130,7 @@ mod tests {
             metadata: Default::default(),
             session_id: None,
             schedule: None,
+            parent: None,
             plan_version: None,
             usage: Usage::default(),
             created_at: crate::domain::now(),
@@ -147,7 +149,7 @@ mod tests {
         let (spec, run) = simple_run();
         assert!(matches!(
             store
-                .insert_run(owner, &run, &spec, None, false)
+                .insert_run(owner, &run, &spec, None, false, &[])
                 .await
                 .unwrap(),
             Inserted::New

@@ -48,6 +48,7 @@ impl Fixture {
             metadata: Default::default(),
             session_id: None,
             schedule: None,
+            parent: None,
             plan_version: Some(1),
             usage: Usage::default(),
             created_at: t0(),

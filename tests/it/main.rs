@@ -15,6 +15,7 @@ mod console;
 mod context;
 mod examples;
 mod fixed;
+mod forks;
 mod history;
 mod honest;
 mod http_tools;

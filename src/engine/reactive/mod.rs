@@ -31,6 +31,8 @@
 mod replanner;
 pub mod wakes;
 
+pub use replanner::REPLANNING_STEP;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -38,7 +40,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
 use crate::domain::event::ErrorData;
-use crate::domain::replan::{PlanChange, Strategy, Trigger, TriggerKind};
+use crate::domain::replan::{Strategy, Trigger, TriggerKind};
 use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 use crate::plan::ValidPlan;
 use crate::store::PlanRecord;
@@ -120,6 +122,19 @@ impl Run {
         let versions: Vec<Version> = stored.into_iter().map(version_of).collect();
         let current = versions.last().expect("not empty");
         let plan = Arc::new(fixed::revalidate(ctx, &current.doc)?);
+        if !ctx.resumed {
+            // A fork's first start: its stream shows the version it goes on with.
+            let doc = Arc::new(current.doc.clone());
+            fixed::show_plan(
+                ctx,
+                &plan,
+                doc,
+                current.number,
+                "fork",
+                current.change.clone(),
+            )
+            .await;
+        }
         let progress = match checkpoint::restore(ctx).await? {
             Restored::Plan(p) if p.plan_version == current.number => p,
             Restored::Plan(p) => carry(&p, &plan, current.number),
@@ -130,7 +145,7 @@ impl Run {
 
     /// The first version: the request's plan, or the planner's.
     async fn first(ctx: &RunContext) -> Result<Start, RunError> {
-        if ctx.resumed
+        if ctx.restores()
             && let Ok(Restored::Conversation(_)) = checkpoint::restore(ctx).await
         {
             // Stopped while answering as `simple` after planning failed: go on with that.
@@ -434,21 +449,10 @@ impl Run {
 }
 
 fn version_of(record: PlanRecord) -> Version {
-    let change = match (record.trigger, record.strategy, record.diff) {
-        (Some(trigger), Some(strategy), Some(diff)) => Some(PlanChange {
-            trigger,
-            strategy,
-            explanation: record.explanation.unwrap_or_default(),
-            diff,
-            restored_version: record.restored_version,
-            completes_task: record.completes_task.unwrap_or(true),
-        }),
-        _ => None,
-    };
     Version {
         number: record.version,
+        change: record.change(),
         doc: std::sync::Arc::unwrap_or_clone(record.plan),
-        change,
     }
 }
 
