@@ -32,6 +32,7 @@ mod client;
 mod progress;
 mod schedules;
 mod sessions;
+mod travel;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -155,6 +156,9 @@ pub enum RunsCommand {
         /// The page after the one that printed this cursor.
         #[arg(long)]
         cursor: Option<String>,
+        /// Only the runs forked from this run.
+        #[arg(long, value_name = "RUN")]
+        parent: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -179,6 +183,12 @@ pub enum RunsCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Start a new run from a checkpoint of this one (time travel), optionally with another
+    /// input or plan; what completed before the checkpoint is not run again.
+    Fork(travel::ForkArgs),
+    /// Ask a reactive run for a new plan with a message, or take it back to an earlier plan
+    /// version (`--restore-version`).
+    Replan(travel::ReplanArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -282,6 +292,7 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
             created_before,
             limit,
             cursor,
+            parent,
             client,
         } => {
             let mut query = form_urlencoded::Serializer::new(String::new());
@@ -293,6 +304,7 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
                 ("created_before", created_before.as_deref()),
                 ("limit", limit.as_deref()),
                 ("cursor", cursor.as_deref()),
+                ("parent_id", parent.as_deref()),
             ];
             for (name, value) in pairs {
                 if let Some(v) = value {
@@ -333,6 +345,8 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
                 outln!("cancel requested for run {id}")
             })
         }
+        RunsCommand::Fork(args) => travel::fork(args).await,
+        RunsCommand::Replan(args) => travel::replan(args).await,
     }
 }
 
@@ -806,6 +820,17 @@ fn print_run(r: &Value) {
     outln!("{:<14}{}", "output", field("output"));
     if !r["error"].is_null() {
         outln!("{:<14}{}", "error", field("error"));
+    }
+    if let Some(parent) = r["parent"]["run_id"].as_str() {
+        let step = r["parent"]["before_step"].as_str();
+        let before = step
+            .map(|s| format!(", before step {s}"))
+            .unwrap_or_default();
+        outln!(
+            "{:<14}{parent} (checkpoint {}{before})",
+            "forked from",
+            r["parent"]["checkpoint"]
+        );
     }
     if let Some(schedule) = r["schedule"]["id"].as_str() {
         outln!(

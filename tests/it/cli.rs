@@ -697,3 +697,60 @@ async fn schedules_create_list_show_disable_and_delete_round_trip() {
     assert_eq!(code(&out), 2);
     assert!(text(&out.stderr).contains("404"), "{}", text(&out.stderr));
 }
+
+#[tokio::test]
+async fn runs_fork_replan_and_list_by_parent_from_the_command_line() {
+    let app = spawn_app(|_| {}).await;
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": two_sums() }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let out = app.orca(&["runs", "watch", &id], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+
+    let out = app
+        .orca(&["runs", "fork", &id, "--checkpoint", "1", "--json"], "")
+        .await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let fork: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(fork["parent"], json!({ "run_id": id, "checkpoint": 1 }));
+    let fork_id = fork["id"].as_str().unwrap().to_owned();
+    let out = app
+        .orca(
+            &["runs", "fork", &id, "--before-step", "second", "--watch"],
+            "",
+        )
+        .await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("43"), "{}", text(&out.stdout));
+
+    let out = app
+        .orca(&["runs", "list", "--parent", &id, "--json"], "")
+        .await;
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["runs"].as_array().unwrap().len(), 2, "{list}");
+    let out = app.orca(&["runs", "show", &fork_id], "").await;
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(&format!("forked from   {id} (checkpoint 1)")),
+        "{shown}"
+    );
+
+    // Refusals print the problem and exit 2.
+    let out = app
+        .orca(&["runs", "fork", &id, "--checkpoint", "9"], "")
+        .await;
+    assert_eq!(code(&out), 2);
+    assert!(
+        text(&out.stderr).contains("no checkpoint 9"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = app
+        .orca(&["runs", "replan", &id, "--restore-version", "1"], "")
+        .await;
+    assert_eq!(code(&out), 2);
+    assert!(text(&out.stderr).contains("409"), "{}", text(&out.stderr));
+    let out = app.orca(&["runs", "replan", &id], "").await;
+    assert_eq!(code(&out), 2, "a message or a version is needed");
+}
