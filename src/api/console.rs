@@ -40,6 +40,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("run.js", JS, include_str!("console/run.js")),
     ("schedules.js", JS, include_str!("console/schedules.js")),
     ("sessions.js", JS, include_str!("console/sessions.js")),
+    ("family.js", JS, include_str!("console/family.js")),
     ("form.js", JS, include_str!("console/form.js")),
     ("graph.js", JS, include_str!("console/graph.js")),
     ("timeline.js", JS, include_str!("console/timeline.js")),

@@ -446,6 +446,34 @@ async function sessionScenario(page) {
   report({ ok: 'session' });
 }
 
+/** Time travel: a fork's page names its parent and shows the family tree; the parent's page
+ * forks it from checkpoint 1 with another input; a reactive run goes back to version 1. */
+async function forkScenario(page) {
+  const [parent, fork, reactive] = arg.split(',');
+  await page.goto(`${base}/#/runs/${fork}`);
+  await page.locator('[data-fact="parent"]').waitFor({ timeout: PATIENCE });
+  await page.locator(`details[data-family="${fork}"] summary`).click();
+  await page.locator(`li[data-family-run="${parent}"] [aria-current="page"]`).waitFor({ timeout: PATIENCE });
+  await shot(page, 'family');
+  await page.locator('[data-fact="parent"]').click();
+  await page.locator(`details[data-fork="${parent}"] summary`).waitFor({ timeout: PATIENCE });
+  await page.locator(`details[data-fork="${parent}"] summary`).click();
+  await page.getByLabel('Start from').selectOption('1');
+  await labelled(page, 'fork');
+  await page.getByLabel('Another input (JSON or text; empty keeps it)').fill('{"n": 5}');
+  await page.getByRole('button', { name: 'Fork', exact: true }).click();
+  await page.waitForURL((url) => !url.hash.includes(parent), { timeout: PATIENCE });
+  await page.locator('[data-fact="parent"]').waitFor({ timeout: PATIENCE });
+  const made = page.url().split('#/runs/')[1];
+  await page.goto(`${base}/#/runs/${reactive}`);
+  await page.locator(`details[data-fork="${reactive}"] summary`).click();
+  await page.getByLabel('Go back to plan').selectOption('1');
+  await page.getByRole('button', { name: 'Go back' }).click();
+  await page.locator('[data-went-back="1"]').waitFor({ timeout: PATIENCE });
+  await shot(page, 'fork');
+  report({ ok: 'fork', made });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -466,6 +494,8 @@ try {
     await sessionScenario(page);
   } else if (scenario === 'webhook') {
     await webhookScenario(page);
+  } else if (scenario === 'fork') {
+    await forkScenario(page);
   } else if (scenario === 'schedules') {
     await schedulesScenario(page);
   } else if (scenario === 'papercuts') {

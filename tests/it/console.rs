@@ -385,6 +385,87 @@ async fn the_console_shows_a_runs_webhook_and_its_attempts() {
 }
 
 #[tokio::test]
+async fn the_console_shows_a_forks_family_forks_a_run_and_takes_a_reactive_run_back() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let calc = |id: &str, deps: &[&str], e: &str| {
+        json!({ "id": id, "kind": "tool", "depends_on": deps,
+        "input": { "tool": "math.calculate", "arguments": { "expression": e } } })
+    };
+    let plan = json!({ "steps": [
+        calc("a", &[], "1 + 1"),
+        calc("b", &["a"], "{{ steps.a.output.result }} * 10"),
+        calc("c", &["b"], "{{ steps.b.output.result }} + {{ input.n }}"),
+    ], "output": "{{ steps.c.output.result }}" });
+    let run = app
+        .create_run(json!({ "input": { "n": 1 }, "orchestration": "fixed", "plan": plan }))
+        .await;
+    let parent = run["id"].as_str().unwrap().to_owned();
+    app.follow(&parent).await;
+    let (status, fork) = app
+        .post_json(
+            &format!("/v1/runs/{parent}/fork"),
+            &json!({ "checkpoint": 2 }),
+        )
+        .await;
+    assert_eq!(status, 201, "{fork}");
+    let fork = fork["id"].as_str().unwrap().to_owned();
+    // A reactive run at version 2, waiting for an answer.
+    let ask = |id: &str| json!({ "id": id, "kind": "user_input", "depends_on": ["a"], "input": { "prompt": "Go on?" } });
+    let v2 = json!({ "steps": [calc("a", &[], "1 + 1"), ask("ask2")] });
+    llm.push(Reply::json(
+        json!({ "strategy": "complete", "reason": "r", "completes_task": true, "plan": v2 }),
+    ));
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "reactive",
+            "plan": { "steps": [calc("a", &[], "1 + 1"), ask("ask")] } }))
+        .await;
+    let reactive = run["id"].as_str().unwrap().to_owned();
+    let waiting = |app: &TestApp, id: String, version: u64| {
+        let url = app.url(&format!("/v1/runs/{id}"));
+        let client = app.client.clone();
+        async move {
+            crate::support::app::poll_json(&client, &url, |r| {
+                r["status"] == "waiting_input" && r["plan_version"] == version
+            })
+            .await
+        }
+    };
+    waiting(&app, reactive.clone(), 1).await;
+    let (status, _) = app
+        .post_json(
+            &format!("/v1/runs/{reactive}/replan"),
+            &json!({ "message": "ask again" }),
+        )
+        .await;
+    assert_eq!(status, 202);
+    waiting(&app, reactive.clone(), 2).await;
+
+    let arg = format!("{parent},{fork},{reactive}");
+    let report = browser("fork", &app.base, Some(&arg)).await;
+    let made = finding(&report, "fork")["made"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_png(&screenshots().join("fork").join("family.png"));
+    let (_, made) = app.get_json(&format!("/v1/runs/{made}")).await;
+    assert_eq!(
+        made["parent"],
+        json!({ "run_id": parent, "checkpoint": 1 }),
+        "{made}"
+    );
+    assert_eq!(made["input"], json!({ "n": 5 }));
+    let events = app.follow(made["id"].as_str().unwrap()).await;
+    assert_eq!(final_data(&events)["output"], 25);
+    let versions = waiting(&app, reactive.clone(), 3).await;
+    assert_eq!(versions["plan_version"], 3);
+    let (_, plans) = app.get_json(&format!("/v1/runs/{reactive}/plans")).await;
+    assert_eq!(plans[2]["restored_version"], 1, "{plans}");
+    app.post_json(&format!("/v1/runs/{reactive}/cancel"), &json!({}))
+        .await;
+}
+
+#[tokio::test]
 async fn console_files_are_served_with_a_strict_policy_and_can_be_turned_off() {
     let app = spawn_app(|_| {}).await;
     let page = app.client.get(app.url("/")).send().await.unwrap();

@@ -1,13 +1,14 @@
 // The run page: follows the live event stream (or replays a finished run's history) into one
 // state object, and renders it as a header, the human-input form when the run waits, and tabs
 // for the activity transcript, the plan graph and versions, the timeline, the step attempts
-// and the raw events.
+// and the raw events; its family (forks) and the form that forks it are in `family.js`.
 
 import { api, followEvents, ApiError } from './api.js';
 import { h, clear, badge, shortId, when, ms, elapsed, json, preview, loading, empty, errorBox, announce, throttle, TERMINAL } from './ui.js';
 import { schemaForm } from './form.js';
 import { planPanel } from './graph.js';
 import { timelinePanel } from './timeline.js';
+import { parentFact, familyPanel, forkPanel } from './family.js';
 
 /** Coalesces calls into one per animation frame. */
 function frame(fn) {
@@ -147,6 +148,7 @@ function facts(run) {
     item('tool calls', u.tool_calls ?? '—'),
     run.session_id ? h('li', {}, 'session ', h('a', { href: `#/sessions/${encodeURIComponent(run.session_id)}`, 'data-fact': 'session' }, run.session_id)) : null,
     run.request?.concurrency ? h('li', {}, 'if its session is busy ', h('b', { 'data-fact': 'concurrency' }, run.request.concurrency)) : null,
+    parentFact(run),
     run.schedule ? h('li', {}, 'schedule ', h('a', { href: '#/schedules', 'data-fact': 'schedule' }, run.schedule.id.slice(0, 8)), ` (tick ${when(run.schedule.fire_at)})`) : null,
     run.completion ? item('completion', run.completion) : null,
     run.completion_reason ? item('because', run.completion_reason) : null,
@@ -305,7 +307,9 @@ class RunPage {
       this.head.notice,
       this.head.facts,
       h('details', {}, h('summary', {}, 'Input and metadata'), h('h3', {}, 'Input'), json(run.input), h('h3', {}, 'Metadata'), json(run.metadata || {}), h('p', { class: 'hint mono' }, run.id)),
-      run.request?.webhook ? webhookPanel(run.id) : null);
+      run.request?.webhook ? webhookPanel(run.id) : null,
+      familyPanel(run),
+      forkPanel(run));
   }
 
   /** Starts a new run with this run's request (GET /v1/runs/{id} gives it) and opens it. */
