@@ -472,3 +472,74 @@ async fn reactive_runs_and_conversations_fork_at_their_version_and_round() {
         "{problem}"
     );
 }
+
+#[tokio::test]
+async fn a_run_forked_through_another_replica_runs_there_and_is_answered_through_either() {
+    use crate::support::Server;
+    use crate::support::db::{PgServer, database_url_on};
+    let pg = PgServer::start();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let db = database_url_on(&pg.url, dirs[0].path());
+    let env = [("ORCA_LLM__PROVIDER", "offline")];
+    let a = Server::start_on(dirs[0].path(), &db, &env).await;
+    let b = Server::start_on(dirs[1].path(), &db, &env).await;
+    let calc = |id: &str, deps: &[&str], e: &str| {
+        json!({ "id": id, "kind": "tool", "depends_on": deps,
+        "input": { "tool": "math.calculate", "arguments": { "expression": e } } })
+    };
+    let plan = json!({ "steps": [
+        calc("first", &[], "6 * 7"),
+        { "id": "ask", "kind": "user_input", "depends_on": ["first"], "input": { "prompt": "Add what?" } },
+        calc("after", &["ask"], "{{ steps.first.output.result }} + {{ steps.ask.output }}"),
+    ], "output": "{{ steps.after.output.result }}" });
+    let parent = a.start_plan(plan).await;
+    drop(a.until_asked(&parent, 1).await);
+
+    let resp = b
+        .client
+        .post(b.url(&format!("/v1/runs/{parent}/fork")))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let fork: Value = resp.json().await.unwrap();
+    let id = fork["id"].as_str().unwrap().to_owned();
+    let reader = b.until_asked(&id, 1).await;
+    assert_eq!(
+        a.answer(&id, "ask", json!(1)).await,
+        202,
+        "answered through the other replica"
+    );
+    let fin = crate::support::app::final_data(&to_final(reader).await);
+    assert_eq!(
+        (fin["status"].clone(), fin["output"].clone()),
+        (json!("succeeded"), json!(43)),
+        "{fin}"
+    );
+    let firsts: Vec<Value> = b
+        .steps(&id)
+        .await
+        .into_iter()
+        .filter(|s| s["step_id"] == "first")
+        .collect();
+    assert_eq!(
+        firsts,
+        a.steps(&parent)
+            .await
+            .into_iter()
+            .filter(|s| s["step_id"] == "first")
+            .collect::<Vec<_>>()
+    );
+    let stepped = b
+        .stored_events(&id)
+        .await
+        .into_iter()
+        .any(|e| e["kind"] == "step" && e["step_id"] == "first");
+    assert!(!stepped, "`first` ran again in the fork");
+    // The parent waits on as it was.
+    assert_eq!(
+        b.answered_to_final(&parent, 1, "ask", json!(2)).await["output"],
+        44
+    );
+}
