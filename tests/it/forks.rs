@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::support::scripted_llm::{Reply, ScriptedLlm};
 use crate::support::server::{skip_to, to_final};
-use crate::support::tools::Probe;
+use crate::support::tools::{Probe, nested_plan};
 use crate::support::*;
 
 fn counted(id: &str, deps: &[&str], value: &str) -> Value {
@@ -289,19 +289,6 @@ async fn get(client: &reqwest::Client, url: &str) -> (u16, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
-/// outer: first, then left and right at once, then for each of 1 and 2: tally, then ask.
-fn nested_plan() -> Value {
-    let counted = |id: &str, key: &str| json!({ "id": id, "kind": "tool", "input": { "tool": "test.count", "arguments": { "key": key } } });
-    json!({ "steps": [{ "id": "outer", "kind": "sequential", "input": { "steps": [
-        counted("first", "first"),
-        { "id": "both", "kind": "parallel", "input": { "steps": [counted("left", "left"), counted("right", "right")] } },
-        { "id": "each", "kind": "loop", "input": { "for_each": [1, 2], "max_iterations": 2, "steps": [
-            counted("tally", "tally-{{ item }}"),
-            { "id": "ask", "kind": "user_input", "input": { "prompt": "item {{ item }}?" } },
-        ] } },
-    ] } }] })
-}
-
 #[tokio::test]
 async fn a_fork_inside_nested_steps_keeps_their_finished_children_across_a_restart() {
     let probe = Probe::default();
@@ -475,14 +462,8 @@ async fn reactive_runs_and_conversations_fork_at_their_version_and_round() {
 
 #[tokio::test]
 async fn a_run_forked_through_another_replica_runs_there_and_is_answered_through_either() {
-    use crate::support::Server;
-    use crate::support::db::{PgServer, database_url_on};
-    let pg = PgServer::start();
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let db = database_url_on(&pg.url, dirs[0].path());
-    let env = [("ORCA_LLM__PROVIDER", "offline")];
-    let a = Server::start_on(dirs[0].path(), &db, &env).await;
-    let b = Server::start_on(dirs[1].path(), &db, &env).await;
+    let replicas = TwoReplicas::start(&[("ORCA_LLM__PROVIDER", "offline")]).await;
+    let (a, b) = (&replicas.a, &replicas.b);
     let calc = |id: &str, deps: &[&str], e: &str| {
         json!({ "id": id, "kind": "tool", "depends_on": deps,
         "input": { "tool": "math.calculate", "arguments": { "expression": e } } })

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::tools::Probe;
+use crate::support::tools::{Probe, nested_plan};
 use crate::support::*;
 
 fn count(id: &str, deps: &[&str]) -> Value {
@@ -163,20 +163,6 @@ async fn usage_and_limit_counts_carry_on_across_a_restart() {
     let fin = chain_across_a_restart(4).await;
     assert_eq!(fin["status"], "failed", "{fin}");
     assert_eq!(fin["error"]["code"], "step_limit_exceeded", "{fin}");
-}
-
-/// A top-level sequential step holding a counted child, a parallel step of two counted
-/// children, and a loop over two items whose body counts the item and asks a human.
-fn nested_plan() -> Value {
-    let counted = |id: &str, key: &str| json!({ "id": id, "kind": "tool", "input": { "tool": "test.count", "arguments": { "key": key } } });
-    json!({ "steps": [{ "id": "outer", "kind": "sequential", "input": { "steps": [
-        counted("first", "first"),
-        { "id": "both", "kind": "parallel", "input": { "steps": [counted("left", "left"), counted("right", "right")] } },
-        { "id": "each", "kind": "loop", "input": { "for_each": [1, 2], "max_iterations": 2, "steps": [
-            counted("tally", "tally-{{ item }}"),
-            { "id": "ask", "kind": "user_input", "input": { "prompt": "item {{ item }}?" } },
-        ] } },
-    ] } }] })
 }
 
 /// Answers the run's pending `ask` step.

@@ -6,8 +6,9 @@
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-use crate::support::db::{PgServer, database_url_on, pool};
-use crate::support::{Server, TestApp, poll_json, spawn_app, spawn_app_in, two_tenants};
+use crate::support::TwoReplicas;
+use crate::support::db::pool;
+use crate::support::{TestApp, poll_json, spawn_app, spawn_app_in, two_tenants};
 
 fn calculation() -> Value {
     json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
@@ -301,12 +302,8 @@ async fn missed_ticks_after_downtime_follow_each_schedules_policy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cron_fires_once_per_tick_across_two_replicas() {
-    let pg = PgServer::start();
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let db = database_url_on(&pg.url, dirs[0].path());
-    let env = [("ORCA_LLM__PROVIDER", "offline")];
-    let a = Server::start_on(dirs[0].path(), &db, &env).await;
-    let b = Server::start_on(dirs[1].path(), &db, &env).await;
+    let replicas = TwoReplicas::start(&[("ORCA_LLM__PROVIDER", "offline")]).await;
+    let (a, b) = (&replicas.a, &replicas.b);
 
     // Every second, created through one replica; both fire it.
     let body = json!({ "cron": "* * * * * *", "run": calculation() });

@@ -436,14 +436,9 @@ async fn the_configured_default_applies_when_the_request_names_no_policy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reject_and_enqueue_hold_across_two_replicas() {
-    use crate::support::Server;
-    use crate::support::db::{PgServer, database_url_on};
-    let pg = PgServer::start();
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let db = database_url_on(&pg.url, dirs[0].path());
-    let env = [("ORCA_LLM__PROVIDER", "offline")];
-    let a = Server::start_on(dirs[0].path(), &db, &env).await;
-    let b = Server::start_on(dirs[1].path(), &db, &env).await;
+    use crate::support::{Server, TwoReplicas};
+    let replicas = TwoReplicas::start(&[("ORCA_LLM__PROVIDER", "offline")]).await;
+    let (a, b) = (&replicas.a, &replicas.b);
     let post = |server: &Server, body: Value| {
         let req = server.client.post(server.url("/v1/runs")).json(&body);
         async move {
@@ -453,12 +448,7 @@ async fn reject_and_enqueue_hold_across_two_replicas() {
         }
     };
     // Forty rejecting requests for an idle session through both replicas at once: one gets in.
-    let tries = (0..40).map(|i| {
-        post(
-            if i % 2 == 0 { &a } else { &b },
-            asking("c3", Some("reject")),
-        )
-    });
+    let tries = (0..40).map(|i| post(if i % 2 == 0 { a } else { b }, asking("c3", Some("reject"))));
     let answers = futures::future::join_all(tries).await;
     let created: Vec<&Value> = answers
         .iter()
@@ -476,7 +466,7 @@ async fn reject_and_enqueue_hold_across_two_replicas() {
     let sum = json!({ "input": "x", "orchestration": "fixed", "session_id": "c3", "concurrency": "enqueue",
         "plan": { "steps": [{ "id": "sum", "kind": "tool", "input": { "tool": "math.calculate",
             "arguments": { "expression": "1 + 1" } } }] } });
-    let (status, queued) = post(&b, sum).await;
+    let (status, queued) = post(b, sum).await;
     assert_eq!(status, 201);
     let queued_id = queued["id"].as_str().unwrap().to_owned();
     assert_eq!(a.answer(&first_id, "ok", json!("go")).await, 202);
@@ -493,8 +483,8 @@ async fn reject_and_enqueue_hold_across_two_replicas() {
         let req = server.client.get(server.url(&format!("/v1/runs/{id}")));
         async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
     };
-    let first_run = get(&a, first_id).await;
-    let queued_run = get(&b, queued_id).await;
+    let first_run = get(a, first_id).await;
+    let queued_run = get(b, queued_id).await;
     assert_eq!(queued_run["status"], "succeeded", "{queued_run}");
     assert!(
         time(&queued_run, "started_at") >= time(&first_run, "finished_at"),

@@ -12,4 +12,4 @@ pub mod server;
 pub mod tools;
 
 pub use app::*;
-pub use server::{Server, skip_to, to_final};
+pub use server::{Server, TwoReplicas, skip_to, to_final};

@@ -35,6 +35,29 @@ pub async fn to_final(reader: SseReader) -> Vec<SseMessage> {
         .expect("the run ends")
 }
 
+/// Two replicas (the real binary) sharing one PostgreSQL database, started with `env`. Keep
+/// the value for as long as they are used: the servers stop first, then their database.
+pub struct TwoReplicas {
+    pub a: Server,
+    pub b: Server,
+    _dirs: [tempfile::TempDir; 2],
+    _pg: super::db::PgServer,
+}
+
+impl TwoReplicas {
+    pub async fn start(env: &[(&str, &str)]) -> TwoReplicas {
+        let pg = super::db::PgServer::start();
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let db = super::db::database_url_on(&pg.url, dirs[0].path());
+        TwoReplicas {
+            a: Server::start_on(dirs[0].path(), &db, env).await,
+            b: Server::start_on(dirs[1].path(), &db, env).await,
+            _dirs: dirs,
+            _pg: pg,
+        }
+    }
+}
+
 /// The real `orca` binary on a loopback port, with its database in `dir`.
 pub struct Server {
     child: std::process::Child,

@@ -194,3 +194,18 @@ impl Tool for Panic {
         panic!("a buggy tool");
     }
 }
+
+/// A top-level sequential step `outer` holding a counted child (`first`), a parallel step of
+/// two counted children (`both`: `left`, `right`), and a loop over two items (`each`) whose
+/// body counts the item (`tally-1`, `tally-2`) and asks a human (`ask`).
+pub fn nested_plan() -> Value {
+    let counted = |id: &str, key: &str| json!({ "id": id, "kind": "tool", "input": { "tool": "test.count", "arguments": { "key": key } } });
+    json!({ "steps": [{ "id": "outer", "kind": "sequential", "input": { "steps": [
+        counted("first", "first"),
+        { "id": "both", "kind": "parallel", "input": { "steps": [counted("left", "left"), counted("right", "right")] } },
+        { "id": "each", "kind": "loop", "input": { "for_each": [1, 2], "max_iterations": 2, "steps": [
+            counted("tally", "tally-{{ item }}"),
+            { "id": "ask", "kind": "user_input", "input": { "prompt": "item {{ item }}?" } },
+        ] } },
+    ] } }] })
+}
