@@ -9,6 +9,7 @@ pub mod extract;
 pub mod forks;
 pub mod history;
 pub mod openapi;
+pub mod pause;
 pub mod runs;
 pub mod schedules;
 pub mod server;
@@ -130,7 +131,7 @@ impl AppState {
     paths(
         runs::create_run, runs::list_runs, runs::get_run, runs::delete_run, runs::run_events,
         runs::run_steps,
-        runs::cancel_run, runs::submit_input, runs::request_replan, forks::fork_run, history::run_plans, history::run_checkpoints,
+        runs::cancel_run, runs::submit_input, runs::request_replan, forks::fork_run, pause::pause_run, pause::resume_run, history::run_plans, history::run_checkpoints,
         history::run_timeline,
         schedules::create_schedule, schedules::list_schedules, schedules::get_schedule,
         schedules::update_schedule, schedules::delete_schedule, schedules::schedule_fires,
@@ -239,6 +240,8 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/input", post(runs::submit_input))
         .route("/runs/{id}/replan", post(runs::request_replan))
         .route("/runs/{id}/fork", post(forks::fork_run))
+        .route("/runs/{id}/pause", post(pause::pause_run))
+        .route("/runs/{id}/resume", post(pause::resume_run))
         .route("/runs/{id}/plans", get(history::run_plans))
         .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
         .route("/runs/{id}/timeline", get(history::run_timeline))

@@ -188,6 +188,10 @@ pub struct PlanSettings {
     /// The top-level step whose completion ends the run with its answer.
     #[schema(value_type = Option<String>)]
     pub answer_step: Option<StepId>,
+    /// Steps (by id, at any level) the run pauses before, as if `POST .../pause` came just
+    /// before each start; `POST .../resume` goes on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub breakpoints: Vec<String>,
 }
 
 impl Default for PlanSettings {
@@ -198,6 +202,7 @@ impl Default for PlanSettings {
             stop_on_first_failure: true,
             default_retry_policy: None,
             answer_step: None,
+            breakpoints: Vec::new(),
         }
     }
 }

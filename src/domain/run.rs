@@ -107,13 +107,17 @@ pub struct Selection {
     pub reason: String,
 }
 
-/// The lifecycle of a run: `queued → running ⇄ waiting_input → terminal`.
+/// The lifecycle of a run: `queued → running ⇄ waiting_input → terminal`, and
+/// `running ⇄ paused` while a pause (`POST /v1/runs/{id}/pause`, or a breakpoint) holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Queued,
     Running,
     WaitingInput,
+    /// Paused: no step runs or starts until `POST /v1/runs/{id}/resume`; it holds no running
+    /// slot and its clock stands still.
+    Paused,
     Succeeded,
     Failed,
     Cancelled,
@@ -121,10 +125,11 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
         RunStatus::Queued,
         RunStatus::Running,
         RunStatus::WaitingInput,
+        RunStatus::Paused,
         RunStatus::Succeeded,
         RunStatus::Failed,
         RunStatus::Cancelled,
@@ -143,6 +148,7 @@ impl RunStatus {
             RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::WaitingInput => "waiting_input",
+            RunStatus::Paused => "paused",
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",

@@ -187,10 +187,22 @@ impl HeldEnd {
 }
 
 impl RunContext {
-    /// Starts a step attempt: counts it against `max_steps` (an error past the limit, and no
-    /// attempt), numbers it, stores it as running, tracks it (so that a run ending around it
-    /// still closes it), and writes its `running` event to `sink`.
+    /// Starts a step attempt once no pause holds it ([`Self::pause_gate`]), as
+    /// [`Self::open_now`] does.
     pub async fn open_attempt(
+        &self,
+        new: NewAttempt<'_>,
+        sink: &mut EventSink,
+    ) -> Result<AttemptKey, RunError> {
+        self.pause_gate(new.step).await;
+        self.open_now(new, sink).await
+    }
+
+    /// Starts a step attempt now (its caller passed the pause gate): counts it against
+    /// `max_steps` (an error past the limit, and no attempt), numbers it, stores it as
+    /// running, tracks it (so that a run ending around it still closes it), and writes its
+    /// `running` event to `sink`.
+    pub async fn open_now(
         &self,
         new: NewAttempt<'_>,
         sink: &mut EventSink,
@@ -307,6 +319,8 @@ impl RunContext {
             .lock()
             .expect("attempts lock")
             .remove(key);
+        // The last thing running may have ended while a pause waits for it.
+        self.settle_pause().await;
     }
 
     /// Closes every attempt still open with `status` and `error` (the run ended around
@@ -330,7 +344,7 @@ impl RunContext {
 
     /// The open attempts whose key passes `keep`, deepest first (a child closes before its
     /// parent), in a stable order.
-    fn open_keys(&self, keep: impl Fn(&AttemptKey) -> bool) -> Vec<AttemptKey> {
+    pub(super) fn open_keys(&self, keep: impl Fn(&AttemptKey) -> bool) -> Vec<AttemptKey> {
         let mut keys: Vec<AttemptKey> = self
             .open_attempts
             .lock()

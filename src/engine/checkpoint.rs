@@ -54,6 +54,9 @@ pub struct PlanDelta {
     pub children: BTreeMap<StepPath, StepResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variables: Option<Map<String, Value>>,
+    /// Places whose breakpoint the run was resumed past (see [`super::pause`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<StepPath>,
 }
 
 /// A plan run's progress: every delta folded.
@@ -64,6 +67,8 @@ pub struct PlanProgress {
     pub steps: BTreeMap<String, StepResult>,
     pub children: BTreeMap<StepPath, StepResult>,
     pub variables: Map<String, Value>,
+    /// Places whose breakpoint the run was resumed past.
+    pub released: Vec<StepPath>,
 }
 
 impl PlanProgress {
@@ -80,6 +85,7 @@ impl PlanProgress {
         if let Some(variables) = delta.variables {
             self.variables = variables;
         }
+        self.released.extend(delta.released);
     }
 }
 

@@ -155,6 +155,9 @@ pub struct RunSeed {
     pub counters: Counters,
     /// The last seq already in the run's event log (0 for a new run).
     pub last_seq: u64,
+    /// Whether the run is to pause: as stored with it, and set by the engine when the API
+    /// (or another replica) says so.
+    pub pause: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 pub struct RunContext {
@@ -186,8 +189,11 @@ pub struct RunContext {
     /// The first run limit the run went past: it ends the run, whichever step hit it.
     /// A std mutex: set once, read in short sections.
     breach: Mutex<Option<RunError>>,
-    /// The run's running slot while it has one; given back while it waits for a human.
-    slot: RunningSlot,
+    /// The run's running slot while it has one; given back while it waits for a human or is
+    /// paused.
+    pub(super) slot: RunningSlot,
+    /// Whether the run is to pause, and where it stands (see [`super::pause`]).
+    pub(super) pause: super::pause::PauseState,
     /// Usage so far. A std mutex: updated in short sections, never across an await.
     usage: Mutex<Usage>,
     /// Attempts started and not yet ended, closed as cancelled/failed if the run ends first.
@@ -223,7 +229,7 @@ pub(super) struct OpenAttempt {
 /// A run's place among the `max_running_runs`: held while it runs, given back while it waits
 /// for a human, taken again (waiting for one to free) when the answer comes.
 #[derive(Default)]
-struct RunningSlot {
+pub(super) struct RunningSlot {
     /// The slots and the one held. A std mutex: swapped in short sections, never held across
     /// an await.
     held: Mutex<Option<(Arc<Semaphore>, Option<OwnedSemaphorePermit>)>>,
@@ -231,14 +237,14 @@ struct RunningSlot {
 
 impl RunningSlot {
     /// Gives the slot back (a no-op for a context that holds none).
-    fn lend(&self) {
+    pub(super) fn lend(&self) {
         if let Some((_, permit)) = self.held.lock().expect("slot lock").as_mut() {
             permit.take();
         }
     }
 
     /// Takes a slot again after [`Self::lend`].
-    async fn take_back(&self) {
+    pub(super) async fn take_back(&self) {
         let slots = match self.held.lock().expect("slot lock").as_ref() {
             Some((slots, None)) => slots.clone(),
             _ => return,
@@ -296,6 +302,7 @@ impl RunContext {
             retries_used: AtomicU64::new(seed.counters.retries),
             breach: Mutex::new(None),
             slot: RunningSlot::default(),
+            pause: super::pause::PauseState::new(seed.pause),
             usage: Mutex::new(seed.run.usage),
             run: Mutex::new(seed.run),
             open_attempts: Mutex::new(HashMap::new()),

@@ -266,6 +266,8 @@ impl PlanPoint {
             steps,
             children,
             variables: Some(variables),
+            // A fork stops at the breakpoints its parent was resumed past.
+            released: Vec::new(),
         };
         history.push(first_checkpoint(id, self.version, Delta::Plan(delta)));
         Ok(())
@@ -323,6 +325,7 @@ fn kept(progress: &PlanProgress, before: &Value, after: &Value) -> PlanProgress 
         steps,
         children,
         variables: progress.variables.clone(),
+        released: Vec::new(),
     }
 }
 

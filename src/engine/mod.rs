@@ -36,6 +36,7 @@ pub mod lease;
 mod ledger;
 pub mod middleware_state;
 pub mod model;
+pub mod pause;
 pub mod planner;
 pub mod reactive;
 mod run;
@@ -128,6 +129,8 @@ struct Handles {
     /// Leave the run as it is: the server stops (a child of `shutdown`), or another replica
     /// took the run over.
     stop: CancellationToken,
+    /// Whether the run is to pause (see [`pause`]).
+    pause: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Most runs one look takes over.
@@ -378,6 +381,7 @@ impl Engine {
             spec,
             counters: Default::default(),
             cancel_requested: false,
+            pause_requested: false,
         };
         // Opened before the task can store anything: the stream starts from the hub.
         let opened = follow.then(|| self.inner.services.hub.open_new(run.id));
@@ -567,6 +571,7 @@ impl Engine {
             }
             Notice::Input(run) => self.take_stored_answer(run).await,
             Notice::Replan(run) => self.inner.services.replans.wake(run),
+            Notice::Pause(run) => self.pause_as_stored(run).await,
             Notice::Released => self.inner.claim_now.notify_one(),
         }
     }
@@ -679,6 +684,52 @@ impl Engine {
         stored.cancel_requested = true;
         self.spawn(stored, last, None);
         Ok(run)
+    }
+
+    /// Pauses (`pause`) or resumes one of the tenant's runs (see [`pause`]): recorded with the
+    /// run, so whichever replica runs it (now, or after a restart) holds it so, then told to
+    /// the run. Pausing a paused run changes nothing; resuming one that is not paused is a
+    /// [`Error::Conflict`], as is either for a run that has ended.
+    pub async fn set_paused(&self, tenant: &Tenant, id: RunId, pause: bool) -> Result<Run, Error> {
+        let store = self.inner.services.store();
+        let stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
+        if stored.run.status.is_terminal() {
+            return Err(Error::AlreadyTerminal(stored.run.status.as_str()));
+        }
+        if !pause && !stored.pause_requested && stored.run.status != RunStatus::Paused {
+            return Err(Error::Conflict("the run is not paused".into()));
+        }
+        if !store.set_pause(id, pause).await? {
+            return Err(Error::AlreadyTerminal("finished"));
+        }
+        if !self.tell_pause(id, pause) && store.shared() {
+            store.notify(&Notice::Pause(id)).await?;
+        }
+        Ok(stored.run)
+    }
+
+    /// Tells the run's task here whether to pause; false when no task here runs it.
+    fn tell_pause(&self, id: RunId, pause: bool) -> bool {
+        let live = self.inner.live.lock().expect("live lock");
+        let Some(handles) = live.get(&id) else {
+            return false;
+        };
+        handles.pause.send_replace(pause);
+        true
+    }
+
+    /// Another replica changed the run's pause: its task here takes the stored word.
+    async fn pause_as_stored(&self, id: RunId) {
+        if !self.is_live(id) {
+            return;
+        }
+        match self.inner.services.store().pause_requested(id).await {
+            Ok(Some(pause)) => {
+                self.tell_pause(id, pause);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = ?e, run_id = %id, "reading a run's pause failed"),
+        }
     }
 
     /// Answers a run's pending `user_input` step.
@@ -859,6 +910,7 @@ impl Engine {
         plan: Option<Arc<ValidPlan>>,
         cancel: CancellationToken,
         stop: CancellationToken,
+        pause: Arc<tokio::sync::watch::Sender<bool>>,
     ) -> RunContext {
         let services = self
             .inner
@@ -872,6 +924,7 @@ impl Engine {
             plan,
             counters: stored.counters,
             last_seq,
+            pause,
         };
         RunContext::new(seed, cancel, stop, services)
     }
@@ -880,6 +933,7 @@ impl Engine {
     fn spawn(&self, stored: StoredRun, last_seq: u64, plan: Option<Arc<ValidPlan>>) {
         let cancel = CancellationToken::new();
         let stop = self.inner.shutdown.child_token();
+        let pause = Arc::new(tokio::sync::watch::Sender::new(stored.pause_requested));
         {
             let mut live = self.inner.live.lock().expect("live lock");
             if live.contains_key(&stored.run.id) {
@@ -888,6 +942,7 @@ impl Engine {
             let handles = Handles {
                 cancel: cancel.clone(),
                 stop: stop.clone(),
+                pause: Arc::clone(&pause),
             };
             live.insert(stored.run.id, handles);
         }
@@ -897,7 +952,7 @@ impl Engine {
         self.inner.queued.fetch_add(1, Ordering::SeqCst);
         let id = stored.run.id;
         let span = tracing::info_span!("run", run_id = %id, tenant = %stored.tenant.0);
-        let ctx = self.context(stored, last_seq, plan, cancel, stop.clone());
+        let ctx = self.context(stored, last_seq, plan, cancel, stop.clone(), pause);
         let engine = self.clone();
         self.inner.tracker.spawn(
             async move {

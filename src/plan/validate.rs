@@ -357,6 +357,14 @@ impl<'a> Checker<'a> {
             c.problems
                 .push(Problem::new("/settings/answer_step", message));
         }
+        for (i, id) in settings.breakpoints.iter().enumerate() {
+            if !c.declared.contains_key(id.as_str()) {
+                let near = crate::suggest::did_you_mean(id, c.declared.keys().map(|k| k.as_str()));
+                let message = format!("no step has the id `{id}`{near}");
+                let pointer = format!("/settings/breakpoints/{i}");
+                c.problems.push(Problem::new(pointer, message));
+            }
+        }
         let output_raw = doc.get("output").cloned();
         let mut checked = c.into_checked(
             specs,

@@ -25,7 +25,7 @@ use super::{Backend, Error, Record, Result, Store, StoredRun, stored_run_from_ro
 use crate::domain::{Event, RunId};
 
 /// The statuses of a run that is not over, as stored.
-const UNFINISHED: &str = "('queued', 'running', 'waiting_input')";
+const UNFINISHED: &str = "('queued', 'running', 'waiting_input', 'paused')";
 /// The channel of event notices, before its schema.
 const EVENTS: &str = "orca_events";
 /// The channel of control notices, before its schema.
@@ -112,6 +112,8 @@ pub enum Notice {
     Input(RunId),
     /// A request for a new plan is stored.
     Replan(RunId),
+    /// The run's pause was asked for or lifted (its `pause_requested` says which).
+    Pause(RunId),
     /// A replica handed its runs back: unowned runs are waiting to be taken.
     Released,
 }
@@ -122,6 +124,7 @@ impl Notice {
             Notice::Cancel(run) => Some(format!("cancel {run}")),
             Notice::Input(run) => Some(format!("input {run}")),
             Notice::Replan(run) => Some(format!("replan {run}")),
+            Notice::Pause(run) => Some(format!("pause {run}")),
             Notice::Released => Some("released".into()),
             Notice::Events { .. } => None,
         }
@@ -134,6 +137,7 @@ impl Notice {
             ("cancel", Some(run)) => Some(Notice::Cancel(run)),
             ("input", Some(run)) => Some(Notice::Input(run)),
             ("replan", Some(run)) => Some(Notice::Replan(run)),
+            ("pause", Some(run)) => Some(Notice::Pause(run)),
             ("released", _) => Some(Notice::Released),
             _ => None,
         }
@@ -395,6 +399,30 @@ impl Store {
         Ok(())
     }
 
+    /// Records whether the run is to pause (`true`) or go on, for whichever replica runs it,
+    /// now or after a restart or a takeover. False when the run has ended (nothing written).
+    pub async fn set_pause(&self, id: RunId, pause: bool) -> Result<bool> {
+        let sql = format!(
+            "UPDATE runs SET pause_requested = $1 WHERE id = $2 AND status IN {UNFINISHED}"
+        );
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(i64::from(pause))
+            .bind(id.to_string())
+            .execute(&self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Whether the run is to pause, as recorded; `None` for a run that is not stored.
+    pub async fn pause_requested(&self, id: RunId) -> Result<Option<bool>> {
+        let value: Option<i64> =
+            sqlx::query_scalar("SELECT pause_requested FROM runs WHERE id = $1")
+                .bind(id.to_string())
+                .fetch_optional(&self.pool())
+                .await?;
+        Ok(value.map(|v| v != 0))
+    }
+
     /// Sends a control notice to the other replicas (nothing on SQLite).
     pub async fn notify(&self, notice: &Notice) -> Result<()> {
         let Some(payload) = notice.control_payload() else {
@@ -568,6 +596,7 @@ mod tests {
             Notice::Cancel(run),
             Notice::Input(run),
             Notice::Replan(run),
+            Notice::Pause(run),
             Notice::Released,
         ] {
             let payload = n.control_payload().unwrap();

@@ -195,6 +195,8 @@ pub struct StoredRun {
     pub counters: Counters,
     /// A cancel was asked through a replica that did not run it (see `cluster.rs`).
     pub cancel_requested: bool,
+    /// The run is to pause, or stay paused (`POST /v1/runs/{id}/pause`, or a breakpoint).
+    pub pause_requested: bool,
 }
 
 /// One thing to append to a run's history; see [`Store::append`].
@@ -578,7 +580,7 @@ impl Store {
         let rows = match session {
             Some(_) => format!(
                 "SELECT {values} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $17
-                    AND session_id = $18 AND status IN ('queued', 'running', 'waiting_input'))"
+                    AND session_id = $18 AND status IN ('queued', 'running', 'waiting_input', 'paused'))"
             ),
             None => format!("VALUES ({values})"),
         };
@@ -1114,6 +1116,7 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
         spec,
         counters,
         cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
+        pause_requested: r.try_get::<i64, _>("pause_requested")? != 0,
     })
 }
 

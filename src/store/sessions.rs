@@ -192,7 +192,7 @@ impl Store {
     ) -> Result<Vec<RunId>> {
         let rows: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM runs WHERE tenant = $1 AND session_id = $2 AND id < $3
-               AND status IN ('queued', 'running', 'waiting_input') ORDER BY id",
+               AND status IN ('queued', 'running', 'waiting_input', 'paused') ORDER BY id",
         )
         .bind(&tenant.0)
         .bind(session_id)

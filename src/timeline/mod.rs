@@ -134,6 +134,9 @@ pub enum WaitKind {
     /// attempt: the retry policy's delay, plus any wait for a free slot. When no next attempt
     /// followed (the run ended first), the announced delay, cut at the run's end.
     Backoff,
+    /// From a `paused` status event to the next status event: the run was paused (by the
+    /// user, or at a breakpoint), then (once resumed) waited for a running slot again.
+    Paused,
 }
 
 /// A stretch of time the run (or one of its steps) spent waiting.
@@ -207,6 +210,8 @@ pub struct Breakdown {
     pub backoff_ms: u64,
     /// `queue` waits.
     pub queue_ms: u64,
+    /// `paused` waits.
+    pub paused_ms: u64,
     /// The union of every category above.
     pub accounted_ms: u64,
     /// `total_ms - accounted_ms`: time in none of the categories — the orchestrator's own
@@ -381,7 +386,8 @@ fn breakdown(att: &Attempts<'_>, waits: &[WaitRow], window: Interval) -> Breakdo
     let human = waits_of(WaitKind::HumanInput);
     let backoff = waits_of(WaitKind::Backoff);
     let queue = waits_of(WaitKind::Queue);
-    let all: Vec<Interval> = [&model, &tools, &timers, &human, &backoff, &queue]
+    let paused = waits_of(WaitKind::Paused);
+    let all: Vec<Interval> = [&model, &tools, &timers, &human, &backoff, &queue, &paused]
         .into_iter()
         .flatten()
         .copied()
@@ -396,6 +402,7 @@ fn breakdown(att: &Attempts<'_>, waits: &[WaitRow], window: Interval) -> Breakdo
         human_ms: to_ms(covered(human)),
         backoff_ms: to_ms(covered(backoff)),
         queue_ms: to_ms(covered(queue)),
+        paused_ms: to_ms(covered(paused)),
         accounted_ms,
         // Subtracted in milliseconds, so the parts add up exactly after rounding.
         orchestrator_ms: total_ms.saturating_sub(accounted_ms),
@@ -423,7 +430,7 @@ fn critical_path(
         }
     }
     for (w, wait) in waits.iter().enumerate() {
-        if wait.kind != WaitKind::HumanInput
+        if !matches!(wait.kind, WaitKind::HumanInput | WaitKind::Paused)
             && let Some(iv) = wait.interval.clip(window)
         {
             links.push((iv, Link::Wait(w)));
@@ -672,6 +679,7 @@ impl Since {
         let kind = match self.status {
             RunStatus::Queued => WaitKind::Queue,
             RunStatus::WaitingInput => WaitKind::HumanInput,
+            RunStatus::Paused => WaitKind::Paused,
             _ => return None,
         };
         let (step_id, span) = self.asked.unzip();

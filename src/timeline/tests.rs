@@ -228,6 +228,7 @@ fn breakdown(
         human_ms: human,
         backoff_ms: backoff,
         queue_ms: queue,
+        paused_ms: 0,
         accounted_ms: accounted,
         orchestrator_ms: total - accounted,
     }

@@ -313,7 +313,9 @@ async fn a_fork_inside_nested_steps_keeps_their_finished_children_across_a_resta
     let dir = app.stop().await;
 
     let app = spawn_probed_app(Some(dir), &probe, |_| {}).await;
-    let reader = app.events(&id).await;
+    let mut reader = app.events(&id).await;
+    // Asked before the stop, and again once resumed.
+    skip_to(&mut reader, "input_required", 2).await;
     assert_eq!(app.answer(&id, "ask", json!("ok")).await.status(), 202);
     let events = to_final(reader).await;
     assert_eq!(final_data(&events)["status"], "succeeded");

@@ -26,6 +26,7 @@ mod models;
 mod offline_samples;
 mod ollama;
 mod outage;
+mod pause;
 mod planning;
 mod posture;
 mod process;

@@ -12,6 +12,7 @@ const PARTS = [
   ['human_ms', 'human input', '#d29922'],
   ['backoff_ms', 'retry backoff', '#cf222e'],
   ['queue_ms', 'queue', '#6e7781'],
+  ['paused_ms', 'paused', '#9a6700'],
   ['orchestrator_ms', 'orchestrator', '#1b7c83'],
 ];
 

@@ -472,6 +472,7 @@ fn carry(before: &PlanProgress, plan: &ValidPlan, number: u32) -> PlanProgress {
         steps,
         children: Default::default(),
         variables,
+        released: Vec::new(),
     }
 }
 

@@ -134,6 +134,7 @@ impl<'a> Scheduler<'a> {
             progress.variables
         };
         let slots = Arc::new(Semaphore::new(max_parallel(&plan)));
+        ctx.arm_breakpoints(&plan.plan().settings.breakpoints, &progress.released);
         let mut scheduler = Scheduler {
             ctx,
             phases: restored_phases(&plan, progress.steps),
@@ -321,6 +322,7 @@ impl<'a> Scheduler<'a> {
                 progressed = true;
                 match self.skip_reason(i) {
                     Some(reason) => self.skip(i, reason).await,
+                    None if !self.may_start(i).await => return,
                     None => self.start(i).await,
                 }
                 if self.stop.is_some() {
@@ -328,6 +330,22 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
+    }
+
+    /// Whether step `i` may start now. While a pause is wanted, or a breakpoint is on it, no
+    /// step starts: the steps in flight finish first (false until they have), then the run
+    /// waits here, paused, until it is resumed.
+    async fn may_start(&mut self, i: usize) -> bool {
+        let step = StepPath::top(self.plan.specs()[i].id.as_str());
+        if !self.ctx.pause_holds(&step) {
+            return true;
+        }
+        if !self.in_flight.is_empty() {
+            return false;
+        }
+        self.ctx.breakpoint(&step).await;
+        self.ctx.pause_gate(&step).await;
+        true
     }
 
     fn deps_done(&self, i: usize) -> bool {
@@ -533,6 +551,7 @@ impl<'a> Scheduler<'a> {
             steps,
             children: Default::default(),
             variables: self.vars.as_ref().clone(),
+            released: Vec::new(),
         }
     }
 
@@ -851,6 +870,7 @@ mod tests {
             limits,
             counters: Default::default(),
             last_seq: 0,
+            pause: Default::default(),
         };
         RunContext::new(
             seed,

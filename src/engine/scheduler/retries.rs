@@ -22,7 +22,8 @@ use crate::engine::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
 use crate::engine::context::RunContext;
 use crate::engine::sink::EventSink;
 
-/// Opens the next attempt of `spec` at `path`, its `running` event into `sink`.
+/// Opens the next attempt of `spec` at `path` now (the caller passed the pause gate), its
+/// `running` event into `sink`.
 pub(crate) async fn open(
     ctx: &RunContext,
     plan_version: u32,
@@ -37,7 +38,22 @@ pub(crate) async fn open(
         plan_version,
         input: None,
     };
-    ctx.open_attempt(new, sink).await
+    ctx.open_now(new, sink).await
+}
+
+/// Opens the next attempt of `spec` at `path` once no pause holds it: a breakpoint on the
+/// step pauses the run before its first attempt.
+async fn open_gated(
+    ctx: &RunContext,
+    plan_version: u32,
+    spec: &StepSpec,
+    path: &StepPath,
+    sink: &mut EventSink,
+) -> Result<AttemptKey, RunError> {
+    let step = path.step(spec.id.as_str());
+    ctx.breakpoint(&step).await;
+    ctx.pause_gate(&step).await;
+    open(ctx, plan_version, spec, path, sink).await
 }
 
 /// A step whose attempts are over: what it gave, and its last attempt, held open until the
@@ -94,7 +110,7 @@ pub(crate) async fn settle(
     let mut slot = leaf_slot(frame, spec).await?;
     let mut attempt = match opened {
         Some(key) => key,
-        None => open(ctx, frame.plan_version, spec, locals.path, sink).await?,
+        None => open_gated(ctx, frame.plan_version, spec, locals.path, sink).await?,
     };
     let mut tries = 0u32;
     loop {
@@ -141,7 +157,7 @@ pub(crate) async fn settle(
         drop(slot);
         tokio::time::sleep(delay).await;
         slot = leaf_slot(frame, spec).await?;
-        attempt = open(ctx, frame.plan_version, spec, locals.path, sink).await?;
+        attempt = open_gated(ctx, frame.plan_version, spec, locals.path, sink).await?;
     }
 }
 

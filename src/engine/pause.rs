@@ -1,0 +1,201 @@
+//! Pausing a run: `POST /v1/runs/{id}/pause` and `/resume`, and a plan's breakpoints
+//! (`settings.breakpoints`: the ids of steps to pause before).
+//!
+//! A pause is wanted (the run's `pause_requested`, kept in its row so a restart or another
+//! replica holds it too) or not. While it is wanted, every attempt about to start, at any
+//! level (a plan's steps and their children, model rounds, tool calls, agent turns), waits at
+//! [`RunContext::pause_gate`]; what is already running finishes. Once nothing runs but what
+//! waits there (every open attempt encloses a waiting one: the steps that hold other steps),
+//! the run is `paused`: it gives its running slot back and its clock stands still. When the
+//! pause is lifted, it takes a slot again (waiting for one if it must), is `running` again,
+//! and the waiting attempts start.
+//!
+//! A breakpoint is reached when a step it names is about to start its first attempt at a
+//! place: the run asks for its own pause there, stored like the user's. Once resumed, the
+//! place is released (a checkpoint records it), so the step starts, and a run resumed after a
+//! restart does not stop there again; the same step at another place (a loop's next item)
+//! stops again.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::domain::{RunStatus, StepPath};
+
+use super::checkpoint::{self, Delta, PlanDelta};
+use super::context::RunContext;
+
+/// A run's pause, as its task knows it.
+pub struct PauseState {
+    /// Whether the run is to pause; shared with the engine's handle of the run, which sets it
+    /// when the API (or another replica) says so.
+    wanted: Arc<watch::Sender<bool>>,
+    state: Mutex<State>,
+    /// Held while the run goes into or out of `paused`.
+    turning: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The places of the attempts waiting at the gate (one entry per waiting attempt).
+    waiting: Vec<StepPath>,
+    /// The run is `paused` now.
+    paused: bool,
+    /// Why: a breakpoint's place, or `None` for the user's pause.
+    at: Option<StepPath>,
+    /// The step ids the plan pauses before.
+    breakpoints: Vec<String>,
+    /// Places whose breakpoint was resumed past.
+    released: HashSet<StepPath>,
+}
+
+impl State {
+    /// A breakpoint is on the step at `step`, and the run was not resumed past it there.
+    fn stops_at(&self, step: &StepPath) -> bool {
+        self.breakpoints.iter().any(|id| id == step.leaf()) && !self.released.contains(step)
+    }
+}
+
+impl PauseState {
+    /// A run's pause state, wanted as `wanted` says (the engine keeps it too).
+    pub fn new(wanted: Arc<watch::Sender<bool>>) -> PauseState {
+        PauseState {
+            wanted,
+            state: Mutex::new(State::default()),
+            turning: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn wanted(&self) -> bool {
+        *self.wanted.borrow()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("pause lock")
+    }
+}
+
+/// Takes an attempt's place off the waiting list however its wait ends (its future may be
+/// dropped: the run was cancelled or stopped).
+struct Waiting<'a> {
+    pause: &'a PauseState,
+    at: StepPath,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut st = self.pause.lock();
+        if let Some(i) = st.waiting.iter().position(|p| *p == self.at) {
+            st.waiting.swap_remove(i);
+        }
+    }
+}
+
+impl RunContext {
+    /// Arms a plan's breakpoints (step ids; a nested workflow's and a later plan version's
+    /// add to the run's), with the places already resumed past (from its checkpoints).
+    pub fn arm_breakpoints(&self, ids: &[String], released: &[StepPath]) {
+        let mut st = self.pause.lock();
+        for id in ids {
+            if !st.breakpoints.contains(id) {
+                st.breakpoints.push(id.clone());
+            }
+        }
+        st.released.extend(released.iter().cloned());
+    }
+
+    /// Whether the step at `step` would wait if it started now: a pause is wanted, or a
+    /// breakpoint is on it.
+    pub fn pause_holds(&self, step: &StepPath) -> bool {
+        self.pause.wanted() || self.pause.lock().stops_at(step)
+    }
+
+    /// Before a plan step's attempt at `step` starts: a breakpoint there pauses the run, and
+    /// once it is resumed the place is released for good.
+    pub async fn breakpoint(&self, step: &StepPath) {
+        if !self.pause.lock().stops_at(step) {
+            return;
+        }
+        self.pause.lock().at = Some(step.clone());
+        self.pause.wanted.send_replace(true);
+        if let Err(e) = self.services.store().set_pause(self.run_id, true).await {
+            tracing::warn!(error = ?e, "storing a breakpoint's pause failed; it holds until a restart");
+        }
+        self.pause_gate(step).await;
+        self.pause.lock().released.insert(step.clone());
+        let version = self
+            .run()
+            .plan_version
+            .unwrap_or(super::fixed::FIRST_VERSION);
+        let released = PlanDelta {
+            plan_version: version,
+            released: vec![step.clone()],
+            ..Default::default()
+        };
+        checkpoint::save(self, version, &Delta::Plan(released)).await;
+    }
+
+    /// Before any attempt at `step` starts: while a pause is wanted, it waits here.
+    pub async fn pause_gate(&self, step: &StepPath) {
+        if !self.pause.wanted() {
+            return;
+        }
+        let waiting = Waiting {
+            pause: &self.pause,
+            at: step.clone(),
+        };
+        self.pause.lock().waiting.push(step.clone());
+        self.settle_pause().await;
+        let mut lifted = self.pause.wanted.subscribe();
+        // The sender lives as long as the run: an error cannot happen while it waits.
+        let _ = lifted.wait_for(|wanted| !*wanted).await;
+        drop(waiting);
+        self.unpause().await;
+    }
+
+    /// Goes `paused` if a pause is wanted and nothing runs but what waits at the gate.
+    /// Called when an attempt reaches the gate and when one ends.
+    pub(super) async fn settle_pause(&self) {
+        if !self.pause.wanted() {
+            return;
+        }
+        let _turning = self.pause.turning.lock().await;
+        let open = self.open_keys(|_| true);
+        let (quiet, at) = {
+            let st = self.pause.lock();
+            let encloses_a_wait = |k: &StepPath| st.waiting.iter().any(|w| k.contains(w));
+            let quiet = !st.paused
+                && !st.waiting.is_empty()
+                && open.iter().all(|k| encloses_a_wait(&k.step));
+            (quiet, st.at.clone())
+        };
+        if !quiet || !self.pause.wanted() {
+            return;
+        }
+        self.pause.lock().paused = true;
+        self.slot.lend();
+        self.clock.pause();
+        let message = match at {
+            Some(step) => format!("paused before step `{step}` (a breakpoint)"),
+            None => "paused: running steps finished; none starts until the run is resumed".into(),
+        };
+        self.set_status(RunStatus::Paused, Some(&message)).await;
+    }
+
+    /// Leaves `paused` once the pause is lifted: a running slot again, the clock going.
+    async fn unpause(&self) {
+        let _turning = self.pause.turning.lock().await;
+        if !self.pause.lock().paused || self.pause.wanted() {
+            return;
+        }
+        self.slot.take_back().await;
+        self.clock.resume();
+        {
+            let mut st = self.pause.lock();
+            st.paused = false;
+            st.at = None;
+        }
+        self.set_status(RunStatus::Running, Some("resumed")).await;
+    }
+}

@@ -1,0 +1,275 @@
+//! Pause, resume and breakpoints over HTTP: a pause lets the running step finish and starts
+//! none, at the top level and inside sequential and loop steps; a paused run holds no running
+//! slot; breakpoints stop before the steps they name, at every place, and hold across a
+//! restart; replicas pass the word on; every bad request.
+
+use serde_json::{Value, json};
+
+use crate::support::server::{skip_to, to_final};
+use crate::support::tools::Probe;
+use crate::support::*;
+
+fn counted(id: &str, deps: &[&str]) -> Value {
+    after(
+        json!({ "id": id, "kind": "tool",
+            "input": { "tool": "test.count", "arguments": { "key": id } } }),
+        deps,
+    )
+}
+
+fn ask(id: &str, deps: &[&str]) -> Value {
+    after(
+        json!({ "id": id, "kind": "user_input", "input": { "prompt": "Go on?" } }),
+        deps,
+    )
+}
+
+fn after(mut step: Value, deps: &[&str]) -> Value {
+    if !deps.is_empty() {
+        step["depends_on"] = json!(deps);
+    }
+    step
+}
+
+/// Reads events until a `status` event of `status`; its data.
+async fn until_status(reader: &mut SseReader, status: &str) -> Value {
+    loop {
+        let event = reader
+            .next_event()
+            .await
+            .expect("the stream goes on")
+            .json();
+        if event["kind"] == "status" && event["data"]["status"] == status {
+            return event["data"].clone();
+        }
+        assert_ne!(
+            event["kind"], "final",
+            "the run ended before it was {status}: {event}"
+        );
+    }
+}
+
+async fn post(app: &TestApp, id: &str, what: &str) -> (u16, Value) {
+    app.post_json(&format!("/v1/runs/{id}/{what}"), &json!({}))
+        .await
+}
+
+#[tokio::test]
+async fn a_paused_run_lets_its_running_step_finish_starts_none_and_holds_no_slot() {
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |c| c.engine.max_running_runs = 1).await;
+    // At the top level, and inside a sequential step.
+    for (i, plan) in [
+        json!({ "steps": [ask("ask", &[]), counted("next", &["ask"])] }),
+        json!({ "steps": [{ "id": "outer", "kind": "sequential", "input": { "steps": [
+            ask("ask", &[]), counted("next", &[]) ] } }] }),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ran = i;
+        let run = app
+            .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+            .await;
+        let id = run["id"].as_str().unwrap().to_owned();
+        let mut reader = app.events(&id).await;
+        skip_to(&mut reader, "input_required", 1).await;
+        let (status, body) = post(&app, &id, "pause").await;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(
+            post(&app, &id, "pause").await.0,
+            202,
+            "pausing twice changes nothing"
+        );
+        // The waiting step is the running one: answered, it finishes; `next` does not start.
+        assert_eq!(app.answer(&id, "ask", json!("yes")).await.status(), 202);
+        let paused = until_status(&mut reader, "paused").await;
+        assert!(
+            paused["message"].as_str().unwrap().contains("none starts"),
+            "{paused}"
+        );
+        let (_, stored) = app.get_json(&format!("/v1/runs/{id}")).await;
+        assert_eq!(stored["status"], "paused");
+        assert_eq!(probe.calls("next"), ran, "`next` started while paused");
+        let asks = app.attempts(&id, "ask").await;
+        assert_eq!(asks[0]["status"], "completed", "{asks:?}");
+
+        // With the only slot given back, another run goes through meanwhile.
+        let other = app
+            .stream_run(json!({ "input": "x", "orchestration": "fixed",
+            "plan": { "steps": [counted("other", &[])] } }))
+            .await;
+        assert_eq!(final_data(&other)["status"], "succeeded");
+
+        assert_eq!(post(&app, &id, "resume").await.0, 202);
+        let running = until_status(&mut reader, "running").await;
+        assert_eq!(running["message"], "resumed");
+        let fin = final_data(&to_final(reader).await);
+        assert_eq!(fin["status"], "succeeded", "{fin}");
+        // Once ended: neither pause nor resume.
+        assert_eq!(post(&app, &id, "pause").await.0, 409);
+        assert_eq!(post(&app, &id, "resume").await.0, 409);
+    }
+    assert_eq!(probe.calls("next"), 2);
+
+    // Resuming a run that is not paused is a conflict; unknown runs are 404.
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed",
+        "plan": { "steps": [ask("ask", &[])] } }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let (status, problem) = post(&app, &id, "resume").await;
+    assert_eq!(
+        (status, problem["code"].clone()),
+        (409, json!("conflict")),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().contains("not paused"),
+        "{problem}"
+    );
+    assert_eq!(
+        post(&app, "0191e7a4-0000-7000-8000-000000000000", "pause")
+            .await
+            .0,
+        404
+    );
+    assert_eq!(post(&app, "nope", "resume").await.0, 404);
+    assert_eq!(post(&app, &id, "cancel").await.0, 202);
+}
+
+#[tokio::test]
+async fn breakpoints_pause_before_their_steps_at_every_place_and_hold_across_a_restart() {
+    let probe = Probe::default();
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_probed_app(Some(dir), &probe, |_| {}).await;
+    let plan = json!({
+        "settings": { "breakpoints": ["b", "tally", "ask"] },
+        "steps": [
+            counted("a", &[]),
+            counted("b", &["a"]),
+            { "id": "each", "kind": "loop", "depends_on": ["b"], "input": { "for_each": [1, 2],
+              "max_iterations": 2, "steps": [{ "id": "tally", "kind": "tool",
+                "input": { "tool": "test.count", "arguments": { "key": "tally-{{ item }}" } } }] } },
+            ask("ask", &["each"]),
+        ],
+    });
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut reader = app.events(&id).await;
+    let paused = until_status(&mut reader, "paused").await;
+    assert!(
+        paused["message"]
+            .as_str()
+            .unwrap()
+            .contains("before step `b`"),
+        "{paused}"
+    );
+    assert_eq!((probe.calls("a"), probe.calls("b")), (1, 0));
+    drop(reader);
+
+    // Stopped and started again, it is still paused before `b`.
+    let seen = app.stored_events(&id).await.len();
+    let dir = app.stop().await;
+    let app = spawn_probed_app(Some(dir), &probe, |_| {}).await;
+    let url = app.url(&format!("/v1/runs/{id}/events?after={seen}"));
+    let mut reader = SseReader::new(app.client.get(url).send().await.unwrap());
+    let paused = until_status(&mut reader, "paused").await;
+    assert!(
+        paused["message"]
+            .as_str()
+            .unwrap()
+            .contains("before step `b`"),
+        "{paused}"
+    );
+    assert_eq!(probe.calls("b"), 0);
+    // Resumed: `b` runs, then the loop's body stops at each item.
+    assert_eq!(post(&app, &id, "resume").await.0, 202);
+    for item in ["each[0]/tally", "each[1]/tally"] {
+        let paused = until_status(&mut reader, "paused").await;
+        let said = paused["message"].as_str().unwrap();
+        assert!(said.contains(&format!("before step `{item}`")), "{said}");
+        assert_eq!(post(&app, &id, "resume").await.0, 202);
+    }
+    until_status(&mut reader, "paused").await;
+    assert_eq!(
+        (
+            probe.calls("b"),
+            probe.calls("tally-1"),
+            probe.calls("tally-2")
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(post(&app, &id, "resume").await.0, 202);
+    skip_to(&mut reader, "input_required", 1).await;
+    drop(reader);
+
+    // Resumed past `ask`'s breakpoint, a restart does not stop there again: it asks.
+    let dir = app.stop().await;
+    let app = spawn_probed_app(Some(dir), &probe, |_| {}).await;
+    let reader = app.events(&id).await;
+    let (_, stored) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_ne!(stored["status"], "paused", "{stored}");
+    assert_eq!(app.answer(&id, "ask", json!("ok")).await.status(), 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let statuses = app
+        .stored_events(&id)
+        .await
+        .into_iter()
+        .filter(|e| e["kind"] == "status" && e["data"]["status"] == "paused")
+        .count();
+    assert_eq!(statuses, 5, "b, b again after the restart, two items, ask");
+
+    // A breakpoint that names no step is refused with the plan.
+    let body = json!({ "input": "x", "orchestration": "fixed", "plan": {
+        "settings": { "breakpoints": ["tallyy"] }, "steps": [counted("tally", &[])] } });
+    let (status, problem) = app.post_json("/v1/runs", &body).await;
+    assert_eq!(status, 422, "{problem}");
+    assert_eq!(
+        problem["errors"][0]["pointer"],
+        "/plan/settings/breakpoints/0"
+    );
+    assert!(
+        problem["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tally"),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
+async fn a_run_paused_and_resumed_through_another_replica() {
+    let replicas = TwoReplicas::start(&[("ORCA_LLM__PROVIDER", "offline")]).await;
+    let (a, b) = (&replicas.a, &replicas.b);
+    let calc = json!({ "id": "calc", "kind": "tool", "depends_on": ["ask"],
+        "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } });
+    let id = a
+        .start_plan(json!({ "steps": [ask("ask", &[]), calc] }))
+        .await;
+    let mut reader = a.until_asked(&id, 1).await;
+    let on = |s: &Server, what: &str| {
+        s.client
+            .post(s.url(&format!("/v1/runs/{id}/{what}")))
+            .send()
+    };
+    assert_eq!(on(b, "pause").await.unwrap().status(), 202);
+    assert_eq!(b.answer(&id, "ask", json!("go")).await, 202);
+    until_status(&mut reader, "paused").await;
+    let stepped = a
+        .stored_events(&id)
+        .await
+        .into_iter()
+        .any(|e| e["step_id"] == "calc");
+    assert!(!stepped, "`calc` started while paused");
+    assert_eq!(on(b, "resume").await.unwrap().status(), 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(
+        (fin["status"].clone(), fin["output"]["result"].clone()),
+        (json!("succeeded"), json!(42)),
+        "{fin}"
+    );
+}
