@@ -136,7 +136,7 @@ pub enum RunsCommand {
     /// Runs, newest first, a page at a time (`--cursor` for the next).
     List {
         /// Only runs in this status.
-        #[arg(long, value_parser = ["queued", "running", "waiting_input", "succeeded", "failed", "cancelled", "timed_out"])]
+        #[arg(long, value_parser = ["queued", "running", "waiting_input", "paused", "succeeded", "failed", "cancelled", "timed_out"])]
         status: Option<String>,
         /// Only runs of this orchestration.
         #[arg(long, value_parser = ["auto", "simple", "fixed", "planner", "reactive"])]
@@ -178,6 +178,20 @@ pub enum RunsCommand {
     },
     /// Ask a run to stop.
     Cancel {
+        /// The run's id.
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Pause a run: running steps finish, none starts until `runs resume`.
+    Pause {
+        /// The run's id.
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Resume a paused run (or one held at a breakpoint).
+    Resume {
         /// The run's id.
         id: String,
         #[command(flatten)]
@@ -345,9 +359,22 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
                 outln!("cancel requested for run {id}")
             })
         }
+        RunsCommand::Pause { id, client } => pause(&id, "pause", &client).await,
+        RunsCommand::Resume { id, client } => pause(&id, "resume", &client).await,
         RunsCommand::Fork(args) => travel::fork(args).await,
         RunsCommand::Replan(args) => travel::replan(args).await,
     }
+}
+
+/// `runs pause` and `runs resume`: `what` is the endpoint.
+async fn pause(id: &str, what: &str, client: &ClientArgs) -> Result<ExitCode, Error> {
+    let body = connect(client)?
+        .post(&run_path(id, &format!("/{what}")), &json!({}))
+        .await?;
+    show(client.json, &body, |_| match what {
+        "pause" => outln!("run {id} pauses once its running steps finish"),
+        _ => outln!("run {id} goes on"),
+    })
 }
 
 async fn workflows(command: WorkflowsCommand) -> Result<ExitCode, Error> {

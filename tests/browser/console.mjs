@@ -474,6 +474,23 @@ async function forkScenario(page) {
   report({ ok: 'fork', made });
 }
 
+/** A run waiting for an answer: Pause, answer it, it is paused; Resume, it finishes. */
+async function pauseScenario(page) {
+  await page.goto(`${base}/#/runs/${arg}`);
+  const button = page.locator(`[data-pause="${arg}"]`);
+  await button.waitFor({ timeout: PATIENCE });
+  expect((await button.innerText()).trim() === 'Pause', 'a running run offers Pause');
+  await button.click();
+  await page.locator('textarea[name="answer"]').fill('"yes"');
+  await page.getByRole('button', { name: 'Send answer' }).click();
+  await waitStatus(page, 'paused');
+  await page.waitForFunction((id) => document.querySelector(`[data-pause="${id}"]`)?.innerText.trim() === 'Resume', arg, { timeout: PATIENCE });
+  await shot(page, 'paused');
+  await button.click();
+  await waitStatus(page, 'succeeded');
+  report({ ok: 'pause' });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -494,6 +511,8 @@ try {
     await sessionScenario(page);
   } else if (scenario === 'webhook') {
     await webhookScenario(page);
+  } else if (scenario === 'pause') {
+    await pauseScenario(page);
   } else if (scenario === 'fork') {
     await forkScenario(page);
   } else if (scenario === 'schedules') {

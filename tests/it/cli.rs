@@ -754,3 +754,36 @@ async fn runs_fork_replan_and_list_by_parent_from_the_command_line() {
     let out = app.orca(&["runs", "replan", &id], "").await;
     assert_eq!(code(&out), 2, "a message or a version is needed");
 }
+
+#[tokio::test]
+async fn runs_pause_and_resume_from_the_command_line() {
+    let app = spawn_app(|_| {}).await;
+    let waiting = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": approval() }))
+        .await;
+    let id = waiting["id"].as_str().unwrap().to_owned();
+    let out = app.orca(&["runs", "pause", &id], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("pauses once"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = app.orca(&["runs", "resume", &id], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = app.orca(&["runs", "resume", &id], "").await;
+    assert_eq!(code(&out), 2, "resuming a run that is not paused is a 409");
+    assert!(
+        text(&out.stderr).contains("not paused"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = app
+        .orca(&["runs", "list", "--status", "paused", "--json"], "")
+        .await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(
+        app.orca(&["runs", "cancel", &id], "").await.status.code(),
+        Some(0)
+    );
+}

@@ -466,6 +466,28 @@ async fn the_console_shows_a_forks_family_forks_a_run_and_takes_a_reactive_run_b
 }
 
 #[tokio::test]
+async fn the_console_pauses_and_resumes_a_run() {
+    let app = spawn_app(|_| {}).await;
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+            { "id": "ask", "kind": "user_input", "input": { "prompt": "Go on?" } },
+            { "id": "next", "kind": "tool", "depends_on": ["ask"], "input": { "tool": "math.calculate",
+              "arguments": { "expression": "1 + 1" } } }] } }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let url = app.url(&format!("/v1/runs/{id}"));
+    crate::support::app::poll_json(&app.client, &url, |r| r["status"] == "waiting_input").await;
+    let report = browser("pause", &app.base, Some(&id)).await;
+    finding(&report, "pause");
+    assert_png(&screenshots().join("pause").join("paused.png"));
+    let events = app.stored_events(&id).await;
+    let at = |pred: &dyn Fn(&Value) -> bool| events.iter().position(|e| pred(e)).unwrap();
+    let paused = at(&|e| e["kind"] == "status" && e["data"]["status"] == "paused");
+    let next = at(&|e| e["kind"] == "step" && e["step_id"] == "next");
+    assert!(paused < next, "`next` started only after the pause");
+}
+
+#[tokio::test]
 async fn console_files_are_served_with_a_strict_policy_and_can_be_turned_off() {
     let app = spawn_app(|_| {}).await;
     let page = app.client.get(app.url("/")).send().await.unwrap();

@@ -47,6 +47,7 @@ function apply(st, ev) {
       run.status = d.status;
       if (d.status !== 'waiting_input') st.pending = null;
       if (d.status === 'running' && !run.started_at) run.started_at = ev.ts;
+      if (d.status === 'paused') return note(st, 'note', d.message || 'paused');
       return null;
     case 'plan':
       st.plans = st.plans.filter((p) => p.version !== d.version).concat([{ version: d.version, reason: d.reason, plan: d.plan }]);
@@ -291,8 +292,11 @@ class RunPage {
     const mode = this.st.stream === 'replay' ? 'replay' : live ? 'live' : 'done';
     if (this.head.mode !== mode) {
       this.head.mode = mode;
-      clear(this.head.controls, mode === 'live' ? this.cancelButton() : this.replayControls(mode === 'replay'));
+      clear(this.head.controls, mode === 'live'
+        ? h('span', { class: 'actions', style: { marginTop: '0' } }, this.pauseButton(), this.cancelButton())
+        : this.replayControls(mode === 'replay'));
     }
+    if (this.head.pause) this.head.pause.textContent = run.status === 'paused' ? 'Resume' : 'Pause';
   }
 
   buildHeader() {
@@ -323,6 +327,24 @@ class RunPage {
       clear(this.head.notice, errorBox(err));
       button.disabled = false;
     }
+  }
+
+  /** Pause (no step starts; the run is `paused` once running ones finish) or Resume. */
+  pauseButton() {
+    const button = h('button', { type: 'button', class: 'ghost', 'data-pause': this.id, onclick: async () => {
+      const what = this.st.run.status === 'paused' ? 'resume' : 'pause';
+      button.disabled = true;
+      clear(this.head.notice);
+      try {
+        await api(`/v1/runs/${this.id}/${what}`, { method: 'POST' });
+        announce(what === 'pause' ? 'Pausing: running steps finish first' : 'Resuming');
+      } catch (err) {
+        clear(this.head.notice, errorBox(err));
+      }
+      button.disabled = false;
+    } }, 'Pause');
+    this.head.pause = button;
+    return button;
   }
 
   cancelButton() {

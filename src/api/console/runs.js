@@ -4,7 +4,7 @@
 import { api, ApiError } from './api.js';
 import { h, clear, badge, shortId, when, ms, elapsed, preview, loading, empty, errorBox, announce, TERMINAL } from './ui.js';
 
-const STATUSES = ['', 'queued', 'running', 'waiting_input', 'succeeded', 'failed', 'cancelled', 'timed_out'];
+const STATUSES = ['', 'queued', 'running', 'waiting_input', 'paused', 'succeeded', 'failed', 'cancelled', 'timed_out'];
 const ORCHESTRATIONS = ['', 'simple', 'fixed', 'planner', 'reactive'];
 
 function toLocalInput(iso) {
