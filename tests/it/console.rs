@@ -481,7 +481,7 @@ async fn the_console_pauses_and_resumes_a_run() {
     finding(&report, "pause");
     assert_png(&screenshots().join("pause").join("paused.png"));
     let events = app.stored_events(&id).await;
-    let at = |pred: &dyn Fn(&Value) -> bool| events.iter().position(|e| pred(e)).unwrap();
+    let at = |pred: &dyn Fn(&Value) -> bool| events.iter().position(pred).unwrap();
     let paused = at(&|e| e["kind"] == "status" && e["data"]["status"] == "paused");
     let next = at(&|e| e["kind"] == "step" && e["step_id"] == "next");
     assert!(paused < next, "`next` started only after the pause");
