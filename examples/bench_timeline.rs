@@ -180,6 +180,9 @@ impl Writer {
             step_id: id.clone(),
             prompt: "go on?".into(),
             schema: None,
+            kind: None,
+            plan_version: None,
+            plan: None,
         };
         self.emit(asked, Some(&id), ask);
         self.emit(asked, None, Payload::status(RunStatus::WaitingInput));
@@ -231,6 +234,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         instructions: None,
         webhook: None,
         concurrency: None,
+        review_plans: false,
         declared_tools: Vec::new(),
     };
     let mut run = Run {

@@ -41,6 +41,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("schedules.js", JS, include_str!("console/schedules.js")),
     ("sessions.js", JS, include_str!("console/sessions.js")),
     ("family.js", JS, include_str!("console/family.js")),
+    ("review.js", JS, include_str!("console/review.js")),
     ("form.js", JS, include_str!("console/form.js")),
     ("graph.js", JS, include_str!("console/graph.js")),
     ("timeline.js", JS, include_str!("console/timeline.js")),

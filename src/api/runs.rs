@@ -56,6 +56,10 @@ pub struct CreateRun {
     pub webhook: Option<WebhookTarget>,
     /// What the run does when its session has a run in progress.
     pub concurrency: Option<crate::domain::SessionConcurrency>,
+    /// Each plan version a model writes (the planner's, the re-planner's) waits for a
+    /// person's review before it runs: an `input_required` of kind `plan_review`.
+    #[serde(default)]
+    pub review_plans: bool,
 }
 
 /// A run request's `webhook`.
@@ -81,6 +85,7 @@ impl From<CreateRun> for RunRequest {
             instructions: c.instructions,
             webhook: c.webhook.map(|w| w.url),
             concurrency: c.concurrency,
+            review_plans: c.review_plans,
         }
     }
 }
@@ -350,6 +355,10 @@ fn request_of(spec: RunSpec) -> Map<String, Value> {
     put(
         "concurrency",
         spec.concurrency.and_then(|c| serde_json::to_value(c).ok()),
+    );
+    put(
+        "review_plans",
+        spec.review_plans.then_some(Value::Bool(true)),
     );
     out
 }

@@ -119,6 +119,10 @@ pub struct RunArgs {
     /// `engine.session_concurrency`).
     #[arg(long, requires = "session", value_parser = ["parallel", "reject", "enqueue", "interrupt"])]
     concurrency: Option<String>,
+    /// Each plan version a model writes waits for your review (approve, edit or reject),
+    /// asked inline like any input.
+    #[arg(long)]
+    review_plans: bool,
     /// Where the server POSTs the run's signed summary once it ends (needs
     /// `webhooks.secret` on the server).
     #[arg(long, value_name = "URL")]
@@ -541,6 +545,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
     if let Some(url) = &args.webhook {
         body["webhook"] = json!({ "url": url });
     }
+    if args.review_plans {
+        body["review_plans"] = json!(true);
+    }
     if !args.metadata.is_empty() {
         let pairs = key_values(&args.metadata)?;
         body["metadata"] = Value::Object(
@@ -707,6 +714,11 @@ async fn ask(
         "input required for step {step_id}: {}",
         d["prompt"].as_str().unwrap_or("")
     ));
+    if let Some(plan) = d.get("plan").filter(|_| d["kind"] == "plan_review") {
+        let shown = serde_json::to_string_pretty(plan).unwrap_or_default();
+        say(format!("plan version {}:\n{shown}", d["plan_version"]));
+        say(r#"answer {"decision": "approve"}, {"decision": "edit", "plan": {...}} or {"decision": "reject", "reason": "..."}"#.into());
+    }
     if let Some(schema) = d.get("schema").filter(|s| !s.is_null()) {
         say(format!("schema: {schema}"));
     }

@@ -358,6 +358,14 @@ pub struct InputRequiredData {
     pub prompt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<Value>,
+    /// What is asked, when it is not a step's own question: `plan_review` (a plan version
+    /// waits for approval; `plan_version` and `plan` say which).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_version: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Value>,
 }
 
 /// `handoff`: control passed between agents.

@@ -39,6 +39,13 @@ pub enum Segment<'a> {
     Selection(u32),
     /// A handoff's summary of the conversation, before turn `n` (`summary-<n>`).
     Summary(u32),
+    /// The review of plan version `version` (the plan whose digest is `plan`), asked for the
+    /// `round`th time (`review-<version>-<plan>-<round>`).
+    Review {
+        version: u32,
+        plan: &'a str,
+        round: u32,
+    },
     /// A handoff agent's question to a person, in turn `n` (`ask-<n>`).
     Ask(u32),
     /// Where a team keeps its conversation between turns (`convo`).
@@ -89,6 +96,13 @@ impl StepPath {
             }
             Segment::Ask(n) => {
                 let _ = write!(s, "ask-{n}");
+            }
+            Segment::Review {
+                version,
+                plan,
+                round,
+            } => {
+                let _ = write!(s, "review-{version}-{plan}-{round}");
             }
             Segment::Conversation => s.push_str("convo"),
             Segment::ModelRound(n) => {
@@ -288,6 +302,14 @@ mod tests {
             ),
             (StepPath::top("h").join(Segment::Summary(2)), "h/summary-2"),
             (StepPath::top("h").join(Segment::Ask(4)), "h/ask-4"),
+            (
+                StepPath::root().join(Segment::Review {
+                    version: 2,
+                    plan: "0a1b2c3d",
+                    round: 1,
+                }),
+                "review-2-0a1b2c3d-1",
+            ),
             (seq.step("team").conversation(), "seq/team/convo"),
             (StepPath::root().join(Segment::ModelRound(2)), "llm-2"),
             (seq.join(Segment::ToolCall(2, 1)), "seq/tool-2-1"),

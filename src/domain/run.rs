@@ -266,6 +266,10 @@ pub struct RunSpec {
     /// configured default). Left out of the stored JSON when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<SessionConcurrency>,
+    /// Each plan version a model writes waits for a person's review before it runs (see
+    /// `engine::review`). Left out of the stored JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub review_plans: bool,
     /// The HTTP tools the tenant had declared through the API when the run was created (those
     /// the run may call): the run calls these, on whichever replica resumes it, whatever the
     /// tenant declares or removes meanwhile. Not part of the request: left out of its
@@ -435,6 +439,7 @@ mod tests {
             instructions: None,
             webhook: None,
             concurrency: None,
+            review_plans: false,
             declared_tools: Vec::new(),
         }
     }

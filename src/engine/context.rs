@@ -412,6 +412,44 @@ impl RunContext {
         prompt: &str,
         schema: Option<&JsonSchema>,
     ) -> Result<Value, RunError> {
+        let asked = InputRequiredData {
+            step_id: step.leaf().to_owned(),
+            prompt: prompt.to_owned(),
+            schema: schema.map(|s| s.schema.clone()),
+            kind: None,
+            plan_version: None,
+            plan: None,
+        };
+        self.wait_asking(step, asked, schema).await
+    }
+
+    /// [`Self::wait_for_input`] for a review of plan version `version`, the document `plan`
+    /// (an `input_required` of kind `plan_review` that carries it).
+    pub async fn wait_for_review(
+        &self,
+        step: &StepPath,
+        prompt: &str,
+        schema: &JsonSchema,
+        version: u32,
+        plan: &Value,
+    ) -> Result<Value, RunError> {
+        let asked = InputRequiredData {
+            step_id: step.leaf().to_owned(),
+            prompt: prompt.to_owned(),
+            schema: Some(schema.schema.clone()),
+            kind: Some("plan_review".to_owned()),
+            plan_version: Some(version),
+            plan: Some(plan.clone()),
+        };
+        self.wait_asking(step, asked, Some(schema)).await
+    }
+
+    async fn wait_asking(
+        &self,
+        step: &StepPath,
+        asked: InputRequiredData,
+        schema: Option<&JsonSchema>,
+    ) -> Result<Value, RunError> {
         if self.resumed {
             let stored = self.services.store().answer_for(self.run_id, step).await;
             match stored {
@@ -429,15 +467,10 @@ impl RunContext {
         // Waiting for a person is not running: the slot goes back meanwhile, so waiting runs
         // never starve the others.
         self.slot.lend();
-        let data = InputRequiredData {
-            step_id: step.leaf().to_owned(),
-            prompt: prompt.to_owned(),
-            schema: schema.map(|s| s.schema.clone()),
-        };
         // Under its key, so the event carries the step's `path` as its `step` events do: a
         // replica that takes the answer (`Engine::answer_elsewhere`) stores it under the key
         // the event names, which must be the key this wait is for.
-        self.emit(Some(step), data).await;
+        self.emit(Some(step), asked).await;
         self.set_status(RunStatus::WaitingInput, None).await;
         self.clock.pause();
         let answer = rx.await;

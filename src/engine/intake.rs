@@ -59,6 +59,8 @@ pub struct RunRequest {
     /// What the run does when its session has a run in progress (the configured default when
     /// `None`).
     pub concurrency: Option<crate::domain::SessionConcurrency>,
+    /// Plan versions a model writes wait for a person's review.
+    pub review_plans: bool,
 }
 
 /// A request that can run: what [`Engine::create_run`](super::Engine::create_run) stores.
@@ -136,6 +138,7 @@ pub async fn admit(
         instructions: request.instructions,
         webhook: request.webhook,
         concurrency: request.concurrency,
+        review_plans: request.review_plans,
         declared_tools,
     };
     // Only an `auto` run without a plan can have a rule's workflow join its spec: its
@@ -167,6 +170,20 @@ fn named(services: &Services, request: &RunRequest) -> Vec<Problem> {
             format!(
                 "unknown model alias `{model}`; configured: {}",
                 models.aliases().join(", ")
+            ),
+        ));
+    }
+    if request.review_plans
+        && matches!(
+            request.orchestration,
+            Orchestration::Simple | Orchestration::Fixed
+        )
+    {
+        problems.push(Problem::new(
+            "/review_plans",
+            format!(
+                "reviews are of plans a model writes: `planner` and `reactive` runs (and `auto` runs that become one), not `{}`",
+                request.orchestration.as_str()
             ),
         ));
     }

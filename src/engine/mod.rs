@@ -39,6 +39,7 @@ pub mod model;
 pub mod pause;
 pub mod planner;
 pub mod reactive;
+pub mod review;
 mod run;
 pub mod scheduler;
 pub mod selector;

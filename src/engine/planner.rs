@@ -29,6 +29,7 @@ use super::context::RunContext;
 use super::executor::{Executor, Outcome};
 use super::fixed::{self, run_plan};
 use super::function_call::{self, FunctionCall};
+use super::review::{self, Verdict};
 use super::simple::{Simple, input_text};
 use super::sink::EventSink;
 
@@ -88,7 +89,8 @@ async fn stored_plan(ctx: &RunContext, version: u32) -> Result<(ValidPlan, Value
     Ok((valid, std::sync::Arc::unwrap_or_clone(stored.plan)))
 }
 
-/// Asks the planner function for a plan, sending the problems back while it is invalid.
+/// Asks the planner function for a plan, sending the problems back while it is invalid (and
+/// the reviewer's reason while a review rejects it, see [`super::review`]).
 pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
     let function = function_call::configured(ctx, functions::PLANNER)?;
     let mut messages = opening(ctx, &function)?;
@@ -103,7 +105,20 @@ pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
         let text = ask(ctx, &function, &messages, call, round).await?;
         problems = match parse(&text) {
             Ok(doc) => match plan::validate_plan(&doc, ctx.services.catalog()) {
-                Ok(valid) => return Ok(Planned::Valid(Box::new(valid), doc)),
+                Ok(valid) => match review::review(ctx, fixed::FIRST_VERSION, doc, valid).await? {
+                    Verdict::Run { doc, plan, .. } => return Ok(Planned::Valid(plan, doc)),
+                    Verdict::Rejected(reason) => {
+                        problems = vec![rejected(&reason)];
+                        messages.push(Message::Assistant {
+                            content: text,
+                            tool_calls: vec![],
+                        });
+                        messages.push(Message::User {
+                            content: rejection_request(&reason),
+                        });
+                        continue;
+                    }
+                },
                 Err(problems) => problems,
             },
             Err(problem) => vec![problem],
@@ -211,6 +226,18 @@ pub(super) async fn ask(
 pub(super) fn parse(text: &str) -> Result<Value, Problem> {
     serde_json::from_str(text.trim())
         .map_err(|e| Problem::new("", format!("the answer is not JSON: {e}")))
+}
+
+/// The problem a rejected plan leaves, should no later one pass.
+pub(super) fn rejected(reason: &str) -> Problem {
+    Problem::new("", format!("the reviewer rejected the plan: {reason}"))
+}
+
+/// What the planner is told when the reviewer rejected its plan.
+pub(super) fn rejection_request(reason: &str) -> String {
+    format!(
+        "The reviewer rejected this plan: {reason}\nAnswer with a new whole plan as JSON that meets their reason."
+    )
 }
 
 pub(super) fn repair_request(problems: &[Problem]) -> String {

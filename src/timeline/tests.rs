@@ -335,6 +335,9 @@ fn human_wait() -> Case {
                     step_id: "approve".into(),
                     prompt: "ok?".into(),
                     schema: None,
+                    kind: None,
+                    plan_version: None,
+                    plan: None,
                 },
             )
             .status(24, RunStatus::WaitingInput)

@@ -491,6 +491,21 @@ async function pauseScenario(page) {
   report({ ok: 'pause' });
 }
 
+/** A plan waiting for review: the plan is shown; an empty rejection is refused; Approve runs it. */
+async function reviewScenario(page) {
+  await page.goto(`${base}/#/runs/${arg}`);
+  const review = page.locator('section[data-review]');
+  await review.waitFor({ timeout: PATIENCE });
+  await labelled(page, 'review');
+  expect((await review.locator('pre.json').innerText()).includes('math.calculate'), 'the plan under review is shown');
+  await review.getByRole('button', { name: 'Reject' }).click();
+  await review.getByText('Give the planner a reason.').waitFor({ timeout: PATIENCE });
+  await shot(page, 'review');
+  await review.getByRole('button', { name: 'Approve' }).click();
+  await waitStatus(page, 'succeeded');
+  report({ ok: 'review' });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -511,6 +526,8 @@ try {
     await sessionScenario(page);
   } else if (scenario === 'webhook') {
     await webhookScenario(page);
+  } else if (scenario === 'review') {
+    await reviewScenario(page);
   } else if (scenario === 'pause') {
     await pauseScenario(page);
   } else if (scenario === 'fork') {

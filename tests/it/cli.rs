@@ -787,3 +787,32 @@ async fn runs_pause_and_resume_from_the_command_line() {
         Some(0)
     );
 }
+
+#[tokio::test]
+async fn a_plan_to_review_is_shown_and_approved_inline() {
+    let app = spawn_app(|_| {}).await;
+    let out = app
+        .orca(
+            &[
+                "run",
+                ARITHMETIC,
+                "--orchestration",
+                "planner",
+                "--review-plans",
+            ],
+            "{\"decision\": \"maybe\"}\n{\"decision\": \"approve\"}\n",
+        )
+        .await;
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), 0, "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("Review plan version 1"), "{stdout}");
+    assert!(
+        stdout.contains("plan version 1:"),
+        "the plan is shown: {stdout}"
+    );
+    assert!(
+        stdout.contains("422"),
+        "the refused answer is explained: {stdout}"
+    );
+    assert!(stdout.contains("30"), "{stdout}");
+}

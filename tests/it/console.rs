@@ -488,6 +488,28 @@ async fn the_console_pauses_and_resumes_a_run() {
 }
 
 #[tokio::test]
+async fn the_console_shows_a_plan_under_review_and_approves_it() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    let plan = json!({ "steps": [{ "id": "one", "kind": "tool", "input": { "tool": "math.calculate",
+        "arguments": { "expression": "6 * 7" } } }], "output": "{{ steps.one.output.result }}" });
+    llm.push(Reply::json(plan.clone()));
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "planner", "review_plans": true }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let url = app.url(&format!("/v1/runs/{id}"));
+    crate::support::app::poll_json(&app.client, &url, |r| r["status"] == "waiting_input").await;
+    let report = browser("review", &app.base, Some(&id)).await;
+    finding(&report, "review");
+    assert_png(&screenshots().join("review").join("review.png"));
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run["output"], 42, "{run}");
+    let (_, plans) = app.get_json(&format!("/v1/runs/{id}/plans")).await;
+    assert_eq!(plans[0]["plan"], plan);
+}
+
+#[tokio::test]
 async fn console_files_are_served_with_a_strict_policy_and_can_be_turned_off() {
     let app = spawn_app(|_| {}).await;
     let page = app.client.get(app.url("/")).send().await.unwrap();

@@ -34,6 +34,7 @@ mod promises;
 mod reactive;
 mod replicas;
 mod retention;
+mod review;
 mod schedules;
 mod scripted_runs;
 mod selector;

@@ -9,6 +9,7 @@ import { schemaForm } from './form.js';
 import { planPanel } from './graph.js';
 import { timelinePanel } from './timeline.js';
 import { parentFact, familyPanel, forkPanel } from './family.js';
+import { reviewForm } from './review.js';
 
 /** Coalesces calls into one per animation frame. */
 function frame(fn) {
@@ -74,7 +75,7 @@ function apply(st, ev) {
       return entry;
     }
     case 'input_required':
-      st.pending = { step_id: d.step_id || ev.step_id, prompt: d.prompt, schema: d.schema };
+      st.pending = { step_id: d.step_id || ev.step_id, prompt: d.prompt, schema: d.schema, kind: d.kind, plan: d.plan, version: d.plan_version };
       st.topStatus.set(ev.step_id, 'waiting');
       return null;
     case 'handoff':
@@ -398,8 +399,11 @@ class RunPage {
 
   renderAsk() {
     const run = this.st.run;
-    if (this.st.pending && run.status === 'waiting_input') {
-      clear(this.ask, this.inputForm(this.st.pending));
+    const pending = this.st.pending;
+    if (pending && run.status === 'waiting_input' && pending.kind === 'plan_review') {
+      clear(this.ask, reviewForm(this.id, pending, () => clear(this.ask, h('p', { class: 'panel', role: 'status' }, 'Review sent; the run goes on.'))));
+    } else if (pending && run.status === 'waiting_input') {
+      clear(this.ask, this.inputForm(pending));
     } else if (TERMINAL.has(run.status)) {
       clear(this.ask, run.error ? errorBox(new ApiError(0, { title: `The run ${run.status.replace('_', ' ')}`, detail: run.error.message, code: run.error.code })) : null);
     } else {

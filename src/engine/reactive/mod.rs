@@ -40,9 +40,9 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
 use crate::domain::event::ErrorData;
-use crate::domain::replan::{Strategy, Trigger, TriggerKind};
+use crate::domain::replan::{PlanDiff, Strategy, Trigger, TriggerKind};
 use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
-use crate::plan::ValidPlan;
+use crate::plan::{Problem, ValidPlan};
 use crate::store::PlanRecord;
 
 use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, Restored};
@@ -50,6 +50,7 @@ use super::context::RunContext;
 use super::executor::{Executor, Outcome};
 use super::fixed::{self, FIRST_VERSION};
 use super::planner::{self, Planned};
+use super::review::{self, Verdict};
 use super::scheduler::{Next, Report, Scheduler};
 use super::simple::Simple;
 use replanner::{Replanned, Version};
@@ -227,7 +228,7 @@ impl Run {
             let progress = scheduler.abandon(&reason).await;
             let replanned = match self.restore_asked.take() {
                 Some(version) => replanner::restore(ctx, &trigger, &self.versions, version),
-                None => replanner::replan(ctx, &trigger, &self.versions, &progress).await,
+                None => self.replan_reviewed(ctx, &trigger, &progress).await,
             };
             match replanned {
                 Ok(Ok(replanned)) => {
@@ -417,6 +418,51 @@ impl Run {
                 replanned.change.strategy.as_str()
             ),
         ))
+    }
+
+    /// Asks the re-planner for the next version and, when the run reviews plans, the
+    /// reviewer (see [`review`]): a rejected version goes back to the re-planner with the
+    /// reviewer's reason, up to `engine.max_plan_repairs` times.
+    async fn replan_reviewed(
+        &self,
+        ctx: &RunContext,
+        trigger: &Trigger,
+        progress: &PlanProgress,
+    ) -> Result<Result<Replanned, Vec<Problem>>, RunError> {
+        let number = self.current().number + 1;
+        let mut trigger = trigger.clone();
+        let mut reason = String::new();
+        for _ in 0..=ctx.services.config.max_plan_repairs {
+            let replanned = match replanner::replan(ctx, &trigger, &self.versions, progress).await?
+            {
+                Ok(replanned) => replanned,
+                Err(problems) => return Ok(Err(problems)),
+            };
+            let Replanned {
+                doc,
+                plan,
+                mut change,
+            } = replanned;
+            match review::review(ctx, number, doc, plan).await? {
+                Verdict::Run { doc, plan, edited } => {
+                    if edited {
+                        change.explanation.push_str(" (edited by the reviewer)");
+                        change.diff = PlanDiff::between(&self.current().doc, &doc);
+                    }
+                    let plan = *plan;
+                    return Ok(Ok(Replanned { doc, plan, change }));
+                }
+                Verdict::Rejected(why) => {
+                    let told = format!("The reviewer rejected the new plan: {why}");
+                    trigger.message = Some(match trigger.message.take() {
+                        Some(message) => format!("{message}\n{told}"),
+                        None => told,
+                    });
+                    reason = why;
+                }
+            }
+        }
+        Ok(Err(vec![planner::rejected(&reason)]))
     }
 
     /// Makes `replanned` the current version: stored, announced, and started from what the

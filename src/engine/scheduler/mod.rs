@@ -832,6 +832,7 @@ mod tests {
             instructions: None,
             webhook: None,
             concurrency: None,
+            review_plans: false,
             declared_tools: Vec::new(),
         };
         let run = Run {
