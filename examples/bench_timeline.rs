@@ -235,6 +235,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         webhook: None,
         concurrency: None,
         review_plans: false,
+        priority: 0,
         declared_tools: Vec::new(),
     };
     let mut run = Run {
@@ -259,7 +260,7 @@ async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
         finished_at: None,
     };
     store
-        .insert_run(tenant, &run, &spec, None, false, &[])
+        .insert_run(tenant, &run, &spec, None, Default::default(), &[])
         .await
         .expect("insert run");
 

@@ -108,6 +108,7 @@ impl App {
             telemetry: telemetry.clone(),
             declared,
             webhook_due: webhook_due.clone(),
+            quotas: Arc::new(config.quotas.clone()),
             lease: if store.shared() {
                 crate::engine::lease::LeaseGate::leased(store.lease_ttl())
             } else {

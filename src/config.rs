@@ -62,6 +62,25 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Completion webhooks: the key that signs them, tenants' default URLs, retries.
     pub webhooks: WebhooksConfig,
+    /// What each tenant's runs may take: runs in progress, runs per minute, tokens per day.
+    pub quotas: QuotasConfig,
+}
+
+/// `[quotas]`: per-tenant limits, checked when a run is created (429 `quota_exceeded` with
+/// `Retry-After` past one). `default` applies to every tenant that `tenants.NAME` does not
+/// name; within a quota, 0 is no limit. Nothing is limited by default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotasConfig {
+    pub default: crate::domain::quota::Quota,
+    pub tenants: std::collections::BTreeMap<String, crate::domain::quota::Quota>,
+}
+
+impl QuotasConfig {
+    /// The quota of `tenant`.
+    pub fn of(&self, tenant: &str) -> crate::domain::quota::Quota {
+        self.tenants.get(tenant).copied().unwrap_or(self.default)
+    }
 }
 
 /// `[webhooks]`: what a run's completion webhook is signed with and how it is retried (see

@@ -21,6 +21,12 @@ pub struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabel {
+    pub tenant: String,
+    pub quota: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabel {
     pub r#type: String,
 }
@@ -36,6 +42,8 @@ pub struct Scrape<'a> {
     /// What the store has written of runs since it opened.
     pub store_statements: u64,
     pub store_commits: u64,
+    /// By tenant: runs in progress, tokens of the runs created today (UTC).
+    pub tenants: &'a [(String, u64, u64)],
 }
 
 #[derive(Clone)]
@@ -49,6 +57,7 @@ struct Inner {
     step_seconds: Family<KindLabel, Histogram>,
     llm_seconds: Histogram,
     tokens: Family<TokenLabel, Counter>,
+    quota_refusals: Family<QuotaLabel, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -86,6 +95,12 @@ impl Metrics {
         );
         let tokens = Family::<TokenLabel, Counter>::default();
         registry.register("llm_tokens", "LLM tokens used", tokens.clone());
+        let quota_refusals = Family::<QuotaLabel, Counter>::default();
+        registry.register(
+            "quota_refusals",
+            "New runs refused because their tenant was at a quota, by tenant and quota",
+            quota_refusals.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -93,8 +108,19 @@ impl Metrics {
                 step_seconds,
                 llm_seconds,
                 tokens,
+                quota_refusals,
             }),
         }
+    }
+
+    pub fn quota_refused(&self, tenant: &str, quota: &str) {
+        self.inner
+            .quota_refusals
+            .get_or_create(&QuotaLabel {
+                tenant: tenant.to_owned(),
+                quota: quota.to_owned(),
+            })
+            .inc();
     }
 
     pub fn run_finished(&self, status: &str) {
@@ -136,6 +162,7 @@ impl Metrics {
             lease_held,
             store_statements,
             store_commits,
+            tenants,
         } = *now;
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -187,6 +214,26 @@ impl Metrics {
             out.push_str(&format!(
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
             ));
+        }
+        type Read = fn(&(String, u64, u64)) -> u64;
+        let per_tenant: [(&str, &str, Read); 2] = [
+            (
+                "orca_tenant_runs_in_progress",
+                "Runs in progress (queued, running, waiting, paused), by tenant.",
+                |t| t.1,
+            ),
+            (
+                "orca_tenant_tokens_today",
+                "Tokens of the runs created today (UTC), by tenant.",
+                |t| t.2,
+            ),
+        ];
+        for (name, help, value) in per_tenant {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+            for t in tenants {
+                let tenant = t.0.replace('\\', "\\\\").replace('"', "\\\"");
+                out.push_str(&format!("{name}{{tenant=\"{tenant}\"}} {}\n", value(t)));
+            }
         }
         let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out

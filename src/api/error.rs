@@ -70,6 +70,12 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{0}")]
     Unavailable(String),
+    /// Over a tenant's quota: 429 with `Retry-After` (seconds).
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_secs: u64,
+    },
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -147,6 +153,11 @@ impl ApiError {
                 "overloaded",
                 "Service unavailable",
             ),
+            ApiError::TooManyRequests { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                "Quota exceeded",
+            ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
@@ -200,6 +211,11 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::TooManyRequests {
+                retry_after_secs, ..
+            } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
             }
             // The rest of the body may still be on its way: this connection cannot carry
             // another request.

@@ -17,6 +17,7 @@ pub mod sessions;
 pub mod sse;
 pub mod system;
 pub mod tools;
+pub mod usage;
 pub mod webhooks;
 pub mod workflows;
 
@@ -140,7 +141,7 @@ impl AppState {
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
         agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::list_models, system::healthz,
-        system::readyz,
+        system::readyz, usage::tenant_usage,
         system::metrics, agui::run_agent,
     ),
     components(schemas(
@@ -151,7 +152,7 @@ impl AppState {
         schedules::Schedule, schedules::ScheduleList, schedules::ScheduleFires, schedules::ScheduleFireRecord,
         webhooks::WebhookDelivery, webhooks::WebhookAttempt,
         sessions::Session, sessions::SummaryView, sessions::SessionRunView, sessions::SessionHistory, sessions::TurnView, sessions::UpdateSession,
-        schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire, crate::domain::run::ForkOrigin,
+        schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire, crate::domain::run::ForkOrigin, usage::TenantUsage, crate::domain::quota::Quota, crate::domain::quota::Usage,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -233,6 +234,7 @@ pub fn router(state: AppState) -> Router {
     let cors = cors_layer(&state.config.server.cors);
     let v1 = Router::new()
         .route("/runs", post(runs::create_run).get(runs::list_runs))
+        .route("/usage", get(usage::tenant_usage))
         .route("/runs/{id}", get(runs::get_run).delete(runs::delete_run))
         .route("/runs/{id}/events", get(runs::run_events))
         .route("/runs/{id}/steps", get(runs::run_steps))

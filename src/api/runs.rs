@@ -60,6 +60,9 @@ pub struct CreateRun {
     /// person's review before it runs: an `input_required` of kind `plan_review`.
     #[serde(default)]
     pub review_plans: bool,
+    /// Higher-priority runs leave the queue for a running slot first (-1000 to 1000, default 0).
+    #[serde(default)]
+    pub priority: i64,
 }
 
 /// A run request's `webhook`.
@@ -86,6 +89,7 @@ impl From<CreateRun> for RunRequest {
             webhook: c.webhook.map(|w| w.url),
             concurrency: c.concurrency,
             review_plans: c.review_plans,
+            priority: c.priority,
         }
     }
 }
@@ -265,6 +269,10 @@ pub(super) fn creation_error(e: engine::Error) -> ApiError {
             ApiError::Unavailable(e.to_string())
         }
         engine::Error::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
+        engine::Error::QuotaExceeded(exceeded) => ApiError::TooManyRequests {
+            message: exceeded.describe(),
+            retry_after_secs: exceeded.retry_after_secs,
+        },
         engine::Error::SessionBusy(_) | engine::Error::Conflict(_) => {
             ApiError::Conflict(e.to_string())
         }
@@ -359,6 +367,10 @@ fn request_of(spec: RunSpec) -> Map<String, Value> {
     put(
         "review_plans",
         spec.review_plans.then_some(Value::Bool(true)),
+    );
+    put(
+        "priority",
+        (spec.priority != 0).then_some(Value::from(spec.priority)),
     );
     out
 }

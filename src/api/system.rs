@@ -45,7 +45,8 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Metrics", content_type = "application/openmetrics-text")))]
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let by_status = state.runs.count_by_status().await?;
-    let text = state.engine.render_metrics(&by_status);
+    let tenants = state.runs.usage_by_tenant().await?;
+    let text = state.engine.render_metrics(&by_status, &tenants);
     Ok((
         StatusCode::OK,
         [(

@@ -18,6 +18,7 @@ pub mod http_tool;
 pub mod ids;
 pub mod path;
 pub mod plan;
+pub mod quota;
 pub mod replan;
 pub mod run;
 pub mod schedule;

@@ -231,6 +231,9 @@ pub struct Step {
     pub retry_policy: Option<RetryPolicy>,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Among top-level steps ready at once, higher ones start first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i64,
     /// A CEL condition over the step's `output` (and what its conditions may read): false
     /// fails the attempt with `unexpected_result`.
     #[serde(default)]
@@ -245,6 +248,10 @@ pub struct Step {
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub completed_at: Option<DateTime<Utc>>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 fn pending() -> StepStatus {
@@ -264,6 +271,7 @@ impl Step {
             status: StepStatus::Pending,
             retry_policy: None,
             timeout_ms: None,
+            priority: 0,
             expect: None,
             metadata: Map::new(),
             depends_on: Vec::new(),

@@ -266,6 +266,10 @@ pub struct RunSpec {
     /// configured default). Left out of the stored JSON when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<SessionConcurrency>,
+    /// Higher-priority runs leave the queue for a running slot first (default 0). Left out
+    /// of the stored JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i64,
     /// Each plan version a model writes waits for a person's review before it runs (see
     /// `engine::review`). Left out of the stored JSON when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -276,6 +280,10 @@ pub struct RunSpec {
     /// fingerprint, never shown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub declared_tools: Vec<super::http_tool::HttpToolSpec>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl RunSpec {
@@ -440,6 +448,7 @@ mod tests {
             webhook: None,
             concurrency: None,
             review_plans: false,
+            priority: 0,
             declared_tools: Vec::new(),
         }
     }

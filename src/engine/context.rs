@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::event::{InputRequiredData, StatusData};
@@ -71,6 +70,8 @@ pub struct Services {
     /// Told when a run that names a completion webhook has ended here (the deliverer then
     /// looks at once instead of at its next poll).
     pub webhook_due: Arc<tokio::sync::Notify>,
+    /// What each tenant's runs may take (`[quotas]`).
+    pub quotas: Arc<crate::config::QuotasConfig>,
 }
 
 impl RunContext {
@@ -230,30 +231,32 @@ pub(super) struct OpenAttempt {
 /// for a human, taken again (waiting for one to free) when the answer comes.
 #[derive(Default)]
 pub(super) struct RunningSlot {
-    /// The slots and the one held. A std mutex: swapped in short sections, never held across
-    /// an await.
-    held: Mutex<Option<(Arc<Semaphore>, Option<OwnedSemaphorePermit>)>>,
+    /// The slots, the one held, and the run's priority among them. A std mutex: swapped in
+    /// short sections, never held across an await.
+    held: Mutex<Option<HeldSlot>>,
 }
+
+type HeldSlot = (Arc<super::slots::Slots>, Option<super::slots::Slot>, i64);
 
 impl RunningSlot {
     /// Gives the slot back (a no-op for a context that holds none).
     pub(super) fn lend(&self) {
-        if let Some((_, permit)) = self.held.lock().expect("slot lock").as_mut() {
+        if let Some((_, permit, _)) = self.held.lock().expect("slot lock").as_mut() {
             permit.take();
         }
     }
 
     /// Takes a slot again after [`Self::lend`].
     pub(super) async fn take_back(&self) {
-        let slots = match self.held.lock().expect("slot lock").as_ref() {
-            Some((slots, None)) => slots.clone(),
+        let (slots, priority) = match self.held.lock().expect("slot lock").as_ref() {
+            Some((slots, None, priority)) => (slots.clone(), *priority),
             _ => return,
         };
         // Closed only when the engine is gone; the run is ending then anyway.
-        let Ok(permit) = slots.acquire_owned().await else {
+        let Some(permit) = slots.acquire(priority).await else {
             return;
         };
-        if let Some((_, held)) = self.held.lock().expect("slot lock").as_mut() {
+        if let Some((_, held, _)) = self.held.lock().expect("slot lock").as_mut() {
             *held = Some(permit);
         }
     }
@@ -266,9 +269,11 @@ impl RunContext {
         self.resumed || self.spec.fork.is_some()
     }
 
-    /// The run holds `permit`, one of `slots`, until it ends (or lends it while it waits).
-    pub fn hold_slot(&self, slots: Arc<Semaphore>, permit: OwnedSemaphorePermit) {
-        *self.slot.held.lock().expect("slot lock") = Some((slots, Some(permit)));
+    /// The run holds `permit`, one of `slots`, until it ends (or lends it while it waits, and
+    /// takes one again at the run's priority).
+    pub fn hold_slot(&self, slots: Arc<super::slots::Slots>, permit: super::slots::Slot) {
+        let priority = self.spec.priority;
+        *self.slot.held.lock().expect("slot lock") = Some((slots, Some(permit), priority));
     }
 
     pub fn new(

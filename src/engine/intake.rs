@@ -61,6 +61,8 @@ pub struct RunRequest {
     pub concurrency: Option<crate::domain::SessionConcurrency>,
     /// Plan versions a model writes wait for a person's review.
     pub review_plans: bool,
+    /// Higher-priority runs leave the queue first.
+    pub priority: i64,
 }
 
 /// A request that can run: what [`Engine::create_run`](super::Engine::create_run) stores.
@@ -139,6 +141,7 @@ pub async fn admit(
         webhook: request.webhook,
         concurrency: request.concurrency,
         review_plans: request.review_plans,
+        priority: request.priority,
         declared_tools,
     };
     // Only an `auto` run without a plan can have a rule's workflow join its spec: its

@@ -46,6 +46,7 @@ pub mod selector;
 pub mod session;
 pub mod simple;
 pub mod sink;
+pub mod slots;
 pub mod tool_call;
 
 /// The plan version of work done outside any plan (a simple run, planning, selection).
@@ -57,7 +58,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -96,6 +96,9 @@ pub enum Error {
     /// The run asked to be refused while its session has a run in progress, and it has.
     #[error("session `{0}` has a run in progress (the request's concurrency is `reject`)")]
     SessionBusy(String),
+    /// The tenant is at one of its quotas (`[quotas]`).
+    #[error("{}", .0.describe())]
+    QuotaExceeded(crate::domain::quota::Exceeded),
     /// The request is wrong for this run (422): each problem located by its pointer.
     #[error("the request is invalid for this run")]
     Invalid(Vec<crate::plan::Problem>),
@@ -110,7 +113,7 @@ pub struct Engine {
 
 struct Inner {
     services: Services,
-    slots: Arc<Semaphore>,
+    slots: Arc<slots::Slots>,
     queued: AtomicUsize,
     /// The tokens of live run tasks. A std mutex: insert/remove/lookup only.
     live: Mutex<HashMap<RunId, Handles>>,
@@ -174,7 +177,7 @@ pub enum Created {
 
 impl Engine {
     pub fn new(services: Services, tracker: TaskTracker, shutdown: CancellationToken) -> Engine {
-        let slots = Arc::new(Semaphore::new(services.config.max_running_runs));
+        let slots = Arc::new(slots::Slots::new(services.config.max_running_runs));
         Engine {
             inner: Arc::new(Inner {
                 services,
@@ -223,7 +226,11 @@ impl Engine {
     }
 
     /// The Prometheus text of the engine's metrics, with the run counts by status given.
-    pub fn render_metrics(&self, runs_by_status: &[(String, i64)]) -> String {
+    pub fn render_metrics(
+        &self,
+        runs_by_status: &[(String, i64)],
+        tenants: &[(String, u64, u64)],
+    ) -> String {
         let services = &self.inner.services;
         let run_tasks = self.run_tasks();
         let writes = services.store.writes();
@@ -234,6 +241,7 @@ impl Engine {
             lease_held: services.lease.held(),
             store_statements: writes.statements,
             store_commits: writes.commits,
+            tenants,
         })
     }
 
@@ -358,14 +366,27 @@ impl Engine {
         {
             self.interrupt_session(tenant, session).await?;
         }
-        let reject = policy == Some(Reject);
+        let guards = store::Guards {
+            session_idle: spec
+                .session_id
+                .as_deref()
+                .filter(|_| policy == Some(Reject)),
+            quota: self.inner.services.quotas.of(&tenant.0),
+        };
         let inserted = store
-            .insert_run(tenant, &run, &spec, idempotency, reject, &history)
+            .insert_run(tenant, &run, &spec, idempotency, guards, &history)
             .await?;
         if let Inserted::SessionBusy = inserted {
             return Err(Error::SessionBusy(
                 spec.session_id.clone().unwrap_or_default(),
             ));
+        }
+        if let Inserted::QuotaExceeded(exceeded) = inserted {
+            self.inner
+                .services
+                .metrics
+                .quota_refused(&tenant.0, exceeded.quota);
+            return Err(Error::QuotaExceeded(exceeded));
         }
         if let Inserted::Existing(prev) = inserted {
             // The key names one request: the same key with another request is a client bug

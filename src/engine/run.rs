@@ -109,7 +109,7 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
         return left;
     }
     let permit = tokio::select! {
-        p = inner.slots.clone().acquire_owned() => p,
+        p = inner.slots.acquire(ctx.spec.priority) => p,
         _ = ctx.cancel.cancelled() => {
             inner.queued.fetch_sub(1, Ordering::SeqCst);
             finalize(ctx, Ending::Cancelled).await;
@@ -121,7 +121,7 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
         }
     };
     inner.queued.fetch_sub(1, Ordering::SeqCst);
-    let Ok(permit) = permit else {
+    let Some(permit) = permit else {
         return Left::Done;
     };
     ctx.hold_slot(inner.slots.clone(), permit);

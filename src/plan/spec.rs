@@ -24,6 +24,8 @@ pub struct StepSpec {
     pub name: Option<String>,
     pub retry_policy: Option<RetryPolicy>,
     pub timeout_ms: Option<u64>,
+    /// Among top-level steps ready at once, higher ones start first (default 0).
+    pub priority: i64,
     /// The condition its output must meet (`expect`).
     pub expect: Option<Condition>,
     /// Where the step sits in the plan document, e.g. `/steps/2/input/steps/0`, so run-time

@@ -732,6 +732,7 @@ impl<'a> Checker<'a> {
             name,
             retry_policy,
             timeout_ms,
+            priority: obj.get("priority").and_then(Value::as_i64).unwrap_or(0),
             expect,
             pointer: pointer.to_owned(),
             metadata: obj
@@ -1259,6 +1260,7 @@ impl<'a> Checker<'a> {
             .and_then(Value::as_str)
             .map(str::to_owned);
         step.timeout_ms = obj.get("timeout_ms").and_then(Value::as_u64);
+        step.priority = obj.get("priority").and_then(Value::as_i64).unwrap_or(0);
         step.expect = obj.get("expect").and_then(Value::as_str).map(str::to_owned);
         step.retry_policy = match obj.get("retry_policy") {
             None => None,
@@ -1473,6 +1475,9 @@ pub(crate) fn step_document(step: &Step) -> Value {
     }
     if let Some(ms) = step.timeout_ms {
         doc.insert("timeout_ms".into(), Value::from(ms));
+    }
+    if step.priority != 0 {
+        doc.insert("priority".into(), Value::from(step.priority));
     }
     if let Some(expect) = &step.expect {
         doc.insert("expect".into(), Value::String(expect.clone()));

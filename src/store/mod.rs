@@ -32,6 +32,7 @@ use crate::domain::{
 
 mod cluster;
 mod history;
+mod quota;
 mod reads;
 mod registry;
 mod retention;
@@ -44,6 +45,7 @@ mod timeline;
 mod webhooks;
 pub use cluster::{Claim, Listener, Notice, listen};
 pub use history::*;
+pub use quota::Guards;
 pub use reads::{History, RunReads};
 pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
@@ -62,6 +64,7 @@ static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migratio
 /// The database behind a store (which one a URL names is the configuration's business:
 /// `database.url` is checked with [`Backend::of_url`] as it is loaded).
 pub use crate::config::Backend;
+use crate::domain::quota::Exceeded;
 
 impl Backend {
     pub fn as_str(self) -> &'static str {
@@ -297,6 +300,8 @@ pub enum Inserted {
     SessionBusy,
     /// The tenant already used this idempotency key: here is that run.
     Existing(Box<StoredRun>),
+    /// The tenant is at one of its quotas.
+    QuotaExceeded(Exceeded),
 }
 
 #[derive(Clone)]
@@ -560,29 +565,26 @@ impl Store {
     // ---- runs ---------------------------------------------------------------------------
 
     /// Inserts a new run, or returns the tenant's earlier run with the same idempotency key.
+    /// The run is inserted only if it fits `guards` (its session idle, its tenant's quota),
+    /// checked by the insert itself; `history` is written with it (a fork's start).
     pub async fn insert_run(
         &self,
         tenant: &Tenant,
         run: &Run,
         spec: &RunSpec,
         idempotency: Option<Idempotency<'_>>,
-        reject_if_session_busy: bool,
+        guards: Guards<'_>,
         history: &[Record],
     ) -> Result<Inserted> {
-        // A run that is refused while its session has a run in progress is inserted only if
-        // none is, in the transaction that inserts it.
-        let session = run.session_id.as_deref().filter(|_| reject_if_session_busy);
         let now = self.backend.now_ms_sql();
         let values = format!(
             "$1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, $10, $11, $12, $13,
                 $14, {now} + $15, $16"
         );
-        let rows = match session {
-            Some(_) => format!(
-                "SELECT {values} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $17
-                    AND session_id = $18 AND status IN ('queued', 'running', 'waiting_input', 'paused'))"
-            ),
-            None => format!("VALUES ({values})"),
+        let guard = guards.sql(self.backend, tenant, 17, run.created_at);
+        let rows = match guard.conditions.is_empty() {
+            true => format!("VALUES ({values})"),
+            false => format!("SELECT {values} WHERE {}", guard.conditions.join(" AND ")),
         };
         let sql = format!(
             "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
@@ -611,18 +613,10 @@ impl Store {
             self.lease_ttl_ms().into(),
             spec.fork.as_ref().map(|f| f.run_id.to_string()).into(),
         ];
-        let mut statements = Vec::with_capacity(3);
-        if let Some(session) = session {
-            params.extend([tenant.0.as_str().into(), session.into()]);
-            // PostgreSQL checks the guard without locking what is not there yet: two
-            // requests for one session wait for each other on a lock of its own instead.
-            if self.backend == Backend::Postgres {
-                statements.push(Statement {
-                    text: statement::Text::One("SELECT pg_advisory_xact_lock(hashtext($1))".into()),
-                    params: vec![format!("session:{}/{session}", tenant.0).into()],
-                });
-            }
-        }
+        params.extend(guard.params);
+        // PostgreSQL checks a guard without locking what is not there yet: two inserts for
+        // one session, or one tenant's quota, wait for each other on a lock of its own.
+        let mut statements = guard.locks;
         let inserted_at = statements.len();
         statements.push(Statement {
             text: statement::Text::One(sql),
@@ -644,36 +638,56 @@ impl Store {
             // id is new, and nothing else holds rows under it.
             self.delete_runs(&[run.id]).await?;
         }
-        self.why_not_inserted(tenant, idempotency, session.is_some())
+        self.why_not_inserted(tenant, idempotency, guards, run.created_at)
             .await
     }
 
-    /// Why a new run's row was not inserted: its idempotency key made a run before, or its
-    /// session (guarded when `session_guarded`) has one in progress.
+    /// Why a new run's row was not inserted: its idempotency key made a run before, its
+    /// session has one in progress, or its tenant is at a quota.
     async fn why_not_inserted(
         &self,
         tenant: &Tenant,
         idempotency: Option<Idempotency<'_>>,
-        session_guarded: bool,
+        guards: Guards<'_>,
+        now: DateTime<Utc>,
     ) -> Result<Inserted> {
-        let Some(key) = idempotency.map(|i| i.key) else {
-            return match session_guarded {
-                true => Ok(Inserted::SessionBusy),
-                false => Err(Error::Corrupt("run id collision".into())),
-            };
-        };
-        let row = sqlx::query("SELECT * FROM runs WHERE tenant = $1 AND idempotency_key = $2")
-            .bind(&tenant.0)
-            .bind(key)
-            .fetch_optional(&self.pool())
-            .await?;
-        match row {
-            Some(row) => Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?))),
-            None if session_guarded => Ok(Inserted::SessionBusy),
-            None => Err(Error::Corrupt(
-                "an idempotency key conflict with no run".into(),
-            )),
+        if let Some(key) = idempotency.map(|i| i.key) {
+            let row = sqlx::query("SELECT * FROM runs WHERE tenant = $1 AND idempotency_key = $2")
+                .bind(&tenant.0)
+                .bind(key)
+                .fetch_optional(&self.pool())
+                .await?;
+            if let Some(row) = row {
+                return Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?)));
+            }
         }
+        if let Some(session) = guards.session_idle
+            && !self
+                .session_unfinished(tenant, session, None)
+                .await?
+                .is_empty()
+        {
+            return Ok(Inserted::SessionBusy);
+        }
+        if guards.quota.limits_anything() {
+            let usage = self.tenant_usage(tenant, now).await?;
+            let exceeded = Exceeded::of(&guards.quota, &usage, crate::domain::now());
+            // Freed since the insert looked: the caller may try again at once.
+            return Ok(Inserted::QuotaExceeded(exceeded.unwrap_or(Exceeded {
+                quota: "running_runs",
+                limit: guards.quota.running_runs,
+                used: usage.running_runs,
+                retry_after_secs: 1,
+            })));
+        }
+        if guards.session_idle.is_some() {
+            // Its session's run ended since the insert looked.
+            return Ok(Inserted::SessionBusy);
+        }
+        Err(Error::Corrupt(match idempotency {
+            Some(_) => "an idempotency key conflict with no run".into(),
+            None => "run id collision".into(),
+        }))
     }
 
     /// The fingerprint ([`RunSpec::fingerprint`]) of the request that created a run under an

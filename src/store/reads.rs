@@ -36,6 +36,16 @@ impl RunReads {
     pub async fn count_by_status(&self) -> Result<Vec<(String, i64)>> {
         self.store.count_runs_by_status().await
     }
+
+    /// What a tenant uses now, against its quota ([`Store::tenant_usage`]).
+    pub async fn usage(&self, tenant: &Tenant) -> Result<crate::domain::quota::Usage> {
+        self.store.tenant_usage(tenant, crate::domain::now()).await
+    }
+
+    /// Runs in progress and tokens today, by tenant (for the metrics).
+    pub async fn usage_by_tenant(&self) -> Result<Vec<(String, u64, u64)>> {
+        self.store.usage_by_tenant(crate::domain::now()).await
+    }
 }
 
 /// What runs recorded, read only. Takes run ids the caller has already checked are the

@@ -115,6 +115,7 @@ mod tests {
             webhook: None,
             concurrency: None,
             review_plans: false,
+            priority: 0,
             declared_tools: Vec::new(),
         };
         let run = Run {
@@ -150,7 +151,7 @@ mod tests {
         let (spec, run) = simple_run();
         assert!(matches!(
             store
-                .insert_run(owner, &run, &spec, None, false, &[])
+                .insert_run(owner, &run, &spec, None, Default::default(), &[])
                 .await
                 .unwrap(),
             Inserted::New

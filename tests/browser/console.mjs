@@ -279,6 +279,12 @@ async function axisCheck(page, runId) {
   expect(labels.every((l) => /^(0|\d+(\.\d+)? (ms|s|min|h))$/.test(l.trim())), `tick labels without a unit: ${labels.join(', ')}`);
   expect(labels.slice(1).every((l) => l.trim() !== '0'), `ticks repeat 0: ${labels.join(', ')}`);
   expect(await page.getByRole('img', { name: /^Time axis/ }).count() === 1, 'the axis has no accessible name');
+  // The panel is drawn again as the run's events arrive: measure once a drawing has settled
+  // (a bar caught between two drawings has no box yet). If none ever has, the checks below say so.
+  await page.waitForFunction(() => {
+    const failed = [...document.querySelectorAll('.gantt .bar.s-failed')];
+    return failed.length > 0 && failed.every((b) => b.getBoundingClientRect().width >= 5);
+  }, null, { timeout: PATIENCE }).catch(() => {});
   const bars = await page.locator('.gantt .bar.s-failed').evaluateAll((els) => els.map((el) => {
     const box = el.getBoundingClientRect();
     const track = el.parentElement.getBoundingClientRect();

@@ -31,6 +31,7 @@ mod planning;
 mod posture;
 mod process;
 mod promises;
+mod quotas;
 mod reactive;
 mod replicas;
 mod retention;

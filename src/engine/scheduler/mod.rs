@@ -311,10 +311,13 @@ impl<'a> Scheduler<'a> {
             return;
         }
         let plan = self.plan.clone();
+        // Higher priorities first; the plan's order among equals.
+        let mut order: Vec<usize> = plan.order().to_vec();
+        order.sort_by_key(|&i| std::cmp::Reverse(plan.specs()[i].priority));
         let mut progressed = true;
         while progressed {
             progressed = false;
-            for &i in plan.order() {
+            for &i in &order {
                 let waiting = matches!(self.phases[i], Phase::Waiting { .. });
                 if !waiting || self.in_flight.len() >= max_parallel(&plan) || !self.deps_done(i) {
                     continue;
@@ -816,6 +819,7 @@ mod tests {
             declared: DeclaredTools::new(&config.tools).unwrap(),
             lease: Default::default(),
             webhook_due: Default::default(),
+            quotas: Default::default(),
         };
         let spec = RunSpec {
             input: json!("go"),
@@ -833,6 +837,7 @@ mod tests {
             webhook: None,
             concurrency: None,
             review_plans: false,
+            priority: 0,
             declared_tools: Vec::new(),
         };
         let run = Run {

@@ -1,0 +1,141 @@
+//! Per-tenant quotas (`[quotas]`): what a tenant's runs may take of the service, checked when
+//! a run is created (`store::Store::insert_run` holds them in the insert itself).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// What one tenant may use; 0 is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Quota {
+    /// Runs in progress at once (queued, running, waiting for input, paused).
+    pub running_runs: u64,
+    /// Runs created in any 60 seconds.
+    pub runs_per_minute: u64,
+    /// Tokens (prompt and completion) of the runs created on one UTC day.
+    pub tokens_per_day: u64,
+}
+
+impl Quota {
+    /// Whether any limit is set.
+    pub fn limits_anything(&self) -> bool {
+        self.running_runs > 0 || self.runs_per_minute > 0 || self.tokens_per_day > 0
+    }
+}
+
+/// What a tenant uses now, against its quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Usage {
+    /// Runs in progress.
+    pub running_runs: u64,
+    /// Runs created in the last 60 seconds.
+    pub runs_last_minute: u64,
+    /// Tokens of the runs created today (UTC).
+    pub tokens_today: u64,
+    /// When the oldest of the last minute's runs was created.
+    #[serde(skip)]
+    pub oldest_in_minute: Option<DateTime<Utc>>,
+}
+
+/// Which limit a new run would pass, and when to try again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exceeded {
+    /// `running_runs`, `runs_per_minute` or `tokens_per_day`.
+    pub quota: &'static str,
+    pub limit: u64,
+    pub used: u64,
+    /// Seconds until trying again may succeed.
+    pub retry_after_secs: u64,
+}
+
+impl Exceeded {
+    /// The first limit `usage` reaches, as of `now`; `None` when a run fits.
+    pub fn of(quota: &Quota, usage: &Usage, now: DateTime<Utc>) -> Option<Exceeded> {
+        let hit = |name, limit: u64, used: u64, retry_after_secs| {
+            (limit > 0 && used >= limit).then_some(Exceeded {
+                quota: name,
+                limit,
+                used,
+                retry_after_secs,
+            })
+        };
+        let minute_frees = usage.oldest_in_minute.map_or(1, |oldest| {
+            let frees = oldest + chrono::Duration::seconds(60);
+            (frees - now).num_seconds().clamp(1, 60) as u64
+        });
+        let tomorrow = (now.date_naive() + chrono::Days::new(1))
+            .and_hms_opt(0, 0, 0)
+            .map(|t| t.and_utc());
+        let day_ends = tomorrow.map_or(3600, |t| (t - now).num_seconds().max(1) as u64);
+        hit("running_runs", quota.running_runs, usage.running_runs, 5)
+            .or_else(|| {
+                hit(
+                    "runs_per_minute",
+                    quota.runs_per_minute,
+                    usage.runs_last_minute,
+                    minute_frees,
+                )
+            })
+            .or_else(|| {
+                hit(
+                    "tokens_per_day",
+                    quota.tokens_per_day,
+                    usage.tokens_today,
+                    day_ends,
+                )
+            })
+    }
+
+    /// The refusal in a sentence.
+    pub fn describe(&self) -> String {
+        let what = match self.quota {
+            "running_runs" => "runs in progress",
+            "runs_per_minute" => "runs created in the last minute",
+            _ => "tokens used today (UTC)",
+        };
+        format!(
+            "the tenant's quota `{}` is {}: it has {} {what}; try again in {} s",
+            self.quota, self.limit, self.used, self.retry_after_secs
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_limit_reached_says_when_to_try_again() {
+        let now: DateTime<Utc> = "2026-11-27T23:59:00Z".parse().unwrap();
+        let quota = Quota {
+            running_runs: 2,
+            runs_per_minute: 10,
+            tokens_per_day: 100,
+        };
+        let mut usage = Usage {
+            running_runs: 1,
+            runs_last_minute: 10,
+            tokens_today: 100,
+            oldest_in_minute: Some("2026-11-27T23:58:30Z".parse().unwrap()),
+        };
+        let hit = Exceeded::of(&quota, &usage, now).unwrap();
+        assert_eq!((hit.quota, hit.retry_after_secs), ("runs_per_minute", 30));
+        usage.runs_last_minute = 3;
+        let hit = Exceeded::of(&quota, &usage, now).unwrap();
+        assert_eq!((hit.quota, hit.retry_after_secs), ("tokens_per_day", 60));
+        usage.tokens_today = 99;
+        assert_eq!(Exceeded::of(&quota, &usage, now), None);
+        assert_eq!(
+            Exceeded::of(
+                &Quota::default(),
+                &Usage {
+                    running_runs: 1_000,
+                    ..usage
+                },
+                now
+            ),
+            None
+        );
+    }
+}

@@ -1,0 +1,161 @@
+//! What a new run must fit to be stored, checked by the statement that inserts it: its
+//! session idle (a `reject` run), and its tenant's quota ([`Quota`]). On PostgreSQL each check
+//! first takes a transaction lock of its own (per session, per tenant), so concurrent inserts
+//! are checked one after another and a limit holds across replicas.
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use super::statement::{self, Param, Statement};
+use super::{Backend, Result, Store, fmt_time, parse_time};
+use crate::domain::Tenant;
+use crate::domain::quota::{Quota, Usage};
+
+/// The runs in progress, as stored.
+pub(super) const IN_PROGRESS: &str = "('queued', 'running', 'waiting_input', 'paused')";
+
+/// What a new run must fit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Guards<'a> {
+    /// Its session (when it has one) has no run in progress.
+    pub session_idle: Option<&'a str>,
+    /// Its tenant's quota.
+    pub quota: Quota,
+}
+
+/// The guards as SQL: conditions over parameters numbered from `first`, and the locks to take
+/// before the insert (PostgreSQL).
+pub(super) struct GuardSql {
+    pub conditions: Vec<String>,
+    pub params: Vec<Param>,
+    pub locks: Vec<Statement>,
+}
+
+impl Guards<'_> {
+    pub(super) fn sql(
+        &self,
+        backend: Backend,
+        tenant: &Tenant,
+        first: usize,
+        now: DateTime<Utc>,
+    ) -> GuardSql {
+        let mut out = GuardSql {
+            conditions: Vec::new(),
+            params: Vec::new(),
+            locks: Vec::new(),
+        };
+        let param = |out: &mut GuardSql, p: Param| {
+            out.params.push(p);
+            format!("${}", first + out.params.len() - 1)
+        };
+        let lock = |out: &mut GuardSql, key: String| {
+            if backend == Backend::Postgres {
+                out.locks.push(Statement {
+                    text: statement::Text::One("SELECT pg_advisory_xact_lock(hashtext($1))".into()),
+                    params: vec![key.into()],
+                });
+            }
+        };
+        if let Some(session) = self.session_idle {
+            lock(&mut out, format!("session:{}/{session}", tenant.0));
+            let (t, s) = (
+                param(&mut out, tenant.0.as_str().into()),
+                param(&mut out, session.into()),
+            );
+            out.conditions.push(format!(
+                "NOT EXISTS (SELECT 1 FROM runs WHERE tenant = {t} AND session_id = {s}
+                    AND status IN {IN_PROGRESS})"
+            ));
+        }
+        let q = self.quota;
+        if !q.limits_anything() {
+            return out;
+        }
+        lock(&mut out, format!("quota:{}", tenant.0));
+        let t = param(&mut out, tenant.0.as_str().into());
+        if q.running_runs > 0 {
+            let n = param(&mut out, (q.running_runs as i64).into());
+            out.conditions.push(format!(
+                "(SELECT COUNT(*) FROM runs WHERE tenant = {t} AND status IN {IN_PROGRESS}) < {n}"
+            ));
+        }
+        if q.runs_per_minute > 0 {
+            let since = param(
+                &mut out,
+                fmt_time(now - chrono::Duration::seconds(60)).into(),
+            );
+            let n = param(&mut out, (q.runs_per_minute as i64).into());
+            out.conditions.push(format!(
+                "(SELECT COUNT(*) FROM runs WHERE tenant = {t} AND created_at > {since}) < {n}"
+            ));
+        }
+        if q.tokens_per_day > 0 {
+            let day = param(&mut out, fmt_time(start_of_day(now)).into());
+            let n = param(&mut out, (q.tokens_per_day as i64).into());
+            out.conditions.push(format!(
+                "(SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM runs
+                    WHERE tenant = {t} AND created_at >= {day}) < {n}"
+            ));
+        }
+        out
+    }
+}
+
+fn start_of_day(now: DateTime<Utc>) -> DateTime<Utc> {
+    now.date_naive()
+        .and_hms_opt(0, 0, 0)
+        .map_or(now, |t| t.and_utc())
+}
+
+impl Store {
+    /// What `tenant` uses now, against a quota.
+    pub async fn tenant_usage(&self, tenant: &Tenant, now: DateTime<Utc>) -> Result<Usage> {
+        let sql = format!(
+            "SELECT
+                (SELECT COUNT(*) FROM runs WHERE tenant = $1 AND status IN {IN_PROGRESS}) AS running,
+                (SELECT COUNT(*) FROM runs WHERE tenant = $1 AND created_at > $2) AS minute,
+                (SELECT MIN(created_at) FROM runs WHERE tenant = $1 AND created_at > $2) AS oldest,
+                (SELECT CAST(COALESCE(SUM(prompt_tokens + completion_tokens), 0) AS BIGINT)
+                    FROM runs WHERE tenant = $1 AND created_at >= $3) AS tokens"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&tenant.0)
+            .bind(fmt_time(now - chrono::Duration::seconds(60)))
+            .bind(fmt_time(start_of_day(now)))
+            .fetch_one(&self.pool())
+            .await?;
+        let oldest: Option<String> = row.try_get("oldest")?;
+        Ok(Usage {
+            running_runs: row.try_get::<i64, _>("running")? as u64,
+            runs_last_minute: row.try_get::<i64, _>("minute")? as u64,
+            tokens_today: row.try_get::<i64, _>("tokens")? as u64,
+            oldest_in_minute: oldest.as_deref().map(parse_time).transpose()?,
+        })
+    }
+
+    /// Runs in progress and tokens of the runs created today, by tenant (for the metrics).
+    pub async fn usage_by_tenant(&self, now: DateTime<Utc>) -> Result<Vec<(String, u64, u64)>> {
+        let sql = format!(
+            "SELECT tenant,
+                CAST(SUM(CASE WHEN status IN {IN_PROGRESS} THEN 1 ELSE 0 END) AS BIGINT)
+                    AS running,
+                CAST(SUM(CASE WHEN created_at >= $1 THEN prompt_tokens + completion_tokens
+                    ELSE 0 END) AS BIGINT) AS tokens
+             FROM runs WHERE status IN {IN_PROGRESS} OR created_at >= $1 GROUP BY tenant
+             ORDER BY tenant"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(fmt_time(start_of_day(now)))
+            .fetch_all(&self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("tenant")?,
+                    r.try_get::<i64, _>("running")? as u64,
+                    r.try_get::<i64, _>("tokens")? as u64,
+                ))
+            })
+            .collect()
+    }
+}
