@@ -1,5 +1,5 @@
 //! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, `agents …`,
-//! `schedules …`, `sessions …`, talking to a
+//! `schedules …`, `sessions …`, `usage`, talking to a
 //! running server over its public HTTP API only (never the store or the engine).
 //!
 //! Exit codes: 0 the run succeeded (or the command did its job), 1 the run ended otherwise
@@ -89,6 +89,12 @@ pub enum Command {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
     },
+    /// What your tenant uses now (runs in progress, runs in the last minute, tokens today)
+    /// against its quota.
+    Usage {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -123,6 +129,9 @@ pub struct RunArgs {
     /// asked inline like any input.
     #[arg(long)]
     review_plans: bool,
+    /// Higher-priority runs leave the queue for a running slot first (-1000 to 1000).
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i64>,
     /// Where the server POSTs the run's signed summary once it ends (needs
     /// `webhooks.secret` on the server).
     #[arg(long, value_name = "URL")]
@@ -286,6 +295,7 @@ async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Workflows { command } => workflows(command).await,
         Command::Agents { command } => agents(command).await,
         Command::Schedules { command } => schedules::schedules(command).await,
+        Command::Usage { client } => usage(&client).await,
         Command::Sessions { command } => sessions::sessions(command).await,
     }
 }
@@ -368,6 +378,34 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
         RunsCommand::Fork(args) => travel::fork(args).await,
         RunsCommand::Replan(args) => travel::replan(args).await,
     }
+}
+
+/// `usage`: the tenant's usage against its quota (0: no limit).
+async fn usage(client: &ClientArgs) -> Result<ExitCode, Error> {
+    let body = connect(client)?.get("/v1/usage").await?;
+    show(client.json, &body, |b| {
+        let (u, q) = (&b["usage"], &b["quota"]);
+        let limit = |v: &Value| match v.as_u64() {
+            Some(0) | None => "no limit".to_owned(),
+            Some(n) => format!("of {n}"),
+        };
+        outln!("tenant        {}", b["tenant"].as_str().unwrap_or("-"));
+        outln!(
+            "in progress   {} {}",
+            u["running_runs"],
+            limit(&q["running_runs"])
+        );
+        outln!(
+            "last minute   {} {}",
+            u["runs_last_minute"],
+            limit(&q["runs_per_minute"])
+        );
+        outln!(
+            "tokens today  {} {}",
+            u["tokens_today"],
+            limit(&q["tokens_per_day"])
+        );
+    })
 }
 
 /// `runs pause` and `runs resume`: `what` is the endpoint.
@@ -547,6 +585,9 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
     }
     if args.review_plans {
         body["review_plans"] = json!(true);
+    }
+    if let Some(priority) = args.priority {
+        body["priority"] = json!(priority);
     }
     if !args.metadata.is_empty() {
         let pairs = key_values(&args.metadata)?;

@@ -181,6 +181,7 @@ async function listsAndRegistries(page) {
   await page.goto(`${base}/#/runs`);
   await page.locator('tbody tr').first().waitFor({ timeout: PATIENCE });
   expect(await page.locator('tbody tr').count() === 3, 'the list does not show the three runs');
+  await page.locator('[data-usage]', { hasText: 'runs in the last minute' }).waitFor({ timeout: PATIENCE });
   await labelled(page, 'runs');
   await shot(page, 'runs');
   await page.getByLabel('Orchestration').selectOption('fixed');

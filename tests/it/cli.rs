@@ -816,3 +816,29 @@ async fn a_plan_to_review_is_shown_and_approved_inline() {
     );
     assert!(stdout.contains("30"), "{stdout}");
 }
+
+#[tokio::test]
+async fn usage_shows_the_tenants_use_against_its_quota_and_run_takes_a_priority() {
+    let app = spawn_app(|c| {
+        c.quotas.default = orca::domain::quota::Quota {
+            runs_per_minute: 5,
+            ..Default::default()
+        }
+    })
+    .await;
+    let out = app.orca(&["run", ARITHMETIC, "--priority", "-3"], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let (_, list) = app.get_json("/v1/runs").await;
+    let (_, run) = app
+        .get_json(&format!(
+            "/v1/runs/{}",
+            list["runs"][0]["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(run["request"]["priority"], -3);
+    let out = app.orca(&["usage"], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("last minute   1 of 5"), "{shown}");
+    assert!(shown.contains("in progress   0 no limit"), "{shown}");
+}

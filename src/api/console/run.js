@@ -150,6 +150,7 @@ function facts(run) {
     item('tool calls', u.tool_calls ?? '—'),
     run.session_id ? h('li', {}, 'session ', h('a', { href: `#/sessions/${encodeURIComponent(run.session_id)}`, 'data-fact': 'session' }, run.session_id)) : null,
     run.request?.concurrency ? h('li', {}, 'if its session is busy ', h('b', { 'data-fact': 'concurrency' }, run.request.concurrency)) : null,
+    run.request?.priority ? h('li', {}, 'priority ', h('b', { 'data-fact': 'priority' }, run.request.priority)) : null,
     parentFact(run),
     run.schedule ? h('li', {}, 'schedule ', h('a', { href: '#/schedules', 'data-fact': 'schedule' }, run.schedule.id.slice(0, 8)), ` (tick ${when(run.schedule.fire_at)})`) : null,
     run.completion ? item('completion', run.completion) : null,

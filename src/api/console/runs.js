@@ -63,13 +63,28 @@ function runRow(run) {
     h('td', { class: 'num' }, tokens));
 }
 
+/** The tenant's usage against its quota, in a line (`GET /v1/usage`; 0 is no limit). */
+async function showUsage(el, signal) {
+  try {
+    const { usage: u, quota: q } = await api('/v1/usage', { signal });
+    const of = (n, limit) => (limit ? `${n} of ${limit}` : `${n}`);
+    el.textContent = `Your usage: ${of(u.running_runs, q.running_runs)} in progress · `
+      + `${of(u.runs_last_minute, q.runs_per_minute)} runs in the last minute · `
+      + `${of(u.tokens_today, q.tokens_per_day)} tokens today (UTC)`;
+  } catch {
+    el.remove();
+  }
+}
+
 /** `#/runs?filters`: the list, newest first, a page at a time. */
 export async function runsView(main, params, signal) {
   const go = (next) => { location.hash = `#/runs${next.toString() ? `?${next}` : ''}`; };
   const body = h('div');
+  const usage = h('p', { class: 'hint', 'data-usage': '' });
   clear(main,
     h('div', { class: 'run-head' }, h('h1', {}, 'Runs'), h('a', { class: 'button', href: '#/new' }, 'New run')),
-    filterForm(params, go), body);
+    usage, filterForm(params, go), body);
+  showUsage(usage, signal);
   const query = new URLSearchParams(params);
   if (!query.get('limit')) query.set('limit', '20');
   const load = async () => {
