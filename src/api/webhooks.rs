@@ -18,11 +18,13 @@ use super::runs::own_run;
 /// A run's completion webhook.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct WebhookDelivery {
-    pub url: String,
-    /// `pending` (the run has not ended, or an attempt is due), `delivered` (a 2xx answer) or
-    /// `failed` (attempts used up, or the destination refused).
+    /// `null` when the run names no webhook.
+    pub url: Option<String>,
+    /// `pending` (the run has not ended, or an attempt is due), `delivered` (a 2xx answer),
+    /// `failed` (attempts used up, or the destination refused), or `none` (the run names no
+    /// webhook).
     pub state: String,
-    pub created_at: DateTime<Utc>,
+    pub created_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub attempts: Vec<WebhookAttempt>,
 }
@@ -41,9 +43,9 @@ pub struct WebhookAttempt {
 impl From<Delivery> for WebhookDelivery {
     fn from(d: Delivery) -> Self {
         WebhookDelivery {
-            url: d.url,
+            url: Some(d.url),
             state: d.state,
-            created_at: d.created_at,
+            created_at: Some(d.created_at),
             finished_at: d.finished_at,
             attempts: d
                 .attempts
@@ -65,8 +67,8 @@ impl From<Delivery> for WebhookDelivery {
     get, path = "/v1/runs/{id}/webhook", tag = "runs",
     params(("id" = String, Path, description = "Run id")),
     responses(
-        (status = 200, body = WebhookDelivery),
-        (status = 404, description = "No such run, or it names no webhook", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The delivery; `state: none` when the run names no webhook", body = WebhookDelivery),
+        (status = 404, description = "No such run", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn run_webhook(
@@ -77,7 +79,13 @@ pub async fn run_webhook(
     let run = own_run(&state, &tenant, &id).await?;
     match state.webhooks.delivery(&tenant, run).await? {
         Some(d) => Ok(Json(d.into())),
-        None => Err(ApiError::NotFound(format!("run `{id}` names no webhook"))),
+        None => Ok(Json(WebhookDelivery {
+            url: None,
+            state: "none".into(),
+            created_at: None,
+            finished_at: None,
+            attempts: Vec::new(),
+        })),
     }
 }
 

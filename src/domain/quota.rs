@@ -26,6 +26,7 @@ impl Quota {
 
 /// What a tenant uses now, against its quota.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = QuotaUsage)]
 pub struct Usage {
     /// Runs in progress.
     pub running_runs: u64,

@@ -159,13 +159,13 @@ async fn a_finished_run_posts_its_signed_summary_and_retries_until_accepted() {
     let (_, shown) = app.get_json(&format!("/v1/runs/{id}")).await;
     assert_eq!(shown["request"]["webhook"], json!({ "url": url }));
     let plain = app.create_run(calculation(None)).await;
-    let (status, _) = app
+    let (status, none) = app
         .get_json(&format!(
             "/v1/runs/{}/webhook",
             plain["id"].as_str().unwrap()
         ))
         .await;
-    assert_eq!(status, 404);
+    assert_eq!((status, none["state"].clone()), (200, json!("none")));
 }
 
 #[tokio::test]
@@ -362,4 +362,21 @@ async fn two_replicas_deliver_each_runs_webhook_once() {
         assert_eq!(n, 1, "run {id} was delivered {n} times");
     }
     assert_eq!(bodies.len(), ids.len());
+}
+
+#[tokio::test]
+async fn a_run_that_names_no_webhook_says_so() {
+    let app = spawn_app(|_| {}).await;
+    let run = app.create_run(json!({ "input": "10 + 20" })).await;
+    let (status, d) = app
+        .get_json(&format!("/v1/runs/{}/webhook", run["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(
+        (d["state"].clone(), d["url"].clone()),
+        (json!("none"), Value::Null)
+    );
+    assert_eq!(d["attempts"], json!([]));
+    let missing = "/v1/runs/0191e7a4-0000-7000-8000-000000000000/webhook";
+    assert_eq!(app.get_json(missing).await.0, 404);
 }
