@@ -182,18 +182,9 @@ async fn a_fork_is_refused_clearly_and_writes_nothing_for_bad_requests() {
         two_tenants(c, ["key-a-0123456789abcdef", "key-b-0123456789abcdef"])
     })
     .await;
-    let client = |key: &str| {
-        let mut headers = reqwest::header::HeaderMap::new();
-        let bearer = format!("Bearer {key}").parse().unwrap();
-        headers.insert(reqwest::header::AUTHORIZATION, bearer);
-        reqwest::Client::builder()
-            .default_headers(headers)
-            .build()
-            .unwrap()
-    };
     let (client_a, client_b) = (
-        client("key-a-0123456789abcdef"),
-        client("key-b-0123456789abcdef"),
+        bearer_client("key-a-0123456789abcdef"),
+        bearer_client("key-b-0123456789abcdef"),
     );
     let as_tenant = |client: &reqwest::Client| {
         let (client, base) = (client.clone(), app.url(""));

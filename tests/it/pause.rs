@@ -49,6 +49,13 @@ async fn until_status(reader: &mut SseReader, status: &str) -> Value {
     }
 }
 
+/// Reads events until the run pauses, and checks it paused before step `step`.
+async fn paused_before(reader: &mut SseReader, step: &str) {
+    let paused = until_status(reader, "paused").await;
+    let said = paused["message"].as_str().unwrap_or_default();
+    assert!(said.contains(&format!("before step `{step}`")), "{paused}");
+}
+
 async fn post(app: &TestApp, id: &str, what: &str) -> (u16, Value) {
     app.post_json(&format!("/v1/runs/{id}/{what}"), &json!({}))
         .await
@@ -159,14 +166,7 @@ async fn breakpoints_pause_before_their_steps_at_every_place_and_hold_across_a_r
         .await;
     let id = run["id"].as_str().unwrap().to_owned();
     let mut reader = app.events(&id).await;
-    let paused = until_status(&mut reader, "paused").await;
-    assert!(
-        paused["message"]
-            .as_str()
-            .unwrap()
-            .contains("before step `b`"),
-        "{paused}"
-    );
+    paused_before(&mut reader, "b").await;
     assert_eq!((probe.calls("a"), probe.calls("b")), (1, 0));
     drop(reader);
 
@@ -176,24 +176,15 @@ async fn breakpoints_pause_before_their_steps_at_every_place_and_hold_across_a_r
     let app = spawn_probed_app(Some(dir), &probe, |_| {}).await;
     let url = app.url(&format!("/v1/runs/{id}/events?after={seen}"));
     let mut reader = SseReader::new(app.client.get(url).send().await.unwrap());
-    let paused = until_status(&mut reader, "paused").await;
-    assert!(
-        paused["message"]
-            .as_str()
-            .unwrap()
-            .contains("before step `b`"),
-        "{paused}"
-    );
+    paused_before(&mut reader, "b").await;
     assert_eq!(probe.calls("b"), 0);
     // Resumed: `b` runs, then the loop's body stops at each item.
     assert_eq!(post(&app, &id, "resume").await.0, 202);
     for item in ["each[0]/tally", "each[1]/tally"] {
-        let paused = until_status(&mut reader, "paused").await;
-        let said = paused["message"].as_str().unwrap();
-        assert!(said.contains(&format!("before step `{item}`")), "{said}");
+        paused_before(&mut reader, item).await;
         assert_eq!(post(&app, &id, "resume").await.0, 202);
     }
-    until_status(&mut reader, "paused").await;
+    paused_before(&mut reader, "ask").await;
     assert_eq!(
         (
             probe.calls("b"),

@@ -34,20 +34,9 @@ async fn runs_in_progress_past_the_quota_are_refused_until_one_ends() {
         c.quotas.tenants.insert("b".into(), Quota::default());
     })
     .await;
-    let client = |key: &str| {
-        let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert(
-            reqwest::header::AUTHORIZATION,
-            format!("Bearer {key}").parse().unwrap(),
-        );
-        reqwest::Client::builder()
-            .default_headers(headers)
-            .build()
-            .unwrap()
-    };
     let (a, b) = (
-        client("key-a-0123456789abcdef"),
-        client("key-b-0123456789abcdef"),
+        bearer_client("key-a-0123456789abcdef"),
+        bearer_client("key-b-0123456789abcdef"),
     );
     let runs = app.url("/v1/runs");
     let mut ids = Vec::new();

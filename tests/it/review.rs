@@ -30,6 +30,18 @@ async fn next_review(reader: &mut SseReader) -> Value {
     }
 }
 
+/// Approves the review asked at `step` and reads the run to its end: it succeeds with `output`.
+async fn approve_to_end(app: &TestApp, id: &str, step: &Value, reader: SseReader, output: Value) {
+    let (status, _) = answer(app, id, step, json!({ "decision": "approve" })).await;
+    assert_eq!(status, 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(
+        (fin["status"].clone(), fin["output"].clone()),
+        (json!("succeeded"), output),
+        "{fin}"
+    );
+}
+
 async fn answer(app: &TestApp, id: &str, step: &Value, value: Value) -> (u16, Value) {
     let body = json!({ "step_id": step, "value": value });
     app.post_json(&format!("/v1/runs/{id}/input"), &body).await
@@ -170,20 +182,7 @@ async fn a_re_planned_version_waits_for_review_and_a_rejection_goes_to_the_re_pl
     assert_eq!(asked["data"]["plan_version"], 2);
     let told = llm.requests()[1].to_string();
     assert!(told.contains("the answer must be 42"), "{told}");
-    let (status, _) = answer(
-        &app,
-        &id,
-        &asked["data"]["step_id"],
-        json!({ "decision": "approve" }),
-    )
-    .await;
-    assert_eq!(status, 202);
-    let fin = final_data(&to_final(reader).await);
-    assert_eq!(
-        (fin["status"].clone(), fin["output"].clone()),
-        (json!("succeeded"), json!(42)),
-        "{fin}"
-    );
+    approve_to_end(&app, &id, &asked["data"]["step_id"], reader, json!(42)).await;
     let (_, plans) = app.get_json(&format!("/v1/runs/{id}/plans")).await;
     assert_eq!(
         plans.as_array().unwrap().len(),
@@ -217,20 +216,7 @@ async fn a_review_pending_at_a_restart_is_asked_again_and_its_plan_then_runs() {
     next_review(&mut reader).await;
     let again = next_review(&mut reader).await;
     assert_eq!(again["data"]["step_id"], asked["data"]["step_id"]);
-    let (status, _) = answer(
-        &app,
-        &id,
-        &again["data"]["step_id"],
-        json!({ "decision": "approve" }),
-    )
-    .await;
-    assert_eq!(status, 202);
-    let fin = final_data(&to_final(reader).await);
-    assert_eq!(
-        (fin["status"].clone(), fin["output"].clone()),
-        (json!("succeeded"), json!(42)),
-        "{fin}"
-    );
+    approve_to_end(&app, &id, &again["data"]["step_id"], reader, json!(42)).await;
 }
 
 #[tokio::test]

@@ -39,6 +39,17 @@ pub async fn poll_json(
     }
 }
 
+/// A client that sends `key` as `Authorization: Bearer` with every request.
+pub fn bearer_client(key: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let bearer = format!("Bearer {key}").parse().expect("a header value");
+    headers.insert(reqwest::header::AUTHORIZATION, bearer);
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("a client")
+}
+
 /// API keys for tenants `a` and `b` (the two keys given, in that order).
 pub fn two_tenants(c: &mut Config, [key_a, key_b]: [&str; 2]) {
     c.auth.api_keys = [(key_a, "a"), (key_b, "b")]
