@@ -244,3 +244,58 @@ async fn reviews_are_refused_for_runs_no_model_plans() {
         "{problem}"
     );
 }
+
+#[tokio::test]
+async fn a_plan_under_review_on_one_replica_is_approved_through_another() {
+    let replicas = TwoReplicas::start(&[("ORCA_LLM__PROVIDER", "offline")]).await;
+    let (a, b) = (&replicas.a, &replicas.b);
+    let body =
+        json!({ "input": "10 + 20 계산해줘", "orchestration": "planner", "review_plans": true });
+    let run: Value = a
+        .client
+        .post(a.url("/v1/runs"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = run["id"].as_str().unwrap().to_owned();
+    let reader = a.until_asked(&id, 1).await;
+    let asked = a
+        .stored_events(&id)
+        .await
+        .into_iter()
+        .rfind(|e| e["kind"] == "input_required")
+        .unwrap();
+    assert_eq!(asked["data"]["kind"], "plan_review");
+    let refused = b
+        .answer(
+            &id,
+            asked["data"]["step_id"].as_str().unwrap(),
+            json!({ "decision": "later" }),
+        )
+        .await;
+    assert_eq!(
+        refused, 422,
+        "the answer is checked on the replica that takes it"
+    );
+    let step = asked["data"]["step_id"].as_str().unwrap();
+    assert_eq!(
+        b.answer(&id, step, json!({ "decision": "approve" })).await,
+        202
+    );
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    let (_, plans): (u16, Value) = {
+        let resp = b
+            .client
+            .get(b.url(&format!("/v1/runs/{id}/plans")))
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.json().await.unwrap())
+    };
+    assert_eq!(plans[0]["plan"], asked["data"]["plan"]);
+}
