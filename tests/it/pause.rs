@@ -102,10 +102,11 @@ async fn a_paused_run_lets_its_running_step_finish_starts_none_and_holds_no_slot
         assert_eq!(asks[0]["status"], "completed", "{asks:?}");
 
         // With the only slot given back, another run goes through meanwhile.
-        let other = app
-            .stream_run(json!({ "input": "x", "orchestration": "fixed",
-            "plan": { "steps": [counted("other", &[])] } }))
-            .await;
+        let other = app.stream_run(json!({ "input": "x", "orchestration": "fixed",
+            "plan": { "steps": [counted("other", &[])] } }));
+        let other = tokio::time::timeout(PATIENCE, other)
+            .await
+            .expect("another run is not starved by a paused one");
         assert_eq!(final_data(&other)["status"], "succeeded");
 
         assert_eq!(post(&app, &id, "resume").await.0, 202);
