@@ -264,3 +264,32 @@ async fn a_run_paused_and_resumed_through_another_replica() {
         "{fin}"
     );
 }
+
+#[tokio::test]
+async fn a_paused_runs_time_limit_stands_still() {
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |c| c.engine.max_running_runs = 1).await;
+    let body = json!({ "input": "x", "orchestration": "fixed", "limits": { "max_duration_ms": 1000 },
+        "plan": { "steps": [ask("ask", &[]), counted("next", &["ask"])] } });
+    let run = app.create_run(body).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut reader = app.events(&id).await;
+    skip_to(&mut reader, "input_required", 1).await;
+    assert_eq!(post(&app, &id, "pause").await.0, 202);
+    assert_eq!(app.answer(&id, "ask", json!("yes")).await.status(), 202);
+    until_status(&mut reader, "paused").await;
+    // While it is paused, another run takes longer than its whole time limit.
+    let longer = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "w", "kind": "wait", "input": { "duration_ms": 1500 } }] } });
+    let other = tokio::time::timeout(PATIENCE, app.stream_run(longer))
+        .await
+        .expect("the other run ends");
+    assert_eq!(final_data(&other)["status"], "succeeded");
+    assert_eq!(post(&app, &id, "resume").await.0, 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(
+        fin["status"], "succeeded",
+        "the pause counted against the limit: {fin}"
+    );
+    assert_eq!(probe.calls("next"), 1);
+}
