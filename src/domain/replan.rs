@@ -128,33 +128,35 @@ pub struct PlanDiff {
     pub plan_changed: bool,
 }
 
+/// A plan document's top-level steps by id (steps without a string id left out).
+pub fn steps_by_id(doc: &Value) -> BTreeMap<&str, &Value> {
+    doc.get("steps")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|s| Some((s.get("id")?.as_str()?, s)))
+        .collect()
+}
+
 impl PlanDiff {
     /// The difference from plan document `before` to `after`.
     pub fn between(before: &Value, after: &Value) -> PlanDiff {
-        let steps = |doc: &Value| -> BTreeMap<String, Value> {
-            doc.get("steps")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|s| Some((s.get("id")?.as_str()?.to_owned(), s.clone())))
-                .collect()
-        };
-        let (old, new) = (steps(before), steps(after));
+        let (old, new) = (steps_by_id(before), steps_by_id(after));
         let mut diff = PlanDiff {
             added: new
                 .keys()
                 .filter(|id| !old.contains_key(*id))
-                .cloned()
+                .map(|id| id.to_string())
                 .collect(),
             removed: old
                 .keys()
                 .filter(|id| !new.contains_key(*id))
-                .cloned()
+                .map(|id| id.to_string())
                 .collect(),
             changed: new
                 .iter()
                 .filter(|(id, step)| old.get(*id).is_some_and(|o| o != *step))
-                .map(|(id, _)| id.clone())
+                .map(|(id, _)| id.to_string())
                 .collect(),
             plan_changed: false,
         };

@@ -15,11 +15,12 @@
 //! A changed plan keeps a completed step only if the step is the same in it and every step it
 //! depends on is kept; the others run. The steps that run read the fork's input.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::domain::replan::steps_by_id;
 use crate::domain::run::{ForkOrigin, RunSpec};
 use crate::domain::{ErrorCode, RunError, RunId, StepAttempt, StepPath, StepStatus, Tenant};
 use crate::plan::{self, Problem, ValidPlan};
@@ -297,7 +298,7 @@ impl PlanPoint {
 /// completed steps that are the same in both and whose dependencies are all kept, and the
 /// completed children of running steps that are the same. Failed steps run again.
 fn kept(progress: &PlanProgress, before: &Value, after: &Value) -> PlanProgress {
-    let (old, new) = (steps_of(before), steps_of(after));
+    let (old, new) = (steps_by_id(before), steps_by_id(after));
     let same = |id: &str| old.get(id).is_some_and(|s| new.get(id) == Some(s));
     let mut kept: BTreeSet<&str> = (progress.steps.iter())
         .filter(|(id, r)| r.status == StepStatus::Completed && same(id))
@@ -327,16 +328,6 @@ fn kept(progress: &PlanProgress, before: &Value, after: &Value) -> PlanProgress 
         variables: progress.variables.clone(),
         released: Vec::new(),
     }
-}
-
-/// A plan document's top-level steps by id.
-fn steps_of(doc: &Value) -> BTreeMap<&str, &Value> {
-    doc.get("steps")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|s| Some((s.get("id")?.as_str()?, s)))
-        .collect()
 }
 
 fn depends_on(step: &Value) -> impl Iterator<Item = &str> {
