@@ -266,6 +266,9 @@ impl Backend {
 pub struct AuthConfig {
     /// When empty, no credentials are needed and every caller is the tenant `default`.
     pub api_keys: Vec<ApiKey>,
+    /// Operators' keys: they read `/metrics` with every tenant's series, and nothing else (a
+    /// tenant's key reads its own tenant's series only).
+    pub operator_keys: Vec<Secret>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -822,7 +825,7 @@ impl Default for McpServerConfig {
 
 /// A problem with one key's value, found by [`Config::validate`] (where the value came from
 /// is added by `load`).
-fn invalid(key: &'static str, message: &str) -> Error {
+fn invalid(key: impl Into<Cow<'static, str>>, message: &str) -> Error {
     Error::Invalid {
         key: key.into(),
         message: message.to_owned(),
@@ -1182,6 +1185,7 @@ impl Config {
         self.validate_database()?;
         self.validate_run_limits()?;
         self.validate_auth()?;
+        self.validate_quotas()?;
         self.validate_webhooks()?;
         self.validate_llm()?;
         self.validate_selector()
@@ -1351,6 +1355,39 @@ impl Config {
             }
             if k.tenant.is_empty() {
                 return Err(invalid("auth.api_keys", "every key needs a tenant"));
+            }
+        }
+        for k in &self.auth.operator_keys {
+            if k.expose().len() < 16 {
+                return Err(invalid(
+                    "auth.operator_keys",
+                    "every key must be at least 16 characters",
+                ));
+            }
+            let taken = (self.auth.api_keys.iter()).any(|t| t.key.expose() == k.expose());
+            if taken {
+                return Err(invalid(
+                    "auth.operator_keys",
+                    "an operator key must not also be a tenant's key",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `[quotas]`: each tenant's weight and priority cap within their ranges.
+    fn validate_quotas(&self) -> Result<(), Error> {
+        let named = std::iter::once(("default".to_owned(), &self.quotas.default))
+            .chain((self.quotas.tenants.iter()).map(|(name, q)| (format!("tenants.{name}"), q)));
+        for (name, q) in named {
+            if !(1..=1000).contains(&q.weight) {
+                return Err(invalid(format!("quotas.{name}.weight"), "must be 1-1000"));
+            }
+            if q.max_priority.is_some_and(|p| !(-1000..=1000).contains(&p)) {
+                return Err(invalid(
+                    format!("quotas.{name}.max_priority"),
+                    "must be -1000 to 1000 (the range a run's priority has)",
+                ));
             }
         }
         Ok(())
@@ -1651,6 +1688,15 @@ mod tests {
     fn invalid_values_name_their_key() {
         assert_each_names_its_key(&[
             ("[server]\nbind = \"nowhere\"\n", "server.bind"),
+            ("[quotas.default]\nweight = 0\n", "quotas.default.weight"),
+            (
+                "[quotas.tenants.x]\nmax_priority = 5000\n",
+                "quotas.tenants.x.max_priority",
+            ),
+            (
+                "[auth]\noperator_keys = [\"short\"]\n",
+                "auth.operator_keys",
+            ),
             (
                 "[engine]\nmax_running_runs = 0\n",
                 "engine.max_running_runs",

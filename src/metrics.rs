@@ -31,6 +31,13 @@ pub struct TokenLabel {
     pub r#type: String,
 }
 
+/// Who reads the metrics: an operator sees every tenant's series, a tenant its own only.
+#[derive(Debug, Clone, Copy)]
+pub enum Audience<'a> {
+    Operator,
+    Tenant(&'a str),
+}
+
 /// What [`Metrics::render`] reads at scrape time, beside the registry's own metrics.
 #[derive(Debug, Clone, Copy)]
 pub struct Scrape<'a> {
@@ -153,8 +160,18 @@ impl Metrics {
         }
     }
 
-    /// The text exposition, with what is read at scrape time appended.
-    pub fn render(&self, now: &Scrape<'_>) -> String {
+    /// The text exposition, with what is read at scrape time appended, as `audience` may see
+    /// it: a series labelled with another tenant than the reader's is left out, whichever
+    /// family it belongs to.
+    pub fn render(&self, now: &Scrape<'_>, audience: Audience<'_>) -> String {
+        let all = self.render_all(now);
+        match audience {
+            Audience::Operator => all,
+            Audience::Tenant(tenant) => only_tenant(&all, tenant),
+        }
+    }
+
+    fn render_all(&self, now: &Scrape<'_>) -> String {
         let Scrape {
             runs_by_status,
             open_streams,
@@ -231,11 +248,87 @@ impl Metrics {
         for (name, help, value) in per_tenant {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
             for t in tenants {
-                let tenant = t.0.replace('\\', "\\\\").replace('"', "\\\"");
+                let tenant = escape_label(&t.0);
                 out.push_str(&format!("{name}{{tenant=\"{tenant}\"}} {}\n", value(t)));
             }
         }
         let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
+    }
+}
+
+/// A label value as the text format writes it.
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The exposition without the samples labelled with a tenant other than `tenant`.
+fn only_tenant(text: &str, tenant: &str) -> String {
+    let mine = format!("tenant=\"{}\"", escape_label(tenant));
+    let keep =
+        |line: &&str| line.starts_with('#') || !line.contains("tenant=\"") || labelled(line, &mine);
+    let mut out: String = text.lines().filter(keep).collect::<Vec<_>>().join("\n");
+    out.push('\n');
+    out
+}
+
+/// Whether a sample line carries exactly the label `pair` (`tenant="…"`, escaped): it starts
+/// the label set or follows a comma, and its value ends where `pair` does.
+fn labelled(line: &str, pair: &str) -> bool {
+    let Some(labels) = line.split_once('{').map(|(_, rest)| rest) else {
+        return false;
+    };
+    labels.match_indices(pair).any(|(at, _)| {
+        (at == 0 || labels[..at].ends_with(',')) && {
+            let after = &labels[at + pair.len()..];
+            after.starts_with(',') || after.starts_with('}')
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_reads_its_own_series_and_every_unlabelled_one() {
+        let metrics = Metrics::new();
+        metrics.quota_refused("a", "running_runs");
+        metrics.quota_refused("ab", "running_runs");
+        metrics.quota_refused("b\"x", "tokens_per_day");
+        let tenants = [("a".to_owned(), 1, 2), ("ab".to_owned(), 3, 4)];
+        let scrape = Scrape {
+            runs_by_status: &[],
+            open_streams: 0,
+            run_tasks: 0,
+            lease_held: 0,
+            store_statements: 0,
+            store_commits: 0,
+            tenants: &tenants,
+        };
+        let all = metrics.render(&scrape, Audience::Operator);
+        for series in [r#"tenant="ab""#, r#"tenant="b\"x""#, r#"tenant="a""#] {
+            assert!(all.contains(series), "{all}");
+        }
+        let mine = metrics.render(&scrape, Audience::Tenant("a"));
+        assert!(
+            mine.contains(r#"orca_tenant_runs_in_progress{tenant="a"} 1"#),
+            "{mine}"
+        );
+        assert!(
+            mine.contains(r#"orca_quota_refusals_total{tenant="a",quota="running_runs"} 1"#),
+            "{mine}"
+        );
+        assert!(
+            !mine.contains(r#"tenant="ab""#) && !mine.contains("b\\\"x"),
+            "{mine}"
+        );
+        assert!(
+            mine.contains("orca_open_streams 0") && mine.ends_with("# EOF\n"),
+            "{mine}"
+        );
     }
 }

@@ -333,25 +333,51 @@ async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let keys = &state.config.auth.api_keys;
+    let auth = &state.config.auth;
+    let keys = &auth.api_keys;
+    if keys.is_empty() && auth.operator_keys.is_empty() {
+        req.extensions_mut().insert(Tenant::default_tenant());
+        req.extensions_mut().insert(Reader::Operator);
+        return Ok(next.run(req).await);
+    }
+    let headers = req.headers();
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .map(str::trim);
+    let matches = |key: &crate::config::Secret| {
+        presented.is_some_and(|p| constant_time_eq(key.expose().as_bytes(), p.as_bytes()))
+    };
+    if auth.operator_keys.iter().any(matches) {
+        if req.uri().path() != "/metrics" {
+            return Err(ApiError::Forbidden(
+                "an operator key reads /metrics only; use a tenant's API key for /v1".into(),
+            ));
+        }
+        req.extensions_mut().insert(Reader::Operator);
+        return Ok(next.run(req).await);
+    }
     let tenant = if keys.is_empty() {
         Tenant::default_tenant()
     } else {
-        let headers = req.headers();
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
-            .map(str::trim)
-            .ok_or(ApiError::Unauthorized)?;
         keys.iter()
-            .find(|k| constant_time_eq(k.key.expose().as_bytes(), presented.as_bytes()))
+            .find(|k| matches(&k.key))
             .map(|k| Tenant(k.tenant.clone()))
             .ok_or(ApiError::Unauthorized)?
     };
+    req.extensions_mut().insert(Reader::Tenant(tenant.clone()));
     req.extensions_mut().insert(tenant);
     Ok(next.run(req).await)
+}
+
+/// Who reads `/metrics`: an operator's key (or a server without keys) sees every tenant's
+/// series, a tenant's key its own.
+#[derive(Debug, Clone)]
+pub(crate) enum Reader {
+    Operator,
+    Tenant(Tenant),
 }
 
 /// Compares without an early exit, so response timing does not leak how much of a key matched.

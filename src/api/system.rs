@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::domain::Tenant;
 use crate::functions::FunctionInfo;
 use crate::llm::router::ModelInfo;
+use crate::metrics::Audience;
 use crate::tools::ToolInfo;
 
 use super::AppState;
@@ -43,10 +44,17 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
 
 /// Prometheus metrics (OpenMetrics text).
 #[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Metrics", content_type = "application/openmetrics-text")))]
-pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub async fn metrics(
+    State(state): State<AppState>,
+    Extension(reader): Extension<super::Reader>,
+) -> Result<Response, ApiError> {
     let by_status = state.runs.count_by_status().await?;
     let tenants = state.runs.usage_by_tenant().await?;
-    let text = state.engine.render_metrics(&by_status, &tenants);
+    let audience = match &reader {
+        super::Reader::Operator => Audience::Operator,
+        super::Reader::Tenant(t) => Audience::Tenant(&t.0),
+    };
+    let text = state.engine.render_metrics(&by_status, &tenants, audience);
     Ok((
         StatusCode::OK,
         [(

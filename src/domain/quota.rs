@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// What one tenant may use; 0 is no limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Quota {
     /// Runs in progress at once (queued, running, waiting for input, paused).
@@ -15,6 +15,24 @@ pub struct Quota {
     pub runs_per_minute: u64,
     /// Tokens (prompt and completion) of the runs created on one UTC day.
     pub tokens_per_day: u64,
+    /// The highest `priority` the tenant's runs may ask (`null`: the request schema's 1000).
+    /// A priority orders the tenant's own runs only; across tenants the queue is fair.
+    pub max_priority: Option<i64>,
+    /// The tenant's share of the running slots when tenants queue for them at once: a tenant
+    /// of weight 2 is served twice as often as one of weight 1 (1-1000, default 1).
+    pub weight: u32,
+}
+
+impl Default for Quota {
+    fn default() -> Self {
+        Quota {
+            running_runs: 0,
+            runs_per_minute: 0,
+            tokens_per_day: 0,
+            max_priority: None,
+            weight: 1,
+        }
+    }
 }
 
 impl Quota {
@@ -113,6 +131,7 @@ mod tests {
             running_runs: 2,
             runs_per_minute: 10,
             tokens_per_day: 100,
+            ..Quota::default()
         };
         let mut usage = Usage {
             running_runs: 1,

@@ -231,32 +231,37 @@ pub(super) struct OpenAttempt {
 /// for a human, taken again (waiting for one to free) when the answer comes.
 #[derive(Default)]
 pub(super) struct RunningSlot {
-    /// The slots, the one held, and the run's priority among them. A std mutex: swapped in
-    /// short sections, never held across an await.
+    /// The slots, the one held, and the run's tenant and priority among them. A std mutex:
+    /// swapped in short sections, never held across an await.
     held: Mutex<Option<HeldSlot>>,
 }
 
-type HeldSlot = (Arc<super::slots::Slots>, Option<super::slots::Slot>, i64);
+type HeldSlot = (
+    Arc<super::slots::Slots>,
+    Option<super::slots::Slot>,
+    Tenant,
+    i64,
+);
 
 impl RunningSlot {
     /// Gives the slot back (a no-op for a context that holds none).
     pub(super) fn lend(&self) {
-        if let Some((_, permit, _)) = self.held.lock().expect("slot lock").as_mut() {
+        if let Some((_, permit, _, _)) = self.held.lock().expect("slot lock").as_mut() {
             permit.take();
         }
     }
 
     /// Takes a slot again after [`Self::lend`].
     pub(super) async fn take_back(&self) {
-        let (slots, priority) = match self.held.lock().expect("slot lock").as_ref() {
-            Some((slots, None, priority)) => (slots.clone(), *priority),
+        let (slots, tenant, priority) = match self.held.lock().expect("slot lock").as_ref() {
+            Some((slots, None, tenant, priority)) => (slots.clone(), tenant.clone(), *priority),
             _ => return,
         };
         // Closed only when the engine is gone; the run is ending then anyway.
-        let Some(permit) = slots.acquire(priority).await else {
+        let Some(permit) = slots.acquire(&tenant, priority).await else {
             return;
         };
-        if let Some((_, held, _)) = self.held.lock().expect("slot lock").as_mut() {
+        if let Some((_, held, _, _)) = self.held.lock().expect("slot lock").as_mut() {
             *held = Some(permit);
         }
     }
@@ -272,8 +277,8 @@ impl RunContext {
     /// The run holds `permit`, one of `slots`, until it ends (or lends it while it waits, and
     /// takes one again at the run's priority).
     pub fn hold_slot(&self, slots: Arc<super::slots::Slots>, permit: super::slots::Slot) {
-        let priority = self.spec.priority;
-        *self.slot.held.lock().expect("slot lock") = Some((slots, Some(permit), priority));
+        let held = (slots, Some(permit), self.tenant.clone(), self.spec.priority);
+        *self.slot.held.lock().expect("slot lock") = Some(held);
     }
 
     pub fn new(

@@ -115,6 +115,15 @@ pub async fn admit(
     let declared = services.declared_tools(tenant).await?;
     let tenants = services.for_tenant(tenant, &declared);
     let mut problems = named(&tenants, &request);
+    let max_priority = services.quotas.of(&tenant.0).max_priority;
+    if let Some(max) = max_priority.filter(|max| request.priority > *max) {
+        problems.push(Problem::new(
+            "/priority",
+            format!(
+                "must be at most {max} for this tenant (its quota's max_priority); a priority orders the tenant's own runs, tenants share the queue fairly"
+            ),
+        ));
+    }
     let (plan, more) = plan_of(&tenants, tenant, &mut request).await?;
     problems.extend(more);
     if !problems.is_empty() {

@@ -177,7 +177,10 @@ pub enum Created {
 
 impl Engine {
     pub fn new(services: Services, tracker: TaskTracker, shutdown: CancellationToken) -> Engine {
-        let slots = Arc::new(slots::Slots::new(services.config.max_running_runs));
+        let slots = Arc::new(slots::Slots::new(
+            services.config.max_running_runs,
+            services.quotas.clone(),
+        ));
         Engine {
             inner: Arc::new(Inner {
                 services,
@@ -230,19 +233,23 @@ impl Engine {
         &self,
         runs_by_status: &[(String, i64)],
         tenants: &[(String, u64, u64)],
+        audience: crate::metrics::Audience<'_>,
     ) -> String {
         let services = &self.inner.services;
         let run_tasks = self.run_tasks();
         let writes = services.store.writes();
-        services.metrics.render(&crate::metrics::Scrape {
-            runs_by_status,
-            open_streams: services.hub.open_streams(),
-            run_tasks,
-            lease_held: services.lease.held(),
-            store_statements: writes.statements,
-            store_commits: writes.commits,
-            tenants,
-        })
+        services.metrics.render(
+            &crate::metrics::Scrape {
+                runs_by_status,
+                open_streams: services.hub.open_streams(),
+                run_tasks,
+                lease_held: services.lease.held(),
+                store_statements: writes.statements,
+                store_commits: writes.commits,
+                tenants,
+            },
+            audience,
+        )
     }
 
     /// Number of run tasks alive on this replica (queued, running or waiting).

@@ -109,7 +109,7 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
         return left;
     }
     let permit = tokio::select! {
-        p = inner.slots.acquire(ctx.spec.priority) => p,
+        p = inner.slots.acquire(&ctx.tenant, ctx.spec.priority) => p,
         _ = ctx.cancel.cancelled() => {
             inner.queued.fetch_sub(1, Ordering::SeqCst);
             finalize(ctx, Ending::Cancelled).await;

@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+const OPERATOR_KEY: &str = "operator-0123456789abcdef";
+
 fn waiting() -> Value {
     json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
         { "id": "ask", "kind": "user_input", "input": { "prompt": "Go on?" } }] } })
@@ -27,6 +29,7 @@ async fn post_run(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Op
 async fn runs_in_progress_past_the_quota_are_refused_until_one_ends() {
     let app = spawn_app(|c| {
         two_tenants(c, ["key-a-0123456789abcdef", "key-b-0123456789abcdef"]);
+        c.auth.operator_keys = vec![orca::config::Secret::new(OPERATOR_KEY)];
         c.quotas.default = Quota {
             running_runs: 2,
             ..Default::default()
@@ -88,10 +91,27 @@ async fn runs_in_progress_past_the_quota_are_refused_until_one_ends() {
         metrics.contains(r#"orca_tenant_runs_in_progress{tenant="a"} 2"#),
         "{metrics}"
     );
+    // A tenant's key reads its own tenant's series only; an operator's key reads them all.
+    assert!(!metrics.contains(r#"tenant="b""#), "{metrics}");
+    let operator = bearer_client(OPERATOR_KEY);
+    let all = operator.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(all.status(), 200);
+    let all = all.text().await.unwrap();
     assert!(
-        metrics.contains(r#"orca_tenant_runs_in_progress{tenant="b"} 3"#),
-        "{metrics}"
+        all.contains(r#"orca_tenant_runs_in_progress{tenant="a"} 2"#)
+            && all.contains(r#"orca_tenant_runs_in_progress{tenant="b"} 3"#),
+        "{all}"
     );
+    let b_reads = b.get(app.url("/metrics")).send().await.unwrap();
+    let b_reads = b_reads.text().await.unwrap();
+    assert!(
+        b_reads.contains(r#"orca_tenant_runs_in_progress{tenant="b"} 3"#)
+            && !b_reads.contains(r#"tenant="a""#),
+        "{b_reads}"
+    );
+    // An operator's key is no tenant's: it reads nothing under /v1.
+    let refused = operator.get(app.url("/v1/runs")).send().await.unwrap();
+    assert_eq!(refused.status(), 403);
 
     // One ends: another fits.
     let cancel = a
@@ -226,26 +246,7 @@ async fn higher_priority_runs_leave_the_queue_and_higher_priority_steps_start_fi
     for priority in [0, 10, 5] {
         let run = app.create_run(calc(priority)).await;
         let id = run["id"].as_str().unwrap().to_owned();
-        // Waiting for the slot: its `queued` event is stored.
-        let events = app.url(&format!("/v1/runs/{id}/events"));
-        let client = app.client.clone();
-        let deadline = std::time::Instant::now() + PATIENCE;
-        loop {
-            let stored: Value = client
-                .get(&events)
-                .header("accept", "application/json")
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if stored.as_array().is_some_and(|e| !e.is_empty()) {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "the run never queued");
-            tokio::task::yield_now().await;
-        }
+        wait_queued(&app.client, &app, &id).await;
         ids.push(id);
     }
     let (_, detail) = app.get_json(&format!("/v1/runs/{}", ids[1])).await;
@@ -298,4 +299,95 @@ async fn higher_priority_runs_leave_the_queue_and_higher_priority_steps_start_fi
         (422, json!("/priority")),
         "{problem}"
     );
+}
+
+/// Waits until run `id` waits for a slot: its `queued` event is stored.
+async fn wait_queued(client: &reqwest::Client, app: &TestApp, id: &str) {
+    let events = app.url(&format!("/v1/runs/{id}/events"));
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let stored: Value = client
+            .get(&events)
+            .header("accept", "application/json")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if stored.as_array().is_some_and(|e| !e.is_empty()) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run never queued");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn a_tenants_priority_orders_its_own_runs_and_tenants_share_the_queue_fairly() {
+    let app = spawn_app(|c| {
+        two_tenants(c, ["key-a-0123456789abcdef", "key-b-0123456789abcdef"]);
+        c.engine.max_running_runs = 1;
+        c.quotas.default.max_priority = Some(100);
+    })
+    .await;
+    let (a, b) = (
+        bearer_client("key-a-0123456789abcdef"),
+        bearer_client("key-b-0123456789abcdef"),
+    );
+    let runs = app.url("/v1/runs");
+    // Past the operator's cap: refused, naming it.
+    let (status, _, problem) =
+        post_run(&a, &runs, &json!({ "input": "x", "priority": 1000 })).await;
+    assert_eq!(
+        (status, problem["errors"][0]["pointer"].clone()),
+        (422, json!("/priority")),
+        "{problem}"
+    );
+    let message = problem["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("at most 100") && message.contains("max_priority"),
+        "{message}"
+    );
+
+    // Tenant a holds the only slot, then queues three runs at its highest priority; tenant b
+    // queues one at priority 0 after them.
+    let hold = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "hold", "kind": "wait", "input": { "duration_ms": 600000 } }] } });
+    let (_, _, blocker) = post_run(&a, &runs, &hold).await;
+    let blocker = blocker["id"].as_str().unwrap().to_owned();
+    poll_json(&a, &app.url(&format!("/v1/runs/{blocker}")), |r| {
+        r["status"] == "running"
+    })
+    .await;
+    let calc = |priority: i64| {
+        json!({ "input": "x", "orchestration": "fixed", "priority": priority,
+        "plan": { "steps": [{ "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
+            "arguments": { "expression": "1 + 1" } } }] } })
+    };
+    let mut queued = Vec::new();
+    for (client, tenant, priority) in [(&a, "a", 100), (&a, "a", 100), (&a, "a", 100), (&b, "b", 0)]
+    {
+        let (status, _, run) = post_run(client, &runs, &calc(priority)).await;
+        assert_eq!(status, 201, "{run}");
+        let id = run["id"].as_str().unwrap().to_owned();
+        wait_queued(client, &app, &id).await;
+        queued.push((client, tenant, id));
+    }
+    let cancel = a
+        .post(app.url(&format!("/v1/runs/{blocker}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 202);
+    let mut started = Vec::new();
+    for (client, tenant, id) in queued {
+        let url = app.url(&format!("/v1/runs/{id}"));
+        let run = poll_json(client, &url, |r| r["status"] == "succeeded").await;
+        started.push((run["started_at"].as_str().unwrap().to_owned(), tenant));
+    }
+    started.sort();
+    let order: Vec<&str> = started.into_iter().map(|(_, t)| t).collect();
+    // Tenant a had the slot last: b's turn comes first, whatever a's priority.
+    assert_eq!(order, ["b", "a", "a", "a"]);
 }
