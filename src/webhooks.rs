@@ -55,11 +55,39 @@ fn backoff(config: &WebhooksConfig, next: u32) -> u64 {
         .min(MAX_BACKOFF_MS)
 }
 
+/// Checks the tenants' default URLs (`webhooks.tenants`) against the destination policy as
+/// the configuration loads, as a run's own URL is checked when the run is created: an address
+/// the policy refuses is a configuration error naming the key. A name is judged by what it
+/// resolves to at each attempt.
+pub fn check_tenant_urls(
+    config: &WebhooksConfig,
+    policy: &Destinations,
+) -> Result<(), crate::config::Error> {
+    for (tenant, url) in &config.tenants {
+        let refused = match reqwest::Url::parse(url) {
+            Ok(parsed) => policy.check_url(&parsed).err().map(|r| r.0),
+            Err(e) => Some(format!("not a URL: {e}")),
+        };
+        if let Some(why) = refused {
+            return Err(crate::config::Error::Invalid {
+                key: format!("webhooks.tenants.{tenant}").into(),
+                message: format!("the destination is refused: {why}"),
+                set_by: None,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Sends due deliveries until the server stops.
 pub struct Deliverer {
     store: Store,
     deliveries: Webhooks,
     client: reqwest::Client,
+    /// Where deliveries may connect, as configured now: checked at every attempt, whatever
+    /// the URL's source (the run's own, its tenant's default, a schedule's run body, a fork's
+    /// parent) and whatever the policy was when the run was created.
+    policy: Arc<Destinations>,
     config: WebhooksConfig,
     /// Told when a run with a webhook ends on this server.
     due: Arc<tokio::sync::Notify>,
@@ -80,6 +108,7 @@ impl Deliverer {
             deliveries: Webhooks::new(store.clone()),
             store,
             client,
+            policy,
             config,
             due,
             stop,
@@ -177,7 +206,13 @@ impl Deliverer {
             .expect("a run serialises");
         let t = chrono::Utc::now().timestamp();
         let signed = signature(self.config.secret.expose(), t, &body);
-        let url = reqwest::Url::parse(&d.url).map_err(|e| Failure::Refused(e.to_string()))?;
+        let url = reqwest::Url::parse(&d.url)
+            .map_err(|e| Failure::Refused(format!("destination refused: not a URL: {e}")))?;
+        // The client's resolver judges names as it connects; an address written in the URL
+        // never reaches it, so the URL itself is judged here, at every attempt.
+        self.policy
+            .check_url(&url)
+            .map_err(|why| Failure::Refused(format!("destination refused: {why}")))?;
         let request = self
             .client
             .post(url)
