@@ -69,6 +69,8 @@ impl App {
     ) -> anyhow::Result<App> {
         config.validate()?;
         crate::tools::http::register_configured(&config.tools, &mut tools)?;
+        let destinations = crate::tools::http::destinations(&config.tools)?;
+        crate::webhooks::check_tenant_urls(&config.webhooks, &destinations)?;
         let functions = FunctionRegistry::build(&config.functions, |alias| llm.has_alias(alias))
             .map_err(|problems| {
                 anyhow::anyhow!("invalid LLM functions:\n  {}", problems.join("\n  "))
@@ -126,7 +128,7 @@ impl App {
         let deliverer = crate::webhooks::Deliverer::new(
             store.clone(),
             config.webhooks.clone(),
-            crate::tools::http::destinations(&config.tools)?,
+            destinations,
             webhook_due,
             shutdown.clone(),
         )

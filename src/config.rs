@@ -100,6 +100,12 @@ pub struct WebhooksConfig {
     pub backoff_ms: u64,
     /// How long one attempt may take, connecting included.
     pub timeout_ms: u64,
+    /// Attempts of one tenant a replica sends at once (1-256); the tenant's other due
+    /// deliveries wait for one of them to end, and other tenants' go out meanwhile.
+    pub max_in_flight_per_tenant: u32,
+    /// Attempts to one destination (`host:port`) a replica sends at once, all tenants
+    /// together (1-256).
+    pub max_in_flight_per_destination: u32,
 }
 
 impl Default for WebhooksConfig {
@@ -110,6 +116,8 @@ impl Default for WebhooksConfig {
             max_attempts: 8,
             backoff_ms: 1_000,
             timeout_ms: 10_000,
+            max_in_flight_per_tenant: 8,
+            max_in_flight_per_destination: 4,
         }
     }
 }
@@ -1421,6 +1429,18 @@ impl Config {
             return Err(invalid(
                 "webhooks",
                 "backoff_ms and timeout_ms must be above 0",
+            ));
+        }
+        if !(1..=256).contains(&w.max_in_flight_per_tenant) {
+            return Err(invalid(
+                "webhooks.max_in_flight_per_tenant",
+                "must be 1-256",
+            ));
+        }
+        if !(1..=256).contains(&w.max_in_flight_per_destination) {
+            return Err(invalid(
+                "webhooks.max_in_flight_per_destination",
+                "must be 1-256",
             ));
         }
         Ok(())

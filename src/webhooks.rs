@@ -8,20 +8,33 @@
 //! receiver may still see a delivery twice (an answer lost on the way back is retried): the
 //! `Orca-Delivery` header names the run, to deduplicate on.
 //!
+//! Each replica sends many attempts at once, each in a task of its own, so that a receiver
+//! that hangs delays only itself: at most `webhooks.max_in_flight_per_tenant` attempts of one
+//! tenant and `webhooks.max_in_flight_per_destination` to one `host:port` are in flight on a
+//! replica, and the store hands out due deliveries tenant by tenant in turn, leaving out the
+//! tenants and destinations at their caps, so one tenant's backlog never fills a batch.
+//!
+//! An attempt is recorded before it is sent (the claim writes it as `sending`) and settled
+//! after; one cut off by its replica's end is shown `interrupted`, so a delivery's history
+//! lists every request its receiver may have got.
+//!
 //! The signature: `Orca-Signature: t=<Unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">` keyed
 //! with `webhooks.secret`. Deliveries connect only where HTTP tools may (`tools.http_allow`,
-//! `tools.http_allow_private`); a refused destination fails the delivery at once.
+//! `tools.http_allow_private`), judged at every attempt by the policy then in force; a refused
+//! destination fails the delivery at once.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WebhooksConfig;
-use crate::domain::Run;
-use crate::store::{DeliveryAttempt, DueDelivery, Outcome, Store, Webhooks};
+use crate::domain::{Run, RunId};
+use crate::store::{AtCap, AttemptOutcome, DeliveryAttempt, DueDelivery, Outcome, Store, Webhooks};
 use crate::tools::http::guard::Destinations;
 
 /// How often each replica looks for deliveries due when nothing tells it sooner: a run that
@@ -29,8 +42,12 @@ use crate::tools::http::guard::Destinations;
 /// ended on a replica that stopped before it sent).
 const POLL: Duration = Duration::from_secs(5);
 
-/// Deliveries attempted per look.
+/// Deliveries read per look at the store.
 const BATCH: u32 = 16;
+
+/// The most attempts one replica sends at once, whatever the tenants: past it, due deliveries
+/// wait for a slot (the per-tenant and per-destination caps are `webhooks.max_in_flight_*`).
+const MAX_IN_FLIGHT: usize = 256;
 
 /// The longest wait between two attempts.
 const MAX_BACKOFF_MS: u64 = 300_000;
@@ -55,15 +72,141 @@ fn backoff(config: &WebhooksConfig, next: u32) -> u64 {
         .min(MAX_BACKOFF_MS)
 }
 
-/// Sends due deliveries until the server stops.
+/// Checks the tenants' default URLs (`webhooks.tenants`) against the destination policy as
+/// the configuration loads, as a run's own URL is checked when the run is created: an address
+/// the policy refuses is a configuration error naming the key. A name is judged by what it
+/// resolves to at each attempt.
+pub fn check_tenant_urls(
+    config: &WebhooksConfig,
+    policy: &Destinations,
+) -> Result<(), crate::config::Error> {
+    for (tenant, url) in &config.tenants {
+        let refused = match reqwest::Url::parse(url) {
+            Ok(parsed) => policy.check_url(&parsed).err().map(|r| r.0),
+            Err(e) => Some(format!("not a URL: {e}")),
+        };
+        if let Some(why) = refused {
+            return Err(crate::config::Error::Invalid {
+                key: format!("webhooks.tenants.{tenant}").into(),
+                message: format!("the destination is refused: {why}"),
+                set_by: None,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Sends due deliveries until the server stops, many at once: each attempt is a task of its
+/// own (owned by [`InFlight`]'s `JoinSet`), within caps per tenant and per destination, so a
+/// receiver that hangs holds its own slot, not the queue.
 pub struct Deliverer {
-    store: Store,
+    sender: Arc<Sender>,
     deliveries: Webhooks,
-    client: reqwest::Client,
-    config: WebhooksConfig,
+    caps: Caps,
     /// Told when a run with a webhook ends on this server.
     due: Arc<tokio::sync::Notify>,
     stop: CancellationToken,
+}
+
+/// What one replica may have in flight at once.
+#[derive(Debug, Clone, Copy)]
+struct Caps {
+    tenant: usize,
+    destination: usize,
+}
+
+/// One attempt's work, shared by the tasks that send at once.
+struct Sender {
+    store: Store,
+    deliveries: Webhooks,
+    client: reqwest::Client,
+    /// Where deliveries may connect, as configured now: checked at every attempt, whatever
+    /// the URL's source (the run's own, its tenant's default, a schedule's run body, a fork's
+    /// parent) and whatever the policy was when the run was created.
+    policy: Arc<Destinations>,
+    config: WebhooksConfig,
+}
+
+/// The attempts this replica is sending: their tasks, and the counts the caps are checked
+/// against. A task that ends, however it ends, gives its slots back by its id.
+#[derive(Default)]
+struct InFlight {
+    tasks: JoinSet<()>,
+    flights: HashMap<tokio::task::Id, DueDelivery>,
+    runs: HashSet<RunId>,
+    tenants: HashMap<String, usize>,
+    destinations: HashMap<String, usize>,
+}
+
+impl InFlight {
+    fn admits(&self, d: &DueDelivery, caps: Caps) -> bool {
+        self.flights.len() < MAX_IN_FLIGHT
+            && !self.runs.contains(&d.run_id)
+            && self.tenants.get(&d.tenant.0).copied().unwrap_or(0) < caps.tenant
+            && self.destinations.get(&d.destination).copied().unwrap_or(0) < caps.destination
+    }
+
+    fn start(&mut self, d: DueDelivery, sender: Arc<Sender>) {
+        let task = {
+            let d = d.clone();
+            self.tasks.spawn(async move {
+                if let Err(e) = sender.attempt(&d).await {
+                    tracing::warn!(run_id = %d.run_id, error = %e, "a webhook attempt could not be recorded");
+                }
+            })
+        };
+        *self.tenants.entry(d.tenant.0.clone()).or_default() += 1;
+        *self.destinations.entry(d.destination.clone()).or_default() += 1;
+        self.runs.insert(d.run_id);
+        self.flights.insert(task.id(), d);
+    }
+
+    fn finished(&mut self, task: tokio::task::Id) {
+        let Some(d) = self.flights.remove(&task) else {
+            return;
+        };
+        self.runs.remove(&d.run_id);
+        for (counts, key) in [
+            (&mut self.tenants, &d.tenant.0),
+            (&mut self.destinations, &d.destination),
+        ] {
+            if let Some(n) = counts.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(key);
+                }
+            }
+        }
+    }
+
+    /// The tenants and destinations at their caps, for the store to leave out.
+    fn at_cap(&self, caps: Caps) -> AtCap {
+        let full = |counts: &HashMap<String, usize>, cap: usize| {
+            counts
+                .iter()
+                .filter(|(_, n)| **n >= cap)
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        AtCap {
+            tenants: full(&self.tenants, caps.tenant),
+            destinations: full(&self.destinations, caps.destination),
+        }
+    }
+
+    /// Waits for a task to end (never, when none runs); its id.
+    async fn next_finished(&mut self) -> tokio::task::Id {
+        match self.tasks.join_next_with_id().await {
+            Some(Ok((id, ()))) => id,
+            Some(Err(e)) => {
+                if e.is_panic() {
+                    tracing::error!(error = %e, "a webhook attempt panicked");
+                }
+                e.id()
+            }
+            None => std::future::pending().await,
+        }
+    }
 }
 
 impl Deliverer {
@@ -76,36 +219,34 @@ impl Deliverer {
     ) -> anyhow::Result<Deliverer> {
         let timeout = Duration::from_millis(config.timeout_ms);
         let client = crate::tools::http::guarded_client(&policy, timeout)?;
+        let caps = Caps {
+            tenant: config.max_in_flight_per_tenant as usize,
+            destination: config.max_in_flight_per_destination as usize,
+        };
+        let deliveries = Webhooks::new(store.clone());
         Ok(Deliverer {
-            deliveries: Webhooks::new(store.clone()),
-            store,
-            client,
-            config,
+            sender: Arc::new(Sender {
+                store,
+                deliveries: deliveries.clone(),
+                client,
+                policy,
+                config,
+            }),
+            deliveries,
+            caps,
             due,
             stop,
         })
     }
 
+    /// Starts due attempts while the caps leave room, and waits for the next reason to look
+    /// again: a run ended, an attempt finished, a retry fell due. Stopping drops the tasks
+    /// in flight: their attempts stay recorded as `sending`, and the next claim after the
+    /// restart shows them `interrupted`.
     pub async fn run(self) {
+        let mut flights = InFlight::default();
         loop {
-            let more = match self.deliveries.due(BATCH).await {
-                Ok(due) => {
-                    let full = due.len() == BATCH as usize;
-                    for d in due {
-                        if self.stop.is_cancelled() {
-                            return;
-                        }
-                        if let Err(e) = self.attempt(&d).await {
-                            tracing::warn!(run_id = %d.run_id, error = %e, "a webhook attempt could not be recorded");
-                        }
-                    }
-                    full
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading due webhooks failed; trying again");
-                    false
-                }
-            };
+            let more = self.start_due(&mut flights).await;
             let wait = if more {
                 Duration::ZERO
             } else {
@@ -113,10 +254,36 @@ impl Deliverer {
             };
             tokio::select! {
                 () = self.stop.cancelled() => return,
+                id = flights.next_finished() => flights.finished(id),
                 () = self.due.notified() => {}
                 () = tokio::time::sleep(wait) => {}
             }
         }
+    }
+
+    /// Starts the due attempts the caps admit, from one batch the store picks tenant by
+    /// tenant, leaving out the tenants and destinations already at their caps. True when the
+    /// batch was full and started something: more may be due at once.
+    async fn start_due(&self, flights: &mut InFlight) -> bool {
+        if flights.flights.len() >= MAX_IN_FLIGHT {
+            return false;
+        }
+        let due = match self.deliveries.due(BATCH, &flights.at_cap(self.caps)).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading due webhooks failed; trying again");
+                return false;
+            }
+        };
+        let full = due.len() == BATCH as usize;
+        let mut started = false;
+        for d in due {
+            if flights.admits(&d, self.caps) {
+                flights.start(d, self.sender.clone());
+                started = true;
+            }
+        }
+        full && started
     }
 
     /// How long until the next retry is due, at most [`POLL`].
@@ -126,35 +293,53 @@ impl Deliverer {
             _ => POLL,
         }
     }
+}
 
-    /// Claims, sends and records one attempt of `d`.
+impl Sender {
+    /// Claims `d`'s next attempt (recording it before anything is sent), sends it and records
+    /// what came of it. A delivery whose last attempt was cut off is given up instead.
     async fn attempt(&self, d: &DueDelivery) -> Result<(), crate::store::Error> {
+        if d.attempts >= self.config.max_attempts {
+            self.deliveries.abandon(d, crate::domain::now()).await?;
+            return Ok(());
+        }
         // Held a little past the attempt's own timeout, so no replica sends it meanwhile.
         let hold = self.config.timeout_ms as i64 + 5_000;
-        if !self.deliveries.claim(d, hold).await? {
+        let at = crate::domain::now();
+        if !self.deliveries.claim(d, hold, at).await? {
             return Ok(());
         }
         let attempt = d.attempts + 1;
         let Some(stored) = self.store.get_run(&d.tenant, d.run_id).await? else {
             return Ok(());
         };
-        let at = crate::domain::now();
         let started = Instant::now();
         let sent = self.send(d, attempt, &stored.run).await;
         let duration_ms = started.elapsed().as_millis() as u64;
-        let (status_code, error, outcome) = match sent {
-            Ok(status) if (200..300).contains(&status) => (Some(status), None, Outcome::Delivered),
+        let (status_code, error, result, outcome) = match sent {
+            Ok(status) if (200..300).contains(&status) => (
+                Some(status),
+                None,
+                AttemptOutcome::Delivered,
+                Outcome::Delivered,
+            ),
             Ok(status) => (
                 Some(status),
                 Some(format!("answered {status}")),
+                AttemptOutcome::Failed,
                 self.again(attempt),
             ),
-            Err(Failure::Refused(why)) => (None, Some(why), Outcome::Failed),
-            Err(Failure::Other(why)) => (None, Some(why), self.again(attempt)),
+            Err(Failure::Refused(why)) => {
+                (None, Some(why), AttemptOutcome::Refused, Outcome::Failed)
+            }
+            Err(Failure::Other(why)) => {
+                (None, Some(why), AttemptOutcome::Failed, self.again(attempt))
+            }
         };
         let record = DeliveryAttempt {
             attempt,
             at,
+            outcome: result,
             status_code,
             error,
             duration_ms,
@@ -177,7 +362,13 @@ impl Deliverer {
             .expect("a run serialises");
         let t = chrono::Utc::now().timestamp();
         let signed = signature(self.config.secret.expose(), t, &body);
-        let url = reqwest::Url::parse(&d.url).map_err(|e| Failure::Refused(e.to_string()))?;
+        let url = reqwest::Url::parse(&d.url)
+            .map_err(|e| Failure::Refused(format!("destination refused: not a URL: {e}")))?;
+        // The client's resolver judges names as it connects; an address written in the URL
+        // never reaches it, so the URL itself is judged here, at every attempt.
+        self.policy
+            .check_url(&url)
+            .map_err(|why| Failure::Refused(format!("destination refused: {why}")))?;
         let request = self
             .client
             .post(url)

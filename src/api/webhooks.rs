@@ -33,7 +33,13 @@ pub struct WebhookDelivery {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct WebhookAttempt {
     pub attempt: u32,
+    /// When it was recorded, just before it was sent.
     pub at: DateTime<Utc>,
+    /// `sending` (no answer yet), `delivered` (a 2xx answer), `failed` (another answer, a
+    /// timeout or a connection failure), `refused` (the destination policy refused the
+    /// address; nothing was sent) or `interrupted` (the replica sending it stopped before it
+    /// recorded an answer: the receiver may have got it).
+    pub outcome: String,
     /// The receiver's HTTP status; `null` when none came (see `error`).
     pub status_code: Option<u16>,
     pub error: Option<String>,
@@ -53,6 +59,7 @@ impl From<Delivery> for WebhookDelivery {
                 .map(|a| WebhookAttempt {
                     attempt: a.attempt,
                     at: a.at,
+                    outcome: a.outcome.as_str().into(),
                     status_code: a.status_code,
                     error: a.error,
                     duration_ms: a.duration_ms,

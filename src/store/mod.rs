@@ -52,7 +52,9 @@ pub use retention::RUN_TABLES;
 pub use schedules::{FireRecord, Fired, ScheduleRecord, Schedules};
 pub use sessions::{SessionRun, SessionSummary, Sessions, Turn};
 pub use timeline::RunHistory;
-pub use webhooks::{Delivery, DeliveryAttempt, DueDelivery, Outcome, Webhooks};
+pub use webhooks::{
+    AtCap, AttemptOutcome, Delivery, DeliveryAttempt, DueDelivery, Outcome, Webhooks,
+};
 
 use sqlite_reader::SqliteReader;
 use sqlite_writer::SqliteWriter;

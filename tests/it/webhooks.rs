@@ -380,3 +380,342 @@ async fn a_run_that_names_no_webhook_says_so() {
     let missing = "/v1/runs/0191e7a4-0000-7000-8000-000000000000/webhook";
     assert_eq!(app.get_json(missing).await.0, 404);
 }
+
+/// A run that waits for a person (step `ok`), so that its delivery waits in the store.
+fn waiting(webhook: Option<&str>) -> Value {
+    let mut body = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+        { "id": "ok", "kind": "user_input", "input": { "prompt": "Go?" } } ] } });
+    if let Some(url) = webhook {
+        body["webhook"] = json!({ "url": url });
+    }
+    body
+}
+
+/// Waits until the run asks for its input.
+async fn until_asked(app: &TestApp, id: &str, n: usize) {
+    let mut events = app.events(id).await;
+    crate::support::skip_to(&mut events, "input_required", n).await;
+}
+
+/// Deliveries queued while the receiver's address was allowed (a run's own URL, its tenant's
+/// default, a schedule's run body, and a fork made afterwards of a run that named it) are
+/// judged again at their attempt: the allowance is gone after a restart, so each fails at
+/// once with the reason, and the receiver gets none of them.
+#[tokio::test]
+async fn every_attempt_is_judged_by_the_destination_policy_in_force_whatever_its_urls_source() {
+    let received = Received::default();
+    let url = receiver(received.clone()).await;
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/hook")
+        .to_owned();
+    let allowed = |c: &mut orca::config::Config| {
+        c.webhooks.secret = orca::config::Secret::new(SECRET);
+        c.webhooks.backoff_ms = 50;
+        c.tools.http_allow = vec![addr.clone()];
+        c.webhooks.tenants.insert("default".into(), url.clone());
+    };
+    let app = spawn_app(allowed).await;
+    let own = app.create_run(waiting(Some(&url))).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let default = app.create_run(waiting(None)).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = json!({ "interval_ms": 1000, "run": waiting(Some(&url)) });
+    let (status, schedule) = app.post_json("/v1/schedules", &body).await;
+    assert_eq!(status, 201, "{schedule}");
+    let path = format!("/v1/schedules/{}", schedule["id"].as_str().unwrap());
+    let fired = crate::support::poll_json(&app.client, &app.url(&path), |s| {
+        s["last_run_id"].is_string()
+    })
+    .await;
+    let scheduled = fired["last_run_id"].as_str().unwrap().to_owned();
+    let deleted = app.client.delete(app.url(&path)).send().await.unwrap();
+    assert_eq!(deleted.status(), 204);
+    // A finished run that named the receiver, delivered while it was allowed: forked later.
+    let parent = app.create_run(calculation(Some(&url))).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    delivery(&app, &parent, |d| d["state"] == "delivered").await;
+    for id in [&own, &default, &scheduled] {
+        until_asked(&app, id, 1).await;
+        assert_eq!(delivery(&app, id, |_| true).await["url"], url.as_str());
+    }
+    let dir = app.stop().await;
+
+    // The operator takes the allowance (and the tenant's default) away and restarts.
+    let app = spawn_app_in(dir, |c| {
+        c.webhooks.secret = orca::config::Secret::new(SECRET);
+        c.webhooks.backoff_ms = 50;
+    })
+    .await;
+    let (status, fork) = app
+        .post_json(
+            &format!("/v1/runs/{parent}/fork"),
+            &json!({ "checkpoint": 0 }),
+        )
+        .await;
+    assert_eq!(status, 201, "{fork}");
+    let fork = fork["id"].as_str().unwrap().to_owned();
+    for id in [&own, &default, &scheduled] {
+        until_asked(&app, id, 2).await;
+        assert_eq!(app.answer(id, "ok", json!("yes")).await.status(), 202);
+    }
+    for id in [&own, &default, &scheduled, &fork] {
+        let d = delivery(&app, id, |d| d["state"] != "pending").await;
+        assert_eq!(d["state"], "failed", "{id}: {d}");
+        let attempts = d["attempts"].as_array().unwrap();
+        assert_eq!(
+            attempts.len(),
+            1,
+            "a refused destination is not retried: {d}"
+        );
+        let error = attempts[0]["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("destination refused: 127.0.0.1 is not a public address"),
+            "{d}"
+        );
+        assert_eq!(attempts[0]["status_code"], Value::Null, "{d}");
+    }
+    let got: Vec<String> = received
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b["run"]["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, [parent], "only the run delivered while allowed");
+}
+
+/// A tenant's default URL is checked as the configuration loads, as a run's own URL is when
+/// the run is created: an address the policy refuses stops the start, naming the key; a name
+/// is judged when the delivery connects.
+#[tokio::test]
+async fn a_tenants_default_url_is_checked_at_load_and_again_at_its_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::test_config(&dir);
+    config.webhooks.secret = orca::config::Secret::new(SECRET);
+    config
+        .webhooks
+        .tenants
+        .insert("team-a".into(), "http://[::ffff:0:7f00:1]:9/hook".into());
+    let err = orca::app::App::build(config)
+        .await
+        .err()
+        .expect("a refused default URL stops the start")
+        .to_string();
+    assert!(
+        err.contains("webhooks.tenants.team-a") && err.contains("not a public address"),
+        "{err}"
+    );
+
+    let received = Received::default();
+    let url = receiver(received.clone()).await;
+    let named = url.replace("127.0.0.1", "localhost");
+    let app = spawn_app(|c| {
+        c.webhooks.secret = orca::config::Secret::new(SECRET);
+        c.webhooks.tenants.insert("default".into(), named.clone());
+    })
+    .await;
+    let run = app.create_run(calculation(None)).await;
+    let d = delivery(&app, run["id"].as_str().unwrap(), |d| {
+        d["state"] != "pending"
+    })
+    .await;
+    assert_eq!(d["state"], "failed", "{d}");
+    let error = d["attempts"][0]["error"].as_str().unwrap();
+    assert!(error.starts_with("destination refused:"), "{d}");
+    assert!(received.bodies.lock().unwrap().is_empty());
+}
+
+/// IPv6 spellings that carry a loopback IPv4 address are refused as that address is: the
+/// IPv4-translated form among them (`::ffff:0:0:0/96`).
+#[tokio::test]
+async fn ipv6_forms_carrying_loopback_are_refused_as_webhook_destinations() {
+    let received = Received::default();
+    let url = receiver(received.clone()).await;
+    let port = url.rsplit(':').next().unwrap().trim_end_matches("/hook");
+    let app = spawn_app(|c| c.webhooks.secret = orca::config::Secret::new(SECRET)).await;
+    for host in [
+        "[::ffff:0:7f00:1]",
+        "[::ffff:7f00:1]",
+        "[64:ff9b::7f00:1]",
+        "[2002:7f00:1::]",
+    ] {
+        let hook = format!("http://{host}:{port}/hook");
+        let (status, problem) = app.post_json("/v1/runs", &calculation(Some(&hook))).await;
+        assert_eq!(status, 422, "{hook}: {problem}");
+        assert_eq!(problem["errors"][0]["pointer"], "/webhook/url", "{problem}");
+        let message = problem["errors"][0]["message"].as_str().unwrap();
+        assert!(message.contains("not a public address"), "{problem}");
+    }
+}
+
+/// A receiver that never answers within the test: it counts the requests it holds.
+async fn hanging_receiver() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = held.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::future::pending::<StatusCode>().await
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/hook"), held)
+}
+
+/// Tenant a's receivers hang (its attempts would each wait out a 30 s timeout); tenant b's
+/// delivery still arrives at once, and a holds no more than its caps: per tenant, and per
+/// destination.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_hanging_receivers_do_not_delay_another_tenants_delivery() {
+    use std::sync::atomic::Ordering::SeqCst;
+    const KEYS: [&str; 2] = ["key-of-tenant-a-0123456789", "key-of-tenant-b-0123456789"];
+    let (hang_1, held_1) = hanging_receiver().await;
+    let (hang_2, held_2) = hanging_receiver().await;
+    let received = Received::default();
+    let prompt = receiver(received.clone()).await;
+    let app = spawn_app(|c| {
+        with_webhooks(c);
+        c.webhooks.timeout_ms = 30_000;
+        c.webhooks.max_in_flight_per_tenant = 3;
+        c.webhooks.max_in_flight_per_destination = 2;
+        crate::support::two_tenants(c, KEYS);
+    })
+    .await;
+    let [a, b] = KEYS.map(crate::support::bearer_client);
+    for i in 0..10 {
+        let hook = if i % 2 == 0 { &hang_1 } else { &hang_2 };
+        let resp = a
+            .post(app.url("/v1/runs"))
+            .json(&calculation(Some(hook)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+    }
+    let deadline = Instant::now() + PATIENCE;
+    while held_1.load(SeqCst) + held_2.load(SeqCst) < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "tenant a's attempts did not go out at once: {} and {} held",
+            held_1.load(SeqCst),
+            held_2.load(SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let asked = Instant::now();
+    let resp = b
+        .post(app.url("/v1/runs"))
+        .json(&calculation(Some(&prompt)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let id = resp.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = app.url(&format!("/v1/runs/{id}/webhook"));
+    let d = crate::support::poll_json(&b, &url, |d| d["state"] != "pending").await;
+    let waited = asked.elapsed();
+    assert_eq!(d["state"], "delivered", "{d}");
+    assert!(
+        waited < Duration::from_secs(10),
+        "tenant b waited {waited:?} behind tenant a's hanging receivers"
+    );
+    // Tenant a holds its cap of 3 and no more, at most 2 on one destination.
+    let (one, two) = (held_1.load(SeqCst), held_2.load(SeqCst));
+    assert_eq!(one + two, 3, "{one} + {two} attempts of tenant a in flight");
+    assert!(one <= 2 && two <= 2, "{one} and {two} on one destination");
+}
+
+/// kill -9 of the real binary while a receiver holds the request: after the restart, the
+/// delivery's history lists the attempt that was cut off (`interrupted`) and the one that
+/// delivered, and the receiver got exactly as many requests as the history lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_cut_off_by_a_kill_shows_in_the_history_with_its_retry() {
+    use crate::support::Server;
+    use std::sync::atomic::Ordering::SeqCst;
+    // The first request is held until the server dies; the others answer 200.
+    let got = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = got.clone();
+    let hook = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let counter = counter.clone();
+            async move {
+                if counter.fetch_add(1, SeqCst) == 0 {
+                    std::future::pending::<()>().await;
+                }
+                StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, hook).await.unwrap() });
+
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("ORCA_LLM__PROVIDER", "offline"),
+        ("ORCA_WEBHOOKS__SECRET", SECRET),
+        ("ORCA_WEBHOOKS__BACKOFF_MS", "50"),
+        // The kill comes well within an attempt's time; the claim is held 5 s past it.
+        ("ORCA_WEBHOOKS__TIMEOUT_MS", "3000"),
+        ("ORCA_TOOLS__HTTP_ALLOW_PRIVATE", "true"),
+    ];
+    let server = Server::start_with(dir.path(), &env).await;
+    let resp = server
+        .client
+        .post(server.url("/v1/runs"))
+        .json(&calculation(Some(&url)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let id = resp.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = Instant::now() + PATIENCE;
+    while got.load(SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the receiver got nothing");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.kill();
+
+    let server = Server::start_with(dir.path(), &env).await;
+    let path = server.url(&format!("/v1/runs/{id}/webhook"));
+    let d = crate::support::poll_json(&server.client, &path, |d| d["state"] == "delivered").await;
+    let attempts = d["attempts"].as_array().unwrap();
+    let outcomes: Vec<&Value> = attempts.iter().map(|a| &a["outcome"]).collect();
+    assert_eq!(
+        outcomes,
+        [&json!("interrupted"), &json!("delivered")],
+        "{d}"
+    );
+    assert_eq!(attempts[0]["status_code"], Value::Null, "{d}");
+    assert!(
+        attempts[0]["error"].as_str().unwrap().contains("stopped"),
+        "{d}"
+    );
+    assert_eq!(attempts[1]["attempt"], 2, "{d}");
+    assert_eq!(
+        got.load(SeqCst),
+        attempts.len(),
+        "the receiver's count: {d}"
+    );
+}

@@ -152,8 +152,13 @@ fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
 }
 
 /// A globally routable unicast address: not loopback, private, link-local (cloud metadata
-/// included), shared, multicast, broadcast, documentation, benchmarking or reserved; IPv6 forms
-/// that embed an IPv4 address (mapped, compatible, NAT64, 6to4) are judged by that address.
+/// included), shared, multicast, broadcast, documentation, benchmarking or reserved. IPv6 forms
+/// that carry an IPv4 address are judged by that address, since a translator or tunnel on the
+/// way delivers them there: IPv4-mapped (`::ffff:0:0/96`), IPv4-translated (`::ffff:0:0:0/96`),
+/// IPv4-compatible (`::/96`), NAT64 (`64:ff9b::/96`, and the local-use `64:ff9b:1::/48` at
+/// every place RFC 6052 allows), 6to4 (`2002::/16`) and Teredo (`2001::/32`: its server and
+/// its client). This is the one judgement of an address: HTTP tools, their redirects and
+/// resolved names, and completion webhooks all ask it through [`Destinations`].
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => public_v4(v4),
@@ -177,28 +182,54 @@ fn public_v4(ip: Ipv4Addr) -> bool {
         || (a == 198 && (18..20).contains(&b)))
 }
 
+/// The IPv4 address RFC 6052 places after a NAT64 prefix of `prefix_bits` (32 to 96, a
+/// multiple of 8): the 32 bits that follow it, skipping bits 64-71, which stay zero.
+fn rfc6052_v4(ip: Ipv6Addr, prefix_bits: usize) -> Ipv4Addr {
+    let octets = ip.octets();
+    let mut carried = (prefix_bits / 8..16).filter(|&i| i != 8).map(|i| octets[i]);
+    let mut next = || carried.next().unwrap_or(0);
+    Ipv4Addr::new(next(), next(), next(), next())
+}
+
 fn public_v6(ip: Ipv6Addr) -> bool {
     let seg = ip.segments();
     let embedded = |hi: usize| Ipv4Addr::from((u32::from(seg[hi]) << 16) | u32::from(seg[hi + 1]));
     if let Some(v4) = ip.to_ipv4_mapped() {
         return public_v4(v4);
     }
+    if seg[..4] == [0; 4] && seg[4] == 0xffff && seg[5] == 0 {
+        return public_v4(embedded(6)); // IPv4-translated (SIIT)
+    }
     if seg[..6] == [0; 6] {
         // `::a.b.c.d` (IPv4-compatible), `::1` and `::` among them.
         return !ip.is_loopback() && !ip.is_unspecified() && public_v4(embedded(6));
     }
-    if seg[0] == 0x64 && seg[1] == 0xff9b {
-        return public_v4(embedded(6)); // NAT64
+    if seg[..2] == [0x64, 0xff9b] {
+        return match seg[2] {
+            // The well-known prefix is used with 96 bits only.
+            0 if seg[3..6] == [0; 3] => public_v4(embedded(6)),
+            // The local-use prefix may be any length from 48 bits: every place must be public.
+            1 => [48, 56, 64, 96]
+                .into_iter()
+                .all(|bits| public_v4(rfc6052_v4(ip, bits))),
+            _ => false, // the rest of 64:ff9b::/32 is not assigned
+        };
     }
     if seg[0] == 0x2002 {
         return public_v4(embedded(1)); // 6to4
+    }
+    if seg[..2] == [0x2001, 0] {
+        // Teredo: the server's address, then the client's with every bit flipped.
+        let client = Ipv4Addr::from(!((u32::from(seg[6]) << 16) | u32::from(seg[7])));
+        return public_v4(embedded(2)) && public_v4(client);
     }
     !(ip.is_multicast()
         || (seg[0] & 0xfe00) == 0xfc00 // unique local, fd00:ec2::254 (metadata) among them
         || (seg[0] & 0xffc0) == 0xfe80 // link-local
         || (seg[0] & 0xffc0) == 0xfec0 // site-local
         || (seg[0] == 0x2001 && seg[1] == 0x0db8) // documentation
-        || (seg[0] == 0x2001 && seg[1] == 0) // Teredo
+        || (seg[0] == 0x2001 && seg[1] == 0x0002 && seg[2] == 0) // benchmarking
+        || (seg[0] == 0x3fff && seg[1] < 0x1000) // documentation (3fff::/20)
         || seg[0] == 0x0100) // discard
 }
 
@@ -314,6 +345,68 @@ mod tests {
             "http://8.8.8.8:53/",
         ] {
             assert!(strict.check_url(&url(fine)).is_ok(), "{fine} was refused");
+        }
+    }
+
+    /// Every IPv6 spelling that carries an IPv4 address is judged by that address: the same
+    /// form is refused carrying loopback, private, link-local or shared addresses and allowed
+    /// carrying a public one.
+    #[test]
+    fn ipv6_forms_are_judged_by_the_ipv4_address_they_carry() {
+        #[rustfmt::skip]
+        let table: &[(&str, bool)] = &[
+            // IPv4-mapped, ::ffff:0:0/96
+            ("::ffff:127.0.0.1", false), ("::ffff:7f00:1", false), ("::ffff:10.0.0.1", false),
+            ("::ffff:169.254.169.254", false), ("::ffff:8.8.8.8", true),
+            // IPv4-translated (SIIT), ::ffff:0:0:0/96
+            ("::ffff:0:7f00:1", false), ("::ffff:0:127.0.0.1", false), ("::ffff:0:a00:1", false),
+            ("::ffff:0:a9fe:a9fe", false), ("::ffff:0:6440:1", false), ("::ffff:0:0:0", false),
+            ("::ffff:0:808:808", true),
+            // IPv4-compatible, ::/96
+            ("::127.0.0.1", false), ("::7f00:1", false), ("::c0a8:101", false), ("::1", false),
+            ("::", false), ("::808:808", true),
+            // NAT64, well-known prefix 64:ff9b::/96
+            ("64:ff9b::7f00:1", false), ("64:ff9b::127.0.0.1", false), ("64:ff9b::a9fe:a9fe", false),
+            ("64:ff9b::c0a8:1", false), ("64:ff9b::808:808", true),
+            ("64:ff9b:0:0:1::808:808", false), // not a /96 address: unassigned
+            // NAT64, local-use 64:ff9b:1::/48: every RFC 6052 place must hold a public address
+            ("64:ff9b:1::7f00:1", false), ("64:ff9b:1:7f00:0:100::", false),
+            ("64:ff9b:1:7f00:1:808:808:808", false), ("64:ff9b:1:808:8:808:808:808", true),
+            // 6to4, 2002::/16
+            ("2002:7f00:1::", false), ("2002:a00:1::1", false), ("2002:a9fe:a9fe::", false),
+            ("2002:808:808::1", true),
+            // Teredo, 2001::/32: the server, then the client with its bits flipped
+            ("2001:0:7f00:1::f7f7:f7f7", false), // server 127.0.0.1
+            ("2001:0:808:808::80ff:fffe", false), // client 127.0.0.1
+            ("2001:0:808:808::f5ff:fffe", false), // client 10.0.0.1
+            ("2001:0:808:808::f7f7:f7f7", true),  // both 8.8.8.8
+            // Not carrying IPv4: judged as IPv6
+            ("fe80::1", false), ("fd00:ec2::254", false), ("2001:db8::1", false),
+            ("2001:2::1", false), ("3fff::1", false), ("ff02::1", false),
+            ("2606:2800:220:1::", true), ("2a00:1450:4001::1", true),
+        ];
+        let wrong: Vec<String> = table
+            .iter()
+            .filter(|(ip, public)| is_public(ip.parse().unwrap()) != *public)
+            .map(|(ip, public)| {
+                format!(
+                    "{ip} should be judged {}",
+                    if *public { "public" } else { "not public" }
+                )
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
+        // The same judgement reaches URLs, however the url crate writes them back.
+        let strict = Destinations::default();
+        for refused in [
+            "http://[::ffff:0:7f00:1]:8080/",
+            "http://[64:ff9b:1::7f00:1]/",
+            "http://[2001:0:808:808::80ff:fffe]/",
+        ] {
+            assert!(
+                strict.check_url(&url(refused)).is_err(),
+                "{refused} was let through"
+            );
         }
     }
 
