@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// What one tenant may use; 0 is no limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Quota {
     /// Runs in progress at once (queued, running, waiting for input, paused).
@@ -15,10 +15,29 @@ pub struct Quota {
     pub runs_per_minute: u64,
     /// Tokens (prompt and completion) of the runs created on one UTC day.
     pub tokens_per_day: u64,
+    /// Runs paused (or asked to pause, by a request or a breakpoint) at once. Each waits with
+    /// its task in memory; past it a pause request is 429 and a breakpoint reached fails its
+    /// run with `paused_runs_exceeded`. Limited by default, unlike the others.
+    pub paused_runs: u64,
+}
+
+/// How many runs a tenant may have paused at once unless configured.
+pub const DEFAULT_PAUSED_RUNS: u64 = 100;
+
+impl Default for Quota {
+    fn default() -> Quota {
+        Quota {
+            running_runs: 0,
+            runs_per_minute: 0,
+            tokens_per_day: 0,
+            paused_runs: DEFAULT_PAUSED_RUNS,
+        }
+    }
 }
 
 impl Quota {
-    /// Whether any limit is set.
+    /// Whether any limit a new run's insert checks is set (`paused_runs` is checked when a
+    /// run pauses).
     pub fn limits_anything(&self) -> bool {
         self.running_runs > 0 || self.runs_per_minute > 0 || self.tokens_per_day > 0
     }
@@ -42,7 +61,7 @@ pub struct Usage {
 /// Which limit a new run would pass, and when to try again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exceeded {
-    /// `running_runs`, `runs_per_minute` or `tokens_per_day`.
+    /// `running_runs`, `runs_per_minute`, `tokens_per_day` or `paused_runs`.
     pub quota: &'static str,
     pub limit: u64,
     pub used: u64,
@@ -51,6 +70,16 @@ pub struct Exceeded {
 }
 
 impl Exceeded {
+    /// A pause past `paused_runs`: another run of the tenant must be resumed (or end) first.
+    pub fn paused(limit: u64, used: u64) -> Exceeded {
+        Exceeded {
+            quota: "paused_runs",
+            limit,
+            used,
+            retry_after_secs: 5,
+        }
+    }
+
     /// The first limit `usage` reaches, as of `now`; `None` when a run fits.
     pub fn of(quota: &Quota, usage: &Usage, now: DateTime<Utc>) -> Option<Exceeded> {
         let hit = |name, limit: u64, used: u64, retry_after_secs| {
@@ -93,6 +122,7 @@ impl Exceeded {
         let what = match self.quota {
             "running_runs" => "runs in progress",
             "runs_per_minute" => "runs created in the last minute",
+            "paused_runs" => "runs paused or pausing",
             _ => "tokens used today (UTC)",
         };
         format!(
@@ -113,6 +143,7 @@ mod tests {
             running_runs: 2,
             runs_per_minute: 10,
             tokens_per_day: 100,
+            paused_runs: 0,
         };
         let mut usage = Usage {
             running_runs: 1,
