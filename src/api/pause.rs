@@ -16,7 +16,7 @@ use super::runs::parse_run_id;
 
 /// Pause a run: the steps running finish, none starts, and once nothing runs the run is
 /// `paused`, holding no running slot, its time limit not counting. Pausing a paused run
-/// changes nothing.
+/// changes nothing; a tenant may have `quotas.paused_runs` runs paused at once.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/pause", tag = "runs",
     params(("id" = String, Path)),
@@ -24,6 +24,7 @@ use super::runs::parse_run_id;
         (status = 202, description = "Recorded; the run is `paused` once its running steps finish", body = Run),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "The run has ended", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The tenant has `quotas.paused_runs` runs paused already (`quota_exceeded`, with `Retry-After`)", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn pause_run(
@@ -35,7 +36,8 @@ pub async fn pause_run(
 }
 
 /// Resume a paused run (or one asked to pause, or held at a breakpoint): it takes a running
-/// slot again and goes on.
+/// slot again and goes on. The resume is stored before the answer, with the breakpoints it
+/// lets the run past: it holds on every replica, and after a restart.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/resume", tag = "runs",
     params(("id" = String, Path)),
@@ -67,6 +69,10 @@ async fn set_paused(
             Err(ApiError::Conflict(format!("the run is already {s}")))
         }
         Err(engine::Error::Conflict(why)) => Err(ApiError::Conflict(why)),
+        Err(engine::Error::QuotaExceeded(exceeded)) => Err(ApiError::TooManyRequests {
+            message: exceeded.describe(),
+            retry_after_secs: exceeded.retry_after_secs,
+        }),
         Err(engine::Error::Store(e)) => Err(e.into()),
         Err(e) => Err(ApiError::internal(e)),
     }

@@ -69,6 +69,8 @@ error_codes! {
     TokenLimitExceeded = "token_limit_exceeded", false;
     ToolRoundsExceeded = "tool_rounds_exceeded", false;
     LoopLimitExceeded = "loop_limit_exceeded", false;
+    /// A breakpoint reached while the tenant has `quotas.paused_runs` runs paused.
+    PausedRunsExceeded = "paused_runs_exceeded", false;
     // Plans and their steps.
     InvalidPlan = "invalid_plan", false;
     /// The planner gave no valid plan, repairs included.

@@ -21,22 +21,31 @@ pub struct Quota {
     /// The tenant's share of the running slots when tenants queue for them at once: a tenant
     /// of weight 2 is served twice as often as one of weight 1 (1-1000, default 1).
     pub weight: u32,
+    /// Runs paused (or asked to pause, by a request or a breakpoint) at once. Each waits with
+    /// its task in memory; past it a pause request is 429 and a breakpoint reached fails its
+    /// run with `paused_runs_exceeded`. Limited by default, unlike the others.
+    pub paused_runs: u64,
 }
 
+/// How many runs a tenant may have paused at once unless configured.
+pub const DEFAULT_PAUSED_RUNS: u64 = 100;
+
 impl Default for Quota {
-    fn default() -> Self {
+    fn default() -> Quota {
         Quota {
             running_runs: 0,
             runs_per_minute: 0,
             tokens_per_day: 0,
             max_priority: None,
             weight: 1,
+            paused_runs: DEFAULT_PAUSED_RUNS,
         }
     }
 }
 
 impl Quota {
-    /// Whether any limit is set.
+    /// Whether any limit a new run's insert checks is set (`paused_runs` is checked when a
+    /// run pauses).
     pub fn limits_anything(&self) -> bool {
         self.running_runs > 0 || self.runs_per_minute > 0 || self.tokens_per_day > 0
     }
@@ -60,7 +69,7 @@ pub struct Usage {
 /// Which limit a new run would pass, and when to try again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exceeded {
-    /// `running_runs`, `runs_per_minute` or `tokens_per_day`.
+    /// `running_runs`, `runs_per_minute`, `tokens_per_day` or `paused_runs`.
     pub quota: &'static str,
     pub limit: u64,
     pub used: u64,
@@ -69,6 +78,16 @@ pub struct Exceeded {
 }
 
 impl Exceeded {
+    /// A pause past `paused_runs`: another run of the tenant must be resumed (or end) first.
+    pub fn paused(limit: u64, used: u64) -> Exceeded {
+        Exceeded {
+            quota: "paused_runs",
+            limit,
+            used,
+            retry_after_secs: 5,
+        }
+    }
+
     /// The first limit `usage` reaches, as of `now`; `None` when a run fits.
     pub fn of(quota: &Quota, usage: &Usage, now: DateTime<Utc>) -> Option<Exceeded> {
         let hit = |name, limit: u64, used: u64, retry_after_secs| {
@@ -111,6 +130,7 @@ impl Exceeded {
         let what = match self.quota {
             "running_runs" => "runs in progress",
             "runs_per_minute" => "runs created in the last minute",
+            "paused_runs" => "runs paused or pausing",
             _ => "tokens used today (UTC)",
         };
         format!(
@@ -131,6 +151,7 @@ mod tests {
             running_runs: 2,
             runs_per_minute: 10,
             tokens_per_day: 100,
+            paused_runs: 0,
             ..Quota::default()
         };
         let mut usage = Usage {

@@ -159,6 +159,8 @@ pub struct RunSeed {
     /// Whether the run is to pause: as stored with it, and set by the engine when the API
     /// (or another replica) says so.
     pub pause: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The breakpoint places a resume let the run past, as stored with its row.
+    pub released: Vec<crate::domain::StepPath>,
 }
 
 pub struct RunContext {
@@ -312,7 +314,7 @@ impl RunContext {
             retries_used: AtomicU64::new(seed.counters.retries),
             breach: Mutex::new(None),
             slot: RunningSlot::default(),
-            pause: super::pause::PauseState::new(seed.pause),
+            pause: super::pause::PauseState::new(seed.pause, seed.released),
             usage: Mutex::new(seed.run.usage),
             run: Mutex::new(seed.run),
             open_attempts: Mutex::new(HashMap::new()),
@@ -372,6 +374,13 @@ impl RunContext {
     pub async fn record(&self, record: Record) {
         self.ledger.lock().expect("ledger lock").note(&record);
         self.services.hub.record(record).await;
+    }
+
+    /// Waits until every record queued so far (the run's attempts among them) is stored: a
+    /// step acts only once its attempt is, so a kill, or a replica frozen past its lease, can
+    /// never leave a side effect that no attempt records.
+    pub async fn stored(&self) {
+        self.services.hub.flush().await;
     }
 
     /// A copy of the run row as the task knows it (usage included).
@@ -531,7 +540,7 @@ impl RunContext {
     }
 
     /// Records that the run went past a limit (the first one stays) and gives the error back.
-    fn breached_by(&self, error: RunError) -> RunError {
+    pub(super) fn breached_by(&self, error: RunError) -> RunError {
         self.breach
             .lock()
             .expect("breach lock")

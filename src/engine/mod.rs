@@ -62,12 +62,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::domain::quota::Exceeded;
 use crate::domain::run::RunSpec;
 use crate::domain::{Orchestration, Payload, Run, RunId, RunStatus, Tenant};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
-use crate::store::{self, Idempotency, Inserted, Notice, StoredRun};
+use crate::store::{self, Idempotency, Inserted, Notice, PauseWrite, StoredRun};
 use crate::tools::ToolRegistry;
 use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::DeclaredTools;
@@ -411,6 +412,7 @@ impl Engine {
             counters: Default::default(),
             cancel_requested: false,
             pause_requested: false,
+            breakpoints_released: Vec::new(),
         };
         // Opened before the task can store anything: the stream starts from the hub.
         let opened = follow.then(|| self.inner.services.hub.open_new(run.id));
@@ -717,10 +719,14 @@ impl Engine {
 
     /// Pauses (`pause`) or resumes one of the tenant's runs (see [`pause`]): recorded with the
     /// run, so whichever replica runs it (now, or after a restart) holds it so, then told to
-    /// the run. Pausing a paused run changes nothing; resuming one that is not paused is a
-    /// [`Error::Conflict`], as is either for a run that has ended.
+    /// the run. A resume lets the run past the breakpoints it is held at in the same write, so
+    /// a kill or a takeover right after it does not stop the run there again. Pausing a
+    /// paused run changes nothing; pausing past the tenant's `paused_runs` quota is
+    /// [`Error::QuotaExceeded`]; resuming one that is not paused is a [`Error::Conflict`], as
+    /// is either for a run that has ended.
     pub async fn set_paused(&self, tenant: &Tenant, id: RunId, pause: bool) -> Result<Run, Error> {
-        let store = self.inner.services.store();
+        let services = &self.inner.services;
+        let store = services.store();
         let stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
         if stored.run.status.is_terminal() {
             return Err(Error::AlreadyTerminal(stored.run.status.as_str()));
@@ -728,8 +734,22 @@ impl Engine {
         if !pause && !stored.pause_requested && stored.run.status != RunStatus::Paused {
             return Err(Error::Conflict("the run is not paused".into()));
         }
-        if !store.set_pause(id, pause).await? {
-            return Err(Error::AlreadyTerminal("finished"));
+        let written = if pause {
+            let cap = services.quotas.of(&tenant.0).paused_runs;
+            store.request_pause(tenant, id, cap).await?
+        } else if store.lift_pause(id).await? {
+            PauseWrite::Done
+        } else {
+            PauseWrite::Ended
+        };
+        match written {
+            PauseWrite::Done => {}
+            PauseWrite::Ended => return Err(Error::AlreadyTerminal("finished")),
+            PauseWrite::OverCap { used } => {
+                let cap = services.quotas.of(&tenant.0).paused_runs;
+                services.metrics.quota_refused(&tenant.0, "paused_runs");
+                return Err(Error::QuotaExceeded(Exceeded::paused(cap, used)));
+            }
         }
         if !self.tell_pause(id, pause) && store.shared() {
             store.notify(&Notice::Pause(id)).await?;
@@ -954,6 +974,7 @@ impl Engine {
             counters: stored.counters,
             last_seq,
             pause,
+            released: stored.breakpoints_released,
         };
         RunContext::new(seed, cancel, stop, services)
     }

@@ -11,17 +11,23 @@
 //! and the waiting attempts start.
 //!
 //! A breakpoint is reached when a step it names is about to start its first attempt at a
-//! place: the run asks for its own pause there, stored like the user's. Once resumed, the
-//! place is released (a checkpoint records it), so the step starts, and a run resumed after a
-//! restart does not stop there again; the same step at another place (a loop's next item)
-//! stops again.
+//! place: the run asks for its own pause there, stored like the user's with the place it is
+//! held at. A resume releases the places held in the write it is answered after
+//! (`store/pause.rs`), so however soon a kill or a takeover follows, the step starts and the
+//! run does not stop there again; the task also checkpoints the release. The same step at
+//! another place (a loop's next item) stops again.
+//!
+//! What waiting costs is bounded per tenant: `quotas.paused_runs` runs may be asked to pause
+//! at once. Past it a pause request is refused (429), and a breakpoint reached ends its run
+//! with `paused_runs_exceeded` rather than letting the step act unreviewed.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::domain::{RunStatus, StepPath};
+use crate::domain::{ErrorCode, RunError, RunStatus, StepPath};
+use crate::store::PauseWrite;
 
 use super::checkpoint::{self, Delta, PlanDelta};
 use super::context::RunContext;
@@ -58,11 +64,16 @@ impl State {
 }
 
 impl PauseState {
-    /// A run's pause state, wanted as `wanted` says (the engine keeps it too).
-    pub fn new(wanted: Arc<watch::Sender<bool>>) -> PauseState {
+    /// A run's pause state, wanted as `wanted` says (the engine keeps it too), past the
+    /// breakpoint places `released` (as its row records them).
+    pub fn new(wanted: Arc<watch::Sender<bool>>, released: Vec<StepPath>) -> PauseState {
+        let state = State {
+            released: released.into_iter().collect(),
+            ..State::default()
+        };
         PauseState {
             wanted,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             turning: tokio::sync::Mutex::new(()),
         }
     }
@@ -112,16 +123,35 @@ impl RunContext {
     }
 
     /// Before a plan step's attempt at `step` starts: a breakpoint there pauses the run, and
-    /// once it is resumed the place is released for good.
-    pub async fn breakpoint(&self, step: &StepPath) {
+    /// once it is resumed the place is released for good. An error when the tenant has its
+    /// `paused_runs` quota of runs paused: the run ends (a limit), the step does not start.
+    pub async fn breakpoint(&self, step: &StepPath) -> Result<(), RunError> {
         if !self.pause.lock().stops_at(step) {
-            return;
+            return Ok(());
+        }
+        let cap = self.services.quotas.of(&self.tenant.0).paused_runs;
+        let held = self
+            .services
+            .store()
+            .hold_breakpoint(&self.tenant, self.run_id, step, cap);
+        match held.await {
+            Ok(PauseWrite::OverCap { used }) => {
+                return Err(self.breached_by(RunError::new(
+                    ErrorCode::PausedRunsExceeded,
+                    format!(
+                        "the run reached the breakpoint before `{step}` while its tenant has \
+                         {used} runs paused, its quota `paused_runs` of {cap}; it ends here"
+                    ),
+                )));
+            }
+            // Not this replica's any more (its lease gate stops the task), or ended: held here.
+            Ok(PauseWrite::Done | PauseWrite::Ended) => {}
+            Err(e) => {
+                tracing::warn!(error = ?e, "storing a breakpoint's pause failed; it holds until a restart")
+            }
         }
         self.pause.lock().at = Some(step.clone());
         self.pause.wanted.send_replace(true);
-        if let Err(e) = self.services.store().set_pause(self.run_id, true).await {
-            tracing::warn!(error = ?e, "storing a breakpoint's pause failed; it holds until a restart");
-        }
         self.pause_gate(step).await;
         self.pause.lock().released.insert(step.clone());
         let version = self
@@ -134,6 +164,7 @@ impl RunContext {
             ..Default::default()
         };
         checkpoint::save(self, version, &Delta::Plan(released)).await;
+        Ok(())
     }
 
     /// Before any attempt at `step` starts: while a pause is wanted, it waits here.

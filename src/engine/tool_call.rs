@@ -56,13 +56,13 @@ pub struct ToolCall<'a> {
 
 /// Calls a tool for the run: announces the call, checks the run may use the tool, validates
 /// the arguments against its schema (in the registry), runs it within the configured timeout
-/// and announces the result. Events go to `sink`.
+/// and announces the result. Events go to `sink`. The tool acts only once the attempt it
+/// belongs to is stored, and then only through the lease gate, the last thing before it.
 pub async fn call_tool(
     ctx: &RunContext,
     call: ToolCall<'_>,
     sink: &mut EventSink,
 ) -> Result<Value, RunError> {
-    ctx.lease_ready().await;
     let announced = ToolCallData {
         call_id: call.call_id.to_owned(),
         tool: call.tool.to_owned(),
@@ -84,6 +84,8 @@ pub async fn call_tool(
             format!("no tool named `{}` is available to this run", call.tool),
         )),
         ToolArguments::Json(args) => {
+            ctx.stored().await;
+            ctx.lease_ready().await;
             let parent = ctx.trace_parent(Some(call.step));
             let span =
                 (ctx.services.telemetry).start_tool(parent.as_ref(), call.tool, call.call_id);

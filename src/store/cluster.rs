@@ -25,7 +25,7 @@ use super::{Backend, Error, Record, Result, Store, StoredRun, stored_run_from_ro
 use crate::domain::{Event, RunId};
 
 /// The statuses of a run that is not over, as stored.
-const UNFINISHED: &str = "('queued', 'running', 'waiting_input', 'paused')";
+pub(super) const UNFINISHED: &str = "('queued', 'running', 'waiting_input', 'paused')";
 /// The channel of event notices, before its schema.
 const EVENTS: &str = "orca_events";
 /// The channel of control notices, before its schema.
@@ -397,20 +397,6 @@ impl Store {
             .execute(&self.pool())
             .await?;
         Ok(())
-    }
-
-    /// Records whether the run is to pause (`true`) or go on, for whichever replica runs it,
-    /// now or after a restart or a takeover. False when the run has ended (nothing written).
-    pub async fn set_pause(&self, id: RunId, pause: bool) -> Result<bool> {
-        let sql = format!(
-            "UPDATE runs SET pause_requested = $1 WHERE id = $2 AND status IN {UNFINISHED}"
-        );
-        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(i64::from(pause))
-            .bind(id.to_string())
-            .execute(&self.pool())
-            .await?;
-        Ok(done.rows_affected() == 1)
     }
 
     /// Whether the run is to pause, as recorded; `None` for a run that is not stored.

@@ -32,6 +32,7 @@ use crate::domain::{
 
 mod cluster;
 mod history;
+mod pause;
 mod quota;
 mod reads;
 mod registry;
@@ -45,6 +46,7 @@ mod timeline;
 mod webhooks;
 pub use cluster::{Claim, Listener, Notice, listen};
 pub use history::*;
+pub use pause::PauseWrite;
 pub use quota::Guards;
 pub use reads::{History, RunReads};
 pub use registry::{Registry, RegistryRecord, WorkflowRecord};
@@ -202,6 +204,8 @@ pub struct StoredRun {
     pub cancel_requested: bool,
     /// The run is to pause, or stay paused (`POST /v1/runs/{id}/pause`, or a breakpoint).
     pub pause_requested: bool,
+    /// The breakpoint places a resume let it past (see `pause.rs`).
+    pub breakpoints_released: Vec<crate::domain::StepPath>,
 }
 
 /// One thing to append to a run's history; see [`Store::append`].
@@ -1133,6 +1137,7 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
         counters,
         cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
         pause_requested: r.try_get::<i64, _>("pause_requested")? != 0,
+        breakpoints_released: pause::places(&r.try_get::<String, _>("breakpoints_released")?)?,
     })
 }
 

@@ -293,3 +293,215 @@ async fn a_paused_runs_time_limit_stands_still() {
     );
     assert_eq!(probe.calls("next"), 1);
 }
+
+/// A loopback receiver standing for a step's side effect: `/hit/{word}` counts each call.
+async fn receiver() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().route(
+        "/hit/{word}",
+        axum::routing::get(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { axum::Json(json!({ "hit": true })) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, hits)
+}
+
+/// The environment of a server whose runs may call the receiver at `target` (declared tools).
+fn effect_env(target: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("ORCA_LLM__PROVIDER", "offline".into()),
+        ("ORCA_TOOLS__HTTP_API", "true".into()),
+        ("ORCA_TOOLS__HTTP_ALLOW", format!("[\"{target}\"]")),
+    ]
+}
+
+/// Declares `side.effect` (a call to the receiver) through `server`.
+async fn declare_effect(server: &Server, target: &str) {
+    let declared = json!({ "url": format!("http://{target}/hit/{{word}}"), "input_schema": {
+        "type": "object", "required": ["word"], "properties": { "word": { "type": "string" } } } });
+    let put = server.client.put(server.url("/v1/tools/side.effect"));
+    assert_eq!(put.json(&declared).send().await.unwrap().status(), 201);
+}
+
+/// A plan with a breakpoint before `effect`, which calls the receiver once.
+fn effect_plan() -> Value {
+    json!({ "settings": { "breakpoints": ["effect"] }, "steps": [
+        { "id": "first", "kind": "tool",
+          "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } },
+        { "id": "effect", "kind": "tool", "depends_on": ["first"],
+          "input": { "tool": "side.effect", "arguments": { "word": "once" } } } ] })
+}
+
+async fn post_on(server: &Server, id: &str, what: &str) -> u16 {
+    let url = server.url(&format!("/v1/runs/{id}/{what}"));
+    server
+        .client
+        .post(url)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// How often the run paused, and the attempts of `effect` stored (read through `server`).
+async fn pauses_and_effect_attempts(server: &Server, id: &str) -> (usize, usize) {
+    let paused = server
+        .stored_events(id)
+        .await
+        .into_iter()
+        .filter(|e| e["kind"] == "status" && e["data"]["status"] == "paused")
+        .count();
+    let attempts = server
+        .steps(id)
+        .await
+        .into_iter()
+        .filter(|s| s["step_id"] == "effect")
+        .count();
+    (paused, attempts)
+}
+
+/// A resume answered 202 holds through a kill -9 right after it: the restarted server does
+/// not pause the run at that breakpoint again, and the step's side effect happens as many
+/// times as attempts of it are stored (once, unless the kill cut an attempt off after it
+/// acted). Before, the release was stored only by the run's later checkpoint, and the
+/// restarted run stopped at the same breakpoint again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_answered_202_holds_through_a_kill_9_and_the_step_acts_as_recorded() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (target, hits) = receiver().await;
+    let env = effect_env(&target);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let before = hits.load(SeqCst);
+        let server = Server::start_with(dir.path(), &env).await;
+        declare_effect(&server, &target).await;
+        let id = server.start_plan(effect_plan()).await;
+        let resp = server
+            .client
+            .get(server.url(&format!("/v1/runs/{id}/events")));
+        let mut reader = SseReader::new(resp.send().await.unwrap());
+        paused_before(&mut reader, "effect").await;
+        drop(reader);
+        assert_eq!(post_on(&server, &id, "resume").await, 202);
+        server.kill();
+
+        let server = Server::start_with(dir.path(), &env).await;
+        let resp = server
+            .client
+            .get(server.url(&format!("/v1/runs/{id}/events")));
+        let fin = final_data(&to_final(SseReader::new(resp.send().await.unwrap())).await);
+        assert_eq!(fin["status"], "succeeded", "round {round}: {fin}");
+        let (paused, attempts) = pauses_and_effect_attempts(&server, &id).await;
+        assert_eq!(paused, 1, "round {round}: paused at the breakpoint again");
+        let acted = hits.load(SeqCst) - before;
+        assert!(acted >= 1, "round {round}: the step never acted");
+        assert_eq!(
+            acted, attempts,
+            "round {round}: side effects and stored attempts differ"
+        );
+    }
+}
+
+/// The owner of a run paused at a breakpoint is frozen (SIGSTOP) right after a resume sent
+/// through the other replica answered 202. The other takes the run over: it does not pause
+/// at the breakpoint again, and every side effect of the step has a stored attempt; once the
+/// frozen replica wakes it does not act for the run (its lease gate), so the count stays.
+/// Before, the takeover paused again, and a step the owner had started before the freeze
+/// acted with no stored attempt, so it acted twice with one recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_holds_when_the_owner_freezes_and_side_effects_match_stored_attempts() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (target, hits) = receiver().await;
+    let env = effect_env(&target);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let replicas = TwoReplicas::start(&env).await;
+    let (a, b) = (&replicas.a, &replicas.b);
+    declare_effect(a, &target).await;
+    for round in 0..3 {
+        let before = hits.load(SeqCst);
+        let id = a.start_plan(effect_plan()).await;
+        let resp = b.client.get(b.url(&format!("/v1/runs/{id}/events")));
+        let mut reader = SseReader::new(resp.send().await.unwrap());
+        paused_before(&mut reader, "effect").await;
+        assert_eq!(post_on(b, &id, "resume").await, 202);
+        a.pause();
+        let fin = final_data(&to_final(reader).await);
+        assert_eq!(fin["status"], "succeeded", "round {round}: {fin}");
+        a.resume();
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while a.gauge("orca_run_tasks").await > 0.0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: A's task never stopped"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let (paused, attempts) = pauses_and_effect_attempts(b, &id).await;
+        assert_eq!(paused, 1, "round {round}: paused at the breakpoint again");
+        let acted = hits.load(SeqCst) - before;
+        assert!(acted >= 1, "round {round}: the step never acted");
+        assert_eq!(
+            acted, attempts,
+            "round {round}: side effects and stored attempts differ"
+        );
+    }
+}
+
+/// `quotas.paused_runs` bounds what waiting costs a tenant: past it a pause request is 429
+/// `quota_exceeded` naming the limit (with `Retry-After`), and a run reaching a breakpoint
+/// fails with `paused_runs_exceeded` without running the step. Pausing the paused run again,
+/// and another tenant's pause, are not refused.
+#[tokio::test]
+async fn paused_runs_past_the_tenants_quota_are_refused_and_a_breakpoint_fails_its_run() {
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, |c| c.quotas.default.paused_runs = 1).await;
+    let asking = || {
+        json!({ "input": "x", "orchestration": "fixed",
+        "plan": { "steps": [ask("ask", &[])] } })
+    };
+    let first = app.create_run(asking()).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = app.create_run(asking()).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(post(&app, &first, "pause").await.0, 202);
+    assert_eq!(post(&app, &first, "pause").await.0, 202, "already paused");
+    let refused = app
+        .client
+        .post(app.url(&format!("/v1/runs/{second}/pause")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(problem["code"], "quota_exceeded", "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("`paused_runs` is 1"), "{problem}");
+
+    let body = json!({ "input": "x", "orchestration": "fixed", "plan": {
+        "settings": { "breakpoints": ["b"] }, "steps": [counted("a", &[]), counted("b", &["a"])] } });
+    let fin = final_data(&app.stream_run(body).await);
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "paused_runs_exceeded", "{fin}");
+    assert_eq!((probe.calls("a"), probe.calls("b")), (1, 0));
+
+    // Resumed, the first makes room: the second may pause.
+    assert_eq!(post(&app, &first, "resume").await.0, 202);
+    assert_eq!(post(&app, &second, "pause").await.0, 202);
+    for id in [&first, &second] {
+        assert_eq!(post(&app, id, "cancel").await.0, 202);
+    }
+}

@@ -346,7 +346,11 @@ impl<'a> Scheduler<'a> {
         if !self.in_flight.is_empty() {
             return false;
         }
-        self.ctx.breakpoint(&step).await;
+        if let Err(limit) = self.ctx.breakpoint(&step).await {
+            // Past the tenant's paused runs: the run stops here, as at any run limit.
+            self.stop.get_or_insert(limit);
+            return false;
+        }
         self.ctx.pause_gate(&step).await;
         true
     }
@@ -877,6 +881,7 @@ mod tests {
             counters: Default::default(),
             last_seq: 0,
             pause: Default::default(),
+            released: Vec::new(),
         };
         RunContext::new(
             seed,

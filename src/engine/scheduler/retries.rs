@@ -51,7 +51,7 @@ async fn open_gated(
     sink: &mut EventSink,
 ) -> Result<AttemptKey, RunError> {
     let step = path.step(spec.id.as_str());
-    ctx.breakpoint(&step).await;
+    ctx.breakpoint(&step).await?;
     ctx.pause_gate(&step).await;
     open(ctx, plan_version, spec, path, sink).await
 }
