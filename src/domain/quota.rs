@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// What one tenant may use; 0 is no limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Quota {
     /// Runs in progress at once (queued, running, waiting for input, paused).
@@ -15,10 +15,29 @@ pub struct Quota {
     pub runs_per_minute: u64,
     /// Tokens (prompt and completion) of the runs created on one UTC day.
     pub tokens_per_day: u64,
+    /// Schedules the tenant may have (enabled or not); past it, `POST /v1/schedules` is 429
+    /// `quota_exceeded`. Default 100.
+    pub schedules: u64,
+    /// Runs the tenant's schedules may start in any 60 seconds (by tick time); a tick past it
+    /// starts nothing and is recorded with reason `rate`. Default 600.
+    pub schedule_fires_per_minute: u64,
+}
+
+impl Default for Quota {
+    /// No limit on runs; a bound on schedules, which fire without anyone asking.
+    fn default() -> Self {
+        Quota {
+            running_runs: 0,
+            runs_per_minute: 0,
+            tokens_per_day: 0,
+            schedules: 100,
+            schedule_fires_per_minute: 600,
+        }
+    }
 }
 
 impl Quota {
-    /// Whether any limit is set.
+    /// Whether any limit on creating runs is set (the schedules' own are checked apart).
     pub fn limits_anything(&self) -> bool {
         self.running_runs > 0 || self.runs_per_minute > 0 || self.tokens_per_day > 0
     }
@@ -113,6 +132,7 @@ mod tests {
             running_runs: 2,
             runs_per_minute: 10,
             tokens_per_day: 100,
+            ..Quota::default()
         };
         let mut usage = Usage {
             running_runs: 1,
