@@ -18,8 +18,10 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::domain::Tenant;
-use crate::domain::schedule::{Decision, Missed, ScheduleFire, Timing, decide};
-use crate::store::{FireRecord, Fired, ScheduleRecord, fmt_time};
+use crate::domain::schedule::{
+    Decision, Missed, MissedTicks, Problems, ScheduleFire, Timing, decide, tick_key,
+};
+use crate::store::{Capped, FireOutcome, FireRecord, Fired, ScheduleRecord};
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
@@ -83,6 +85,13 @@ pub struct Schedule {
     pub fire_count: u64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// While the next tick's run cannot start yet (the server is full, its store refuses
+    /// writes): when it is tried again (the wait doubles with each attempt, up to 30 s).
+    pub retry_at: Option<DateTime<Utc>>,
+    /// The attempts made at the next tick whose run could not start; 0 otherwise.
+    pub retries: u32,
+    /// Why the next tick's run could not start yet.
+    pub retry_reason: Option<String>,
 }
 
 /// `GET /v1/schedules` answer.
@@ -95,8 +104,13 @@ pub struct ScheduleList {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ScheduleFireRecord {
     pub fire_at: DateTime<Utc>,
-    /// The run the tick started; `null` when it could not start one (`error` says why).
+    /// The run the tick started; `null` when it started none (`reason` and `error` say why).
     pub run_id: Option<String>,
+    /// Why the tick started no run: `missed` (it, and the ticks up to the time `error`
+    /// names, passed more than 60 s before a run could start), `rate` (the tenant's
+    /// `schedule_fires_per_minute`), `quota` (one of the tenant's run quotas), `refused`
+    /// (the body no longer runs).
+    pub reason: Option<String>,
     pub error: Option<String>,
     pub fired_at: DateTime<Utc>,
 }
@@ -175,13 +189,19 @@ impl From<ScheduleRecord> for Schedule {
             fire_count: s.fire_count,
             created_at: s.created_at,
             updated_at: s.updated_at,
+            retry_at: s.retry_at,
+            retries: s.retries,
+            retry_reason: s.retry_reason,
         }
     }
 }
 
 /// A stored schedule's timing (stored ones were checked, so an error means a changed rule).
 fn timing_of(s: &ScheduleRecord) -> Result<Timing, String> {
-    timing_of_fields(s).map_err(|(_, message)| message)
+    timing_of_fields(s).map_err(|problems| {
+        let messages: Vec<String> = problems.into_iter().map(|(_, m)| m).collect();
+        messages.join("; ")
+    })
 }
 
 /// Checks a schedule as it would be stored: its name, timing and run body (as `POST
@@ -203,23 +223,27 @@ async fn check(
         ));
     }
     let timing = match (&s.cron, s.interval_ms) {
-        (Some(_), Some(_)) => Err((
+        (Some(_), Some(_)) => Err(vec![(
             "interval_ms",
             "give either `cron` or `interval_ms`, not both".to_owned(),
-        )),
-        (None, None) => Err((
+        )]),
+        (None, None) => Err(vec![(
             "cron",
             "give `cron` (with `timezone`) or `interval_ms`".to_owned(),
-        )),
-        (None, Some(_)) if s.timezone != "UTC" => Err((
+        )]),
+        (None, Some(_)) if s.timezone != "UTC" => Err(vec![(
             "timezone",
             "`timezone` applies to `cron` only; intervals are counted in UTC".to_owned(),
-        )),
+        )]),
         _ => timing_of_fields(s),
     };
     match timing {
         Ok(timing) => s.next_fire_at = timing.next_after(now),
-        Err((field, message)) => problems.push(FieldError::new(format!("/{field}"), message)),
+        Err(wrong) => problems.extend(
+            wrong
+                .into_iter()
+                .map(|(field, message)| FieldError::new(format!("/{field}"), message)),
+        ),
     }
     if let Err(e) = admit_body(state, tenant, s.run.clone(), None).await {
         match e {
@@ -238,11 +262,11 @@ async fn check(
     }
 }
 
-fn timing_of_fields(s: &ScheduleRecord) -> Result<Timing, (&'static str, String)> {
+fn timing_of_fields(s: &ScheduleRecord) -> Result<Timing, Problems> {
     match (&s.cron, s.interval_ms) {
         (Some(cron), _) => Timing::cron(cron, &s.timezone),
         (None, Some(ms)) => Timing::every(ms, s.anchor_at),
-        (None, None) => Err(("cron", "the schedule has no timing".into())),
+        (None, None) => Err(vec![("cron", "the schedule has no timing".into())]),
     }
 }
 
@@ -261,6 +285,7 @@ fn timing_of_fields(s: &ScheduleRecord) -> Result<Timing, (&'static str, String)
         (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The tenant has as many schedules as its quota `schedules` allows", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn create_schedule(
@@ -287,9 +312,21 @@ pub async fn create_schedule(
         fire_count: 0,
         created_at: now,
         updated_at: now,
+        retry_at: None,
+        retries: 0,
+        retry_reason: None,
     };
     check(&state, &tenant, &mut s, now).await?;
-    state.schedules.insert_schedule(&s).await?;
+    let cap = state.config.quotas.of(&tenant.0).schedules;
+    if let Capped::Full { count } = state.schedules.insert_schedule(&s, cap).await? {
+        return Err(ApiError::TooManyRequests {
+            message: format!(
+                "the tenant's quota `schedules` is {cap}: it has {count} schedules; delete one \
+                 to create another"
+            ),
+            retry_after_secs: 60,
+        });
+    }
     let location =
         HeaderValue::from_str(&format!("/v1/schedules/{}", s.id)).map_err(ApiError::internal)?;
     Ok((
@@ -465,22 +502,57 @@ fn fire_record(f: FireRecord) -> ScheduleFireRecord {
     ScheduleFireRecord {
         fire_at: f.fire_at,
         run_id: f.run_id,
+        reason: f.reason,
         error: f.error,
         fired_at: f.fired_at,
     }
 }
 
+/// The first wait before a tick whose run could not start is tried again; it doubles with
+/// each attempt, up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest wait between attempts at a tick's run (within the tick's minute of grace).
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The shortest wait between two looks at the store that found nothing more to do.
+const MIN_WAIT: Duration = Duration::from_millis(20);
+
+/// The wait before attempt `retries + 1` at a tick.
+fn retry_delay(retries: u32) -> Duration {
+    RETRY_FIRST
+        .saturating_mul(1 << retries.min(16))
+        .min(RETRY_MAX)
+}
+
 /// Fires due schedules until the server stops: looks at the store when the earliest tick is
 /// due, when a schedule changes through this server, and at least every second (for changes
-/// made through other replicas).
+/// made through other replicas). While the store fails, it looks again after a wait that
+/// doubles up to [`RETRY_MAX`], and says so once when it starts and once when it ends.
 pub async fn fire_due(state: AppState) {
+    let mut failing: Option<Duration> = None;
     loop {
         let wait = match fire_once(&state).await {
-            Ok(true) => Duration::ZERO,
-            Ok(false) => until_next(&state).await,
+            Ok(more) => {
+                if failing.take().is_some() {
+                    tracing::info!("schedules are read and fired again");
+                }
+                if more {
+                    Duration::ZERO
+                } else {
+                    until_next(&state).await
+                }
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "reading due schedules failed; trying again");
-                POLL
+                let wait = match failing {
+                    None => {
+                        tracing::warn!(error = %e, "firing schedules failed; trying again with a growing wait");
+                        RETRY_FIRST
+                    }
+                    Some(last) => (last * 2).min(RETRY_MAX),
+                };
+                failing = Some(wait);
+                wait
             }
         };
         tokio::select! {
@@ -491,39 +563,94 @@ pub async fn fire_due(state: AppState) {
     }
 }
 
-/// How long until the earliest tick, at most [`POLL`].
+/// The tenants whose schedules fire: with API keys configured, those with a key (a revoked
+/// tenant's schedules wait, quietly, until its key returns); `None` without keys.
+fn live_tenants(state: &AppState) -> Option<Vec<String>> {
+    let keys = &state.config.auth.api_keys;
+    (!keys.is_empty()).then(|| {
+        let mut tenants: Vec<String> = keys.iter().map(|k| k.tenant.clone()).collect();
+        tenants.sort();
+        tenants.dedup();
+        tenants
+    })
+}
+
+/// How long until the earliest tick (or retry), from [`MIN_WAIT`] to [`POLL`].
 async fn until_next(state: &AppState) -> Duration {
-    match state.schedules.next_schedule_tick().await {
+    let tenants = live_tenants(state);
+    match state.schedules.next_schedule_tick(tenants.as_deref()).await {
         Ok(Some(next)) => (next - crate::domain::now())
             .to_std()
             .unwrap_or(Duration::ZERO)
-            .min(POLL),
+            .clamp(MIN_WAIT, POLL),
         _ => POLL,
     }
 }
 
-/// Acts on the schedules due now; true when there may be more due.
+/// Acts on the schedules due now; true when there may be more due. A store error ends the
+/// pass at once (the loop waits before the next).
 async fn fire_once(state: &AppState) -> Result<bool, crate::store::Error> {
     let now = crate::domain::now();
-    let due = state.schedules.due_schedules(now, BATCH).await?;
+    let tenants = live_tenants(state);
+    let due = state
+        .schedules
+        .due_schedules(now, BATCH, tenants.as_deref())
+        .await?;
     let full = due.len() == BATCH as usize;
+    let mut rates = Rates::default();
     for s in due {
         if state.shutdown.is_cancelled() {
             break;
         }
-        if let Err(e) = fire(state, &s, now).await {
-            tracing::warn!(schedule = %s.id, error = %e, "firing a schedule failed; it is tried again");
-        }
+        fire(state, &s, now, &mut rates).await?;
     }
     Ok(full)
 }
 
-/// Acts on one due schedule: starts its tick's run (or skips a missed tick), then moves its
-/// next tick on.
+/// Each tenant's runs started by schedules in the last minute, against its
+/// `schedule_fires_per_minute`, counted once per pass.
+#[derive(Default)]
+struct Rates(std::collections::HashMap<String, (u64, u64)>);
+
+impl Rates {
+    /// Why the tenant may start no more runs from schedules now; `None` when it may (and the
+    /// run is counted).
+    async fn refuse(
+        &mut self,
+        state: &AppState,
+        tenant: &Tenant,
+        now: DateTime<Utc>,
+    ) -> Result<Option<String>, crate::store::Error> {
+        let limit = state.config.quotas.of(&tenant.0).schedule_fires_per_minute;
+        if limit == 0 {
+            return Ok(None);
+        }
+        let used = match self.0.get_mut(&tenant.0) {
+            Some((_, used)) => used,
+            None => {
+                let since = now - chrono::Duration::seconds(60);
+                let used = state.schedules.tenant_fires_since(tenant, since).await?;
+                &mut self.0.entry(tenant.0.clone()).or_insert((limit, used)).1
+            }
+        };
+        if *used >= limit {
+            return Ok(Some(format!(
+                "rate: the tenant's quota `schedule_fires_per_minute` is {limit}: its schedules \
+                 started {used} runs in the last minute"
+            )));
+        }
+        *used += 1;
+        Ok(None)
+    }
+}
+
+/// Acts on one due schedule: records the ticks it missed, starts its tick's run (or skips a
+/// missed tick, or refuses one past the tenant's rate), then moves its next tick on.
 async fn fire(
     state: &AppState,
     s: &ScheduleRecord,
     now: DateTime<Utc>,
+    rates: &mut Rates,
 ) -> Result<(), crate::store::Error> {
     let Some(due) = s.next_fire_at else {
         return Ok(());
@@ -531,75 +658,166 @@ async fn fire(
     let timing = match timing_of(s) {
         Ok(timing) => timing,
         Err(why) => {
-            tracing::error!(schedule = %s.id, %why, "a stored schedule no longer reads; it is left as it is");
+            // Looked at again in an hour (a fixed rule may read it again), not every pass.
+            let why = format!("the stored timing no longer reads: {why}");
+            if s.retry_reason.as_deref() != Some(why.as_str()) {
+                tracing::error!(schedule = %s.id, %why, "a stored schedule no longer reads; it is left as it is");
+            }
+            let later = now + chrono::Duration::hours(1);
+            state
+                .schedules
+                .hold_schedule(&s.id, due, due, later, &why)
+                .await?;
             return Ok(());
         }
     };
+    let schedules = &state.schedules;
+    let record_missed = |missed: Option<MissedTicks>| async move {
+        let Some(missed) = missed else {
+            return Ok(());
+        };
+        let error = missed.describe(s.retry_reason.as_deref());
+        let outcome = FireOutcome::None {
+            reason: "missed",
+            error: &error,
+        };
+        schedules.record_fire(&s.id, missed.first, outcome).await
+    };
     match decide(&timing, due, now, s.missed) {
         Decision::Wait => Ok(()),
-        Decision::Skip { next } => {
+        Decision::Skip { next, missed } => {
             tracing::info!(schedule = %s.id, missed_since = %due, "missed ticks skipped");
-            state
-                .schedules
+            record_missed(missed).await?;
+            schedules
                 .advance_schedule(&s.id, due, next, Fired::Nothing)
                 .await
                 .map(drop)
         }
-        Decision::Fire { tick, next } => start_tick(state, s, due, tick, next).await,
+        Decision::Fire { tick, next, missed } => {
+            record_missed(missed).await?;
+            let tick = Tick { due, tick, next };
+            match rates.refuse(state, &s.tenant, now).await? {
+                Some(why) => tick.refused(state, s, "rate", &why).await,
+                None => start_tick(state, s, tick).await,
+            }
+        }
+    }
+}
+
+/// A tick to act on: the schedule's stored next tick `due`, the tick fired `tick` (later
+/// than `due` when ticks between were missed), and the tick after.
+#[derive(Clone, Copy)]
+struct Tick {
+    due: DateTime<Utc>,
+    tick: DateTime<Utc>,
+    next: Option<DateTime<Utc>>,
+}
+
+impl Tick {
+    /// The tick starts no run (`reason`, `why`): recorded, and the schedule goes on.
+    async fn refused(
+        self,
+        state: &AppState,
+        s: &ScheduleRecord,
+        reason: &str,
+        why: &str,
+    ) -> Result<(), crate::store::Error> {
+        let outcome = FireOutcome::None { reason, error: why };
+        let schedules = &state.schedules;
+        schedules.record_fire(&s.id, self.tick, outcome).await?;
+        schedules
+            .advance_schedule(&s.id, self.due, self.next, Fired::Nothing)
+            .await
+            .map(drop)
+    }
+
+    /// The tick started (or another replica had started) the run `run_id`.
+    async fn started(
+        self,
+        state: &AppState,
+        s: &ScheduleRecord,
+        run_id: &str,
+    ) -> Result<(), crate::store::Error> {
+        let schedules = &state.schedules;
+        schedules
+            .record_fire(&s.id, self.tick, FireOutcome::Run(run_id))
+            .await?;
+        let fired = Fired::Run {
+            tick: self.tick,
+            run_id,
+        };
+        schedules
+            .advance_schedule(&s.id, self.due, self.next, fired)
+            .await?;
+        if s.retry_reason.is_some() {
+            tracing::info!(schedule = %s.id, "a schedule's runs start again");
+        }
+        Ok(())
+    }
+
+    /// The run cannot start yet (`why`): the tick stays due, tried again after a wait that
+    /// doubles with each attempt. Logged when the reason changes, not at every attempt.
+    async fn held(
+        self,
+        state: &AppState,
+        s: &ScheduleRecord,
+        why: &str,
+    ) -> Result<(), crate::store::Error> {
+        let delay = retry_delay(s.retries);
+        if s.retry_reason.as_deref() != Some(why) {
+            tracing::warn!(schedule = %s.id, %why, "a schedule's run cannot start yet; it is tried again with a growing wait");
+        }
+        let retry_at = crate::domain::now()
+            + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::seconds(1));
+        state
+            .schedules
+            .hold_schedule(&s.id, self.due, self.tick, retry_at, why)
+            .await
+            .map(drop)
     }
 }
 
 async fn start_tick(
     state: &AppState,
     s: &ScheduleRecord,
-    due: DateTime<Utc>,
-    tick: DateTime<Utc>,
-    next: Option<DateTime<Utc>>,
+    tick: Tick,
 ) -> Result<(), crate::store::Error> {
-    let key = format!("schedule:{}:{}", s.id, fmt_time(tick));
+    let key = tick_key(&s.id, tick.tick);
     let link = ScheduleFire {
         id: s.id.clone(),
-        fire_at: tick,
+        fire_at: tick.tick,
     };
     let started = start_run_for(
         state,
         &s.tenant,
         s.run.clone(),
-        Some(key),
+        Some(key.clone()),
         false,
         Some(link),
     )
     .await;
-    let schedules = &state.schedules;
     match started {
-        Ok((run, _, _)) => {
-            let run_id = run.id.to_string();
-            schedules
-                .record_fire(&s.id, tick, Some(&run_id), None)
-                .await?;
-            let fired = Fired::Run {
-                tick,
-                run_id: &run_id,
-            };
-            schedules.advance_schedule(&s.id, due, next, fired).await?;
-        }
-        // Busy or the store is down: the tick stays due and is tried again (until it is
-        // missed).
-        Err(ApiError::Unavailable(why)) => {
-            tracing::warn!(schedule = %s.id, %why, "a schedule's run could not start yet");
-        }
+        Ok((run, _, _)) => tick.started(state, s, &run.id.to_string()).await,
+        // Busy or the store is down: the tick stays due and is tried again after a wait.
+        Err(ApiError::Unavailable(why)) => tick.held(state, s, &why).await,
         // Another replica started this tick with a body changed since: the tick has its run.
-        Err(ApiError::IdempotencyKeyReused) => {}
+        Err(ApiError::IdempotencyKeyReused) => {
+            match state.schedules.run_of_key(&s.tenant, &key).await? {
+                Some(run_id) => tick.started(state, s, &run_id).await,
+                None => tick.held(state, s, "the tick's run was not found").await,
+            }
+        }
+        // Over one of the tenant's run quotas: this tick starts nothing.
+        Err(refused @ ApiError::TooManyRequests { .. }) => {
+            let why = format!("quota: {refused}");
+            tick.refused(state, s, "quota", &why).await
+        }
         Err(refused) => {
             // The body no longer runs (a workflow or tool it names was removed): the tick is
             // recorded with why, and the schedule goes on.
             let why = describe(&refused);
             tracing::warn!(schedule = %s.id, %why, "a schedule's run was refused");
-            schedules.record_fire(&s.id, tick, None, Some(&why)).await?;
-            schedules
-                .advance_schedule(&s.id, due, next, Fired::Nothing)
-                .await?;
+            tick.refused(state, s, "refused", &why).await
         }
     }
-    Ok(())
 }

@@ -25,12 +25,20 @@ pub struct Quota {
     /// its task in memory; past it a pause request is 429 and a breakpoint reached fails its
     /// run with `paused_runs_exceeded`. Limited by default, unlike the others.
     pub paused_runs: u64,
+    /// Schedules the tenant may have (enabled or not); past it, `POST /v1/schedules` is 429
+    /// `quota_exceeded`. Default 100.
+    pub schedules: u64,
+    /// Runs the tenant's schedules may start in any 60 seconds (by tick time); a tick past it
+    /// starts nothing and is recorded with reason `rate`. Default 600.
+    pub schedule_fires_per_minute: u64,
 }
 
 /// How many runs a tenant may have paused at once unless configured.
 pub const DEFAULT_PAUSED_RUNS: u64 = 100;
 
 impl Default for Quota {
+    /// No limit on runs; a bound on what waits or fires without anyone asking: paused runs and
+    /// schedules.
     fn default() -> Quota {
         Quota {
             running_runs: 0,
@@ -39,13 +47,15 @@ impl Default for Quota {
             max_priority: None,
             weight: 1,
             paused_runs: DEFAULT_PAUSED_RUNS,
+            schedules: 100,
+            schedule_fires_per_minute: 600,
         }
     }
 }
 
 impl Quota {
     /// Whether any limit a new run's insert checks is set (`paused_runs` is checked when a
-    /// run pauses).
+    /// run pauses, the schedules' own limits apart).
     pub fn limits_anything(&self) -> bool {
         self.running_runs > 0 || self.runs_per_minute > 0 || self.tokens_per_day > 0
     }

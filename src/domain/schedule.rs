@@ -5,7 +5,9 @@
 //! The rule for late ticks: a tick fires when it is at most [`MISFIRE_GRACE`] old. An older
 //! one was missed (the servers were down or stopped); [`Missed::Skip`] fires nothing for it,
 //! [`Missed::CatchUpOne`] fires the latest missed tick once. Either way at most one run
-//! starts per evaluation, and the next tick is the first one after now.
+//! starts per evaluation, and the next tick is the one after the tick acted on: ticks late
+//! but within the grace fire in order, one per evaluation. The ticks missed are counted
+//! ([`MissedTicks`]) so that none passes unrecorded.
 
 use std::str::FromStr;
 
@@ -15,6 +17,12 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+
+mod cron_words;
+
+/// Problems of a timing, each with the member it is about (`cron`, `timezone`,
+/// `interval_ms`), for a 422 that lists them all.
+pub type Problems = Vec<(&'static str, String)>;
 
 /// How late a tick may fire and still be on time.
 pub const MISFIRE_GRACE: Duration = Duration::seconds(60);
@@ -67,45 +75,57 @@ pub enum Timing {
 
 impl Timing {
     /// A cron timing: five fields (minute hour day-of-month month day-of-week) or six with
-    /// seconds first, in an IANA time zone. The error says what is wrong, for a 422.
-    pub fn cron(expression: &str, zone: &str) -> Result<Timing, (&'static str, String)> {
+    /// seconds first, in an IANA time zone. The error is every problem at once, each with the
+    /// member it is about (`cron`, `timezone`), for a 422.
+    pub fn cron(expression: &str, zone: &str) -> Result<Timing, Problems> {
+        let mut problems = Problems::new();
         let zone = Tz::from_str(zone).map_err(|_| {
             (
                 "timezone",
                 format!("`{zone}` is not an IANA time zone (e.g. `UTC`, `Europe/Paris`)"),
             )
-        })?;
+        });
         let parser = CronParser::builder().seconds(Seconds::Optional).build();
-        let cron = parser.parse(expression).map_err(|e| {
-            (
-                "cron",
-                format!("`{expression}` is not a cron expression: {e}"),
-            )
-        })?;
+        // The library's own words name none of the fields: they are explained in ours.
+        let cron = parser.parse(expression).map_err(|_| {
+            cron_words::explain(expression)
+                .into_iter()
+                .map(|message| ("cron", message))
+                .collect::<Problems>()
+        });
+        let (cron, zone) = match (cron, zone) {
+            (Ok(cron), Ok(zone)) => (cron, zone),
+            (cron, zone) => {
+                problems.extend(cron.err().into_iter().flatten());
+                problems.extend(zone.err());
+                return Err(problems);
+            }
+        };
         let timing = Timing::Cron {
             cron: Box::new(cron),
             zone,
         };
         // An expression that parses may still never match (`0 0 30 2 *`).
         if timing.next_after(Utc::now()).is_none() {
-            return Err((
+            return Err(vec![(
                 "cron",
-                format!("`{expression}` never fires (no matching time in the coming years)"),
-            ));
+                format!(
+                    "`{expression}` never fires (no matching time in the coming years: is the \
+                     day in the month?), {}",
+                    cron_words::EXAMPLE
+                ),
+            )]);
         }
         Ok(timing)
     }
 
     /// An interval timing from `anchor`; the error says what is wrong, for a 422.
-    pub fn every(
-        interval_ms: u64,
-        anchor: DateTime<Utc>,
-    ) -> Result<Timing, (&'static str, String)> {
+    pub fn every(interval_ms: u64, anchor: DateTime<Utc>) -> Result<Timing, Problems> {
         if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&interval_ms) {
-            return Err((
+            return Err(vec![(
                 "interval_ms",
                 format!("must be from {MIN_INTERVAL_MS} (a second) to {MAX_INTERVAL_MS} (a year)"),
-            ));
+            )]);
         }
         Ok(Timing::Every {
             every: Duration::milliseconds(interval_ms as i64),
@@ -160,32 +180,134 @@ impl Timing {
     }
 }
 
+/// Ticks that passed without a run: from `first` to `last`, `count` of them (counted up to
+/// [`MISSED_COUNTED`]; `count` is that many when there were more).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissedTicks {
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+    pub count: u64,
+}
+
+/// How many missed ticks of a cron expression are counted one by one.
+pub const MISSED_COUNTED: u64 = 10_000;
+
+impl MissedTicks {
+    /// The ticks of `timing` from `first` to `last`, both included; `None` when `last` is
+    /// before `first`.
+    fn between(timing: &Timing, first: DateTime<Utc>, last: DateTime<Utc>) -> Option<Self> {
+        if last < first {
+            return None;
+        }
+        let count = match timing {
+            Timing::Every { every, .. } => {
+                ((last - first).num_milliseconds() / every.num_milliseconds().max(1)) as u64 + 1
+            }
+            Timing::Cron { .. } => {
+                let (mut n, mut at) = (1, first);
+                while n < MISSED_COUNTED {
+                    match timing.next_after(at) {
+                        Some(next) if next <= last => (n, at) = (n + 1, next),
+                        _ => break,
+                    }
+                }
+                n
+            }
+        };
+        Some(MissedTicks { first, last, count })
+    }
+
+    /// The ticks in a sentence, for a fire's `error`.
+    pub fn describe(&self, why: Option<&str>) -> String {
+        let ticks = match self.count {
+            1 => "1 tick".to_owned(),
+            MISSED_COUNTED.. => format!("{MISSED_COUNTED} or more ticks"),
+            n => format!("{n} ticks"),
+        };
+        let why = why.map_or_else(
+            || "no server was running, or the scheduler was behind".to_owned(),
+            |why| format!("the run could not start: {why}"),
+        );
+        format!(
+            "missed: {ticks} from {} to {} passed more than {} s before a run could start \
+             ({why})",
+            self.first
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            self.last.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            MISFIRE_GRACE.num_seconds()
+        )
+    }
+}
+
 /// What a schedule whose next tick is `due` does at `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Not due yet.
     Wait,
     /// Start a run for `tick`; the tick after is `next` (`None`: the schedule is spent).
+    /// `missed` are the ticks before `tick` that passed without a run.
     Fire {
         tick: DateTime<Utc>,
         next: Option<DateTime<Utc>>,
+        missed: Option<MissedTicks>,
     },
     /// The ticks since `due` were missed and the policy skips them; the tick after is `next`.
-    Skip { next: Option<DateTime<Utc>> },
+    Skip {
+        next: Option<DateTime<Utc>>,
+        missed: Option<MissedTicks>,
+    },
 }
 
-/// Decides what a schedule does at `now` (see the module doc for the rule).
-pub fn decide(timing: &Timing, due: DateTime<Utc>, now: DateTime<Utc>, missed: Missed) -> Decision {
+/// Decides what a schedule does at `now` (see the module doc for the rule). Every tick that
+/// is at most [`MISFIRE_GRACE`] late fires, in order; older ones are missed.
+pub fn decide(timing: &Timing, due: DateTime<Utc>, now: DateTime<Utc>, policy: Missed) -> Decision {
     if due > now {
         return Decision::Wait;
     }
-    let tick = timing.latest_at_or_before(now, due).unwrap_or(due);
-    let next = timing.next_after(now);
-    if now - tick <= MISFIRE_GRACE || missed == Missed::CatchUpOne {
-        Decision::Fire { tick, next }
-    } else {
-        Decision::Skip { next }
+    let on_time_from = now - MISFIRE_GRACE;
+    if due >= on_time_from {
+        return Decision::Fire {
+            tick: due,
+            next: timing.next_after(due),
+            missed: None,
+        };
     }
+    let just_before = |t: DateTime<Utc>| t - Duration::microseconds(1);
+    let missed_before = |t: DateTime<Utc>| {
+        let last = timing
+            .latest_at_or_before(just_before(t), due)
+            .unwrap_or(due);
+        MissedTicks::between(timing, due, last)
+    };
+    let on_time = timing
+        .next_after(just_before(on_time_from))
+        .filter(|t| *t <= now);
+    let latest = timing.latest_at_or_before(now, due).unwrap_or(due);
+    match (on_time, policy) {
+        (Some(_), _) | (None, Missed::CatchUpOne) => {
+            let tick = on_time.unwrap_or(latest);
+            Decision::Fire {
+                tick,
+                next: timing.next_after(tick),
+                missed: missed_before(tick),
+            }
+        }
+        (None, Missed::Skip) => Decision::Skip {
+            next: timing.next_after(now),
+            missed: MissedTicks::between(timing, due, latest),
+        },
+    }
+}
+
+/// The idempotency key of the run tick `tick` of schedule `id` starts: one run per tick
+/// however many replicas see it due. It holds spaces, which no client's `Idempotency-Key`
+/// may (1-255 visible ASCII characters, checked in `api::runs`), so no request can make a
+/// run under it and keep the tick from firing.
+pub fn tick_key(id: &str, tick: DateTime<Utc>) -> String {
+    format!(
+        "schedule {id} {}",
+        tick.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    )
 }
 
 /// What links a run to the schedule that started it (`Run.schedule`).
@@ -231,23 +353,85 @@ mod tests {
 
     #[test]
     fn bad_timings_say_which_field_is_wrong() {
-        for (cron, zone, field) in [
-            ("0 9 * * *", "Mars/Olympus", "timezone"),
-            ("61 * * * *", "UTC", "cron"),
-            ("every day", "UTC", "cron"),
-            ("", "UTC", "cron"),
-            ("0 0 31 2 *", "UTC", "cron"),
+        for (cron, zone, fields) in [
+            ("0 9 * * *", "Mars/Olympus", &["timezone"][..]),
+            ("61 * * * *", "UTC", &["cron"]),
+            ("every day", "UTC", &["cron"]),
+            ("", "UTC", &["cron"]),
+            ("0 0 31 2 *", "UTC", &["cron"]),
+            // Every problem at once: both bad fields, and the zone.
+            ("61 25 * * *", "Mars/Olympus", &["cron", "cron", "timezone"]),
         ] {
-            let (f, message) = Timing::cron(cron, zone).unwrap_err();
-            assert_eq!(f, field, "{cron} {zone}: {message}");
+            let problems = Timing::cron(cron, zone).unwrap_err();
+            let found: Vec<&str> = problems.iter().map(|(f, _)| *f).collect();
+            assert_eq!(found, fields, "{cron} {zone}: {problems:?}");
         }
-        assert_eq!(Timing::every(999, Utc::now()).unwrap_err().0, "interval_ms");
         assert_eq!(
-            Timing::every(MAX_INTERVAL_MS + 1, Utc::now())
-                .unwrap_err()
-                .0,
+            Timing::every(999, Utc::now()).unwrap_err()[0].0,
             "interval_ms"
         );
+        assert_eq!(
+            Timing::every(MAX_INTERVAL_MS + 1, Utc::now()).unwrap_err()[0].0,
+            "interval_ms"
+        );
+    }
+
+    #[test]
+    fn cron_errors_name_the_field_its_range_what_was_given_and_an_example() {
+        for (cron, want) in [
+            (
+                "61 * * * *",
+                &["minute field is `61`", "0-59", "out of range"][..],
+            ),
+            ("* 24 * * *", &["hour field is `24`", "0-23"]),
+            ("* * 0 * *", &["day-of-month field is `0`", "1-31"]),
+            ("* * 32 * *", &["day-of-month field is `32`", "1-31"]),
+            ("* * * 13 *", &["month field is `13`", "1-12 or JAN-DEC"]),
+            (
+                "* * * FOO *",
+                &["month field is `FOO`", "not a month value"],
+            ),
+            ("* * * * 8", &["day-of-week field is `8`", "0-7", "Sunday"]),
+            (
+                "* * * * MON-XYZ",
+                &["day-of-week field is `MON-XYZ`", "`XYZ`"],
+            ),
+            ("60 * * * * *", &["seconds field is `60`", "0-59"]),
+            ("*/0 * * * *", &["minute field is `*/0`", "step `/0`"]),
+            ("1,2,99 * * * *", &["minute field is `1,2,99`", "`99`"]),
+            (
+                "30-10 * * * *",
+                &["minute field is `30-10`", "runs backwards"],
+            ),
+            ("every day", &["2 fields", "five (minute hour day-of-month"]),
+            ("* * * * * * * *", &["8 fields"]),
+            ("", &["0 fields"]),
+            ("0 0 31 2 *", &["never fires"]),
+        ] {
+            let problems = Timing::cron(cron, "UTC").unwrap_err();
+            let message = &problems[0].1;
+            for fragment in want.iter().chain(&["`0 9 * * 1-5`"]) {
+                assert!(
+                    message.contains(fragment),
+                    "{cron}: {fragment} in {message}"
+                );
+            }
+            assert!(!message.contains("Component error"), "{cron}: {message}");
+        }
+        // Two bad fields: a sentence for each.
+        let problems = Timing::cron("61 24 * * *", "UTC").unwrap_err();
+        assert!(problems[0].1.contains("minute"), "{problems:?}");
+        assert!(problems[1].1.contains("hour"), "{problems:?}");
+        // What the library takes, the explanation never refuses.
+        for good in [
+            "0 9 * * 1-5",
+            "*/10 * * * * *",
+            "0 0 L * *",
+            "0 0 * * 5#2",
+            "0 0 * * SUN-SAT",
+        ] {
+            assert!(Timing::cron(good, "UTC").is_ok(), "{good}");
+        }
     }
 
     #[test]
@@ -278,6 +462,7 @@ mod tests {
         let on_time = Decision::Fire {
             tick: due,
             next: Some(at("2026-01-01T02:00:00Z")),
+            missed: None,
         };
         for missed in [Missed::Skip, Missed::CatchUpOne] {
             assert_eq!(
@@ -290,14 +475,24 @@ mod tests {
         assert_eq!(
             decide(&hourly, due, now, Missed::Skip),
             Decision::Skip {
-                next: Some(at("2026-01-01T04:00:00Z"))
+                next: Some(at("2026-01-01T04:00:00Z")),
+                missed: Some(MissedTicks {
+                    first: due,
+                    last: at("2026-01-01T03:00:00Z"),
+                    count: 3
+                })
             }
         );
         assert_eq!(
             decide(&hourly, due, now, Missed::CatchUpOne),
             Decision::Fire {
                 tick: at("2026-01-01T03:00:00Z"),
-                next: Some(at("2026-01-01T04:00:00Z"))
+                next: Some(at("2026-01-01T04:00:00Z")),
+                missed: Some(MissedTicks {
+                    first: due,
+                    last: at("2026-01-01T02:00:00Z"),
+                    count: 2
+                })
             }
         );
         // Back just after a tick: that tick is on time, the earlier ones are gone.
@@ -305,8 +500,43 @@ mod tests {
             decide(&hourly, due, at("2026-01-01T03:00:05Z"), Missed::Skip),
             Decision::Fire {
                 tick: at("2026-01-01T03:00:00Z"),
-                next: Some(at("2026-01-01T04:00:00Z"))
+                next: Some(at("2026-01-01T04:00:00Z")),
+                missed: Some(MissedTicks {
+                    first: due,
+                    last: at("2026-01-01T02:00:00Z"),
+                    count: 2
+                })
             }
+        );
+    }
+
+    #[test]
+    fn every_tick_at_most_a_minute_late_fires_in_order_and_older_ones_are_counted_missed() {
+        let anchor = at("2026-01-01T00:00:00Z");
+        let every_second = Timing::every(1_000, anchor).unwrap();
+        // The loop was 5 s behind: the due tick fires, and the next one is the tick after it.
+        let due = at("2026-01-01T00:00:10Z");
+        assert_eq!(
+            decide(&every_second, due, at("2026-01-01T00:00:15Z"), Missed::Skip),
+            Decision::Fire {
+                tick: due,
+                next: Some(at("2026-01-01T00:00:11Z")),
+                missed: None
+            }
+        );
+        // 90 s behind: the 30 ticks more than a minute late are missed, the rest fire.
+        let now = at("2026-01-01T00:01:40Z");
+        let Decision::Fire { tick, missed, .. } = decide(&every_second, due, now, Missed::Skip)
+        else {
+            panic!("fires")
+        };
+        assert_eq!(tick, at("2026-01-01T00:00:40Z"));
+        let missed = missed.unwrap();
+        assert_eq!((missed.first, missed.count), (due, 30));
+        assert!(
+            missed
+                .describe(None)
+                .starts_with("missed: 30 ticks from 2026-01-01T00:00:10Z")
         );
     }
 
@@ -318,7 +548,12 @@ mod tests {
             decide(&daily, due, at("2026-01-04T12:00:00Z"), Missed::CatchUpOne),
             Decision::Fire {
                 tick: at("2026-01-04T02:30:00Z"),
-                next: Some(at("2026-01-05T02:30:00Z"))
+                next: Some(at("2026-01-05T02:30:00Z")),
+                missed: Some(MissedTicks {
+                    first: due,
+                    last: at("2026-01-03T02:30:00Z"),
+                    count: 3
+                })
             }
         );
     }

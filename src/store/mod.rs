@@ -51,7 +51,7 @@ pub use quota::Guards;
 pub use reads::{History, RunReads};
 pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
-pub use schedules::{FireRecord, Fired, ScheduleRecord, Schedules};
+pub use schedules::{Capped, FireOutcome, FireRecord, Fired, ScheduleRecord, Schedules};
 pub use sessions::{SessionRun, SessionSummary, Sessions, Turn};
 pub use timeline::RunHistory;
 pub use webhooks::{

@@ -6,8 +6,8 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{AssertSqlSafe, Row};
 
 use super::{Error, Result, Store, fmt_time, parse_json, parse_opt_time, parse_time, to_json};
 use crate::domain::Tenant;
@@ -38,6 +38,12 @@ pub struct ScheduleRecord {
     pub fire_count: u64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// While the current tick's run cannot start yet: when it is tried again.
+    pub retry_at: Option<DateTime<Utc>>,
+    /// The attempts made for the current tick that could not start its run.
+    pub retries: u32,
+    /// Why the current tick's run could not start yet.
+    pub retry_reason: Option<String>,
 }
 
 /// One tick a schedule acted on: the run it started, or why none started.
@@ -45,8 +51,28 @@ pub struct ScheduleRecord {
 pub struct FireRecord {
     pub fire_at: DateTime<Utc>,
     pub run_id: Option<String>,
+    /// Why no run started: `missed`, `rate`, `quota` or `refused`.
+    pub reason: Option<String>,
     pub error: Option<String>,
     pub fired_at: DateTime<Utc>,
+}
+
+/// Whether [`Schedules::insert_schedule`] stored the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capped {
+    Stored,
+    /// The tenant already has `count` schedules, its cap.
+    Full {
+        count: u64,
+    },
+}
+
+/// What a tick came to, for [`Schedules::record_fire`].
+pub enum FireOutcome<'a> {
+    /// It started the run `run_id`.
+    Run(&'a str),
+    /// It started none: `reason` is `missed`, `rate`, `quota` or `refused`, `error` says why.
+    None { reason: &'a str, error: &'a str },
 }
 
 /// What a claimed tick came to, for [`Store::advance_schedule`].
@@ -90,12 +116,23 @@ impl Schedules {
         self.changed.notify_one();
     }
 
-    pub async fn insert_schedule(&self, s: &ScheduleRecord) -> Result<()> {
-        sqlx::query(
+    /// Stores a new schedule unless its tenant already has `cap` of them (0: no cap). The
+    /// count is checked by the insert itself, and on PostgreSQL a per-tenant transaction lock
+    /// orders concurrent inserts, so the cap holds across replicas.
+    pub async fn insert_schedule(&self, s: &ScheduleRecord, cap: u64) -> Result<Capped> {
+        let mut tx = self.pool().begin().await?;
+        if self.store.shared() {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(format!("schedules:{}", s.tenant.0))
+                .execute(&mut *tx)
+                .await?;
+        }
+        let res = sqlx::query(
             "INSERT INTO schedules (id, tenant, name, cron, timezone, interval_ms, anchor_at,
                 run, enabled, missed, next_fire_at, last_fire_at, last_run_id, fire_count,
                 created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16
+             WHERE $17 = 0 OR (SELECT COUNT(*) FROM schedules WHERE tenant = $2) < $17",
         )
         .bind(&s.id)
         .bind(&s.tenant.0)
@@ -113,19 +150,30 @@ impl Schedules {
         .bind(s.fire_count as i64)
         .bind(fmt_time(s.created_at))
         .bind(fmt_time(s.updated_at))
-        .execute(&self.pool())
+        .bind(cap as i64)
+        .execute(&mut *tx)
         .await?;
+        if res.rows_affected() == 0 {
+            let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schedules WHERE tenant = $1")
+                .bind(&s.tenant.0)
+                .fetch_one(&mut *tx)
+                .await?;
+            return Ok(Capped::Full {
+                count: count as u64,
+            });
+        }
+        tx.commit().await?;
         self.touched();
-        Ok(())
+        Ok(Capped::Stored)
     }
 
-    /// Replaces what an update may change (name, timing, run, enabled, missed, next tick);
-    /// false if the tenant has no such schedule.
+    /// Replaces what an update may change (name, timing, run, enabled, missed, next tick),
+    /// and tries a tick that was waiting to start at once; false if the tenant has no such schedule.
     pub async fn update_schedule(&self, s: &ScheduleRecord) -> Result<bool> {
         let res = sqlx::query(
             "UPDATE schedules SET name = $1, cron = $2, timezone = $3, interval_ms = $4,
                 anchor_at = $5, run = $6, enabled = $7, missed = $8, next_fire_at = $9,
-                updated_at = $10
+                updated_at = $10, retry_at = NULL, retries = 0, retry_reason = NULL
              WHERE id = $11 AND tenant = $12",
         )
         .bind(s.name.as_deref())
@@ -185,31 +233,105 @@ impl Schedules {
         Ok(true)
     }
 
-    /// Up to `limit` enabled schedules of any tenant whose next tick is at or before `now`,
-    /// the most overdue first.
+    /// Up to `limit` enabled schedules whose next tick is at or before `now` and that are not
+    /// waiting to retry, of any tenant in `tenants` (`None`: every tenant). Fair across
+    /// tenants: each tenant's most overdue first, then each one's second, and so on, so one
+    /// tenant's many due schedules cannot fill the batch while another's wait.
     pub async fn due_schedules(
         &self,
         now: DateTime<Utc>,
         limit: u32,
+        tenants: Option<&[String]>,
     ) -> Result<Vec<ScheduleRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM schedules WHERE enabled = 1 AND next_fire_at <= $1
-             ORDER BY next_fire_at LIMIT $2",
-        )
-        .bind(fmt_time(now))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool())
-        .await?;
+        let sql = format!(
+            "SELECT * FROM (
+                SELECT s.*, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY next_fire_at, id)
+                    AS turn
+                FROM schedules s
+                WHERE enabled = 1 AND next_fire_at <= $1
+                    AND (retry_at IS NULL OR retry_at <= $1){}
+             ) due ORDER BY turn, next_fire_at, id LIMIT $2",
+            tenant_filter(tenants, 3)
+        );
+        // Only placeholders are formatted in: the tenants are bound.
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(fmt_time(now))
+            .bind(i64::from(limit));
+        for t in tenants.into_iter().flatten() {
+            query = query.bind(t);
+        }
+        let rows = query.fetch_all(&self.pool()).await?;
         rows.iter().map(schedule_from_row).collect()
     }
 
-    /// The earliest next tick of any enabled schedule.
-    pub async fn next_schedule_tick(&self) -> Result<Option<DateTime<Utc>>> {
-        let next: Option<String> =
-            sqlx::query_scalar("SELECT MIN(next_fire_at) FROM schedules WHERE enabled = 1")
-                .fetch_one(&self.pool())
-                .await?;
+    /// When the earliest enabled schedule of `tenants` (`None`: all) is next due: its next
+    /// tick, or its retry when that is later.
+    pub async fn next_schedule_tick(
+        &self,
+        tenants: Option<&[String]>,
+    ) -> Result<Option<DateTime<Utc>>> {
+        let sql = format!(
+            "SELECT MIN(CASE WHEN retry_at > next_fire_at THEN retry_at ELSE next_fire_at END)
+             FROM schedules WHERE enabled = 1 AND next_fire_at IS NOT NULL{}",
+            tenant_filter(tenants, 1)
+        );
+        let mut query = sqlx::query_scalar(AssertSqlSafe(sql));
+        for t in tenants.into_iter().flatten() {
+            query = query.bind(t);
+        }
+        let next: Option<String> = query.fetch_one(&self.pool()).await?;
         parse_opt_time(next)
+    }
+
+    /// Runs the schedules of `tenant` started for ticks at or after `since`.
+    pub async fn tenant_fires_since(&self, tenant: &Tenant, since: DateTime<Utc>) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM schedule_fires f JOIN schedules s ON s.id = f.schedule_id
+             WHERE s.tenant = $1 AND f.fire_at >= $2 AND f.run_id IS NOT NULL",
+        )
+        .bind(&tenant.0)
+        .bind(fmt_time(since))
+        .fetch_one(&self.pool())
+        .await?;
+        Ok(n as u64)
+    }
+
+    /// The run the tenant made under idempotency key `key`, if any.
+    pub async fn run_of_key(&self, tenant: &Tenant, key: &str) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM runs WHERE tenant = $1 AND idempotency_key = $2")
+                .bind(&tenant.0)
+                .bind(key)
+                .fetch_optional(&self.pool())
+                .await?,
+        )
+    }
+
+    /// Holds schedule `id`'s tick `from`: its run could not start (`reason`); the schedule's
+    /// next tick becomes `tick` (a later due tick, when earlier ones were missed meanwhile),
+    /// tried again at `retry_at`, its attempts counted. False when `from` is no longer its
+    /// next tick.
+    pub async fn hold_schedule(
+        &self,
+        id: &str,
+        from: DateTime<Utc>,
+        tick: DateTime<Utc>,
+        retry_at: DateTime<Utc>,
+        reason: &str,
+    ) -> Result<bool> {
+        let res = sqlx::query(
+            "UPDATE schedules SET next_fire_at = $1, retry_at = $2, retries = retries + 1,
+                retry_reason = $3
+             WHERE id = $4 AND enabled = 1 AND next_fire_at = $5",
+        )
+        .bind(fmt_time(tick))
+        .bind(fmt_time(retry_at))
+        .bind(reason)
+        .bind(id)
+        .bind(fmt_time(from))
+        .execute(&self.pool())
+        .await?;
+        Ok(res.rows_affected() > 0)
     }
 
     /// Records what tick `fire_at` of schedule `id` came to; a tick already recorded (by
@@ -218,16 +340,20 @@ impl Schedules {
         &self,
         id: &str,
         fire_at: DateTime<Utc>,
-        run_id: Option<&str>,
-        error: Option<&str>,
+        outcome: FireOutcome<'_>,
     ) -> Result<()> {
+        let (run_id, reason, error) = match outcome {
+            FireOutcome::Run(run_id) => (Some(run_id), None, None),
+            FireOutcome::None { reason, error } => (None, Some(reason), Some(error)),
+        };
         sqlx::query(
-            "INSERT INTO schedule_fires (schedule_id, fire_at, run_id, error, fired_at)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            "INSERT INTO schedule_fires (schedule_id, fire_at, run_id, reason, error, fired_at)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
         )
         .bind(id)
         .bind(fmt_time(fire_at))
         .bind(run_id)
+        .bind(reason)
         .bind(error)
         .bind(fmt_time(crate::domain::now()))
         .execute(&self.pool())
@@ -253,7 +379,8 @@ impl Schedules {
             "UPDATE schedules SET next_fire_at = $1,
                 last_fire_at = COALESCE($2, last_fire_at),
                 last_run_id = COALESCE($3, last_run_id),
-                fire_count = fire_count + $4
+                fire_count = fire_count + $4,
+                retry_at = NULL, retries = 0, retry_reason = NULL
              WHERE id = $5 AND enabled = 1 AND next_fire_at = $6",
         )
         .bind(next.map(fmt_time))
@@ -281,6 +408,7 @@ impl Schedules {
                 Ok(FireRecord {
                     fire_at: parse_time(&r.try_get::<String, _>("fire_at")?)?,
                     run_id: r.try_get("run_id")?,
+                    reason: r.try_get("reason")?,
                     error: r.try_get("error")?,
                     fired_at: parse_time(&r.try_get::<String, _>("fired_at")?)?,
                 })
@@ -311,5 +439,122 @@ fn schedule_from_row(r: &AnyRow) -> Result<ScheduleRecord> {
         fire_count: r.try_get::<i64, _>("fire_count")? as u64,
         created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
         updated_at: parse_time(&r.try_get::<String, _>("updated_at")?)?,
+        retry_at: parse_opt_time(r.try_get("retry_at")?)?,
+        retries: r.try_get::<i64, _>("retries")? as u32,
+        retry_reason: r.try_get("retry_reason")?,
     })
+}
+
+/// ` AND tenant IN ($first, ...)` for `tenants` (nothing for `None`: every tenant; an empty
+/// list matches none).
+fn tenant_filter(tenants: Option<&[String]>, first: usize) -> String {
+    match tenants {
+        None => String::new(),
+        Some([]) => " AND 1 = 0".into(),
+        Some(list) => {
+            let params: Vec<String> = (first..first + list.len())
+                .map(|i| format!("${i}"))
+                .collect();
+            format!(" AND tenant IN ({})", params.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule(tenant: &str, due: DateTime<Utc>) -> ScheduleRecord {
+        ScheduleRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            tenant: Tenant(tenant.into()),
+            name: None,
+            cron: None,
+            timezone: "UTC".into(),
+            interval_ms: Some(1_000),
+            anchor_at: due,
+            run: serde_json::json!({ "input": "x" }),
+            enabled: true,
+            missed: Missed::Skip,
+            next_fire_at: Some(due),
+            last_fire_at: None,
+            last_run_id: None,
+            fire_count: 0,
+            created_at: due,
+            updated_at: due,
+            retry_at: None,
+            retries: 0,
+            retry_reason: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_due_batch_takes_every_tenant_in_turn_and_a_tenants_cap_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
+        let schedules = Schedules::new(Store::connect(&url, 2).await.unwrap());
+        let now = crate::domain::now();
+        // Tenant a's 100 schedules are all more overdue than b's one.
+        for i in 0..100 {
+            let due = now - chrono::Duration::seconds(30) + chrono::Duration::milliseconds(i);
+            let stored = schedules.insert_schedule(&schedule("a", due), 100).await;
+            assert_eq!(stored.unwrap(), Capped::Stored);
+        }
+        let b = schedule("b", now - chrono::Duration::seconds(1));
+        assert_eq!(
+            schedules.insert_schedule(&b, 100).await.unwrap(),
+            Capped::Stored
+        );
+        let batch = schedules.due_schedules(now, 64, None).await.unwrap();
+        assert_eq!(batch.len(), 64);
+        let turn_of_b = batch.iter().position(|s| s.tenant.0 == "b");
+        assert_eq!(
+            turn_of_b,
+            Some(1),
+            "b's schedule comes second, after a's first"
+        );
+        // A tenant without a key is not looked at.
+        let only_a = ["a".to_owned()];
+        let batch = schedules
+            .due_schedules(now, 64, Some(&only_a))
+            .await
+            .unwrap();
+        assert!(batch.iter().all(|s| s.tenant.0 == "a"));
+        // The 101st schedule of a is refused; b still has room.
+        assert_eq!(
+            schedules
+                .insert_schedule(&schedule("a", now), 100)
+                .await
+                .unwrap(),
+            Capped::Full { count: 100 }
+        );
+        assert_eq!(
+            schedules
+                .insert_schedule(&schedule("b", now), 100)
+                .await
+                .unwrap(),
+            Capped::Stored
+        );
+        // A schedule waiting to retry is left out until its retry is due.
+        let later = now + chrono::Duration::seconds(5);
+        assert!(
+            schedules
+                .hold_schedule(
+                    &b.id,
+                    b.next_fire_at.unwrap(),
+                    b.next_fire_at.unwrap(),
+                    later,
+                    "busy"
+                )
+                .await
+                .unwrap()
+        );
+        let batch = schedules.due_schedules(now, 200, None).await.unwrap();
+        assert!(batch.iter().all(|s| s.id != b.id));
+        let next = schedules
+            .next_schedule_tick(Some(&["b".to_owned()]))
+            .await
+            .unwrap();
+        assert_eq!(next, Some(now), "b's other schedule is due now");
+    }
 }

@@ -371,3 +371,333 @@ async fn a_cron_fires_once_per_tick_across_two_replicas() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_bad_cron_and_a_bad_zone_are_told_together_in_the_users_terms() {
+    let app = spawn_app(|_| {}).await;
+    for (cron, fragments) in [
+        ("61 * * * *", &["minute field is `61`", "0-59"][..]),
+        ("* 24 * * *", &["hour field is `24`", "0-23"]),
+        ("* * 32 * *", &["day-of-month field is `32`", "1-31"]),
+        ("* * * 13 *", &["month field is `13`", "1-12 or JAN-DEC"]),
+        ("* * * * 9", &["day-of-week field is `9`", "0-7"]),
+        ("60 0 9 * * *", &["seconds field is `60`", "0-59"]),
+        ("*/0 * * * *", &["minute field is `*/0`", "step `/0`"]),
+        (
+            "every day",
+            &[
+                "2 fields",
+                "five (minute hour day-of-month month day-of-week)",
+            ],
+        ),
+    ] {
+        let body = json!({ "cron": cron, "timezone": "Mars/Olympus", "run": calculation() });
+        let (status, problem) = app.post_json("/v1/schedules", &body).await;
+        assert_eq!(status, 422, "{cron}: {problem}");
+        let errors = problem["errors"].as_array().unwrap();
+        let at = |pointer: &str| {
+            errors
+                .iter()
+                .find(|e| e["pointer"] == pointer)
+                .and_then(|e| e["message"].as_str())
+                .unwrap_or_else(|| panic!("{cron}: no {pointer} in {problem}"))
+                .to_owned()
+        };
+        assert!(at("/timezone").contains("Mars/Olympus"), "{problem}");
+        let message = at("/cron");
+        for fragment in fragments.iter().chain(&["e.g. `0 9 * * 1-5`"]) {
+            assert!(
+                message.contains(fragment),
+                "{cron}: `{fragment}` in {message}"
+            );
+        }
+        assert!(!message.contains("Component error"), "{message}");
+    }
+    // Two bad fields: one problem each, both at /cron.
+    let body = json!({ "cron": "61 24 * * *", "run": calculation() });
+    let (_, problem) = app.post_json("/v1/schedules", &body).await;
+    let messages: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["pointer"] == "/cron")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages.len(), 2, "{problem}");
+    assert!(
+        messages[0].contains("minute") && messages[1].contains("hour"),
+        "{messages:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_full_queue_makes_the_scheduler_back_off_and_say_why() {
+    // No run can be queued: every tick's run is refused with 503 overloaded.
+    let app = spawn_app(|c| c.engine.max_queued_runs = 0).await;
+    let body = json!({ "interval_ms": 1000, "run": calculation() });
+    let (status, created) = app.post_json("/v1/schedules", &body).await;
+    assert_eq!(status, 201, "{created}");
+    let path = app.url(&format!(
+        "/v1/schedules/{}",
+        created["id"].as_str().unwrap()
+    ));
+    let held = poll_json(&app.client, &path, |s| s["retries"].as_u64() >= Some(1)).await;
+    assert!(
+        held["retry_reason"]
+            .as_str()
+            .is_some_and(|why| why.contains("too many runs are waiting")),
+        "{held}"
+    );
+    assert!(held["retry_at"].is_string(), "{held}");
+    // Over a window of 5 s the tick is tried again at most a few times (after 1, 2, 4 s),
+    // not at every look at the store.
+    let before = held["retries"].as_u64().unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let (_, after) = app
+        .get_json(&format!(
+            "/v1/schedules/{}",
+            created["id"].as_str().unwrap()
+        ))
+        .await;
+    let attempts = after["retries"].as_u64().unwrap() - before;
+    assert!(attempts <= 3, "{attempts} attempts in 5 s: {after}");
+    assert_eq!(after["fire_count"], 0);
+    let (_, runs) = app.get_json("/v1/runs").await;
+    assert_eq!(runs["runs"], json!([]));
+}
+
+#[tokio::test]
+async fn runs_made_under_a_ticks_old_key_cannot_keep_the_schedule_from_firing() {
+    let app = spawn_app(|_| {}).await;
+    let body = json!({ "cron": "* * * * * *", "run": calculation() });
+    let (status, created) = app.post_json("/v1/schedules", &body).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    // The tenant makes runs of its own under the keys its schedule's next ticks used to get.
+    let first: chrono::DateTime<chrono::Utc> =
+        created["next_fire_at"].as_str().unwrap().parse().unwrap();
+    let ticks: Vec<_> = (2..8)
+        .map(|s| first + chrono::Duration::seconds(s))
+        .collect();
+    let mut hostile = Vec::new();
+    for tick in &ticks {
+        let fire_at = tick.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let resp = app
+            .client
+            .post(app.url("/v1/runs"))
+            .header("idempotency-key", format!("schedule:{id}:{fire_at}"))
+            .json(&json!({ "input": "not the schedule's body" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        hostile.push(resp.json::<Value>().await.unwrap()["id"].clone());
+        // The key the scheduler uses now is one no client can send.
+        let resp = app
+            .client
+            .post(app.url("/v1/runs"))
+            .header("idempotency-key", format!("schedule {id} {fire_at}"))
+            .json(&calculation())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 422);
+    }
+    let path = app.url(&format!("/v1/schedules/{id}"));
+    let time = |v: &Value| v.as_str()?.parse::<chrono::DateTime<chrono::Utc>>().ok();
+    let last = *ticks.last().unwrap();
+    poll_json(&app.client, &path, |s| {
+        time(&s["last_fire_at"]).is_some_and(|t| t >= last)
+    })
+    .await;
+    let (_, fires) = app.get_json(&format!("/v1/schedules/{id}/fires")).await;
+    for tick in &ticks {
+        let fire = fires["fires"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| time(&f["fire_at"]) == Some(*tick))
+            .unwrap_or_else(|| panic!("no fire at {tick}: {fires}"));
+        assert!(!hostile.contains(&fire["run_id"]), "{fire}");
+        let (_, run) = app
+            .get_json(&format!("/v1/runs/{}", fire["run_id"].as_str().unwrap()))
+            .await;
+        assert_eq!(run["schedule"]["id"], id.as_str(), "{run}");
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_tenants_schedules_stay_quiet_after_a_restart() {
+    let (key_a, key_b) = ("key-for-team-a-0123456789", "key-for-team-b-0123456789");
+    let app = spawn_app(|c| two_tenants(c, [key_a, key_b])).await;
+    use reqwest::Method;
+    let body = json!({ "cron": "* * * * * *", "run": calculation() });
+    let mut ids = Vec::new();
+    for key in [key_a, key_b] {
+        let (status, created) = send(&app, Method::POST, "/v1/schedules", key, Some(&body)).await;
+        assert_eq!(status, 201, "{created}");
+        ids.push(created["id"].as_str().unwrap().to_owned());
+    }
+    let a_path = format!("/v1/schedules/{}", ids[0]);
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+    while send(&app, Method::GET, &a_path, key_a, None).await.1["fire_count"].as_u64() < Some(1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a's schedule never fired"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let dir = app.stop().await;
+    let runs_of_a = |dir: std::path::PathBuf| async move {
+        let db = pool(&dir).await;
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE tenant = 'a'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        db.close().await;
+        n
+    };
+    let before = runs_of_a(dir.path().to_owned()).await;
+
+    // a's key is removed; b's stays.
+    let app = spawn_app_in(dir, |c| {
+        two_tenants(c, [key_a, key_b]);
+        c.auth.api_keys.retain(|k| k.tenant == "b");
+    })
+    .await;
+    let b_path = format!("/v1/schedules/{}", ids[1]);
+    let (_, b) = send(&app, Method::GET, &b_path, key_b, None).await;
+    let b_count = b["fire_count"].as_u64().unwrap();
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+    while send(&app, Method::GET, &b_path, key_b, None).await.1["fire_count"].as_u64()
+        < Some(b_count + 3)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b's schedule stopped firing"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let dir = app.stop().await;
+    assert_eq!(
+        runs_of_a(dir.path().to_owned()).await,
+        before,
+        "a revoked tenant's schedule started a run"
+    );
+}
+
+#[tokio::test]
+async fn one_tenants_many_schedules_cannot_crowd_out_anothers_ticks_and_the_caps_answer_clearly() {
+    let (key_a, key_b) = ("key-for-team-a-0123456789", "key-for-team-b-0123456789");
+    let app = spawn_app(|c| {
+        two_tenants(c, [key_a, key_b]);
+        c.quotas.tenants.insert(
+            "a".into(),
+            orca::domain::quota::Quota {
+                schedules: 30,
+                schedule_fires_per_minute: 20,
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    use reqwest::Method;
+    let every_second = json!({ "cron": "* * * * * *", "run": calculation() });
+    let mut a_ids = Vec::new();
+    for _ in 0..30 {
+        let (status, created) = send(
+            &app,
+            Method::POST,
+            "/v1/schedules",
+            key_a,
+            Some(&every_second),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+        a_ids.push(created["id"].as_str().unwrap().to_owned());
+    }
+    // The 31st is refused, naming the quota and its value.
+    let (status, problem) = send(
+        &app,
+        Method::POST,
+        "/v1/schedules",
+        key_a,
+        Some(&every_second),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{problem}"
+    );
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("`schedules` is 30"), "{detail}");
+
+    let (status, created) = send(
+        &app,
+        Method::POST,
+        "/v1/schedules",
+        key_b,
+        Some(&every_second),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let b_id = created["id"].as_str().unwrap().to_owned();
+    let b_path = format!("/v1/schedules/{b_id}");
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+    while send(&app, Method::GET, &b_path, key_b, None).await.1["fire_count"].as_u64() < Some(8) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b's schedule fell behind"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // b's ticks are all there, a second apart, each with its run.
+    let (_, fires) = send(&app, Method::GET, &format!("{b_path}/fires"), key_b, None).await;
+    let mut fires = fires["fires"].as_array().unwrap().clone();
+    fires.reverse();
+    let at = |f: &Value| {
+        f["fire_at"]
+            .as_str()
+            .unwrap()
+            .parse::<chrono::DateTime<chrono::Utc>>()
+            .unwrap()
+    };
+    for pair in fires.windows(2) {
+        assert_eq!((at(&pair[1]) - at(&pair[0])).num_seconds(), 1, "{pair:?}");
+    }
+    for fire in &fires {
+        assert!(fire["run_id"].is_string(), "{fire}");
+    }
+    // a's schedules started at most 20 runs in their first minute; the ticks past it are
+    // recorded, each with its reason.
+    let mut started = 0;
+    let mut rate = 0;
+    for id in &a_ids {
+        let (_, fires) = send(
+            &app,
+            Method::GET,
+            &format!("/v1/schedules/{id}/fires"),
+            key_a,
+            None,
+        )
+        .await;
+        for fire in fires["fires"].as_array().unwrap() {
+            if fire["run_id"].is_string() {
+                started += 1;
+            } else {
+                assert_eq!(fire["reason"], "rate", "{fire}");
+                assert!(
+                    fire["error"]
+                        .as_str()
+                        .unwrap()
+                        .contains("`schedule_fires_per_minute` is 20"),
+                    "{fire}"
+                );
+                rate += 1;
+            }
+        }
+    }
+    assert!(started <= 20, "{started} runs");
+    assert!(rate > 0, "no tick of a was refused");
+}
