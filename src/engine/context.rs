@@ -376,11 +376,16 @@ impl RunContext {
         self.services.hub.record(record).await;
     }
 
-    /// Waits until every record queued so far (the run's attempts among them) is stored: a
-    /// step acts only once its attempt is, so a kill, or a replica frozen past its lease, can
-    /// never leave a side effect that no attempt records.
+    /// On a store replicas share, waits until every record queued so far (the run's attempts
+    /// among them) is stored: a step acts only once its attempt is, so a replica frozen past
+    /// its lease, whose run another replica takes over, can never leave a side effect that no
+    /// attempt records. A lone replica's run has no one to take it over while it lives: it
+    /// writes its history in batches as before (a kill -9 mid-call is at-least-once, as
+    /// always, and the interrupted attempt is closed after the restart).
     pub async fn stored(&self) {
-        self.services.hub.flush().await;
+        if self.services.store().shared() {
+            self.services.hub.flush().await;
+        }
     }
 
     /// A copy of the run row as the task knows it (usage included).
