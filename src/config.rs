@@ -911,6 +911,12 @@ pub struct ContextConfig {
     pub session_token_budget: u32,
     /// The most earlier turns (after the stored summary) a run loads.
     pub session_max_turns: u32,
+    /// Bytes (as JSON text) one session variable's value may take. 0 = no limit.
+    pub session_max_variable_bytes: u64,
+    /// Variables one session may hold. 0 = no limit.
+    pub session_max_variables: u64,
+    /// Bytes (as JSON text) all of one session's variables may take. 0 = no limit.
+    pub session_max_total_bytes: u64,
 }
 
 impl Default for ContextConfig {
@@ -918,6 +924,9 @@ impl Default for ContextConfig {
         ContextConfig {
             session_token_budget: 4000,
             session_max_turns: 50,
+            session_max_variable_bytes: 256 * 1024,
+            session_max_variables: 256,
+            session_max_total_bytes: 4 * 1024 * 1024,
         }
     }
 }

@@ -65,6 +65,7 @@ struct Inner {
     llm_seconds: Histogram,
     tokens: Family<TokenLabel, Counter>,
     quota_refusals: Family<QuotaLabel, Counter>,
+    session_variable_bytes: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -108,8 +109,15 @@ impl Metrics {
             "New runs refused because their tenant was at a quota, by tenant and quota",
             quota_refusals.clone(),
         );
+        let session_variable_bytes = Counter::default();
+        registry.register(
+            "session_variable_bytes_read",
+            "Bytes of session variables runs read from the store (only the names their plans read)",
+            session_variable_bytes.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
+                session_variable_bytes,
                 registry,
                 runs_finished,
                 step_seconds,
@@ -128,6 +136,11 @@ impl Metrics {
                 quota: quota.to_owned(),
             })
             .inc();
+    }
+
+    /// A run read `bytes` of its session's variables.
+    pub fn session_variables_read(&self, bytes: u64) {
+        self.inner.session_variable_bytes.inc_by(bytes);
     }
 
     pub fn run_finished(&self, status: &str) {

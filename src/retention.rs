@@ -109,6 +109,11 @@ impl Sweeper {
     /// Deletes every finished run that finished before `now - finished_run_days`, batch by
     /// batch; stops early (between batches) when the app stops.
     async fn sweep(&self, now: DateTime<Utc>) -> Result<u64, Error> {
+        // The quota ledger outlives the runs it counts, for no longer than its windows (a
+        // minute, a UTC day): two days back is past both.
+        self.store
+            .prune_usage_ledger(now - chrono::Duration::days(2))
+            .await?;
         let days = self.config.finished_run_days;
         let Some(cutoff) = cutoff(now, days) else {
             return Ok(0);

@@ -50,6 +50,10 @@ pub enum ApiError {
     Conflict(String),
     #[error("the body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// A change past a stored limit (a session's variables): the sentence names the limit,
+    /// its value and what the change would use.
+    #[error("{0}")]
+    TooLarge(String),
     #[error("the body did not arrive within {} s", .0.as_secs())]
     RequestTimeout(std::time::Duration),
     #[error("send the body as application/json (Content-Type: application/json)")]
@@ -121,7 +125,7 @@ impl ApiError {
             ),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
-            ApiError::PayloadTooLarge(_) => (
+            ApiError::PayloadTooLarge(_) | ApiError::TooLarge(_) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
                 "Payload too large",

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::domain::Tenant;
-use crate::engine;
+use crate::store::{Deleted, Refusal, SessionLimits};
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
@@ -177,7 +177,9 @@ pub async fn get_session(
 ///
 /// `{"variables": {"topic": "cats", "old": null}}` sets `topic` and deletes `old`, in one
 /// change; the session's next runs read them as `session.NAME`. A session that does not
-/// exist yet starts with them.
+/// exist yet starts with them. A change that would pass one of the session's limits (a
+/// value's size, the number of variables, their total size: `context.session_max_*`) is
+/// refused whole with 413.
 #[utoipa::path(
     patch, path = "/v1/sessions/{id}", tag = "sessions",
     params(("id" = String, Path, min_length = 1, max_length = 200, description = "The session id")),
@@ -185,6 +187,8 @@ pub async fn get_session(
     responses(
         (status = 200, body = Session),
         (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session was deleted", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The change would pass one of the session's limits (`context.session_max_*`); nothing was written", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
     )
@@ -227,10 +231,18 @@ pub async fn update_session(
         change.variables.into_iter().partition(|(_, v)| v.is_null());
     let set: Map<String, Value> = set.into_iter().collect();
     let unset: Vec<String> = unset.into_iter().map(|(name, _)| name).collect();
-    state
+    let limits = SessionLimits::of(&state.config.context);
+    let changed = state
         .sessions
-        .change_variables(&tenant, &id, &set, &unset)
+        .change_variables(&tenant, &id, (&set, &unset), limits)
         .await?;
+    match changed {
+        Ok(()) => {}
+        Err(refused @ Refusal::Limit { .. }) => {
+            return Err(ApiError::TooLarge(refused.describe()));
+        }
+        Err(Refusal::Deleted) => return Err(ApiError::Conflict(Refusal::Deleted.describe())),
+    }
     // Changing nothing in a session nothing has named yet leaves it empty, not missing.
     let found = session(&state, &tenant, &id).await?;
     Ok(Json(found.unwrap_or_else(|| Session {
@@ -280,6 +292,8 @@ pub async fn session_history(
 /// Delete a session: its variables, its summary and its runs with their histories.
 ///
 /// 409 while any of its runs has not finished (cancel them first); nothing is deleted then.
+/// Deleted in one transaction: all of it, or nothing. A deleted session's id is not used
+/// again: a new run naming it is refused (409).
 #[utoipa::path(
     delete, path = "/v1/sessions/{id}", tag = "sessions",
     params(("id" = String, Path, min_length = 1, max_length = 200, description = "The session id")),
@@ -299,33 +313,12 @@ pub async fn delete_session(
     if session(&state, &tenant, &id).await?.is_none() {
         return Err(no_session(&id));
     }
-    let unfinished = state.sessions.unfinished(&tenant, &id).await?;
-    if let Some(run) = unfinished.first() {
-        return Err(ApiError::Conflict(format!(
-            "{} run(s) of the session have not finished (e.g. {run}); cancel them first",
-            unfinished.len()
-        )));
+    match state.sessions.delete(&tenant, &id).await? {
+        Deleted::Whole => Ok(StatusCode::NO_CONTENT),
+        Deleted::Unfinished(runs) => Err(ApiError::Conflict(format!(
+            "{} run(s) of the session have not finished (e.g. {}); cancel them first",
+            runs.len(),
+            runs[0]
+        ))),
     }
-    // Every run, a page at a time, until none is left (each page is gone once deleted).
-    loop {
-        let (runs, _) = state.sessions.runs(&tenant, &id, RUNS_SHOWN).await?;
-        if runs.is_empty() {
-            break;
-        }
-        let mut deleted = 0;
-        for run in &runs {
-            match state.engine.delete_run(&tenant, run.id).await {
-                Ok(()) => deleted += 1,
-                Err(engine::Error::NotFound) => {}
-                Err(engine::Error::Conflict(why)) => return Err(ApiError::Conflict(why)),
-                Err(other) => return Err(ApiError::internal(other)),
-            }
-        }
-        // A page whose runs were all gone already cannot shrink the list: never loop on it.
-        if deleted == 0 {
-            break;
-        }
-    }
-    state.sessions.forget(&tenant, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
 }

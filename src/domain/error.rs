@@ -82,6 +82,9 @@ error_codes! {
     BadCondition = "bad_condition", false;
     /// A template would render a value over `engine.max_rendered_bytes`.
     RenderLimitExceeded = "render_limit_exceeded", false;
+    /// A plan's `session_variables` would pass one of the session's limits
+    /// (`context.session_max_*`); none of them was stored.
+    SessionLimitExceeded = "session_limit_exceeded", false;
     /// A step attempt ran past its `timeout_ms`.
     StepTimeout = "step_timeout", true;
     /// The model's answer broke the step's output schema (another answer may not).

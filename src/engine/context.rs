@@ -202,8 +202,9 @@ pub struct RunContext {
     /// Attempts started and not yet ended, closed as cancelled/failed if the run ends first.
     /// A std mutex: inserts, removals and copies only.
     pub(super) open_attempts: Mutex<HashMap<AttemptKey, OpenAttempt>>,
-    /// The session's variables, read once when the run (re)starts (see [`super::session`]).
-    pub(super) session: std::sync::OnceLock<Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// The session's variables the run's plans read, each read once (see [`super::session`]).
+    /// A std mutex: lookups and merges only, the store read happens outside it.
+    pub(super) session: Mutex<super::session::SessionCache>,
     /// The last attempt number given, by step key (`path/id`). A std mutex: lookups only.
     pub(super) attempt_numbers: Mutex<HashMap<StepPath, u32>>,
     /// The buffered sinks of the run's steps (see [`super::sink`]).
@@ -322,7 +323,7 @@ impl RunContext {
             held: Default::default(),
             tool_repeats: Mutex::new(HashMap::new()),
             middleware: Default::default(),
-            session: std::sync::OnceLock::new(),
+            session: Mutex::default(),
             trace: Mutex::new(None),
         }
     }

@@ -375,6 +375,7 @@ impl Engine {
             self.interrupt_session(tenant, session).await?;
         }
         let guards = store::Guards {
+            session: spec.session_id.as_deref(),
             session_idle: spec
                 .session_id
                 .as_deref()
@@ -388,6 +389,12 @@ impl Engine {
             return Err(Error::SessionBusy(
                 spec.session_id.clone().unwrap_or_default(),
             ));
+        }
+        if let Inserted::SessionDeleted = inserted {
+            return Err(Error::Conflict(format!(
+                "the session `{}` was deleted; a deleted session's id is not used again",
+                spec.session_id.as_deref().unwrap_or_default()
+            )));
         }
         if let Inserted::QuotaExceeded(exceeded) = inserted {
             self.inner

@@ -178,7 +178,6 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
 }
 
 async fn execute(ctx: &RunContext) -> Outcome {
-    ctx.load_session().await;
     let orchestration = match selector::settle(ctx).await {
         Ok(o) => o,
         Err(e) => return Outcome::Failed(e),

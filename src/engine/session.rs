@@ -1,8 +1,11 @@
 //! Sessions: what the runs sharing a `session_id` (per tenant) share.
 //!
-//! - **Variables** (`session.NAME` in templates and conditions): read once when a run starts
-//!   ([`RunContext::load_session`]); written by a plan's `session_variables` when it completes
-//!   ([`render_writes`], [`store_variables`]). An unset variable reads as null.
+//! - **Variables** (`session.NAME` in templates and conditions): a run reads only the names its
+//!   plans' templates and conditions name ([`crate::plan::SessionReads`]), each once, before
+//!   the first step of the first plan that names it ([`RunContext::read_session`]): a session
+//!   holding large variables a run never names costs that run nothing. Written by a plan's
+//!   `session_variables` when it completes ([`render_writes`], [`store_variables`]), within
+//!   the session's limits (`[context] session_max_*`). An unset variable reads as null.
 //! - **History**: the input and output of the session's earlier succeeded runs, given to a
 //!   simple run as earlier turns of its conversation ([`history`]). Counted by
 //!   [`crate::llm::tokens`] (an estimate, or a real tokenizer when configured); when the turns (with the stored summary) pass
@@ -11,6 +14,7 @@
 //!   summarise only turns after it. The summariser's call is an attempt of the step
 //!   `summarizer` and its usage counts toward the run's tokens.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -20,8 +24,8 @@ use crate::domain::event::ErrorData;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::functions::{self, LlmFunction};
 use crate::llm::{Message, tokens};
-use crate::plan::{Scope, Template};
-use crate::store::{SessionSummary, Turn};
+use crate::plan::{Scope, SessionReads, Template};
+use crate::store::{SessionLimits, SessionSummary, Turn};
 
 use super::context::RunContext;
 use super::function_call::{self, FunctionCall};
@@ -32,28 +36,81 @@ use super::sink::EventSink;
 
 /// The step the summariser's calls are recorded as.
 pub const SUMMARY_STEP: &str = "summarizer";
-impl RunContext {
-    /// Reads the session's variables (none without a session). A store error is logged and
-    /// the run goes on with none.
-    pub async fn load_session(&self) {
-        let mut vars = Map::new();
-        if let Some(session) = &self.spec.session_id {
-            match self
-                .services
-                .store()
-                .session_variables(&self.tenant, session)
-                .await
-            {
-                Ok(v) => vars = v,
-                Err(e) => tracing::warn!(error = ?e, "reading session variables failed"),
-            }
+/// The session variables a run has read: each name once, the first time a plan names it.
+#[derive(Debug, Default)]
+pub struct SessionCache {
+    values: Arc<Map<String, Value>>,
+    /// Names read, set or not: an unset one is not asked for again.
+    read: BTreeSet<String>,
+    /// Every variable was read (a plan reads `session` as a whole).
+    all: bool,
+}
+
+impl SessionCache {
+    /// What of `reads` is still to be read: `None` when nothing.
+    fn missing(&self, reads: &SessionReads) -> Option<Option<Vec<String>>> {
+        if self.all {
+            return None;
         }
-        let _ = self.session.set(Arc::new(vars));
+        if reads.all {
+            return Some(None);
+        }
+        let names: Vec<String> = reads
+            .names
+            .iter()
+            .filter(|n| !self.read.contains(*n))
+            .cloned()
+            .collect();
+        (!names.is_empty()).then_some(Some(names))
     }
 
-    /// The session's variables as read when the run started.
+    /// Keeps what was read; a name read before keeps its first value.
+    fn merge(&mut self, asked: Option<Vec<String>>, found: Map<String, Value>) {
+        let values = Arc::make_mut(&mut self.values);
+        for (name, value) in found {
+            if !self.read.contains(&name) {
+                values.insert(name.clone(), value);
+                self.read.insert(name);
+            }
+        }
+        match asked {
+            None => self.all = true,
+            Some(names) => self.read.extend(names),
+        }
+    }
+}
+
+impl RunContext {
+    /// Reads the session variables of `reads` the run has not read yet (nothing without a
+    /// session). A store error is logged and the run goes on without them (they read as
+    /// null), as it always has.
+    pub async fn read_session(&self, reads: &SessionReads) {
+        let Some(session) = &self.spec.session_id else {
+            return;
+        };
+        let missing = self.session.lock().expect("session cache").missing(reads);
+        let Some(asked) = missing else {
+            return;
+        };
+        let store = self.services.store();
+        match store
+            .session_variables_named(&self.tenant, session, asked.as_deref())
+            .await
+        {
+            Ok((found, bytes)) => {
+                self.services.metrics.session_variables_read(bytes);
+                self.session
+                    .lock()
+                    .expect("session cache")
+                    .merge(asked, found);
+            }
+            Err(e) => tracing::warn!(error = ?e, "reading session variables failed"),
+        }
+    }
+
+    /// The session's variables the run has read.
     pub fn session_vars(&self) -> Arc<Map<String, Value>> {
-        self.session.get().cloned().unwrap_or_default()
+        self.session.lock().expect("session cache").values.clone()
     }
 }
 
@@ -88,16 +145,24 @@ pub async fn store_variables(
         tracing::debug!("the plan sets session variables but the run has no session_id");
         return Ok(());
     };
-    ctx.services
+    let limits = SessionLimits::of(&ctx.services.context);
+    let stored = ctx
+        .services
         .store()
-        .set_session_variables(&ctx.tenant, session, values, ctx.run_id)
+        .set_session_variables(&ctx.tenant, session, values, ctx.run_id, limits)
         .await
         .map_err(|e| {
             RunError::new(
                 ErrorCode::StoreUnavailable,
                 format!("could not store the session variables: {e}"),
             )
-        })
+        })?;
+    stored.map_err(|refused| {
+        RunError::new(
+            ErrorCode::SessionLimitExceeded,
+            format!("session_variables: {}", refused.describe()),
+        )
+    })
 }
 
 /// How many of the oldest turns to fold into the summary so the history fits `budget`

@@ -34,8 +34,37 @@ pub struct ValidPlan {
     output: Option<Template>,
     /// `session_variables`: what the plan stores for its session when it completes.
     session_writes: Vec<(String, Template)>,
+    /// The session variables its own templates and conditions read (not its nested
+    /// workflows'; [`ValidPlan::session_reads`] adds those).
+    session_reads: SessionReads,
     /// The agents, nested workflows and middleware its steps use.
     team: Arc<Team>,
+}
+
+/// The session variables a plan reads: by name, or every one (a condition that reads
+/// `session` as a whole, e.g. `size(session)`). A run loads only these.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionReads {
+    pub all: bool,
+    pub names: std::collections::BTreeSet<String>,
+}
+
+impl SessionReads {
+    pub fn name(&mut self, name: &str) {
+        if !self.names.contains(name) {
+            self.names.insert(name.to_owned());
+        }
+    }
+
+    /// Adds what `other` reads.
+    pub fn add(&mut self, other: &SessionReads) {
+        self.all |= other.all;
+        self.names.extend(other.names.iter().cloned());
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.names.is_empty()
+    }
 }
 
 impl ValidPlan {
@@ -69,12 +98,26 @@ impl ValidPlan {
             dependents,
             output,
             session_writes: Vec::new(),
+            session_reads: SessionReads::default(),
             team: Arc::default(),
         }
     }
 
     pub(super) fn set_session_writes(&mut self, writes: Vec<(String, Template)>) {
         self.session_writes = writes;
+    }
+
+    pub(super) fn set_session_reads(&mut self, reads: SessionReads) {
+        self.session_reads = reads;
+    }
+
+    /// The session variables its templates and conditions read, its nested workflows' too.
+    pub fn session_reads(&self) -> SessionReads {
+        let mut reads = self.session_reads.clone();
+        for workflow in self.team.workflows.values() {
+            reads.add(&workflow.session_reads());
+        }
+        reads
     }
 
     pub(super) fn set_team(&mut self, team: Team) {

@@ -47,7 +47,7 @@ pub use agent::{AgentCatalog, validate_agent};
 pub use builder::{PlanBuilder, StepDraft};
 pub use catalog::{Catalog, KnownFunctions, KnownModels, KnownTools};
 pub use condition::{CelRef, Condition};
-pub use graph::ValidPlan;
+pub use graph::{SessionReads, ValidPlan};
 pub use spec::{Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec};
 pub use team::{AgentSpec, Team};
 #[cfg(test)]

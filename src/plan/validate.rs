@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use super::Problem;
 use super::catalog::{Catalog, KnownFunctions, KnownTools};
 use super::condition::{CelRef, Condition};
-use super::graph::ValidPlan;
+use super::graph::{SessionReads, ValidPlan};
 use super::schema::{self, AGENT_PLAN, FIXED_WORKFLOW};
 use super::spec::{
     Aggregation, JsonSchema, KindSpec, LoopOver, SchemaViolation, StepSpec, WaitSpec,
@@ -197,6 +197,7 @@ fn finish(
     };
     let mut valid = ValidPlan::new(plan, specs, checked.dependencies, checked.output);
     valid.set_session_writes(checked.session_writes);
+    valid.set_session_reads(checked.session_reads);
     valid.set_team(checked.team);
     Ok(valid)
 }
@@ -223,6 +224,7 @@ struct Checked {
     agents_raw: Map<String, Value>,
     workflows_raw: Map<String, Value>,
     middleware_raw: Vec<Value>,
+    session_reads: SessionReads,
 }
 
 impl Checked {
@@ -283,6 +285,8 @@ struct Checker<'a> {
     /// The agents and workflows steps may name.
     names: TeamNames,
     team: Team,
+    /// The session variables its templates and conditions read.
+    session_reads: SessionReads,
 }
 
 impl<'a> Checker<'a> {
@@ -300,6 +304,7 @@ impl<'a> Checker<'a> {
             total_steps: 0,
             names: TeamNames::default(),
             team: Team::default(),
+            session_reads: SessionReads::default(),
         };
         let Some(doc) = doc.as_object() else {
             c.shape.push(Problem::new("", "a plan is a JSON object"));
@@ -533,6 +538,7 @@ impl<'a> Checker<'a> {
             agents_raw: Map::new(),
             workflows_raw: Map::new(),
             middleware_raw: Vec::new(),
+            session_reads: self.session_reads,
         }
     }
 
@@ -1104,6 +1110,9 @@ impl<'a> Checker<'a> {
         };
         let mut ok = true;
         for (rel, reference) in template.references() {
+            if let Root::Session(name) = &reference.root {
+                self.session_reads.name(name);
+            }
             if let Some(message) = self.reference_problem(reference, ctx) {
                 self.problems
                     .push(Problem::new(format!("{pointer}{rel}"), message));
@@ -1185,6 +1194,11 @@ impl<'a> Checker<'a> {
         };
         let mut ok = true;
         for r in condition.references() {
+            match r {
+                CelRef::Session(name) => self.session_reads.name(name),
+                CelRef::AnySession => self.session_reads.all = true,
+                _ => {}
+            }
             let problem = match r {
                 CelRef::Input
                 | CelRef::AnyStep

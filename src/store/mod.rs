@@ -52,7 +52,7 @@ pub use reads::{History, RunReads};
 pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
 pub use schedules::{Capped, FireOutcome, FireRecord, Fired, ScheduleRecord, Schedules};
-pub use sessions::{SessionRun, SessionSummary, Sessions, Turn};
+pub use sessions::{Deleted, Refusal, SessionLimits, SessionRun, SessionSummary, Sessions, Turn};
 pub use timeline::RunHistory;
 pub use webhooks::{
     AtCap, AttemptOutcome, Delivery, DeliveryAttempt, DueDelivery, Outcome, Webhooks,
@@ -304,6 +304,8 @@ pub enum Inserted {
     New,
     /// The run asked to be refused while its session has a run in progress, and it has.
     SessionBusy,
+    /// Its session was deleted: no run is created in it again.
+    SessionDeleted,
     /// The tenant already used this idempotency key: here is that run.
     Existing(Box<StoredRun>),
     /// The tenant is at one of its quotas.
@@ -666,6 +668,11 @@ impl Store {
             if let Some(row) = row {
                 return Ok(Inserted::Existing(Box::new(stored_run_from_row(&row)?)));
             }
+        }
+        if let Some(session) = guards.session.or(guards.session_idle)
+            && self.session_deleted(tenant, session).await?
+        {
+            return Ok(Inserted::SessionDeleted);
         }
         if let Some(session) = guards.session_idle
             && !self

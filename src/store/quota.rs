@@ -1,7 +1,12 @@
 //! What a new run must fit to be stored, checked by the statement that inserts it: its
-//! session idle (a `reject` run), and its tenant's quota ([`Quota`]). On PostgreSQL each check
-//! first takes a transaction lock of its own (per session, per tenant), so concurrent inserts
-//! are checked one after another and a limit holds across replicas.
+//! session not deleted, its session idle (a `reject` run), and its tenant's quota ([`Quota`]).
+//! On PostgreSQL each check first takes a transaction lock of its own (per session, per
+//! tenant), so concurrent inserts are checked one after another, and against a session's
+//! delete, and a limit holds across replicas.
+//!
+//! `runs_per_minute` and `tokens_per_day` count the `usage_ledger`, not the runs: a row per
+//! run created, kept in step with the run's token counts by the database (migration 0019) and
+//! never touched by deleting runs, so deleting runs or sessions gives nothing back.
 
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -17,6 +22,8 @@ pub(super) const IN_PROGRESS: &str = "('queued', 'running', 'waiting_input', 'pa
 /// What a new run must fit.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Guards<'a> {
+    /// Its session, when it has one: not deleted.
+    pub session: Option<&'a str>,
     /// Its session (when it has one) has no run in progress.
     pub session_idle: Option<&'a str>,
     /// Its tenant's quota.
@@ -56,8 +63,18 @@ impl Guards<'_> {
                 });
             }
         };
+        if let Some(session) = self.session.or(self.session_idle) {
+            // The lock a session's delete takes too (`Sessions::delete`).
+            lock(&mut out, session_lock(tenant, session));
+            let (t, s) = (
+                param(&mut out, tenant.0.as_str().into()),
+                param(&mut out, session.into()),
+            );
+            out.conditions.push(format!(
+                "NOT EXISTS (SELECT 1 FROM deleted_sessions WHERE tenant = {t} AND session_id = {s})"
+            ));
+        }
         if let Some(session) = self.session_idle {
-            lock(&mut out, format!("session:{}/{session}", tenant.0));
             let (t, s) = (
                 param(&mut out, tenant.0.as_str().into()),
                 param(&mut out, session.into()),
@@ -86,19 +103,25 @@ impl Guards<'_> {
             );
             let n = param(&mut out, (q.runs_per_minute as i64).into());
             out.conditions.push(format!(
-                "(SELECT COUNT(*) FROM runs WHERE tenant = {t} AND created_at > {since}) < {n}"
+                "(SELECT COUNT(*) FROM usage_ledger WHERE tenant = {t} AND created_at > {since})
+                    < {n}"
             ));
         }
         if q.tokens_per_day > 0 {
             let day = param(&mut out, fmt_time(start_of_day(now)).into());
             let n = param(&mut out, (q.tokens_per_day as i64).into());
             out.conditions.push(format!(
-                "(SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM runs
+                "(SELECT COALESCE(SUM(tokens), 0) FROM usage_ledger
                     WHERE tenant = {t} AND created_at >= {day}) < {n}"
             ));
         }
         out
     }
+}
+
+/// The PostgreSQL lock key of a session: a new run in it and its delete take it.
+pub(super) fn session_lock(tenant: &Tenant, session: &str) -> String {
+    format!("session:{}/{session}", tenant.0)
 }
 
 fn start_of_day(now: DateTime<Utc>) -> DateTime<Utc> {
@@ -113,10 +136,12 @@ impl Store {
         let sql = format!(
             "SELECT
                 (SELECT COUNT(*) FROM runs WHERE tenant = $1 AND status IN {IN_PROGRESS}) AS running,
-                (SELECT COUNT(*) FROM runs WHERE tenant = $1 AND created_at > $2) AS minute,
-                (SELECT MIN(created_at) FROM runs WHERE tenant = $1 AND created_at > $2) AS oldest,
-                (SELECT CAST(COALESCE(SUM(prompt_tokens + completion_tokens), 0) AS BIGINT)
-                    FROM runs WHERE tenant = $1 AND created_at >= $3) AS tokens"
+                (SELECT COUNT(*) FROM usage_ledger WHERE tenant = $1 AND created_at > $2)
+                    AS minute,
+                (SELECT MIN(created_at) FROM usage_ledger WHERE tenant = $1 AND created_at > $2)
+                    AS oldest,
+                (SELECT CAST(COALESCE(SUM(tokens), 0) AS BIGINT)
+                    FROM usage_ledger WHERE tenant = $1 AND created_at >= $3) AS tokens"
         );
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&tenant.0)
@@ -133,16 +158,18 @@ impl Store {
         })
     }
 
-    /// Runs in progress and tokens of the runs created today, by tenant (for the metrics).
+    /// Runs in progress and tokens of the runs created today (from the ledger), by tenant
+    /// (for the metrics).
     pub async fn usage_by_tenant(&self, now: DateTime<Utc>) -> Result<Vec<(String, u64, u64)>> {
         let sql = format!(
-            "SELECT tenant,
-                CAST(SUM(CASE WHEN status IN {IN_PROGRESS} THEN 1 ELSE 0 END) AS BIGINT)
-                    AS running,
-                CAST(SUM(CASE WHEN created_at >= $1 THEN prompt_tokens + completion_tokens
-                    ELSE 0 END) AS BIGINT) AS tokens
-             FROM runs WHERE status IN {IN_PROGRESS} OR created_at >= $1 GROUP BY tenant
-             ORDER BY tenant"
+            "SELECT tenant, CAST(SUM(running) AS BIGINT) AS running,
+                CAST(SUM(tokens) AS BIGINT) AS tokens
+             FROM (SELECT tenant, 1 AS running, 0 AS tokens FROM runs
+                    WHERE status IN {IN_PROGRESS}
+                   UNION ALL
+                   SELECT tenant, 0 AS running, tokens FROM usage_ledger
+                    WHERE created_at >= $1) AS u
+             GROUP BY tenant ORDER BY tenant"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(fmt_time(start_of_day(now)))
@@ -157,5 +184,14 @@ impl Store {
                 ))
             })
             .collect()
+    }
+
+    /// Forgets the ledger's rows older than `before` (past every quota's window).
+    pub async fn prune_usage_ledger(&self, before: DateTime<Utc>) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM usage_ledger WHERE created_at < $1")
+            .bind(fmt_time(before))
+            .execute(&self.pool())
+            .await?;
+        Ok(done.rows_affected())
     }
 }

@@ -1,13 +1,128 @@
 //! What a session keeps across its runs: its variables (`session.NAME`), its turns (the input
 //! and output of each succeeded run) and the summary of its older turns. Reads and writes
 //! only; when to summarise is the engine's decision.
+//!
+//! Variables are bounded ([`SessionLimits`]): a write that would pass a limit is refused
+//! whole, inside its transaction. A session's delete is one transaction too, under the lock a
+//! new run of the session takes (PostgreSQL; SQLite has one writer), and leaves a
+//! `deleted_sessions` row that refuses new runs of it: a run created in a session being deleted
+//! cannot survive it.
 
 use chrono::Utc;
 use serde_json::{Map, Value};
 use sqlx::Row;
 
-use super::{Result, Store, fmt_time, parse_json};
+use super::quota::{IN_PROGRESS, session_lock};
+use super::retention::RUN_TABLES;
+use super::{Backend, Result, Store, fmt_time, parse_json};
 use crate::domain::{RunId, Tenant};
+
+/// What one session's variables may take (`[context] session_max_*`); 0 is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Bytes of one variable's value (its JSON text).
+    pub max_variable_bytes: u64,
+    /// Variables in the session.
+    pub max_variables: u64,
+    /// Bytes of all its variables' values.
+    pub max_total_bytes: u64,
+}
+
+/// Why a change to a session was refused; nothing of it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// It would pass a limit: the limit's key (`session_max_variable_bytes`, ...), its value,
+    /// and what the session would use (the variable, for a value's size).
+    Limit {
+        key: &'static str,
+        limit: u64,
+        used: u64,
+        variable: Option<String>,
+    },
+    /// The session was deleted.
+    Deleted,
+}
+
+impl Refusal {
+    /// The refusal in a sentence.
+    pub fn describe(&self) -> String {
+        match self {
+            Refusal::Limit {
+                key,
+                limit,
+                used,
+                variable: Some(name),
+            } => format!(
+                "the session variable `{name}` is {used} bytes (as JSON); the limit \
+                 `context.{key}` is {limit}"
+            ),
+            Refusal::Limit {
+                key: key @ "session_max_variables",
+                limit,
+                used,
+                ..
+            } => format!(
+                "the session would hold {used} variables; the limit `context.{key}` is {limit}"
+            ),
+            Refusal::Limit {
+                key, limit, used, ..
+            } => format!(
+                "the session's variables would take {used} bytes (as JSON); the limit \
+                 `context.{key}` is {limit}"
+            ),
+            Refusal::Deleted => "the session was deleted; its id is not used again".into(),
+        }
+    }
+}
+
+/// What deleting a session did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deleted {
+    /// The session and all its runs are gone.
+    Whole,
+    /// Nothing was deleted: these runs of it have not finished.
+    Unfinished(Vec<RunId>),
+}
+
+impl SessionLimits {
+    /// The limits `[context]` sets.
+    pub fn of(config: &crate::config::ContextConfig) -> Self {
+        SessionLimits {
+            max_variable_bytes: config.session_max_variable_bytes,
+            max_variables: config.session_max_variables,
+            max_total_bytes: config.session_max_total_bytes,
+        }
+    }
+
+    /// The first value of `values` past `max_variable_bytes`.
+    fn value_too_large(&self, values: &Map<String, Value>) -> Option<Refusal> {
+        values.iter().find_map(|(name, value)| {
+            let size = value.to_string().len() as u64;
+            (self.max_variable_bytes > 0 && size > self.max_variable_bytes).then(|| {
+                Refusal::Limit {
+                    key: "session_max_variable_bytes",
+                    limit: self.max_variable_bytes,
+                    used: size,
+                    variable: Some(name.clone()),
+                }
+            })
+        })
+    }
+
+    /// The limit a session of `count` variables taking `bytes` passes.
+    fn passed(&self, count: u64, bytes: u64) -> Option<Refusal> {
+        let over = |key, limit: u64, used: u64| {
+            (limit > 0 && used > limit).then_some(Refusal::Limit {
+                key,
+                limit,
+                used,
+                variable: None,
+            })
+        };
+        over("session_max_variables", self.max_variables, count)
+            .or_else(|| over("session_max_total_bytes", self.max_total_bytes, bytes))
+    }
+}
 
 /// One earlier exchange of a session: a succeeded run's input and output.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,33 +151,82 @@ impl Store {
         tenant: &Tenant,
         session_id: &str,
     ) -> Result<Map<String, Value>> {
-        let rows = sqlx::query(
-            "SELECT name, value FROM session_variables WHERE tenant = $1 AND session_id = $2",
-        )
-        .bind(&tenant.0)
-        .bind(session_id)
-        .fetch_all(&self.pool())
-        .await?;
-        rows.iter()
+        Ok(self
+            .session_variables_named(tenant, session_id, None)
+            .await?
+            .0)
+    }
+
+    /// The session's variables of `names` (every one for `None`), and the bytes read.
+    pub async fn session_variables_named(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        names: Option<&[String]>,
+    ) -> Result<(Map<String, Value>, u64)> {
+        let mut sql =
+            "SELECT name, value FROM session_variables WHERE tenant = $1 AND session_id = $2"
+                .to_owned();
+        if let Some(names) = names {
+            // Only numbered placeholders are spliced in; the names are bound.
+            let list: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
+            sql.push_str(&format!(" AND name IN ({})", list.join(", ")));
+        }
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&tenant.0)
+            .bind(session_id);
+        for name in names.unwrap_or_default() {
+            query = query.bind(name);
+        }
+        let rows = query.fetch_all(&self.pool()).await?;
+        let mut bytes = 0;
+        let values = rows
+            .iter()
             .map(|r| {
                 let name: String = r.try_get("name")?;
-                Ok((name, parse_json(&r.try_get::<String, _>("value")?)?))
+                let text: String = r.try_get("value")?;
+                bytes += text.len() as u64;
+                Ok((name, parse_json(&text)?))
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok((values, bytes))
+    }
+
+    /// Takes the session's lock (PostgreSQL) for the rest of `tx`: a new run of the session
+    /// and its delete take it too.
+    async fn lock_session(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        tenant: &Tenant,
+        session_id: &str,
+    ) -> Result<()> {
+        if self.backend() == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(session_lock(tenant, session_id))
+                .execute(tx)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Sets `values` (each replacing the variable of its name), in one transaction, while
-    /// this replica leases the run `written_by` ([`super::Error::LeaseLost`] otherwise).
+    /// this replica leases the run `written_by` ([`super::Error::LeaseLost`] otherwise), and
+    /// within `limits` (nothing written otherwise).
     pub async fn set_session_variables(
         &self,
         tenant: &Tenant,
         session_id: &str,
         values: &Map<String, Value>,
         written_by: RunId,
-    ) -> Result<()> {
+        limits: SessionLimits,
+    ) -> Result<std::result::Result<(), Refusal>> {
+        if let Some(refused) = limits.value_too_large(values) {
+            return Ok(Err(refused));
+        }
         let now = fmt_time(Utc::now());
         let mut tx = self.pool().begin().await?;
         self.fence(&mut tx, written_by).await?;
+        self.lock_session(&mut tx, tenant, session_id).await?;
         let written_by = written_by.to_string();
         for (name, value) in values {
             upsert_variable(
@@ -75,8 +239,12 @@ impl Store {
             )
             .await?;
         }
+        if let Some(refused) = over_limits(&mut tx, tenant, session_id, limits).await? {
+            tx.rollback().await?;
+            return Ok(Err(refused));
+        }
         tx.commit().await?;
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// The newest `limit` turns of the session before run `before` and after run `after`
@@ -205,6 +373,25 @@ impl Store {
     }
 }
 
+/// The limit the session's variables pass, as `conn` sees them.
+async fn over_limits(
+    conn: &mut sqlx::AnyConnection,
+    tenant: &Tenant,
+    session_id: &str,
+    limits: SessionLimits,
+) -> Result<Option<Refusal>> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(size), 0) AS BIGINT) AS bytes
+         FROM session_variables WHERE tenant = $1 AND session_id = $2",
+    )
+    .bind(&tenant.0)
+    .bind(session_id)
+    .fetch_one(conn)
+    .await?;
+    let (count, bytes): (i64, i64) = (row.try_get("n")?, row.try_get("bytes")?);
+    Ok(limits.passed(count as u64, bytes as u64))
+}
+
 /// Sets one session variable (replacing its value), noting who wrote it: a run's id, or
 /// `api`.
 async fn upsert_variable(
@@ -215,20 +402,22 @@ async fn upsert_variable(
     written_by: &str,
     now: &str,
 ) -> Result<()> {
+    let text = value.to_string();
     sqlx::query(
         "INSERT INTO session_variables
-            (tenant, session_id, name, value, written_by, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6)
+            (tenant, session_id, name, value, written_by, updated_at, size)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (tenant, session_id, name) DO UPDATE SET
             value = excluded.value, written_by = excluded.written_by,
-            updated_at = excluded.updated_at",
+            updated_at = excluded.updated_at, size = excluded.size",
     )
     .bind(&tenant.0)
     .bind(session_id)
     .bind(name)
-    .bind(value.to_string())
+    .bind(&text)
     .bind(written_by)
     .bind(now)
+    .bind(text.len() as i64)
     .execute(conn)
     .await?;
     Ok(())
@@ -314,15 +503,20 @@ impl Sessions {
     }
 
     /// Sets the variables of `set` and deletes those named in `unset`, in one transaction
-    /// (written by the API, not by a run).
+    /// (written by the API, not by a run), within `limits`: nothing is written when the
+    /// change would pass one, or the session was deleted.
     pub async fn change_variables(
         &self,
         tenant: &Tenant,
         id: &str,
-        set: &Map<String, Value>,
-        unset: &[String],
-    ) -> Result<()> {
+        (set, unset): (&Map<String, Value>, &[String]),
+        limits: SessionLimits,
+    ) -> Result<std::result::Result<(), Refusal>> {
+        if let Some(refused) = limits.value_too_large(set) {
+            return Ok(Err(refused));
+        }
         let mut tx = self.0.pool().begin().await?;
+        self.0.lock_session(&mut tx, tenant, id).await?;
         let now = fmt_time(Utc::now());
         for variable in set {
             upsert_variable(&mut tx, tenant, id, variable, "api", &now).await?;
@@ -337,14 +531,66 @@ impl Sessions {
             .execute(&mut *tx)
             .await?;
         }
+        let refused = match self.0.session_deleted_in(&mut tx, tenant, id).await? {
+            true => Some(Refusal::Deleted),
+            false => over_limits(&mut tx, tenant, id, limits).await?,
+        };
+        if let Some(refused) = refused {
+            tx.rollback().await?;
+            return Ok(Err(refused));
+        }
         tx.commit().await?;
-        Ok(())
+        Ok(Ok(()))
     }
 
-    /// Deletes the session's variables and summary (its runs are deleted through the engine).
-    pub async fn forget(&self, tenant: &Tenant, id: &str) -> Result<()> {
+    /// Deletes the session whole, in one transaction: its runs with everything they own, its
+    /// variables and summary; or nothing, when a run of it has not finished. It stays deleted:
+    /// a new run naming it is refused, and a run being created in it as it is deleted either
+    /// commits first (and the delete finds it unfinished) or is refused.
+    pub async fn delete(&self, tenant: &Tenant, id: &str) -> Result<Deleted> {
         let mut tx = self.0.pool().begin().await?;
-        for table in ["session_variables", "session_summaries"] {
+        self.0.lock_session(&mut tx, tenant, id).await?;
+        // A write first: on SQLite it takes the database's write lock, so what is read next
+        // stays true until the commit.
+        sqlx::query(
+            "INSERT INTO deleted_sessions (tenant, session_id, deleted_at) VALUES ($1, $2, $3)
+             ON CONFLICT (tenant, session_id) DO NOTHING",
+        )
+        .bind(&tenant.0)
+        .bind(id)
+        .bind(fmt_time(Utc::now()))
+        .execute(&mut *tx)
+        .await?;
+        let unfinished: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM runs WHERE tenant = $1 AND session_id = $2
+               AND status IN {IN_PROGRESS} ORDER BY id"
+        )))
+        .bind(&tenant.0)
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+        if !unfinished.is_empty() {
+            tx.rollback().await?;
+            return unfinished
+                .iter()
+                .map(|r| {
+                    RunId::parse(r).ok_or_else(|| super::Error::Corrupt(format!("run id `{r}`")))
+                })
+                .collect::<Result<_>>()
+                .map(Deleted::Unfinished);
+        }
+        let of_session = "SELECT id FROM runs WHERE tenant = $1 AND session_id = $2";
+        for table in RUN_TABLES {
+            // Table names come from the store's own list; the values are bound.
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE run_id IN ({of_session})"
+            )))
+            .bind(&tenant.0)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for table in ["runs", "session_variables", "session_summaries"] {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE tenant = $1 AND session_id = $2"
             )))
@@ -354,7 +600,31 @@ impl Sessions {
             .await?;
         }
         tx.commit().await?;
-        Ok(())
+        Ok(Deleted::Whole)
+    }
+}
+
+impl Store {
+    /// Whether the session was deleted (no run is created in it again).
+    pub async fn session_deleted(&self, tenant: &Tenant, id: &str) -> Result<bool> {
+        let mut conn = self.pool().acquire().await?;
+        self.session_deleted_in(&mut conn, tenant, id).await
+    }
+
+    async fn session_deleted_in(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<bool> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM deleted_sessions WHERE tenant = $1 AND session_id = $2",
+        )
+        .bind(&tenant.0)
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
+        Ok(found.is_some())
     }
 }
 
@@ -371,15 +641,18 @@ mod tests {
         let store = Store::connect(&url, 2).await.unwrap();
         let (a, b) = (Tenant("a".into()), Tenant("b".into()));
         let writer = RunId::new();
+        let no_limits = SessionLimits::default();
         let values = json!({ "topic": "cats", "n": 2 });
         store
-            .set_session_variables(&a, "s", values.as_object().unwrap(), writer)
+            .set_session_variables(&a, "s", values.as_object().unwrap(), writer, no_limits)
             .await
+            .unwrap()
             .unwrap();
         let update = json!({ "n": 3 });
         store
-            .set_session_variables(&a, "s", update.as_object().unwrap(), writer)
+            .set_session_variables(&a, "s", update.as_object().unwrap(), writer, no_limits)
             .await
+            .unwrap()
             .unwrap();
         let read = store.session_variables(&a, "s").await.unwrap();
         assert_eq!(Value::Object(read), json!({ "topic": "cats", "n": 3 }));

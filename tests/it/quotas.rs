@@ -390,4 +390,133 @@ async fn a_tenants_priority_orders_its_own_runs_and_tenants_share_the_queue_fair
     let order: Vec<&str> = started.into_iter().map(|(_, t)| t).collect();
     // Tenant a had the slot last: b's turn comes first, whatever a's priority.
     assert_eq!(order, ["b", "a", "a", "a"]);
+
+/// A run of one `math.calculate` step, in `session` when given.
+fn calc_in(session: Option<&str>) -> Value {
+    let mut body = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [{
+        "id": "a", "kind": "tool",
+        "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } }] } });
+    if let Some(s) = session {
+        body["session_id"] = json!(s);
+    }
+    body
+}
+
+/// Creates a run and waits for its end; its id.
+async fn finished_run(app: &TestApp, body: Value) -> String {
+    let run = app.create_run(body).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    app.follow(&id).await;
+    id
+}
+
+#[tokio::test]
+async fn deleting_runs_or_sessions_or_sweeping_them_gives_no_quota_back() {
+    // runs_per_minute: deleted runs (one by one, and a session's) still count.
+    let app = spawn_app(|c| {
+        c.quotas.default = Quota {
+            runs_per_minute: 3,
+            ..Default::default()
+        }
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(finished_run(&app, calc_in(None)).await);
+    }
+    ids.push(finished_run(&app, calc_in(Some("s"))).await);
+    for id in &ids[..2] {
+        let resp = app
+            .client
+            .delete(app.url(&format!("/v1/runs/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 204);
+    }
+    let resp = app
+        .client
+        .delete(app.url("/v1/sessions/s"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let (status, _, problem) = post_run(&app.client, &app.url("/v1/runs"), &calc_in(None)).await;
+    assert_eq!(
+        (status, problem["code"].clone()),
+        (429, json!("quota_exceeded")),
+        "{problem}"
+    );
+    let (_, usage) = app.get_json("/v1/usage").await;
+    assert_eq!(usage["usage"]["runs_last_minute"], 3, "{usage}");
+
+    // tokens_per_day: a deleted session's tokens still count.
+    let app = spawn_app(|c| {
+        c.quotas.default = Quota {
+            tokens_per_day: 1,
+            ..Default::default()
+        }
+    })
+    .await;
+    let run = app
+        .create_run(json!({ "input": "hello", "orchestration": "simple", "session_id": "t" }))
+        .await;
+    app.follow(run["id"].as_str().unwrap()).await;
+    let (_, before) = app.get_json("/v1/usage").await;
+    let spent = before["usage"]["tokens_today"].as_u64().unwrap();
+    assert!(spent > 0, "{before}");
+    let resp = app
+        .client
+        .delete(app.url("/v1/sessions/t"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let (_, after) = app.get_json("/v1/usage").await;
+    assert_eq!(after["usage"]["tokens_today"], spent, "{after}");
+    let (status, _, problem) = post_run(
+        &app.client,
+        &app.url("/v1/runs"),
+        &json!({ "input": "again" }),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].clone()),
+        (429, json!("quota_exceeded")),
+        "{problem}"
+    );
+
+    // The retention sweeper's deletes give nothing back either.
+    let app = spawn_app(|c| {
+        c.retention.finished_run_days = 30;
+        c.quotas.default = Quota {
+            runs_per_minute: 2,
+            ..Default::default()
+        };
+    })
+    .await;
+    let pool = crate::support::db::pool(app.dir.path()).await;
+    let then = orca::store::fmt_time(chrono::Utc::now() - chrono::TimeDelta::days(40));
+    let mut swept = Vec::new();
+    for _ in 0..2 {
+        let id = finished_run(&app, calc_in(None)).await;
+        swept.push(id.clone());
+        sqlx::query("UPDATE runs SET finished_at = $1 WHERE id = $2")
+            .bind(&then)
+            .bind(&id)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    // The periodic sweep may take some of them first: whichever does, all are gone.
+    app.retention.sweep_now().await.unwrap();
+    for id in &swept {
+        assert_eq!(app.get_json(&format!("/v1/runs/{id}")).await.0, 404);
+    }
+    let (status, _, problem) = post_run(&app.client, &app.url("/v1/runs"), &calc_in(None)).await;
+    assert_eq!(
+        (status, problem["code"].clone()),
+        (429, json!("quota_exceeded")),
+        "{problem}"
+    );
 }

@@ -638,7 +638,10 @@ async fn only_the_replica_that_leases_a_run_writes_its_session() {
         tokens: 5,
     };
 
-    let refused = store.set_session_variables(&tenant, "s", values, run).await;
+    let limits = orca::store::SessionLimits::default();
+    let refused = store
+        .set_session_variables(&tenant, "s", values, run, limits)
+        .await;
     assert!(matches!(refused, Err(Error::LeaseLost)), "{refused:?}");
     let refused = store
         .save_session_summary(&tenant, "s", &summary, run)
@@ -660,8 +663,9 @@ async fn only_the_replica_that_leases_a_run_writes_its_session() {
         .unwrap();
     assert!(store.claim_run(run).await.unwrap());
     store
-        .set_session_variables(&tenant, "s", values, run)
+        .set_session_variables(&tenant, "s", values, run, limits)
         .await
+        .unwrap()
         .unwrap();
     store
         .save_session_summary(&tenant, "s", &summary, run)

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, spawn_app, two_tenants};
+use crate::support::{TestApp, poll_json, spawn_app, two_tenants};
 
 async fn patch(app: &TestApp, path: &str, body: &Value) -> (u16, Value) {
     let resp = app
@@ -515,4 +515,237 @@ async fn the_wait_for_a_sessions_turn_does_not_count_against_the_runs_time_limit
         time(&run, "started_at") >= time(&busy, "finished_at"),
         "{busy} {run}"
     );
+}
+
+/// A JSON string value of exactly `bytes` bytes as JSON text (its quotes included).
+fn sized(bytes: usize) -> Value {
+    json!("x".repeat(bytes - 2))
+}
+
+#[tokio::test]
+async fn a_sessions_variables_are_bounded_and_a_change_past_a_limit_writes_nothing() {
+    let app = spawn_app(|c| {
+        c.context.session_max_variable_bytes = 100;
+        c.context.session_max_variables = 3;
+        c.context.session_max_total_bytes = 250;
+    })
+    .await;
+    let path = "/v1/sessions/b";
+    let refused = |(status, problem): (u16, Value), limit: &str, value: &str, used: &str| {
+        assert_eq!(
+            (status, problem["code"].clone()),
+            (413, json!("payload_too_large")),
+            "{problem}"
+        );
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(limit) && detail.contains(value) && detail.contains(used),
+            "{detail}"
+        );
+    };
+    // One value: at the limit, then past it (beside a change that would fit: none written).
+    let (status, _) = patch(&app, path, &json!({ "variables": { "a": sized(100) } })).await;
+    assert_eq!(status, 200);
+    refused(
+        patch(
+            &app,
+            path,
+            &json!({ "variables": { "b": 1, "a": sized(101) } }),
+        )
+        .await,
+        "session_max_variable_bytes",
+        "100",
+        "101",
+    );
+    // Count: at the limit, then past it.
+    let (status, _) = patch(&app, path, &json!({ "variables": { "b": 1, "c": 2 } })).await;
+    assert_eq!(status, 200);
+    refused(
+        patch(&app, path, &json!({ "variables": { "c": 3, "d": 4 } })).await,
+        "session_max_variables",
+        "3",
+        "4",
+    );
+    // Total: 100 + 100 + 50 is at the limit; 100 + 100 + 100 is past it.
+    let (status, _) = patch(
+        &app,
+        path,
+        &json!({ "variables": { "b": sized(100), "c": sized(50) } }),
+    )
+    .await;
+    assert_eq!(status, 200);
+    refused(
+        patch(&app, path, &json!({ "variables": { "c": sized(100) } })).await,
+        "session_max_total_bytes",
+        "250",
+        "300",
+    );
+    let (_, session) = app.get_json(path).await;
+    assert_eq!(
+        session["variables"],
+        json!({ "a": sized(100), "b": sized(100), "c": sized(50) }),
+        "nothing of a refused change was written"
+    );
+
+    // A run's `session_variables` past a limit: the run fails, nothing is stored.
+    let writing = |vars: Value| {
+        json!({ "input": "x", "orchestration": "fixed", "session_id": "b", "plan": {
+            "steps": [{ "id": "one", "kind": "tool", "input": { "tool": "math.calculate",
+                "arguments": { "expression": "1 + 1" } } }],
+            "session_variables": vars } })
+    };
+    for (vars, limit) in [
+        (json!({ "e": 1 }), "session_max_variables"),
+        (json!({ "a": sized(101) }), "session_max_variable_bytes"),
+        (json!({ "c": sized(51) }), "session_max_total_bytes"),
+    ] {
+        let run = finished(&app, writing(vars)).await;
+        assert_eq!(run["status"], "failed", "{run}");
+        assert_eq!(run["error"]["code"], "session_limit_exceeded", "{run}");
+        assert!(
+            run["error"]["message"].as_str().unwrap().contains(limit),
+            "{run}"
+        );
+    }
+    let (_, after) = app.get_json(path).await;
+    assert_eq!(after["variables"], session["variables"]);
+    // Within the limits a run writes (at the total's limit exactly).
+    let run = finished(&app, writing(json!({ "c": sized(50) }))).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+}
+
+/// `orca_session_variable_bytes_read_total` now.
+async fn session_bytes_read(app: &TestApp) -> u64 {
+    let metrics = app.metrics().await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("orca_session_variable_bytes_read_total "))
+        .unwrap_or_else(|| panic!("no session bytes counter in {metrics}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_run_reads_only_the_session_variables_its_plan_names() {
+    let app = spawn_app(|c| c.context.session_max_variable_bytes = 1 << 20).await;
+    let big = sized(200_000);
+    let (status, _) = patch(
+        &app,
+        "/v1/sessions/r",
+        &json!({ "variables": { "big": big, "n": 2 } }),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let before = session_bytes_read(&app).await;
+    for _ in 0..5 {
+        let run = finished(&app, doubling("r")).await;
+        assert_eq!(run["output"]["result"], 4, "{run}");
+    }
+    let after = session_bytes_read(&app).await;
+    // `n` is `2`: one byte per run; `big` was never read.
+    assert_eq!(after - before, 5, "bytes read by five runs naming only `n`");
+
+    // A run that names `big` reads it.
+    let run = finished(
+        &app,
+        json!({ "input": "x", "orchestration": "fixed", "session_id": "r", "plan": {
+            "steps": [{ "id": "one", "kind": "tool", "input": { "tool": "math.calculate",
+                "arguments": { "expression": "1 + 1" } } }],
+            "output": { "big": "{{ session.big }}" } } }),
+    )
+    .await;
+    assert_eq!(run["output"]["big"], big);
+    assert_eq!(session_bytes_read(&app).await - after, 200_000);
+}
+
+#[tokio::test]
+async fn a_session_delete_raced_with_new_runs_is_all_or_nothing() {
+    use futures::StreamExt;
+    let app = spawn_app(|c| c.engine.max_running_runs = 16).await;
+    const RUNS: usize = 240;
+    let calc = json!({ "input": "x", "orchestration": "fixed", "session_id": "race",
+        "concurrency": "parallel", "plan": { "steps": [{ "id": "a", "kind": "tool",
+        "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } }] } });
+    let made: Vec<Value> = futures::stream::iter(0..RUNS)
+        .map(|_| finished(&app, calc.clone()))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(made.iter().all(|r| r["status"] == "succeeded"));
+
+    // New runs that never finish by themselves: one stored before the delete makes it 409.
+    let post = || {
+        let client = app.client.clone();
+        let url = app.url("/v1/runs");
+        async move {
+            let body = asking("race", Some("parallel"));
+            client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let delete = {
+        let req = app.client.delete(app.url("/v1/sessions/race"));
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    let posts = futures::future::join_all((0..20).map(|_| post()));
+    let (deleted, posted) = tokio::join!(delete, posts);
+
+    let pool = crate::support::db::pool(app.dir.path()).await;
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE session_id = 'race'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let orphans: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE run_id NOT IN (SELECT id FROM runs)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(orphans, 0, "no history outlives its run");
+    let created = posted.iter().filter(|s| **s == 201).count();
+    let count = |pool: sqlx::AnyPool| async move {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE session_id = 'race'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        n as usize
+    };
+    match deleted {
+        204 => {
+            assert!(posted.iter().all(|s| *s == 409), "{posted:?}");
+            assert_eq!(stored, 0, "every run of the deleted session is gone");
+        }
+        409 => {
+            assert!(created > 0, "refused with nothing in progress: {posted:?}");
+            assert_eq!(stored as usize, RUNS + created, "nothing deleted");
+            // Cancel the new runs; then the session is deleted whole.
+            let (_, session) = app.get_json("/v1/sessions/race").await;
+            for run in session["runs"].as_array().unwrap() {
+                if run["status"] == "succeeded" {
+                    continue;
+                }
+                let id = run["id"].as_str().unwrap();
+                let (status, _) = app
+                    .post_json(&format!("/v1/runs/{id}/cancel"), &json!({}))
+                    .await;
+                assert_eq!(status, 202);
+                let url = app.url(&format!("/v1/runs/{id}"));
+                poll_json(&app.client, &url, |r| r["status"] == "cancelled").await;
+            }
+            let resp = app.client.delete(app.url("/v1/sessions/race")).send().await;
+            assert_eq!(resp.unwrap().status(), 204);
+            assert_eq!(count(pool.clone()).await, 0, "every run is gone");
+        }
+        other => panic!("DELETE answered {other}"),
+    }
+    // A deleted session stays deleted: no run is created in it again.
+    assert_eq!(app.get_json("/v1/sessions/race").await.0, 404);
+    assert_eq!(post().await, 409);
+    assert_eq!(count(pool).await, 0);
 }

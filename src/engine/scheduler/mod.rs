@@ -40,7 +40,7 @@ use tokio::sync::{Notify, Semaphore};
 use crate::domain::event::{ErrorData, StepData};
 use crate::domain::path::ROOT;
 use crate::domain::{ErrorCode, RunError, StepId, StepPath, StepStatus};
-use crate::plan::{KindSpec, Scope, StepResults, StepState, StepView, ValidPlan};
+use crate::plan::{KindSpec, Scope, SessionReads, StepResults, StepState, StepView, ValidPlan};
 
 use super::attempts::{AttemptEnd, HeldEnd};
 use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, StepResult};
@@ -118,6 +118,8 @@ pub struct Scheduler<'a> {
     /// The plan's answer step completed: nothing more starts, what is left is skipped.
     answered: bool,
     done: bool,
+    /// The session variables the plan (and its nested workflows) names.
+    session_reads: SessionReads,
 }
 
 impl<'a> Scheduler<'a> {
@@ -137,6 +139,7 @@ impl<'a> Scheduler<'a> {
         ctx.arm_breakpoints(&plan.plan().settings.breakpoints, &progress.released);
         let mut scheduler = Scheduler {
             ctx,
+            session_reads: plan.session_reads(),
             phases: restored_phases(&plan, progress.steps),
             plan,
             version,
@@ -203,6 +206,8 @@ impl<'a> Scheduler<'a> {
                 // Past a run limit nothing more starts, whatever the failure policy.
                 self.stop.get_or_insert(limit);
             }
+            // The session variables this plan names, read before its first step renders.
+            self.ctx.read_session(&self.session_reads).await;
             self.start_ready().await;
             if !self.reports.is_empty() {
                 continue;
@@ -235,6 +240,7 @@ impl<'a> Scheduler<'a> {
     /// their attempts closed as cancelled.
     pub async fn finish(mut self) -> Outcome {
         self.tasks = FuturesUnordered::new();
+        self.ctx.read_session(&self.session_reads).await;
         if let Some(err) = self.stop.take() {
             self.ctx
                 .close_open_attempts(
