@@ -390,6 +390,7 @@ async fn a_tenants_priority_orders_its_own_runs_and_tenants_share_the_queue_fair
     let order: Vec<&str> = started.into_iter().map(|(_, t)| t).collect();
     // Tenant a had the slot last: b's turn comes first, whatever a's priority.
     assert_eq!(order, ["b", "a", "a", "a"]);
+}
 
 /// A run of one `math.calculate` step, in `session` when given.
 fn calc_in(session: Option<&str>) -> Value {
