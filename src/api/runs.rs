@@ -162,7 +162,9 @@ async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, A
         (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session is busy and the run's concurrency is `reject`, or the session was deleted", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid request", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The tenant is at a quota (`Retry-After` says when to try again)", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "Too many queued runs", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
