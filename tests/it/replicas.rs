@@ -404,7 +404,6 @@ async fn nested_children_completed_before_a_kill_are_not_run_again_after_a_takeo
     ] });
     let id = servers[0].start_plan(plan).await;
     drop(servers[0].until_asked(&id, 1).await);
-    let before = servers[0].steps(&id).await;
     let completed = |steps: &[Value]| -> BTreeMap<(String, String, u64), Value> {
         steps
             .iter()
@@ -419,11 +418,25 @@ async fn nested_children_completed_before_a_kill_are_not_run_again_after_a_takeo
             })
             .collect()
     };
-    let done_before = completed(&before);
-    // The loop (3 iterations of 2 tools) and the parallel step's tool were done.
     let tools = |done: &BTreeMap<(String, String, u64), Value>, step: &str| {
         done.keys().filter(|(_, s, _)| s == step).count()
     };
+    // The parallel step's tool may still be storing its attempt when its sibling asks (on a
+    // shared store a tool acts only once its attempt is stored): wait until it is done.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let before = loop {
+        let steps = servers[0].steps(&id).await;
+        if tools(&completed(&steps), "sum") == 1 {
+            break steps;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sum never completed: {steps:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let done_before = completed(&before);
+    // The loop (3 iterations of 2 tools) and the parallel step's tool were done.
     assert_eq!(tools(&done_before, "double"), 3, "{before:?}");
     assert_eq!(tools(&done_before, "square"), 3, "{before:?}");
     assert_eq!(tools(&done_before, "sum"), 1, "{before:?}");
