@@ -135,8 +135,7 @@ async fn runs_per_minute_and_tokens_per_day_are_refused_with_when_to_try_again()
     })
     .await;
     let runs = app.url("/v1/runs");
-    let calc = json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [{ "id": "a",
-        "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } }] } });
+    let calc = calc_in(None);
     for _ in 0..3 {
         assert_eq!(post_run(&app.client, &runs, &calc).await.0, 201);
     }
@@ -237,14 +236,9 @@ async fn higher_priority_runs_leave_the_queue_and_higher_priority_steps_start_fi
     let blocker = blocker["id"].as_str().unwrap().to_owned();
     let url = app.url(&format!("/v1/runs/{blocker}"));
     poll_json(&app.client, &url, |r| r["status"] == "running").await;
-    let calc = |priority: i64| {
-        json!({ "input": "x", "orchestration": "fixed", "priority": priority,
-        "plan": { "steps": [{ "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
-            "arguments": { "expression": "1 + 1" } } }] } })
-    };
     let mut ids = Vec::new();
     for priority in [0, 10, 5] {
-        let run = app.create_run(calc(priority)).await;
+        let run = app.create_run(calc_at(priority)).await;
         let id = run["id"].as_str().unwrap().to_owned();
         wait_queued(&app.client, &app, &id).await;
         ids.push(id);
@@ -360,15 +354,10 @@ async fn a_tenants_priority_orders_its_own_runs_and_tenants_share_the_queue_fair
         r["status"] == "running"
     })
     .await;
-    let calc = |priority: i64| {
-        json!({ "input": "x", "orchestration": "fixed", "priority": priority,
-        "plan": { "steps": [{ "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
-            "arguments": { "expression": "1 + 1" } } }] } })
-    };
     let mut queued = Vec::new();
     for (client, tenant, priority) in [(&a, "a", 100), (&a, "a", 100), (&a, "a", 100), (&b, "b", 0)]
     {
-        let (status, _, run) = post_run(client, &runs, &calc(priority)).await;
+        let (status, _, run) = post_run(client, &runs, &calc_at(priority)).await;
         assert_eq!(status, 201, "{run}");
         let id = run["id"].as_str().unwrap().to_owned();
         wait_queued(client, &app, &id).await;
@@ -400,6 +389,13 @@ fn calc_in(session: Option<&str>) -> Value {
     if let Some(s) = session {
         body["session_id"] = json!(s);
     }
+    body
+}
+
+/// A run of one `math.calculate` step at `priority`.
+fn calc_at(priority: i64) -> Value {
+    let mut body = calc_in(None);
+    body["priority"] = json!(priority);
     body
 }
 
