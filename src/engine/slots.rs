@@ -138,8 +138,6 @@ impl Slots {
             tenant,
             place,
         };
-        // Whoever came first may now be behind this one.
-        self.moved.notify_waiters();
         loop {
             let moved = self.moved.notified();
             tokio::pin!(moved);
