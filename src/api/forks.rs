@@ -74,9 +74,10 @@ fn input_schema() -> utoipa::openapi::Object {
         (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "The run's history cannot be forked, or its session refuses a second run", body = super::error::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than server.body_limit_bytes", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than server.body_limit_bytes, or the fork would copy more history than the tenant's forks may in a day (`fork_bytes_per_day`)", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, description = "A checkpoint or step the run does not have, or an invalid input or plan", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The tenant is at a quota (runs, `forks_per_day`, `fork_bytes_per_day`); `Retry-After` says when to try again", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "Too many queued runs, or the store refuses writes", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]

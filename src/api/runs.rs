@@ -275,6 +275,7 @@ pub(super) fn creation_error(e: engine::Error) -> ApiError {
             message: exceeded.describe(),
             retry_after_secs: exceeded.retry_after_secs,
         },
+        engine::Error::ForkTooLarge { .. } => ApiError::TooLarge(e.to_string()),
         engine::Error::SessionBusy(_) | engine::Error::Conflict(_) => {
             ApiError::Conflict(e.to_string())
         }

@@ -38,6 +38,7 @@ pub mod middleware_state;
 pub mod model;
 pub mod pause;
 pub mod planner;
+mod queue;
 pub mod reactive;
 pub mod review;
 mod run;
@@ -53,7 +54,6 @@ pub mod tool_call;
 pub(crate) const NO_PLAN: u32 = 0;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -100,6 +100,14 @@ pub enum Error {
     /// The tenant is at one of its quotas (`[quotas]`).
     #[error("{}", .0.describe())]
     QuotaExceeded(crate::domain::quota::Exceeded),
+    /// The fork would copy more of its parent's history than its tenant's forks may copy in a
+    /// whole day (`fork_bytes_per_day`).
+    #[error(
+        "the fork would copy {bytes} bytes of history, more than the tenant's quota \
+         `fork_bytes_per_day` ({limit}) lets its forks copy in a day; fork from an earlier \
+         `checkpoint` (or `before_step`) to copy less"
+    )]
+    ForkTooLarge { bytes: u64, limit: u64 },
     /// The request is wrong for this run (422): each problem located by its pointer.
     #[error("the request is invalid for this run")]
     Invalid(Vec<crate::plan::Problem>),
@@ -115,7 +123,7 @@ pub struct Engine {
 struct Inner {
     services: Services,
     slots: Arc<slots::Slots>,
-    queued: AtomicUsize,
+    queue: queue::Queue,
     /// The tokens of live run tasks. A std mutex: insert/remove/lookup only.
     live: Mutex<HashMap<RunId, Handles>>,
     tracker: TaskTracker,
@@ -186,7 +194,7 @@ impl Engine {
             inner: Arc::new(Inner {
                 services,
                 slots,
-                queued: AtomicUsize::new(0),
+                queue: queue::Queue::default(),
                 live: Mutex::new(HashMap::new()),
                 tracker,
                 shutdown,
@@ -260,7 +268,7 @@ impl Engine {
 
     /// Number of runs waiting for a slot.
     pub fn queued(&self) -> usize {
-        self.inner.queued.load(Ordering::SeqCst)
+        self.inner.queue.len()
     }
 
     /// Checks and resolves a run request for `tenant` ([`intake::admit`]): the run to create,
@@ -283,7 +291,7 @@ impl Engine {
         idempotency_key: Option<&str>,
         follow: bool,
     ) -> Result<Created, Error> {
-        self.accepting()?;
+        self.accepting(tenant)?;
         let intake::Admitted {
             spec,
             plan,
@@ -311,7 +319,7 @@ impl Engine {
         request: fork::ForkRequest,
         idempotency_key: Option<&str>,
     ) -> Result<Created, Error> {
-        self.accepting()?;
+        self.accepting(tenant)?;
         let id = RunId::new();
         let services = &self.inner.services;
         let forked = fork::prepare(services, tenant, parent, request, id).await?;
@@ -328,10 +336,18 @@ impl Engine {
         self.start_new(tenant, new, idempotency_key, false).await
     }
 
-    /// Whether a new run can be taken now: the queue has room and the store takes writes.
-    fn accepting(&self) -> Result<(), Error> {
-        if self.queued() >= self.inner.services.config.max_queued_runs {
+    /// Whether a new run of `tenant` can be taken now: the queue has room, for the tenant too,
+    /// and the store takes writes.
+    fn accepting(&self, tenant: &Tenant) -> Result<(), Error> {
+        let services = &self.inner.services;
+        if self.queued() >= services.config.max_queued_runs {
             return Err(Error::Overloaded);
+        }
+        let limit = services.quotas.of(&tenant.0).queued_runs;
+        let used = self.inner.queue.of(tenant) as u64;
+        if limit > 0 && used >= limit {
+            services.metrics.quota_refused(&tenant.0, "queued_runs");
+            return Err(Error::QuotaExceeded(Exceeded::queued(limit, used)));
         }
         // Nothing is acknowledged that cannot be stored: while the writer fails, the run's
         // row might be taken but none of its events.
@@ -395,6 +411,11 @@ impl Engine {
                 "the session `{}` was deleted; a deleted session's id is not used again",
                 spec.session_id.as_deref().unwrap_or_default()
             )));
+        }
+        if let Inserted::ForkTooLarge { bytes, limit } = inserted {
+            let metrics = &self.inner.services.metrics;
+            metrics.quota_refused(&tenant.0, "fork_bytes_per_day");
+            return Err(Error::ForkTooLarge { bytes, limit });
         }
         if let Inserted::QuotaExceeded(exceeded) = inserted {
             self.inner
@@ -1006,7 +1027,7 @@ impl Engine {
         if stored.cancel_requested {
             cancel.cancel();
         }
-        self.inner.queued.fetch_add(1, Ordering::SeqCst);
+        self.inner.queue.enter(&stored.tenant);
         let id = stored.run.id;
         let span = tracing::info_span!("run", run_id = %id, tenant = %stored.tenant.0);
         let ctx = self.context(stored, last_seq, plan, cancel, stop.clone(), pause);

@@ -2,7 +2,6 @@
 //! time limit and the server's shutdown, then finalise — the terminal row and the `final`
 //! event, written together after every earlier event is durable.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -89,12 +88,12 @@ async fn session_turn(inner: &Inner, ctx: &RunContext, stop: &CancellationToken)
         tokio::select! {
             () = tokio::time::sleep(SESSION_TURN_POLL) => {}
             () = ctx.cancel.cancelled() => {
-                inner.queued.fetch_sub(1, Ordering::SeqCst);
+                inner.queue.leave(&ctx.tenant);
                 finalize(ctx, Ending::Cancelled).await;
                 return Some(Left::Done);
             }
             () = stop.cancelled() => {
-                inner.queued.fetch_sub(1, Ordering::SeqCst);
+                inner.queue.leave(&ctx.tenant);
                 return Some(Left::Done);
             }
         }
@@ -111,16 +110,16 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
     let permit = tokio::select! {
         p = inner.slots.acquire(&ctx.tenant, ctx.spec.priority) => p,
         _ = ctx.cancel.cancelled() => {
-            inner.queued.fetch_sub(1, Ordering::SeqCst);
+            inner.queue.leave(&ctx.tenant);
             finalize(ctx, Ending::Cancelled).await;
             return Left::Done;
         }
         _ = stop.cancelled() => {
-            inner.queued.fetch_sub(1, Ordering::SeqCst);
+            inner.queue.leave(&ctx.tenant);
             return Left::Done;
         }
     };
-    inner.queued.fetch_sub(1, Ordering::SeqCst);
+    inner.queue.leave(&ctx.tenant);
     let Some(permit) = permit else {
         return Left::Done;
     };

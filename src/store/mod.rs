@@ -310,6 +310,11 @@ pub enum Inserted {
     Existing(Box<StoredRun>),
     /// The tenant is at one of its quotas.
     QuotaExceeded(Exceeded),
+    /// The fork would copy more history than its tenant's forks may in a whole day.
+    ForkTooLarge {
+        bytes: u64,
+        limit: u64,
+    },
 }
 
 #[derive(Clone)]
@@ -584,12 +589,26 @@ impl Store {
         guards: Guards<'_>,
         history: &[Record],
     ) -> Result<Inserted> {
+        // What a fork starts from (its plans, checkpoint and the attempts it keeps) is
+        // written with its row, or not at all; its size counts against the tenant's quota.
+        let copied = statement::batch(history);
+        let fork_bytes = spec
+            .fork
+            .as_ref()
+            .map(|_| copied.iter().map(Statement::bytes).sum::<u64>());
+        let fork_limit = guards.quota.fork_bytes_per_day;
+        if let Some(bytes) = fork_bytes.filter(|&b| fork_limit > 0 && b > fork_limit) {
+            return Ok(Inserted::ForkTooLarge {
+                bytes,
+                limit: fork_limit,
+            });
+        }
         let now = self.backend.now_ms_sql();
         let values = format!(
             "$1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, $10, $11, $12, $13,
                 $14, {now} + $15, $16"
         );
-        let guard = guards.sql(self.backend, tenant, 17, run.created_at);
+        let guard = guards.sql(self.backend, tenant, 17, run.created_at, fork_bytes);
         let rows = match guard.conditions.is_empty() {
             true => format!("VALUES ({values})"),
             false => format!("SELECT {values} WHERE {}", guard.conditions.join(" AND ")),
@@ -633,9 +652,16 @@ impl Store {
         if let Some(url) = &spec.webhook {
             statements.push(webhooks::enqueue(tenant, run.id, url, run.created_at));
         }
-        // What a fork starts from (its plans, checkpoint and the attempts it keeps) is
-        // written with its row, or not at all.
-        statements.extend(statement::batch(history));
+        if let Some(bytes) = fork_bytes {
+            // The row's insert made its ledger row (a trigger); none if it was not inserted.
+            statements.push(Statement {
+                text: statement::Text::One(
+                    "UPDATE usage_ledger SET fork = 1, fork_bytes = $2 WHERE run = $1".into(),
+                ),
+                params: vec![run.id.to_string().into(), (bytes as i64).into()],
+            });
+        }
+        statements.extend(copied);
         let changed = self.write_all(statements).await?;
         self.committed(1);
         if changed.get(inserted_at) == Some(&1) {
@@ -646,7 +672,7 @@ impl Store {
             // id is new, and nothing else holds rows under it.
             self.delete_runs(&[run.id]).await?;
         }
-        self.why_not_inserted(tenant, idempotency, guards, run.created_at)
+        self.why_not_inserted(tenant, idempotency, guards, run.created_at, fork_bytes)
             .await
     }
 
@@ -658,6 +684,7 @@ impl Store {
         idempotency: Option<Idempotency<'_>>,
         guards: Guards<'_>,
         now: DateTime<Utc>,
+        fork_bytes: Option<u64>,
     ) -> Result<Inserted> {
         if let Some(key) = idempotency.map(|i| i.key) {
             let row = sqlx::query("SELECT * FROM runs WHERE tenant = $1 AND idempotency_key = $2")
@@ -682,14 +709,19 @@ impl Store {
         {
             return Ok(Inserted::SessionBusy);
         }
-        if guards.quota.limits_anything() {
+        let q = &guards.quota;
+        let fork = fork_bytes.filter(|_| q.limits_forks());
+        if q.limits_anything() || fork.is_some() {
             let usage = self.tenant_usage(tenant, now).await?;
-            let exceeded = Exceeded::of(&guards.quota, &usage, crate::domain::now());
+            let at = crate::domain::now();
+            let exceeded = Exceeded::of(q, &usage, at)
+                .or_else(|| fork.and_then(|bytes| Exceeded::of_fork(q, &usage, bytes, at)));
             // Freed since the insert looked: the caller may try again at once.
             return Ok(Inserted::QuotaExceeded(exceeded.unwrap_or(Exceeded {
                 quota: "running_runs",
-                limit: guards.quota.running_runs,
+                limit: q.running_runs,
                 used: usage.running_runs,
+                asked: 1,
                 retry_after_secs: 1,
             })));
         }

@@ -6,7 +6,9 @@
 //!
 //! `runs_per_minute` and `tokens_per_day` count the `usage_ledger`, not the runs: a row per
 //! run created, kept in step with the run's token counts by the database (migration 0019) and
-//! never touched by deleting runs, so deleting runs or sessions gives nothing back.
+//! never touched by deleting runs, so deleting runs or sessions gives nothing back. A fork's
+//! row also says it is one and how many bytes of history it copied (migration 0021), for
+//! `forks_per_day` and `fork_bytes_per_day`.
 
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -39,12 +41,14 @@ pub(super) struct GuardSql {
 }
 
 impl Guards<'_> {
+    /// `fork_bytes`: the bytes of history the new run copies when it is a fork.
     pub(super) fn sql(
         &self,
         backend: Backend,
         tenant: &Tenant,
         first: usize,
         now: DateTime<Utc>,
+        fork_bytes: Option<u64>,
     ) -> GuardSql {
         let mut out = GuardSql {
             conditions: Vec::new(),
@@ -85,7 +89,8 @@ impl Guards<'_> {
             ));
         }
         let q = self.quota;
-        if !q.limits_anything() {
+        let fork_bytes = fork_bytes.filter(|_| q.limits_forks());
+        if !q.limits_anything() && fork_bytes.is_none() {
             return out;
         }
         lock(&mut out, format!("quota:{}", tenant.0));
@@ -115,6 +120,22 @@ impl Guards<'_> {
                     WHERE tenant = {t} AND created_at >= {day}) < {n}"
             ));
         }
+        if let Some(bytes) = fork_bytes {
+            let day = param(&mut out, fmt_time(start_of_day(now)).into());
+            let today = format!("FROM usage_ledger WHERE tenant = {t} AND created_at >= {day}");
+            if q.forks_per_day > 0 {
+                let n = param(&mut out, (q.forks_per_day as i64).into());
+                out.conditions
+                    .push(format!("(SELECT COUNT(*) {today} AND fork = 1) < {n}"));
+            }
+            if q.fork_bytes_per_day > 0 {
+                let room = q.fork_bytes_per_day.saturating_sub(bytes);
+                let n = param(&mut out, (room.min(i64::MAX as u64) as i64).into());
+                out.conditions.push(format!(
+                    "(SELECT COALESCE(SUM(fork_bytes), 0) {today}) <= {n}"
+                ));
+            }
+        }
         out
     }
 }
@@ -141,7 +162,11 @@ impl Store {
                 (SELECT MIN(created_at) FROM usage_ledger WHERE tenant = $1 AND created_at > $2)
                     AS oldest,
                 (SELECT CAST(COALESCE(SUM(tokens), 0) AS BIGINT)
-                    FROM usage_ledger WHERE tenant = $1 AND created_at >= $3) AS tokens"
+                    FROM usage_ledger WHERE tenant = $1 AND created_at >= $3) AS tokens,
+                (SELECT CAST(COALESCE(SUM(fork), 0) AS BIGINT)
+                    FROM usage_ledger WHERE tenant = $1 AND created_at >= $3) AS forks,
+                (SELECT CAST(COALESCE(SUM(fork_bytes), 0) AS BIGINT)
+                    FROM usage_ledger WHERE tenant = $1 AND created_at >= $3) AS fork_bytes"
         );
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&tenant.0)
@@ -154,6 +179,8 @@ impl Store {
             running_runs: row.try_get::<i64, _>("running")? as u64,
             runs_last_minute: row.try_get::<i64, _>("minute")? as u64,
             tokens_today: row.try_get::<i64, _>("tokens")? as u64,
+            forks_today: row.try_get::<i64, _>("forks")? as u64,
+            fork_bytes_today: row.try_get::<i64, _>("fork_bytes")? as u64,
             oldest_in_minute: oldest.as_deref().map(parse_time).transpose()?,
         })
     }

@@ -80,6 +80,15 @@ pub(crate) struct Statement {
 }
 
 impl Statement {
+    /// About how many bytes its values write: each text's length, 8 per number.
+    pub fn bytes(&self) -> u64 {
+        let size = |p: &Param| match p {
+            Param::Int(_) => 8,
+            Param::Text(t) => t.as_ref().map_or(0, |t| t.len() as u64),
+        };
+        self.params.iter().map(size).sum()
+    }
+
     /// The text with every row's tuple, `$N` numbered, for sqlx.
     pub fn sql(&self) -> String {
         match &self.text {

@@ -517,3 +517,216 @@ async fn a_run_forked_through_another_replica_runs_there_and_is_answered_through
         44
     );
 }
+
+/// A run of `text`-sized steps at two nesting levels: a sequential holding a counted child and
+/// a loop of two more, each echoing the input's `text` (its attempt holds it twice).
+fn bulky() -> Value {
+    let echo = |id: &str| {
+        json!({ "id": id, "kind": "tool", "input": { "tool": "test.count",
+            "arguments": { "key": id, "value": "{{ input.text }}" } } })
+    };
+    json!({ "steps": [{ "id": "outer", "kind": "sequential", "input": { "steps": [
+        echo("first"),
+        { "id": "each", "kind": "loop", "input": { "for_each": [1, 2], "max_iterations": 2,
+            "steps": [echo("tally")] } },
+    ] } }] })
+}
+
+const TEXT_BYTES: usize = 20_000;
+
+/// A tenant (by its API key) at one server: runs, forks and reads its usage.
+struct Caller<'a> {
+    app: &'a TestApp,
+    key: &'static str,
+}
+
+impl Caller<'_> {
+    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Option<u64>, Value) {
+        let resp = request.bearer_auth(self.key).send().await.unwrap();
+        let retry = (resp.headers().get("retry-after")).and_then(|v| v.to_str().ok()?.parse().ok());
+        let status = resp.status().as_u16();
+        (status, retry, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A finished bulky run's id.
+    async fn bulky_run(&self) -> String {
+        let body = json!({ "input": { "text": "x".repeat(TEXT_BYTES) }, "orchestration": "fixed",
+            "plan": bulky() });
+        let (status, _, run) = self
+            .send(self.app.client.post(self.app.url("/v1/runs")).json(&body))
+            .await;
+        assert_eq!(status, 201, "{run}");
+        let id = run["id"].as_str().unwrap().to_owned();
+        self.to_end(&id).await;
+        id
+    }
+
+    async fn to_end(&self, id: &str) {
+        let events = self.app.events_with_key(id, self.key).await;
+        let events = events.read_to_final().await;
+        assert_eq!(final_data(&events)["status"], "succeeded", "{id}");
+    }
+
+    /// Forks `id` as `body` asks: status, `Retry-After`, body.
+    async fn fork(&self, id: &str, body: Value) -> (u16, Option<u64>, Value) {
+        let url = self.app.url(&format!("/v1/runs/{id}/fork"));
+        self.send(self.app.client.post(url).json(&body)).await
+    }
+
+    /// Forks `id` (201) and follows the fork to its end.
+    async fn forked(&self, id: &str, body: Value) -> String {
+        let (status, _, fork) = self.fork(id, body).await;
+        assert_eq!(status, 201, "{fork}");
+        let fork = fork["id"].as_str().unwrap().to_owned();
+        self.to_end(&fork).await;
+        fork
+    }
+
+    /// `(forks_today, fork_bytes_today)`.
+    async fn forks_today(&self) -> (u64, u64) {
+        let (_, _, usage) = self
+            .send(self.app.client.get(self.app.url("/v1/usage")))
+            .await;
+        let of = |k: &str| usage["usage"][k].as_u64().unwrap();
+        (of("forks_today"), of("fork_bytes_today"))
+    }
+}
+
+const KEYS: [&str; 3] = [
+    "key-a-0123456789abcdef",
+    "key-b-0123456789abcdef",
+    "key-c-0123456789abcdef",
+];
+
+fn three_tenants(c: &mut orca::config::Config) {
+    c.auth.api_keys = KEYS
+        .iter()
+        .zip(["a", "b", "c"])
+        .map(|(key, tenant)| orca::config::ApiKey {
+            key: orca::config::Secret::new(*key),
+            tenant: tenant.into(),
+        })
+        .collect();
+}
+
+#[tokio::test]
+async fn forks_are_held_to_each_tenants_daily_count_and_bytes_whatever_is_deleted() {
+    use orca::domain::quota::Quota;
+    let probe = Probe::default();
+    let app = spawn_probed_app(None, &probe, three_tenants).await;
+    let a = Caller {
+        app: &app,
+        key: KEYS[0],
+    };
+    let parent = a.bulky_run().await;
+    // What a fork of the whole run copies is measured, with the default quota; its nested
+    // steps' attempts (three, each holding the text as input and output) are counted.
+    let whole = a.forked(&parent, json!({})).await;
+    let (forks, full) = a.forks_today().await;
+    assert_eq!(forks, 1);
+    assert!(full > 6 * TEXT_BYTES as u64, "{full}");
+    a.forked(&parent, json!({ "checkpoint": 0 })).await;
+    let (forks, used) = a.forks_today().await;
+    let start = used - full;
+    assert_eq!(forks, 2);
+    assert!(start < TEXT_BYTES as u64, "{start}");
+    let dir = app.stop().await;
+
+    // Room for one more whole fork today, and four forks; b may fork once; c's day is smaller
+    // than one whole fork. The ledger survives the restart.
+    let app = spawn_probed_app(Some(dir), &probe, |c| {
+        three_tenants(c);
+        let limits = |forks_per_day, fork_bytes_per_day| Quota {
+            forks_per_day,
+            fork_bytes_per_day,
+            ..Quota::default()
+        };
+        let tenants = &mut c.quotas.tenants;
+        tenants.insert("a".into(), limits(4, 2 * full + start + full / 2));
+        tenants.insert("b".into(), limits(1, 0));
+        tenants.insert("c".into(), limits(0, full / 2));
+    })
+    .await;
+    let [a, b, c] = KEYS.map(|key| Caller { app: &app, key });
+    assert_eq!(a.forks_today().await, (2, full + start));
+    a.forked(&parent, json!({})).await;
+    let (status, retry, problem) = a.fork(&parent, json!({})).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{problem}"
+    );
+    assert!(
+        retry.is_some_and(|s| (1..=86_400).contains(&s)),
+        "{retry:?}"
+    );
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("`fork_bytes_per_day`") && detail.contains("would copy"),
+        "{detail}"
+    );
+    // A smaller fork still fits the bytes, and is the day's fourth.
+    a.forked(&parent, json!({ "checkpoint": 0 })).await;
+    // Deleting a fork gives nothing back.
+    let deleted = a
+        .send(app.client.delete(app.url(&format!("/v1/runs/{whole}"))))
+        .await;
+    assert_eq!(deleted.0, 204, "{:?}", deleted.2);
+    let (status, _, problem) = a.fork(&parent, json!({ "checkpoint": 0 })).await;
+    assert_eq!(status, 429, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("`forks_per_day` is 4"),
+        "{problem}"
+    );
+    assert_eq!(a.forks_today().await, (4, 2 * full + 2 * start));
+
+    // Another tenant's forks are its own: b forks while a is at both limits, then meets its own.
+    let theirs = b.bulky_run().await;
+    b.forked(&theirs, json!({})).await;
+    let (status, _, problem) = b.fork(&theirs, json!({ "checkpoint": 0 })).await;
+    assert_eq!(status, 429, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("forks_per_day"),
+        "{problem}"
+    );
+
+    // A fork larger than a whole day's bytes can never fit: 413, and nothing is written.
+    let big = c.bulky_run().await;
+    let (status, retry, problem) = c.fork(&big, json!({})).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (413, Some("payload_too_large")),
+        "{problem}"
+    );
+    assert_eq!(retry, None);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("would copy") && detail.contains("earlier"),
+        "{detail}"
+    );
+    let (_, _, listed) = c
+        .send(
+            app.client
+                .get(app.url(&format!("/v1/runs?parent_id={big}"))),
+        )
+        .await;
+    assert_eq!(listed["runs"].as_array().map(Vec::len), Some(0), "{listed}");
+    assert_eq!(c.forks_today().await, (0, 0));
+    // Forking it from the start copies less, and fits.
+    c.forked(&big, json!({ "checkpoint": 0 })).await;
+    let metrics = (app.client.get(app.url("/metrics")).bearer_auth(KEYS[2]))
+        .send()
+        .await
+        .unwrap();
+    let metrics = metrics.text().await.unwrap();
+    assert!(
+        metrics.contains(r#"quota="fork_bytes_per_day""#),
+        "refusals are counted by quota: {metrics}"
+    );
+}

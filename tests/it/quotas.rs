@@ -319,10 +319,13 @@ async fn wait_queued(client: &reqwest::Client, app: &TestApp, id: &str) {
 
 #[tokio::test]
 async fn a_tenants_priority_orders_its_own_runs_and_tenants_share_the_queue_fairly() {
+    // And one tenant's queued runs cannot fill the queue: `queued_runs` keeps room for others.
     let app = spawn_app(|c| {
         two_tenants(c, ["key-a-0123456789abcdef", "key-b-0123456789abcdef"]);
         c.engine.max_running_runs = 1;
+        c.engine.max_queued_runs = 5;
         c.quotas.default.max_priority = Some(100);
+        c.quotas.default.queued_runs = 3;
     })
     .await;
     let (a, b) = (
@@ -363,6 +366,14 @@ async fn a_tenants_priority_orders_its_own_runs_and_tenants_share_the_queue_fair
         wait_queued(client, &app, &id).await;
         queued.push((client, tenant, id));
     }
+    // The queue has room for one more, but not for a fourth of a's.
+    let (status, retry, problem) = post_run(&a, &runs, &calc_at(0)).await;
+    assert_eq!((status, retry), (429, Some(1)), "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("`queued_runs` is 3") && detail.contains("3 runs queued"),
+        "{detail}"
+    );
     let cancel = a
         .post(app.url(&format!("/v1/runs/{blocker}/cancel")))
         .send()
