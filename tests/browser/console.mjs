@@ -4,7 +4,10 @@
 //
 //   node tests/browser/console.mjs <scenario> <base-url> <screenshot-dir> [key or run id]
 //
-// Scenarios: `runs` (a streamed run appears live, a human-input run is answered from the
+// Scenarios: `partial` (a run that succeeded in part is marked and filtered), `batch` (runs
+// ticked on the list are cancelled, run again and deleted), `options` (every New run option
+// and a plan reviewed as a graph), `highlight` (a live run's running step on the plan graph),
+// `runs` (a streamed run appears live, a human-input run is answered from the
 // form, a waiting run is cancelled, a finished run replays, the plan, timeline, steps, list and registries render),
 // `plans` (a re-planned run's versions, trigger and diff), `key` (the console asks for the
 // API key and works once given the right one) and `papercuts` (CJK font fallbacks, a waiting
@@ -74,7 +77,15 @@ async function liveRun(page) {
   await page.waitForURL(/#\/runs\/[0-9a-f-]{36}/, { timeout: PATIENCE });
   const runId = runIdOf(page);
   await page.evaluate(() => { window.sameDocument = true; });
-  await page.locator('.entry.tool', { hasText: 'math.calculate' }).waitFor({ timeout: PATIENCE });
+  const call = page.locator('.entry.tool', { hasText: 'math.calculate' });
+  await call.waitFor({ timeout: PATIENCE });
+  // A tool call is one line (tool, arguments, result); its JSON opens on a click.
+  await call.filter({ hasText: '42' }).waitFor({ timeout: PATIENCE });
+  const line = await call.boundingBox();
+  expect(line.height <= 40, `a tool call takes ${line.height}px, not one line`);
+  expect((await call.innerText()).includes('6 * 7'), 'the tool call does not show its arguments');
+  await call.locator('summary').click();
+  await call.locator('pre.json', { hasText: '"result": 42' }).waitFor({ timeout: PATIENCE });
   // Text on screen while the run is still running: the stream is live, not a replay at the end.
   const partial = await page.waitForFunction(() => {
     const text = [...document.querySelectorAll('.entry .text')].map((e) => e.textContent).join('');
@@ -98,8 +109,9 @@ async function liveRun(page) {
 async function humanRun(page) {
   await page.goto(`${base}/#/new?workflow=approve-spend`);
   expect(await page.getByLabel('Orchestration').inputValue() === 'fixed', 'a workflow link does not pick fixed');
-  await page.getByLabel('Input', { exact: true }).fill('{"amount": 120}');
-  await page.getByLabel(/The input is JSON/).check();
+  // The workflow's input is a form built from its input schema, not a text box.
+  await page.getByLabel('amount (required)').fill('120');
+  await labelled(page, 'workflow input');
   await page.getByRole('button', { name: 'Start run' }).click();
   await page.waitForURL(/#\/runs\/[0-9a-f-]{36}/, { timeout: PATIENCE });
   const runId = runIdOf(page);
@@ -127,6 +139,8 @@ async function humanRun(page) {
 /** A run waiting for input is cancelled from its page, after a confirmation. */
 async function cancelRun(page) {
   await page.goto(`${base}/#/new?workflow=approve-spend`);
+  // The JSON box is still there for those who want it.
+  await page.getByRole('button', { name: 'Type the input as JSON instead' }).click();
   await page.getByLabel('Input', { exact: true }).fill('{"amount": 5}');
   await page.getByLabel(/The input is JSON/).check();
   await page.getByRole('button', { name: 'Start run' }).click();
@@ -354,6 +368,8 @@ async function modelCheck(page) {
   const options = await select.locator('option').evaluateAll((els) => els.map((o) => [o.value, o.textContent]));
   expect(options[0][0] === '' && options[0][1].startsWith('server default'), `the first choice is not the server default: ${options[0]}`);
   const aliases = options.slice(1).map(([v]) => v);
+  const labels = options.slice(1).map(([, t]) => t);
+  expect(labels.includes('alpha-large (offline)') && labels.every((t) => !/offline offline|—/.test(t)), `model labels: ${labels}`);
   expect(JSON.stringify(aliases) === JSON.stringify(['alpha-large', 'default', 'offline', 'zeta-small']), `aliases: ${aliases}`);
   await page.getByLabel('Input', { exact: true }).fill('hello there');
   await page.getByLabel('Orchestration').selectOption('simple');
@@ -380,7 +396,7 @@ async function searchCheck(page) {
   expect(await page.getByLabel('Search inputs').inputValue() === '100%', 'the search box lost its text');
   const rows = await page.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => ({
     id: tr.querySelector('a').getAttribute('href').replace('#/runs/', ''),
-    input: tr.querySelectorAll('td')[3].getAttribute('title'),
+    input: tr.querySelector('td.truncate').getAttribute('title'),
   })));
   expect(rows.every((r) => r.input.includes('100%')), `a row without 100%: ${JSON.stringify(rows)}`);
   await shot(page, 'search');
@@ -434,6 +450,33 @@ async function schedulesScenario(page) {
   await page.locator(`tr[data-schedule="${id}"] td[data-enabled="false"]`).waitFor({ timeout: PATIENCE });
   await page.locator(`tr[data-schedule="${other}"]`).getByRole('button', { name: 'Delete' }).click();
   await page.locator(`tr[data-schedule="${other}"]`).waitFor({ state: 'detached', timeout: PATIENCE });
+  // Created from the form: a cron schedule in a time zone, its run body as JSON.
+  await page.getByRole('button', { name: 'New schedule' }).click();
+  const form = page.locator('form[data-schedule-form="new"]');
+  await labelled(page, 'new schedule');
+  await form.getByLabel('Name (optional)').fill('weekday mornings');
+  await form.getByLabel('Runs', { exact: true }).selectOption('cron');
+  await form.getByLabel(/Cron expression/).fill('30 8 * * 1-5');
+  await form.getByLabel('Time zone (IANA)').fill('Europe/Paris');
+  await form.getByLabel(/Run body/).fill('{"input": "morning report", "orchestration": "simple"}');
+  // A wrong expression is the server's 422, shown in the form.
+  await form.getByLabel(/Cron expression/).fill('30 8 * *');
+  await form.getByRole('button', { name: 'Create schedule' }).click();
+  await form.locator('.error-box', { hasText: 'cron' }).waitFor({ timeout: PATIENCE });
+  await form.getByLabel(/Cron expression/).fill('30 8 * * 1-5');
+  await form.getByRole('button', { name: 'Create schedule' }).click();
+  const made = page.locator('tr[data-schedule]', { hasText: 'weekday mornings' });
+  await made.waitFor({ timeout: PATIENCE });
+  // Edited: another name and an interval.
+  await made.getByRole('button', { name: 'Edit weekday mornings' }).click();
+  const edit = page.locator('form[data-schedule-form]:not([data-schedule-form="new"])');
+  expect(await edit.getByLabel(/Cron expression/).inputValue() === '30 8 * * 1-5', 'the edit form lost the cron expression');
+  await edit.getByLabel('Name (optional)').fill('every two hours');
+  await edit.getByLabel('Runs', { exact: true }).selectOption('interval');
+  await edit.getByLabel(/Every/).fill('7200');
+  await edit.getByRole('button', { name: 'Save schedule' }).click();
+  await page.locator('tr[data-schedule]', { hasText: 'every two hours' }).locator('td', { hasText: 'every 7200000 ms' }).waitFor({ timeout: PATIENCE });
+  await shot(page, 'schedules-edited');
   report({ ok: 'schedules' });
 }
 
@@ -452,6 +495,9 @@ async function sessionScenario(page) {
   expect(await page.locator('[data-fact="concurrency"]').innerText() === 'enqueue', 'the run page does not show its session policy');
   await page.locator('[data-fact="session"]').click();
   await page.locator('ul[data-session-runs] a').first().waitFor({ timeout: PATIENCE });
+  // A turn's text input is shown as text, not as a JSON string.
+  const said = await page.locator('ol[data-history] li').first().locator('.turn').first().innerText();
+  expect(said === 'x', `the history shows the input as ${JSON.stringify(said)}`);
   await labelled(page, 'session');
   await page.getByLabel('Name').fill('topic');
   await page.getByLabel('Value (JSON or text)').fill('{"animal": "cats"}');
@@ -514,13 +560,119 @@ async function reviewScenario(page) {
   const review = page.locator('section[data-review]');
   await review.waitFor({ timeout: PATIENCE });
   await labelled(page, 'review');
-  expect((await review.locator('pre.json').innerText()).includes('math.calculate'), 'the plan under review is shown');
+  // The plan under review is drawn as the Plan tab draws it, its JSON folded away.
+  await review.locator('.graph .node[data-step="one"]').waitFor({ timeout: PATIENCE });
+  expect((await review.locator('.graph .node').textContent()).includes('tool'), 'the graph does not show the step kind');
+  expect(!(await review.locator('pre.json').isVisible()), 'the plan under review is raw JSON');
   await review.getByRole('button', { name: 'Reject' }).click();
   await review.getByText('Give the planner a reason.').waitFor({ timeout: PATIENCE });
   await shot(page, 'review');
   await review.getByRole('button', { name: 'Approve' }).click();
   await waitStatus(page, 'succeeded');
   report({ ok: 'review' });
+}
+
+/** A run that succeeded in part is marked so on the list and its page, and found by a filter. */
+async function partialScenario(page) {
+  const { partial, plain } = JSON.parse(arg);
+  await page.goto(`${base}/#/runs`);
+  const badgeOf = (id) => page.locator(`tr[data-run="${id}"] .badge`).innerText();
+  await page.locator(`tr[data-run="${partial}"]`).waitFor({ timeout: PATIENCE });
+  expect(await badgeOf(partial) === 'succeeded · partial', `the partial run's badge reads ${await badgeOf(partial)}`);
+  expect(await badgeOf(plain) === 'succeeded', `the plain run's badge reads ${await badgeOf(plain)}`);
+  await labelled(page, 'runs');
+  await page.evaluate(() => { document.querySelector('tbody').dataset.before = 'filter'; });
+  await page.getByLabel('Completion').selectOption('partial');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await page.waitForFunction(() => document.querySelector('tbody:not([data-before])'), null, { timeout: PATIENCE });
+  expect(page.url().includes('completion=partial'), `the filter is not in the address: ${page.url()}`);
+  const shown = await page.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => tr.dataset.run));
+  expect(JSON.stringify(shown) === JSON.stringify([partial]), `the partial filter shows ${shown}`);
+  await shot(page, 'runs-partial');
+  await page.locator(`tr[data-run="${partial}"] a`).click();
+  await page.locator('.partial-box').waitFor({ timeout: PATIENCE });
+  expect((await status(page)).trim() === 'succeeded · partial', `the run page's badge reads ${await status(page)}`);
+  const box = await page.locator('.partial-box').innerText();
+  expect(box.includes('The run succeeded only in part') && box.includes('1 completed / 1 failed'), `the partial box says: ${box}`);
+  expect(await page.locator('.error-box').count() === 0, 'a partial run shows an error box');
+  expect(!(await page.locator('main').innerText()).includes('The run succeeded\n'), 'a partial run is titled a success');
+  await shot(page, 'run-partial');
+  report({ ok: 'partial', shown });
+}
+
+/** Runs ticked on the list: two waiting ones cancelled, a finished one run again, then deleted. */
+async function batchScenario(page) {
+  const { waiting, done } = JSON.parse(arg);
+  page.on('dialog', (d) => d.accept());
+  await page.goto(`${base}/#/runs`);
+  const tick = (id) => page.locator(`input[data-select="${id}"]`).check();
+  await page.locator(`tr[data-run="${done}"]`).waitFor({ timeout: PATIENCE });
+  await labelled(page, 'runs');
+  expect(await page.getByRole('button', { name: 'Cancel selected' }).isDisabled(), 'a batch action is offered with nothing ticked');
+  for (const id of waiting) await tick(id);
+  await page.getByText('2 selected').waitFor({ timeout: PATIENCE });
+  await page.getByRole('button', { name: 'Cancel selected' }).click();
+  await page.locator('[data-batch-done="cancelled"]', { hasText: 'Cancelled 2 of 2 run(s).' }).waitFor({ timeout: PATIENCE });
+  for (const id of waiting) {
+    await page.waitForFunction((i) => document.querySelector(`tr[data-run="${i}"] .badge`)?.innerText === 'cancelled', id, { timeout: PATIENCE });
+  }
+  await tick(done);
+  await page.getByRole('button', { name: 'Re-run selected' }).click();
+  const made = page.locator('[data-batch-done="started again"] [data-new-run]');
+  await made.waitFor({ timeout: PATIENCE });
+  const again = await made.getAttribute('data-new-run');
+  await page.locator(`tr[data-run="${again}"]`).waitFor({ timeout: PATIENCE });
+  await shot(page, 'runs-batch');
+  await tick(done);
+  await page.getByRole('button', { name: 'Delete selected' }).click();
+  await page.locator('[data-batch-done="deleted"]', { hasText: 'Deleted 1 of 1 run(s).' }).waitFor({ timeout: PATIENCE });
+  await page.locator(`tr[data-run="${done}"]`).waitFor({ state: 'detached', timeout: PATIENCE });
+  report({ ok: 'batch', again });
+}
+
+/** The New run form sets review, priority, session, its policy and a webhook; the plan
+ * under review is drawn as a graph and approved. */
+async function optionsScenario(page) {
+  await page.goto(`${base}/#/new`);
+  await page.locator('#n-input').waitFor({ timeout: PATIENCE });
+  await labelled(page, 'new run');
+  await page.getByLabel('Input', { exact: true }).fill('read notes.txt then write a summary');
+  await page.getByLabel('Orchestration').selectOption('planner');
+  await page.getByLabel('Review each plan a model writes before it runs').check();
+  await page.getByLabel(/^Priority/).fill('7');
+  await page.getByLabel('Session id (optional)').fill('options-1');
+  await page.getByLabel('If the session has a run in progress').selectOption('enqueue');
+  await page.getByLabel(/^Webhook URL/).fill(arg);
+  await shot(page, 'new-run-options');
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await page.waitForURL(/#\/runs\/[0-9a-f-]{36}/, { timeout: PATIENCE });
+  const runId = runIdOf(page);
+  const review = page.locator('section[data-review]');
+  await review.locator('.graph .node').first().waitFor({ timeout: PATIENCE });
+  expect(!(await review.locator('pre.json').isVisible()), 'the plan under review is raw JSON');
+  await shot(page, 'review-graph');
+  await review.getByRole('button', { name: 'Approve' }).click();
+  await page.waitForFunction(() => !['waiting input', 'running', 'queued'].includes(document.querySelector('#run-status')?.innerText.trim()), null, { timeout: PATIENCE });
+  report({ ok: 'options', run_id: runId });
+}
+
+/** A live run's plan graph marks the step running now, and stops once it ends. */
+async function highlightScenario(page) {
+  await page.goto(`${base}/#/runs/${arg}/plan`);
+  const running = page.locator('.graph .node.s-running');
+  await page.locator('.graph .node.s-running[data-step="hold"]').waitFor({ timeout: PATIENCE });
+  expect(await running.count() === 1, 'not one step marked running');
+  expect((await running.textContent()).startsWith('▶'), 'the running step is not marked ▶');
+  const fills = await page.evaluate(() => Object.fromEntries(['hold', 'then'].map((id) => [id,
+    getComputedStyle(document.querySelector(`.graph .node[data-step="${id}"] rect`)).fill])));
+  expect(fills.hold !== fills.then, `the running step is filled as a pending one: ${JSON.stringify(fills)}`);
+  expect((await page.locator('.graph title').textContent()).includes('running: hold'), 'the graph does not name the running step');
+  await shot(page, 'plan-running');
+  await page.getByRole('button', { name: 'Cancel run' }).click();
+  await page.getByRole('button', { name: 'Yes, cancel it' }).click();
+  await waitStatus(page, 'cancelled');
+  await page.waitForFunction(() => document.querySelectorAll('.graph .node.s-running').length === 0, null, { timeout: PATIENCE });
+  report({ ok: 'highlight', fills });
 }
 
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
@@ -551,6 +703,14 @@ try {
     await forkScenario(page);
   } else if (scenario === 'schedules') {
     await schedulesScenario(page);
+  } else if (scenario === 'partial') {
+    await partialScenario(page);
+  } else if (scenario === 'batch') {
+    await batchScenario(page);
+  } else if (scenario === 'options') {
+    await optionsScenario(page);
+  } else if (scenario === 'highlight') {
+    await highlightScenario(page);
   } else if (scenario === 'papercuts') {
     await papercutsScenario(page);
   } else {

@@ -122,6 +122,11 @@ async fn the_console_follows_answers_and_replays_runs_in_a_real_browser() {
         .await;
     assert_eq!(run["status"], "succeeded");
     assert_eq!(
+        run["input"],
+        json!({"amount": 120}),
+        "the schema form sent a number"
+    );
+    assert_eq!(
         run["output"]["decision"],
         json!({"approved": true, "note": "approved for Q3"})
     );
@@ -316,6 +321,156 @@ async fn the_console_shows_schedules_their_runs_and_disables_and_deletes_them() 
     assert_eq!(kept["enabled"], false, "the browser disabled it: {kept}");
     let (status, _) = app.get_json(&format!("/v1/schedules/{}", ids[1])).await;
     assert_eq!(status, 404, "the browser deleted it");
+    // Created in the form (a cron schedule), then edited into an interval.
+    let (_, list) = app.get_json("/v1/schedules").await;
+    let made: Vec<&Value> = list["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| !ids.contains(&s["id"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(made.len(), 1, "{list}");
+    let made = made[0];
+    assert_eq!(made["name"], "every two hours", "{made}");
+    assert_eq!(
+        (&made["interval_ms"], &made["cron"]),
+        (&json!(7_200_000), &Value::Null)
+    );
+    assert_eq!(
+        made["run"],
+        json!({"input": "morning report", "orchestration": "simple"})
+    );
+    assert_eq!(made["enabled"], true);
+}
+
+fn run_id(run: &Value) -> String {
+    run["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_console_marks_a_run_that_succeeded_in_part_and_filters_for_it() {
+    let app = spawn_app(|_| {}).await;
+    let calc = |id: &str, e: &str| json!({ "id": id, "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": e } } });
+    // One step fails, the other completes, and the plan goes on: `succeeded`, `partial`.
+    let partial = run_id(
+        &app.create_run(json!({ "input": "x", "orchestration": "fixed", "plan": {
+            "settings": { "stop_on_first_failure": false },
+            "steps": [calc("broken", "1 +"), calc("fine", "1 + 1")] } }))
+            .await,
+    );
+    let plain = run_id(
+        &app.create_run(json!({ "input": "y", "orchestration": "fixed",
+            "plan": { "steps": [calc("fine", "2 + 2")] } }))
+            .await,
+    );
+    for id in [&partial, &plain] {
+        app.follow(id).await;
+    }
+    let (_, run) = app.get_json(&format!("/v1/runs/{partial}")).await;
+    assert_eq!(
+        (&run["status"], &run["completion"]),
+        (&json!("succeeded"), &json!("partial"))
+    );
+    let arg = json!({ "partial": partial, "plain": plain }).to_string();
+    let report = browser("partial", &app.base, Some(&arg)).await;
+    assert_eq!(finding(&report, "partial")["shown"], json!([partial]));
+    for page in ["runs-partial", "run-partial"] {
+        assert_png(&screenshots().join("partial").join(format!("{page}.png")));
+    }
+}
+
+#[tokio::test]
+async fn the_console_cancels_runs_again_and_deletes_the_runs_ticked_on_the_list() {
+    let app = spawn_app(|_| {}).await;
+    put_workflow(&app, &approve_spend()).await;
+    let mut waiting = Vec::new();
+    for amount in [1, 2] {
+        let id = run_id(
+            &app.create_run(json!({"input": {"amount": amount}, "workflow": "approve-spend"}))
+                .await,
+        );
+        let url = app.url(&format!("/v1/runs/{id}"));
+        crate::support::app::poll_json(&app.client, &url, |r| r["status"] == "waiting_input").await;
+        waiting.push(id);
+    }
+    let request = json!({ "input": "once more", "orchestration": "fixed", "metadata": {"batch": "yes"},
+        "plan": { "steps": [{ "id": "a", "kind": "tool", "input": { "tool": "math.calculate",
+        "arguments": { "expression": "2 * 21" } } }] } });
+    let done = run_id(&app.create_run(request.clone()).await);
+    app.follow(&done).await;
+
+    let arg = json!({ "waiting": waiting, "done": done }).to_string();
+    let report = browser("batch", &app.base, Some(&arg)).await;
+    for id in &waiting {
+        let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+        assert_eq!(run["status"], "cancelled", "{run}");
+    }
+    let again = finding(&report, "batch")["again"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(again, done);
+    let (_, rerun) = app.get_json(&format!("/v1/runs/{again}")).await;
+    assert_eq!(rerun["request"], request, "the new run asked for the same");
+    let (status, _) = app.get_json(&format!("/v1/runs/{done}")).await;
+    assert_eq!(status, 404, "the browser deleted it");
+    assert_png(&screenshots().join("batch").join("runs-batch.png"));
+}
+
+#[tokio::test]
+async fn the_console_starts_a_run_with_every_option_and_shows_its_plan_for_review_as_a_graph() {
+    let receiver = axum::Router::new().route("/hook", axum::routing::post(|| async { "ok" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, receiver).await.unwrap() });
+    let app = spawn_app(|c| {
+        c.webhooks.secret = Secret::new("whsec-test-key-0123456789");
+        c.tools.http_allow_private = true;
+    })
+    .await;
+    let report = browser("options", &app.base, Some(&hook)).await;
+    let id = finding(&report, "options")["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    let request = &run["request"];
+    assert_eq!(request["orchestration"], "planner", "{run}");
+    assert_eq!(request["review_plans"], true, "{run}");
+    assert_eq!(request["priority"], 7, "{run}");
+    assert_eq!(request["session_id"], "options-1", "{run}");
+    assert_eq!(request["concurrency"], "enqueue", "{run}");
+    assert_eq!(request["webhook"], json!({ "url": hook }), "{run}");
+    let (_, plans) = app.get_json(&format!("/v1/runs/{id}/plans")).await;
+    assert!(
+        !plans.as_array().unwrap().is_empty(),
+        "the reviewed plan ran: {plans}"
+    );
+    for page in ["new-run-options", "review-graph"] {
+        assert_png(&screenshots().join("options").join(format!("{page}.png")));
+    }
+}
+
+#[tokio::test]
+async fn the_console_marks_the_step_a_live_run_is_running_on_its_plan_graph() {
+    let app = spawn_app(|_| {}).await;
+    // `hold` waits a minute: the browser sees it running, then cancels the run.
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [
+            { "id": "first", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } },
+            { "id": "hold", "kind": "wait", "depends_on": ["first"], "input": { "duration_ms": 60000 } },
+            { "id": "then", "kind": "tool", "depends_on": ["hold"], "input": { "tool": "math.calculate", "arguments": { "expression": "2 + 2" } } }
+        ] } }))
+        .await;
+    let id = run_id(&run);
+    let report = browser("highlight", &app.base, Some(&id)).await;
+    finding(&report, "highlight");
+    let (_, run) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(
+        run["status"], "cancelled",
+        "the browser cancelled it: {run}"
+    );
+    assert_png(&screenshots().join("highlight").join("plan-running.png"));
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 // for a reactive run in progress the way back to an earlier plan version.
 
 import { api } from './api.js';
-import { h, clear, shortId, badge, loading, errorBox, announce, TERMINAL } from './ui.js';
+import { h, clear, shortId, runBadge, loading, errorBox, announce, TERMINAL } from './ui.js';
 
 /** How far up and down the tree the panel follows links. */
 const MAX_DEPTH = 6;
@@ -49,7 +49,7 @@ async function tree(node, current, depth) {
     ? h('b', { 'aria-current': 'page' }, shortId(node.id))
     : h('a', { href: `#/runs/${node.id}` }, shortId(node.id));
   const from = node.parent ? ` from checkpoint ${node.parent.checkpoint}` : ' (the original)';
-  return h('ul', { class: 'family' }, h('li', { 'data-family-run': node.id }, name, ' ', badge(node.status), from, forks));
+  return h('ul', { class: 'family' }, h('li', { 'data-family-run': node.id }, name, ' ', runBadge(node), from, forks));
 }
 
 /** What a checkpoint holds, in a few words. */

@@ -1,4 +1,4 @@
-// A form rendered from a JSON Schema, for `input_required` answers. Objects, strings (enums as
+// A form rendered from a JSON Schema, for `input_required` answers and a workflow's input. Objects, strings (enums as
 // a select), numbers, integers and booleans get their own controls; anything richer is a JSON
 // text area. The server checks the answer against the schema again; its 422 is shown as is.
 
@@ -84,9 +84,9 @@ function objectControl(name, schema) {
 
 /**
  * The answer form for a step asking for input. `schema` may be absent: then the answer is
- * free text, sent as a string, or as JSON when it parses.
+ * free text, sent as a string, or as JSON when it parses. `name` titles an object's fields.
  */
-export function schemaForm(schema) {
+export function schemaForm(schema, name = 'answer') {
   if (!schema || typeOf(schema) === 'any' && !schema.properties) {
     const id = uid('answer');
     const input = h('textarea', { id, name: 'answer', rows: 3, required: true });
@@ -99,7 +99,7 @@ export function schemaForm(schema) {
       },
     };
   }
-  if (typeOf(schema) === 'object' && !schema.properties) return control('answer', { ...schema, type: 'any' }, true);
-  const root = control('answer', schema, true);
+  if (typeOf(schema) === 'object' && !schema.properties) return control(name, { ...schema, type: 'any' }, true);
+  const root = control(name, schema, true);
   return { el: root.el, read: root.read };
 }

@@ -42,8 +42,9 @@ function branchTargets(step) {
   return new Set([...(step.input?.then || []), ...(step.input?.else || [])]);
 }
 
-/** The SVG of one plan; `status` maps a top-level step id to its latest status. */
-export function planGraph(plan, status = new Map()) {
+/** The SVG of one plan; `status` maps a top-level step id to its latest status; `name`
+ * prefixes the ids inside it, so two graphs can share a page. */
+export function planGraph(plan, status = new Map(), name = 'graph') {
   const steps = Array.isArray(plan?.steps) ? plan.steps : [];
   const columns = layers(steps);
   const pos = new Map();
@@ -58,9 +59,10 @@ export function planGraph(plan, status = new Map()) {
     height = Math.max(height, y);
   });
   const width = 20 + columns.length * (W + GAP_X) - GAP_X;
-  const svg = s('svg', { class: 'graph', width, height: Math.max(height, 60), viewBox: `0 0 ${width} ${Math.max(height, 60)}`, role: 'img', 'aria-labelledby': 'graph-title' },
-    s('title', { id: 'graph-title' }, `Plan graph: ${steps.length} steps`),
-    s('defs', {}, s('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: '10', refY: '5', markerWidth: '7', markerHeight: '7', orient: 'auto-start-reverse' },
+  const running = steps.filter((st) => status.get(st.id) === 'running').map((st) => st.id);
+  const svg = s('svg', { class: 'graph', width, height: Math.max(height, 60), viewBox: `0 0 ${width} ${Math.max(height, 60)}`, role: 'img', 'aria-labelledby': `${name}-title` },
+    s('title', { id: `${name}-title` }, `Plan graph: ${steps.length} steps${running.length ? `; running: ${running.join(', ')}` : ''}`),
+    s('defs', {}, s('marker', { id: `${name}-arrow`, viewBox: '0 0 10 10', refX: '10', refY: '5', markerWidth: '7', markerHeight: '7', orient: 'auto-start-reverse' },
       s('path', { d: 'M 0 0 L 10 5 L 0 10 z', class: 'arrow' }))));
   for (const st of steps) {
     const to = pos.get(st.id);
@@ -70,7 +72,7 @@ export function planGraph(plan, status = new Map()) {
       const branch = branchTargets(steps.find((x) => x.id === dep) || {}).has(st.id);
       const x1 = from.x + W; const y1 = from.y + 22; const x2 = to.x; const y2 = to.y + 22;
       const mid = (x1 + x2) / 2;
-      svg.append(s('path', { class: `edge${branch ? ' branch' : ''}`, d: `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2 - 2} ${y2}`, 'marker-end': 'url(#arrow)' }));
+      svg.append(s('path', { class: `edge${branch ? ' branch' : ''}`, d: `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2 - 2} ${y2}`, 'marker-end': `url(#${name}-arrow)` }));
     }
   }
   for (const st of steps) svg.append(node(st, pos.get(st.id), status.get(st.id)));
@@ -78,9 +80,9 @@ export function planGraph(plan, status = new Map()) {
 }
 
 function node(step, p, status) {
-  const g = s('g', { class: `node s-${status || 'pending'}`, transform: `translate(${p.x},${p.y})` },
+  const g = s('g', { class: `node s-${status || 'pending'}`, transform: `translate(${p.x},${p.y})`, 'data-step': step.id },
     s('rect', { width: W, height: p.h, rx: 7 }),
-    s('text', { x: 10, y: 19, 'font-weight': '600' }, clip(step.id, 24)),
+    s('text', { x: 10, y: 19, 'font-weight': '600' }, `${status === 'running' ? '▶ ' : ''}${clip(step.id, 24)}`),
     s('text', { x: 10, y: 35, class: 'kind' }, `${step.kind}${status ? ` · ${status.replace('_', ' ')}` : ''}`));
   const kids = children(step);
   kids.slice(0, 6).forEach((k, i) => {

@@ -1,8 +1,10 @@
-// A plan review (`input_required` of kind `plan_review`): the plan version a model wrote, shown
-// before it runs, approved as it is, edited, or rejected with a reason for the planner.
+// A plan review (`input_required` of kind `plan_review`): the plan version a model wrote, drawn
+// as the Plan tab draws a plan before it runs, approved as it is, edited, or rejected with a
+// reason for the planner.
 
 import { api } from './api.js';
 import { h, clear, json, errorBox, announce } from './ui.js';
+import { planGraph, stepTable } from './graph.js';
 
 /** The review form; `done` is called once an answer is accepted. */
 export function reviewForm(runId, pending, done) {
@@ -32,7 +34,9 @@ export function reviewForm(runId, pending, done) {
   return h('section', { class: 'panel ask', 'aria-labelledby': 'review-title', 'data-review': pending.step_id },
     h('h2', { id: 'review-title' }, `Review plan version ${pending.version}`),
     h('p', { class: 'prompt' }, pending.prompt),
-    json(pending.plan),
+    h('div', { class: 'graph-wrap' }, planGraph(pending.plan, new Map(), 'review')),
+    h('details', {}, h('summary', {}, 'Steps as a table'), stepTable(pending.plan)),
+    h('details', {}, h('summary', {}, 'Plan JSON'), json(pending.plan)),
     h('div', { class: 'actions' }, button('Approve', '', () => ({ decision: 'approve' }))),
     h('label', { for: 'review-plan' }, 'Edit the plan (JSON)'), edit,
     h('div', { class: 'actions' }, button('Run my edit', 'ghost', () => ({ decision: 'edit', plan: JSON.parse(edit.value) }))),

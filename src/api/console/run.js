@@ -4,7 +4,7 @@
 // and the raw events; its family (forks) and the form that forks it are in `family.js`.
 
 import { api, followEvents, ApiError } from './api.js';
-import { h, clear, badge, shortId, when, ms, elapsed, json, preview, loading, empty, errorBox, announce, throttle, TERMINAL } from './ui.js';
+import { h, clear, badge, runBadge, shortId, when, ms, elapsed, json, preview, loading, empty, errorBox, announce, throttle, TERMINAL } from './ui.js';
 import { schemaForm } from './form.js';
 import { planPanel } from './graph.js';
 import { timelinePanel } from './timeline.js';
@@ -126,15 +126,23 @@ function entryView(entry) {
     entry.node = h('div', { class: `text${entry.kind === 'json_partial' ? ' mono' : ''}` }, entry.text);
     return h('div', { class: 'entry' }, h('div', { class: 'who' }, h('span', {}, entry.kind === 'json_partial' ? 'structured output' : 'model'), h('code', {}, entry.key)), entry.node);
   }
-  if (entry.type === 'tool') {
-    const result = entry.done
-      ? h('div', {}, h('strong', {}, 'error' in entry ? 'error' : 'result'), json('error' in entry ? entry.error : entry.output))
-      : h('p', { class: 'muted' }, 'running…');
-    return h('div', { class: `entry tool${entry.error ? ' fail' : ''}` },
-      h('div', { class: 'who' }, h('span', {}, 'tool call'), h('code', {}, entry.tool), h('code', {}, entry.key)),
-      h('div', { class: 'pair' }, h('div', {}, h('strong', {}, 'arguments'), json(entry.args)), result));
-  }
+  if (entry.type === 'tool') return toolView(entry);
   return h('div', { class: `entry ${entry.type === 'fail' ? 'fail' : 'note'}` }, h('div', { class: 'text' }, entry.text));
+}
+
+/** A tool call in one line (the tool, its arguments and its result, clipped); the full JSON of
+ * both a click away. */
+function toolView(entry) {
+  const failed = 'error' in entry;
+  const result = !entry.done ? h('span', { class: 'muted' }, 'running…')
+    : h('span', { class: `mono${failed ? ' bad' : ''}` }, failed ? `error ${preview(entry.error?.message ?? entry.error, 60)}` : preview(entry.output, 60));
+  const more = h('details', {},
+    h('summary', { 'aria-label': `Tool call ${entry.tool} ${entry.call || ''}`.trim() },
+      h('span', { class: 'who' }, 'tool'), h('code', {}, entry.tool), h('span', { class: 'mono args' }, preview(entry.args, 60)), ' → ', result,
+      entry.key ? h('code', { class: 'muted step' }, entry.key) : null),
+    h('div', { class: 'pair' }, h('div', {}, h('strong', {}, 'arguments'), json(entry.args)),
+      entry.done ? h('div', {}, h('strong', {}, failed ? 'error' : 'result'), json(failed ? entry.error : entry.output)) : null));
+  return h('div', { class: `entry tool${failed ? ' fail' : ''}` }, more);
 }
 
 function facts(run) {
@@ -177,6 +185,19 @@ function webhookPanel(id) {
     }
   });
   return panel;
+}
+
+/** Why a run ended short: a failure in a red box; a run that succeeded in part in a box of its
+ * own, so it never reads as a failed or a plain successful run. */
+function endBox(run) {
+  if (run.completion !== 'partial') {
+    return errorBox(new ApiError(0, { title: `The run ${run.status.replace('_', ' ')}`, detail: run.error.message, code: run.error.code }));
+  }
+  return h('div', { class: 'panel partial-box', role: 'status', 'data-partial': run.id },
+    h('strong', {}, 'The run succeeded only in part'),
+    h('p', {}, 'Its output holds what the steps that completed produced; ', run.step_counts ? stepCounts(run.step_counts) : 'some steps did not complete', '.'),
+    h('p', {}, 'What did not complete: ', run.error.message),
+    run.error.code ? h('p', { class: 'hint' }, 'code: ', h('code', {}, run.error.code)) : null);
 }
 
 /** `{completed, failed, skipped}` in words. */
@@ -269,6 +290,7 @@ class RunPage {
       return;
     }
     const view = entryView(entry);
+    if (entry.view?.querySelector('details')?.open) view.querySelector('details').open = true;
     if (entry.view && entry.view.isConnected) entry.view.replaceWith(view);
     else this.transcript.append(view);
     entry.view = view;
@@ -287,7 +309,7 @@ class RunPage {
     const live = !TERMINAL.has(run.status);
     if (!this.head) this.buildHeader();
     const streamText = { live: 'following live', reconnecting: 'reconnecting…', connecting: 'connecting…', finished: 'finished', replay: 'replaying' }[this.st.stream] || this.st.stream;
-    clear(this.head.status, badge(run.status));
+    clear(this.head.status, runBadge(run));
     this.head.stream.className = `stream-state ${this.st.stream === 'live' && live ? 'live' : ''}`;
     this.head.stream.textContent = streamText;
     clear(this.head.facts, facts(run));
@@ -406,7 +428,7 @@ class RunPage {
     } else if (pending && run.status === 'waiting_input') {
       clear(this.ask, this.inputForm(pending));
     } else if (TERMINAL.has(run.status)) {
-      clear(this.ask, run.error ? errorBox(new ApiError(0, { title: `The run ${run.status.replace('_', ' ')}`, detail: run.error.message, code: run.error.code })) : null);
+      clear(this.ask, run.error ? endBox(run) : null);
     } else {
       clear(this.ask);
     }

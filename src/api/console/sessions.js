@@ -39,6 +39,11 @@ function variablesTable(id, variables, reload) {
   ];
 }
 
+/** A turn's input or output: a message as text, anything else as JSON. */
+function turnValue(value) {
+  return typeof value === 'string' ? h('div', { class: 'turn' }, value) : json(value);
+}
+
 /** `#/sessions/{id}`. */
 export async function sessionView(main, id, signal) {
   const body = h('div', {}, loading('the session'));
@@ -61,7 +66,7 @@ export async function sessionView(main, id, signal) {
         h('a', { href: `#/runs/${encodeURIComponent(r.id)}` }, r.id), ' ', badge(r.status), ' ', when(r.created_at)))) : empty('No runs in this session yet.'),
       h('h2', {}, 'History'),
       history.summary ? h('p', {}, `Summary of ${history.summary.turns} earlier turn(s): ${history.summary.text}`) : null,
-      history.turns.length ? h('ol', {}, history.turns.map((t) => h('li', {}, h('h3', {}, 'In'), json(t.input), h('h3', {}, 'Out'), json(t.output))))
+      history.turns.length ? h('ol', { 'data-history': id }, history.turns.map((t) => h('li', {}, h('h3', {}, 'In'), turnValue(t.input), h('h3', {}, 'Out'), turnValue(t.output))))
         : h('p', { class: 'muted' }, 'No turns yet: a succeeded run of the session becomes one.'));
   } catch (err) {
     if (!signal.aborted) clear(body, errorBox(err, reload));

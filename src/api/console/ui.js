@@ -51,6 +51,15 @@ export function badge(status) {
   return h('span', { class: `badge s-${status}` }, String(status).replace('_', ' '));
 }
 
+/** A run's status badge; a run that succeeded with only part of its work done says so, so it
+ * never passes for a plain success. */
+export function runBadge(run) {
+  if (run.status === 'succeeded' && run.completion === 'partial') {
+    return h('span', { class: 'badge s-partial', title: 'The run ended, but only part of its work was done: some steps failed or were skipped' }, 'succeeded · partial');
+  }
+  return badge(run.status);
+}
+
 export function shortId(id) {
   return id ? `${id.slice(0, 8)}…${id.slice(-4)}` : '';
 }
