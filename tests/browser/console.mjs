@@ -6,7 +6,8 @@
 //
 // Scenarios: `partial` (a run that succeeded in part is marked and filtered), `batch` (runs
 // ticked on the list are cancelled, run again and deleted), `options` (every New run option
-// and a plan reviewed as a graph), `highlight` (a live run's running step on the plan graph),
+// and a plan reviewed as a graph), `highlight` (a live run's running step on the plan graph), `registry` (a
+// workflow and an agent edited in place),
 // `runs` (a streamed run appears live, a human-input run is answered from the
 // form, a waiting run is cancelled, a finished run replays, the plan, timeline, steps, list and registries render),
 // `plans` (a re-planned run's versions, trigger and diff), `key` (the console asks for the
@@ -675,6 +676,37 @@ async function highlightScenario(page) {
   report({ ok: 'highlight', fills });
 }
 
+/** Changes a definition in its editor: `change` gets the parsed JSON and changes it. */
+async function editDefinition(page, name, change) {
+  const form = page.locator(`form[data-editor="${name}"]`);
+  const text = form.getByLabel(`Definition of ${name} (JSON)`);
+  await page.waitForFunction((n) => document.querySelector(`form[data-editor="${n}"] textarea`)?.value.startsWith('{'), name, { timeout: PATIENCE });
+  const definition = JSON.parse(await text.inputValue());
+  change(definition);
+  await text.fill(JSON.stringify(definition, null, 2));
+  await form.getByRole('button', { name: 'Save' }).click();
+  return form;
+}
+
+/** A workflow and an agent edited in place; a definition the server refuses keeps the editor open
+ * with its problems. */
+async function registryScenario(page) {
+  await page.goto(`${base}/#/workflows`);
+  await page.getByRole('button', { name: 'Edit approve-spend' }).click();
+  await labelled(page, 'workflow editor');
+  const form = await editDefinition(page, 'approve-spend', (d) => { d.steps[0].input.tool = 'math.calculat'; });
+  await form.locator('.error-box', { hasText: 'math.calculat' }).waitFor({ timeout: PATIENCE });
+  await shot(page, 'workflow-refused');
+  await editDefinition(page, 'approve-spend', (d) => { d.steps[0].input.tool = 'math.calculate'; d.description = 'Quote, ask, record: edited in the console.'; });
+  await page.locator('tr[data-item="approve-spend"]', { hasText: 'edited in the console' }).waitFor({ timeout: PATIENCE });
+  await page.goto(`${base}/#/agents`);
+  await page.getByRole('button', { name: 'Edit researcher' }).click();
+  await editDefinition(page, 'researcher', (d) => { d.instructions = 'You research, and cite.'; d.description = 'Finds facts, edited.'; });
+  await page.locator('tr[data-item="researcher"]', { hasText: 'Finds facts, edited.' }).waitFor({ timeout: PATIENCE });
+  await shot(page, 'agent-edited');
+  report({ ok: 'registry' });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -709,6 +741,8 @@ try {
     await batchScenario(page);
   } else if (scenario === 'options') {
     await optionsScenario(page);
+  } else if (scenario === 'registry') {
+    await registryScenario(page);
   } else if (scenario === 'highlight') {
     await highlightScenario(page);
   } else if (scenario === 'papercuts') {

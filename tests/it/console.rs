@@ -704,3 +704,37 @@ async fn console_files_are_served_with_a_strict_policy_and_can_be_turned_off() {
     let (status, problem) = off.get_json("/").await;
     assert_eq!((status, problem["code"].as_str()), (404, Some("not_found")));
 }
+
+#[tokio::test]
+async fn the_console_edits_a_workflow_and_an_agent_in_place() {
+    let app = spawn_app(|_| {}).await;
+    put_workflow(&app, &approve_spend()).await;
+    let agent = json!({ "description": "Finds facts.", "instructions": "You research.",
+        "tools": ["clock.now", "math.calculate"], "model": "default" });
+    let response = app
+        .client
+        .put(app.url("/v1/agents/researcher"))
+        .json(&agent)
+        .send()
+        .await
+        .expect("PUT agent");
+    assert_eq!(response.status(), 201);
+    let report = browser("registry", &app.base, None).await;
+    finding(&report, "registry");
+    let (_, workflow) = app.get_json("/v1/workflows/approve-spend").await;
+    let mut wanted = approve_spend();
+    wanted["description"] = json!("Quote, ask, record: edited in the console.");
+    assert_eq!(
+        workflow["definition"], wanted,
+        "only the description changed"
+    );
+    let (_, agent) = app.get_json("/v1/agents/researcher").await;
+    assert_eq!(
+        agent["definition"]["instructions"],
+        "You research, and cite."
+    );
+    assert_eq!(agent["description"], "Finds facts, edited.");
+    for page in ["workflow-refused", "agent-edited"] {
+        assert_png(&screenshots().join("registry").join(format!("{page}.png")));
+    }
+}
