@@ -563,7 +563,7 @@ async function reviewScenario(page) {
   await labelled(page, 'review');
   // The plan under review is drawn as the Plan tab draws it, its JSON folded away.
   await review.locator('.graph .node[data-step="one"]').waitFor({ timeout: PATIENCE });
-  expect((await review.locator('.graph .node').textContent()).includes('tool'), 'the graph does not show the step kind');
+  expect((await review.locator('.graph .node').textContent()).includes('tool math.calculate'), 'the graph does not show what the step calls');
   expect(!(await review.locator('pre.json').isVisible()), 'the plan under review is raw JSON');
   await review.getByRole('button', { name: 'Reject' }).click();
   await review.getByText('Give the planner a reason.').waitFor({ timeout: PATIENCE });

@@ -83,13 +83,20 @@ function node(step, p, status) {
   const g = s('g', { class: `node s-${status || 'pending'}`, transform: `translate(${p.x},${p.y})`, 'data-step': step.id },
     s('rect', { width: W, height: p.h, rx: 7 }),
     s('text', { x: 10, y: 19, 'font-weight': '600' }, `${status === 'running' ? '▶ ' : ''}${clip(step.id, 24)}`),
-    s('text', { x: 10, y: 35, class: 'kind' }, `${step.kind}${status ? ` · ${status.replace('_', ' ')}` : ''}`));
+    s('text', { x: 10, y: 35, class: 'kind' }, clip(`${step.kind}${what(step)}${status ? ` · ${status.replace('_', ' ')}` : ''}`, 34)));
   const kids = children(step);
   kids.slice(0, 6).forEach((k, i) => {
     const label = i === 5 && kids.length > 6 ? `+ ${kids.length - 5} more` : `↳ ${clip(k.id, 18)} (${k.kind})`;
     g.append(s('text', { x: 14, y: 54 + i * LINE, class: 'kind' }, label));
   });
   return g;
+}
+
+/** What a step calls, after its kind: ` fs.read` for a tool, the agent or function it names. */
+function what(step) {
+  const i = step.input || {};
+  const name = i.tool || i.agent || i.function;
+  return typeof name === 'string' ? ` ${name}` : '';
 }
 
 function clip(text, n) {

@@ -38,8 +38,9 @@ export function reviewForm(runId, pending, done) {
     h('details', {}, h('summary', {}, 'Steps as a table'), stepTable(pending.plan)),
     h('details', {}, h('summary', {}, 'Plan JSON'), json(pending.plan)),
     h('div', { class: 'actions' }, button('Approve', '', () => ({ decision: 'approve' }))),
-    h('label', { for: 'review-plan' }, 'Edit the plan (JSON)'), edit,
-    h('div', { class: 'actions' }, button('Run my edit', 'ghost', () => ({ decision: 'edit', plan: JSON.parse(edit.value) }))),
+    h('details', {}, h('summary', {}, 'Or edit it'),
+      h('label', { for: 'review-plan' }, 'Edit the plan (JSON)'), edit,
+      h('div', { class: 'actions' }, button('Run my edit', 'ghost', () => ({ decision: 'edit', plan: JSON.parse(edit.value) })))),
     h('label', { for: 'review-reason' }, 'Or reject it, with a reason for the planner'), reason,
     h('div', { class: 'actions' }, button('Reject', 'danger', () => {
       if (!reason.value.trim()) throw new Error('Give the planner a reason.');

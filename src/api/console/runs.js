@@ -276,7 +276,7 @@ function runRequest(form, input) {
 }
 
 /** A model alias in words: `default (offline)`, `fast (openai: gpt-4o-mini)`. */
-export function modelLabel(m) {
+function modelLabel(m) {
   const where = m.model && m.model !== m.provider ? `${m.provider}: ${m.model}` : m.provider;
   return where ? `${m.name} (${where})` : m.name;
 }
