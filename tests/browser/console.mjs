@@ -476,7 +476,7 @@ async function schedulesScenario(page) {
   await edit.getByLabel('Runs', { exact: true }).selectOption('interval');
   await edit.getByLabel(/Every/).fill('7200');
   await edit.getByRole('button', { name: 'Save schedule' }).click();
-  await page.locator('tr[data-schedule]', { hasText: 'every two hours' }).locator('td', { hasText: 'every 7200000 ms' }).waitFor({ timeout: PATIENCE });
+  await page.locator('tr[data-schedule]', { hasText: 'every two hours' }).locator('td', { hasText: 'every 2 h' }).waitFor({ timeout: PATIENCE });
   await shot(page, 'schedules-edited');
   report({ ok: 'schedules' });
 }

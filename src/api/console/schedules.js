@@ -7,7 +7,15 @@ import { h, clear, json, loading, empty, errorBox, when, announce } from './ui.j
 
 function timing(s) {
   if (s.cron) return `cron ${s.cron} (${s.timezone})`;
-  return `every ${s.interval_ms} ms`;
+  return `every ${interval(s.interval_ms)}`;
+}
+
+// An interval in the largest unit that divides it: "2 h", "90 s", "1500 ms".
+function interval(ms) {
+  for (const [unit, size] of [['d', 86400000], ['h', 3600000], ['min', 60000], ['s', 1000]]) {
+    if (ms >= size && ms % size === 0) return `${ms / size} ${unit}`;
+  }
+  return `${ms} ms`;
 }
 
 function details(s) {
