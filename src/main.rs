@@ -1,5 +1,6 @@
 //! The `orca` binary: telemetry, configuration, then one of `serve`, `migrate`, `openapi`, or
-//! a client command (`run`, `runs`, `workflows`, in [`cli`]) against a running server.
+//! a client command (`run`, `runs`, `workflows`, `agents`, `schedules`, `sessions`, `usage`, in
+//! [`cli`]) against a running server.
 
 mod cli;
 
@@ -18,8 +19,9 @@ use tracing_subscriber::EnvFilter;
 /// ./config/default.toml when present) < environment (DATABASE_URL, ORCA_BIND, OPENAI_BASE_URL,
 /// OPENAI_API_KEY, ORCA_SECTION__KEY) < these flags. RUST_LOG sets the log filter.
 ///
-/// `run`, `runs` and `workflows` are clients of a running server: ORCA_URL (default
-/// http://127.0.0.1:8080) and ORCA_API_KEY, or --url and --api-key.
+/// `run`, `runs`, `workflows`, `agents`, `schedules`, `sessions` and `usage` are clients of a
+/// running server: ORCA_URL (default http://127.0.0.1:8080) and ORCA_API_KEY, or --url and
+/// --api-key. `orca help COMMAND` explains each.
 #[derive(Debug, Parser)]
 #[command(name = "orca", version, about, long_about)]
 struct Cli {

@@ -24,8 +24,20 @@ pub enum Error {
         #[source]
         source: reqwest::Error,
     },
+    /// The server wants an API key, or another one (401).
+    #[error("{}\n{}", Problem(&StatusCode::UNAUTHORIZED, .body), key_hint(*.key_sent))]
+    Unauthorized { body: Value, key_sent: bool },
     #[error("{0}")]
     Usage(String),
+}
+
+/// How to give the key a 401 asks for (the key itself is never printed).
+fn key_hint(key_sent: bool) -> &'static str {
+    if key_sent {
+        "the server refused the API key given: check --api-key or ORCA_API_KEY"
+    } else {
+        "the server wants an API key: give it with --api-key KEY or the ORCA_API_KEY environment variable"
+    }
 }
 
 /// Renders a problem+json body (title, detail, each error's pointer and message); a body that
@@ -155,6 +167,10 @@ impl Client {
         if status.is_client_error() || status.is_server_error() {
             let text = resp.text().await.unwrap_or_default();
             let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            if status == StatusCode::UNAUTHORIZED {
+                let key_sent = self.api_key.is_some();
+                return Err(Error::Unauthorized { body, key_sent });
+            }
             return Err(Error::Status { status, body });
         }
         Ok(resp)

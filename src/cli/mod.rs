@@ -30,6 +30,7 @@ macro_rules! out {
 
 mod client;
 mod progress;
+mod review;
 mod schedules;
 mod sessions;
 mod travel;
@@ -62,7 +63,7 @@ pub struct ClientArgs {
 pub enum Command {
     /// Start a run and stream it to the terminal; answers input requests from standard input.
     Run(RunArgs),
-    /// List, show, watch or cancel runs.
+    /// List, show, watch, cancel, pause, resume, fork or replan runs.
     Runs {
         #[command(subcommand)]
         command: RunsCommand,
@@ -430,7 +431,13 @@ async fn workflows(command: WorkflowsCommand) -> Result<ExitCode, Error> {
         WorkflowsCommand::List { client } => {
             let body = connect(&client)?.get("/v1/workflows").await?;
             show(client.json, &body, |body| {
-                for w in body.as_array().into_iter().flatten() {
+                let list = body.as_array().map(Vec::as_slice).unwrap_or_default();
+                if list.is_empty() {
+                    outln!("no workflows");
+                    return;
+                }
+                outln!("{:<24} {:<8} DESCRIPTION", "NAME", "VERSION");
+                for w in list {
                     outln!(
                         "{:<24} {:<8} {}",
                         w["name"].as_str().unwrap_or(""),
@@ -644,6 +651,14 @@ async fn follow(
                     run_id = ev.run_id().map(str::to_owned);
                 }
                 view.event(&ev);
+                // A fork's plan: what it kept from its parent is done already.
+                if ev.kind == "plan"
+                    && ev.data()["reason"] == "fork"
+                    && view.mode() != Mode::Json
+                    && let Some(id) = &run_id
+                {
+                    view.kept(&travel::kept_steps(client, id).await);
+                }
                 match ev.kind.as_str() {
                     "final" => {
                         view.finish(ev.data());
@@ -758,7 +773,7 @@ async fn ask(
     if let Some(plan) = d.get("plan").filter(|_| d["kind"] == "plan_review") {
         let shown = serde_json::to_string_pretty(plan).unwrap_or_default();
         say(format!("plan version {}:\n{shown}", d["plan_version"]));
-        say(r#"answer {"decision": "approve"}, {"decision": "edit", "plan": {...}} or {"decision": "reject", "reason": "..."}"#.into());
+        say(review::HOW.into());
     }
     if let Some(schema) = d.get("schema").filter(|s| !s.is_null()) {
         say(format!("schema: {schema}"));
@@ -791,7 +806,17 @@ async fn ask(
         if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             say(text.to_owned());
         }
-        let value = answer_value(text, d.get("schema"));
+        let value = if d["kind"] == "plan_review" {
+            match review::answer(text) {
+                Ok(value) => value,
+                Err(why) => {
+                    say(format!("{why}\ntry again"));
+                    continue;
+                }
+            }
+        } else {
+            answer_value(text, d.get("schema"))
+        };
         let body = json!({ "step_id": step_id, "value": value });
         match client.post(&run_path(run_id, "/input"), &body).await {
             Ok(_) => return Ok(()),
@@ -862,7 +887,46 @@ fn print_runs(body: &Value) {
         );
     }
     if let Some(c) = body["next_cursor"].as_str() {
-        outln!("more: orca runs list --cursor {c}");
+        outln!("more: {}", next_page(std::env::args().skip(1), c));
+    }
+}
+
+/// The command that prints the next page: this one as typed (its filters and `--limit`, which
+/// the server needs again: a cursor is only a place in the list), with `c` for its cursor. The
+/// API key is left out (it is never printed), and so is `--json`, which prints no such line.
+fn next_page(args: impl Iterator<Item = String>, c: &str) -> String {
+    let mut words = vec!["orca".to_owned()];
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--cursor" | "--api-key" => {
+                args.next();
+            }
+            "--json" => {}
+            _ if arg.starts_with("--cursor=") || arg.starts_with("--api-key=") => {}
+            _ => words.push(shell_word(&arg)),
+        }
+    }
+    words.extend(["--cursor".to_owned(), shell_word(c)]);
+    words.join(" ")
+}
+
+/// `word` as a POSIX shell reads it back: as is when it is plain, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=+,@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// `n` and its noun, plural unless `n` is 1: "1 step", "2 steps".
+fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
@@ -887,14 +951,14 @@ fn print_run(r: &Value) {
             outln!("{:<14}{}", "steps", field("step_counts"));
         }
     }
-    let u = &r["usage"];
+    let u = |name: &str| r["usage"][name].as_u64().unwrap_or(0);
     outln!(
-        "{:<14}{} prompt + {} completion tokens, {} LLM calls, {} tool calls",
+        "{:<14}{} + {}, {}, {}",
         "usage",
-        u["prompt_tokens"],
-        u["completion_tokens"],
-        u["llm_calls"],
-        u["tool_calls"]
+        count(u("prompt_tokens"), "prompt token"),
+        count(u("completion_tokens"), "completion token"),
+        count(u("llm_calls"), "LLM call"),
+        count(u("tool_calls"), "tool call")
     );
     outln!("{:<14}{}", "input", field("input"));
     outln!("{:<14}{}", "output", field("output"));
@@ -921,11 +985,54 @@ fn print_run(r: &Value) {
     }
     let w = &r["webhook"];
     if let Some(state) = w["state"].as_str() {
-        let attempts = w["attempts"].as_array().map_or(0, Vec::len);
+        let attempts = w["attempts"].as_array().map_or(0, Vec::len) as u64;
         let url = w["url"].as_str().unwrap_or("");
         outln!(
-            "{:<14}{state} after {attempts} attempt(s) → {url}",
-            "webhook"
+            "{:<14}{state} after {} → {url}",
+            "webhook",
+            count(attempts, "attempt")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_page_is_this_command_with_the_cursor_and_without_the_key() {
+        let args = |line: &[&str]| line.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let typed = args(&[
+            "runs",
+            "list",
+            "--status",
+            "failed",
+            "--metadata",
+            "who=it's me",
+            "--cursor",
+            "old",
+            "--api-key",
+            "k1",
+            "--api-key=k2",
+            "--cursor=older",
+            "--limit",
+            "3",
+        ]);
+        assert_eq!(
+            next_page(typed.into_iter(), "new"),
+            r"orca runs list --status failed --metadata 'who=it'\''s me' --limit 3 --cursor new"
+        );
+        assert_eq!(
+            next_page(args(&["runs", "list"]).into_iter(), "c"),
+            "orca runs list --cursor c"
+        );
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(
+            [0, 1, 2].map(|n| count(n, "step")),
+            ["0 steps", "1 step", "2 steps"]
         );
     }
 }

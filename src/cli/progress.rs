@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::client::Event;
+use super::count;
 
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
@@ -123,12 +124,9 @@ impl View {
             .filter(|s| self.done.contains(*s))
             .count();
         let mut s = if total > 0 {
-            format!("{done}/{total} steps done")
+            format!("{done}/{} done", count(total as u64, "step"))
         } else {
-            match self.done.len() {
-                1 => "1 step done".to_owned(),
-                n => format!("{n} steps done"),
-            }
+            format!("{} done", count(self.done.len() as u64, "step"))
         };
         if let Some(current) = &self.current {
             s.push_str(&format!(" · {current}"));
@@ -175,9 +173,9 @@ impl View {
                     .collect();
                 let reason = d["reason"].as_str().unwrap_or("initial");
                 let text = format!(
-                    "plan v{}: {} steps ({reason})",
+                    "plan v{}: {} ({reason})",
                     d["version"].as_u64().unwrap_or(1),
-                    self.plan_steps.len()
+                    count(self.plan_steps.len() as u64, "step")
                 );
                 let text = self.paint("2", &text);
                 self.line(&text);
@@ -235,6 +233,30 @@ impl View {
             }
             _ => {}
         }
+        self.tick();
+    }
+
+    /// A fork's steps kept from its parent (`kept`: their ids): done before it ran anything,
+    /// so they count as done and the next finished step reads e.g. `[4/6]`, not `[1/6]`.
+    pub fn kept(&mut self, kept: &HashSet<String>) {
+        let ids: Vec<String> = self
+            .plan_steps
+            .iter()
+            .filter(|s| kept.contains(*s) && !self.done.contains(*s))
+            .cloned()
+            .collect();
+        if self.mode == Mode::Json || ids.is_empty() {
+            return;
+        }
+        self.done.extend(ids.iter().cloned());
+        let text = format!(
+            "{} kept {} from the parent run: {} [{}]",
+            self.paint("32", "✓"),
+            count(ids.len() as u64, "step"),
+            ids.join(", "),
+            self.progress_count()
+        );
+        self.line(&text);
         self.tick();
     }
 

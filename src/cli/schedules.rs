@@ -7,7 +7,7 @@ use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
 use super::client::Error;
-use super::{ClientArgs, connect, encode, json_file, show};
+use super::{ClientArgs, connect, count, encode, json_file, show};
 
 #[derive(Debug, Subcommand)]
 pub enum SchedulesCommand {
@@ -226,10 +226,10 @@ fn print_schedule(s: &Value) {
     }
     outln!("timing    {}", timing(s));
     outln!(
-        "enabled   {}   missed ticks: {}   fired {} time(s)",
+        "enabled   {}   missed ticks: {}   fired {}",
         if s["enabled"] == true { "yes" } else { "no" },
         s["missed"].as_str().unwrap_or("skip"),
-        s["fire_count"].as_u64().unwrap_or(0)
+        count(s["fire_count"].as_u64().unwrap_or(0), "time")
     );
     for (i, t) in s["next_fire_times"]
         .as_array()

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use serde_json::{Map, Value, json};
 
 use super::client::Error;
-use super::{ClientArgs, connect, encode, key_values, show};
+use super::{ClientArgs, connect, count, encode, key_values, show};
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
@@ -117,10 +117,8 @@ fn print_session(s: &Value) {
 
 fn print_history(h: &Value) {
     if let Some(summary) = h["summary"]["text"].as_str() {
-        outln!(
-            "summary of {} earlier turn(s): {summary}",
-            h["summary"]["turns"]
-        );
+        let turns = h["summary"]["turns"].as_u64().unwrap_or(0);
+        outln!("summary of {}: {summary}", count(turns, "earlier turn"));
     }
     let turns = h["turns"].as_array().map(Vec::as_slice).unwrap_or_default();
     if turns.is_empty() {

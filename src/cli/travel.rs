@@ -1,13 +1,14 @@
 //! `orca runs fork` and `orca runs replan`: time travel from the command line (a new run from
 //! a checkpoint of another; a reactive run taken back to an earlier plan version).
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::client::Error;
+use super::client::{Client, Error};
 use super::progress::{Mode, View};
 use super::{ClientArgs, connect, follow, json_file, run_path, show};
 
@@ -99,4 +100,22 @@ pub async fn replan(args: ReplanArgs) -> Result<ExitCode, Error> {
         Some(n) => outln!("run {} goes back to plan version {n}", args.id),
         None => outln!("run {} re-plans next", args.id),
     })
+}
+
+/// The top-level steps fork `id` kept from its parent (done there, not run again): those its
+/// first checkpoint holds, the parent's checkpoints folded when the fork was made. Empty when
+/// that cannot be read: the progress view then counts only what the fork runs.
+pub async fn kept_steps(client: &Client, id: &str) -> HashSet<String> {
+    let Ok(checkpoints) = client.get(&run_path(id, "/checkpoints")).await else {
+        return HashSet::new();
+    };
+    let first = &checkpoints[0];
+    if first["id"] != 1 || first["state"]["reset"] != true {
+        return HashSet::new();
+    }
+    let steps = first["state"]["steps"].as_object().into_iter().flatten();
+    steps
+        .filter(|(_, s)| s["status"] == "completed" || s["status"] == "skipped")
+        .map(|(id, _)| id.clone())
+        .collect()
 }

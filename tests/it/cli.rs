@@ -413,9 +413,28 @@ async fn the_api_key_comes_from_orca_api_key_or_the_flag() {
         }];
     })
     .await;
-    let out = app.orca(&["runs", "list"], "").await;
-    assert_eq!(code(&out), 2);
-    assert!(text(&out.stderr).contains("401"), "{}", text(&out.stderr));
+    // A 401 says how to give a key, in every command.
+    for args in [&["runs", "list"][..], &["run", ARITHMETIC], &["usage"]] {
+        let out = app.orca(args, "").await;
+        let stderr = text(&out.stderr);
+        assert_eq!(code(&out), 2, "{args:?}: {stderr}");
+        assert!(stderr.contains("401"), "{stderr}");
+        assert!(
+            stderr.contains("give it with --api-key KEY or the ORCA_API_KEY environment variable"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let out = app.orca(&["usage", "--api-key", "wrong"], "").await;
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 2, "{stderr}");
+    assert!(
+        stderr.contains("refused the API key given: check --api-key or ORCA_API_KEY"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("wrong"),
+        "the key is never printed: {stderr}"
+    );
 
     let out = app.orca(&["run", ARITHMETIC, "--api-key", KEY], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
@@ -535,7 +554,7 @@ async fn runs_list_has_a_header_pages_with_a_cursor_and_filters_by_metadata() {
     );
     assert_eq!(lines.len(), 4, "a header, two runs, the way on: {page}");
     let cursor = lines[3]
-        .strip_prefix("more: orca runs list --cursor ")
+        .strip_prefix("more: orca runs list --limit 2 --cursor ")
         .unwrap_or_else(|| panic!("{page}"));
     let out = app
         .orca(&["runs", "list", "--limit", "2", "--cursor", cursor], "")
@@ -657,6 +676,11 @@ async fn schedules_create_list_show_disable_and_delete_round_trip() {
         shown.contains("every 1000 ms") && shown.contains(&run_id),
         "{shown}"
     );
+    // "fired 1 time", "fired 2 times".
+    let fired = shown.split("fired ").nth(1).and_then(|s| s.lines().next());
+    let (n, noun) = fired.and_then(|f| f.split_once(' ')).expect(&shown);
+    let n: u64 = n.parse().expect(&shown);
+    assert_eq!(noun, if n == 1 { "time" } else { "times" }, "{shown}");
 
     let out = app.orca(&["schedules", "disable", &id, "--json"], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
@@ -841,4 +865,262 @@ async fn usage_shows_the_tenants_use_against_its_quota_and_run_takes_a_priority(
     let shown = text(&out.stdout);
     assert!(shown.contains("last minute   1 of 5"), "{shown}");
     assert!(shown.contains("in progress   0 no limit"), "{shown}");
+}
+
+/// `orca --help` names every client command in its words about them, and `runs` names each of
+/// its subcommands.
+#[tokio::test]
+async fn help_names_every_client_command() {
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_orca"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    // The commands `Commands:` lists, and the line each has there.
+    let commands = |help: &str| -> Vec<(String, String)> {
+        let listed = help.split("Commands:\n").nth(1).expect("a command list");
+        listed
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .filter_map(|l| l.trim().split_once(' '))
+            .map(|(name, about)| (name.to_owned(), about.trim().to_owned()))
+            .filter(|(name, _)| name != "help")
+            .collect()
+    };
+    let top = help(&["--help"]);
+    let about = top.split("Usage:").next().unwrap();
+    let listed = commands(&top);
+    let clients: Vec<&str> = listed
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| !["serve", "migrate", "openapi"].contains(name))
+        .collect();
+    assert!(clients.len() >= 7, "{top}");
+    for name in &clients {
+        assert!(
+            about.contains(&format!("`{name}`")),
+            "`orca --help` says which commands are clients; not {name}: {about}"
+        );
+    }
+    let runs_line = &listed.iter().find(|(name, _)| name == "runs").unwrap().1;
+    for (name, _) in commands(&help(&["runs", "--help"])) {
+        let line = runs_line.to_lowercase();
+        assert!(line.contains(&name), "{name} in {runs_line:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_next_page_command_keeps_the_filters_and_runs_as_printed() {
+    let app = spawn_app(|_| {}).await;
+    let fixed = |metadata: Value| json!({ "input": "x", "orchestration": "fixed", "plan": two_sums(), "metadata": metadata });
+    // Newest first: four fixed runs of team "blue sky" between other runs, the oldest fixed
+    // run of no team.
+    let mut expected = Vec::new();
+    app.create_run(fixed(json!({}))).await;
+    for i in 0..4 {
+        if i < 2 {
+            app.create_run(json!({ "input": "hello" })).await;
+        }
+        let run = app.create_run(fixed(json!({ "team": "blue sky" }))).await;
+        expected.insert(0, run["id"].as_str().unwrap().to_owned());
+    }
+    const KEY: &str = "never-printed-key";
+    let args = [
+        "runs",
+        "list",
+        "--orchestration",
+        "fixed",
+        "--metadata",
+        "team=blue sky",
+        "--limit",
+        "3",
+        "--api-key",
+        KEY,
+    ];
+    let out = app.orca(&args, "").await;
+    let page = text(&out.stdout);
+    assert_eq!(code(&out), 0, "{page}\n{}", text(&out.stderr));
+    let more = page.lines().last().unwrap();
+    let command = more
+        .strip_prefix("more: orca runs list --orchestration fixed --metadata 'team=blue sky' --limit 3 --cursor ")
+        .unwrap_or_else(|| panic!("the filters and the limit are kept: {page}"));
+    assert!(!page.contains(KEY), "{page}");
+    assert!(!command.contains(' '), "{more}");
+
+    // The printed command, run by a shell as a user pastes it, prints the rest of the list.
+    let bin = app.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_orca"), bin.join("orca")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let again = tokio::process::Command::new("sh")
+        .args(["-c", &more["more: ".len()..]])
+        .env("PATH", path)
+        .env("ORCA_URL", &app.base)
+        .env_remove("ORCA_API_KEY")
+        .kill_on_drop(true)
+        .output();
+    let again = tokio::time::timeout(PATIENCE, again)
+        .await
+        .unwrap()
+        .unwrap();
+    let rest = text(&again.stdout);
+    assert_eq!(code(&again), 0, "{rest}\n{}", text(&again.stderr));
+    let shown: Vec<&str> = [page.as_str(), rest.as_str()]
+        .iter()
+        .flat_map(|p| p.lines())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.len() == 36)
+        .collect();
+    assert_eq!(shown, expected, "{page}{rest}");
+    assert!(!rest.contains("more:"), "the last page: {rest}");
+}
+
+#[tokio::test]
+async fn workflows_list_has_a_header_row() {
+    let app = spawn_app(|_| {}).await;
+    let out = app.orca(&["workflows", "list"], "").await;
+    assert_eq!(text(&out.stdout), "no workflows\n");
+    let sums = write_json(app.dir.path(), "sums.json", &two_sums());
+    let out = app
+        .orca(&["workflows", "put", &sums, "--name", "sums"], "")
+        .await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = app.orca(&["workflows", "list"], "").await;
+    let table = text(&out.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["NAME", "VERSION", "DESCRIPTION"], "{table}");
+    assert!(lines[1].starts_with("sums "), "{table}");
+}
+
+#[tokio::test]
+async fn counts_read_in_the_singular_and_the_plural() {
+    let app = spawn_app(|_| {}).await;
+    let one = json!({ "steps": [
+        { "id": "only", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "6 * 7" } } },
+    ]});
+    let plan = write_json(app.dir.path(), "one.json", &one);
+    let out = app.orca(&["run", "x", "--plan", &plan], "").await;
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), 0, "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("plan v1: 1 step (initial)"), "{stdout}");
+    let out = app
+        .orca(&["runs", "show", &run_id_of(&app).await], "")
+        .await;
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("0 prompt tokens + 0 completion tokens, 0 LLM calls, 1 tool call\n"),
+        "{shown}"
+    );
+    let plan = write_json(app.dir.path(), "two.json", &two_sums());
+    let out = app.orca(&["run", "x", "--plan", &plan], "").await;
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("plan v1: 2 steps (initial)"), "{stdout}");
+    let (_, run) = app
+        .get_json(&format!("/v1/runs/{}", run_id_of(&app).await))
+        .await;
+    assert_eq!(run["usage"]["tool_calls"], 2, "{run}");
+    let out = app
+        .orca(&["runs", "show", run["id"].as_str().unwrap()], "")
+        .await;
+    assert!(
+        text(&out.stdout).contains(", 2 tool calls\n"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// A fork's progress counts the steps it kept from its parent as done from the start.
+#[tokio::test]
+async fn a_forks_progress_starts_from_the_steps_it_kept() {
+    let app = spawn_app(|_| {}).await;
+    let mut plan = two_sums();
+    plan["steps"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "id": "third", "kind": "tool",
+        "depends_on": ["second"], "input": { "tool": "math.calculate",
+        "arguments": { "expression": "{{ steps.second.output.result }} * 2" } } }));
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let out = app.orca(&["runs", "watch", &id], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = app
+        .orca(
+            &["runs", "fork", &id, "--before-step", "third", "--watch"],
+            "",
+        )
+        .await;
+    let shown = text(&out.stdout);
+    assert_eq!(code(&out), 0, "{shown}\n{}", text(&out.stderr));
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[0], "plan v1: 3 steps (fork)", "{shown}");
+    assert_eq!(
+        lines[1], "✓ kept 2 steps from the parent run: first, second [2/3]",
+        "{shown}"
+    );
+    assert!(
+        lines[3].starts_with("✓ step third (tool) completed") && lines[3].ends_with(" [3/3]"),
+        "{shown}"
+    );
+    assert!(shown.contains("\"result\": 86"), "{shown}");
+}
+
+/// A plan review is answered with words: `reject REASON`, `edit FILE`, `approve`.
+#[tokio::test]
+async fn a_plan_review_takes_approve_reject_reason_and_edit_file() {
+    use crate::support::scripted_llm::{Reply, ScriptedLlm};
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| crate::support::app::use_scripted(c, &llm)).await;
+    let calc = |id: &str, expression: &str| {
+        json!({ "id": id, "kind": "tool",
+            "input": { "tool": "math.calculate", "arguments": { "expression": expression } } })
+    };
+    llm.push(Reply::json(json!({ "steps": [calc("one", "1 + 1")] })));
+    llm.push(Reply::json(
+        json!({ "steps": [calc("one", "1 + 1"), calc("two", "2 * 10")] }),
+    ));
+    let edit = json!({ "steps": [calc("one", "1 + 1"), calc("two", "2 * 100")],
+        "output": "{{ steps.two.output.result }}" });
+    let edit = write_json(app.dir.path(), "edit.json", &edit);
+    let review = ["run", "add", "--orchestration", "planner", "--review-plans"];
+    let answers = format!("reject\nreject multiply by ten as well\nedit {edit}\n");
+    let out = app.orca(&review, &answers).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), 0, "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("answer approve, reject REASON, edit FILE"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("say why after `reject` (the planner reads it): reject REASON\ntry again"),
+        "{stdout}"
+    );
+    let told = llm.requests()[1].to_string();
+    assert!(told.contains("multiply by ten as well"), "{told}");
+    let (_, run) = app
+        .get_json(&format!("/v1/runs/{}", run_id_of(&app).await))
+        .await;
+    assert_eq!(run["output"], 200, "the edit ran: {run}");
+
+    llm.push(Reply::json(json!({ "steps": [calc("one", "40 + 2")],
+        "output": "{{ steps.one.output.result }}" })));
+    let out = app.orca(&review, "approve\n").await;
+    assert_eq!(
+        code(&out),
+        0,
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let (_, run) = app
+        .get_json(&format!("/v1/runs/{}", run_id_of(&app).await))
+        .await;
+    assert_eq!(run["output"], 42, "{run}");
 }
