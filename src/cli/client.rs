@@ -209,6 +209,13 @@ impl Client {
             .map(drop)
     }
 
+    /// A run's stored events after `after`, as one JSON array (no stream).
+    pub async fn stored_events(&self, run_id: &str, after: u64) -> Result<Value, Error> {
+        let path = format!("/v1/runs/{run_id}/events?after={after}");
+        let req = self.request(Method::GET, &path);
+        self.json(req.header("accept", "application/json")).await
+    }
+
     /// `POST /v1/runs` with `Accept: text/event-stream`: the run's events from the first.
     pub async fn start_run(&self, body: &Value) -> Result<EventStream, Error> {
         let req = self

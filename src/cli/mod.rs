@@ -669,7 +669,9 @@ async fn follow(
                         });
                     }
                     "input_required" => {
-                        if let Some(id) = &run_id {
+                        if let Some(id) = &run_id
+                            && !answered(client, id, ev.seq).await
+                        {
                             ask(client, id, &ev, view, &mut interrupt).await?;
                         }
                     }
@@ -743,6 +745,18 @@ fn detach(view: &mut View, run_id: Option<&str>) -> ! {
         None => eprintln!("\ninterrupted"),
     }
     std::process::exit(130)
+}
+
+/// Whether the question of the `input_required` event at `seq` was answered already: a stream
+/// replayed from the start (`orca runs watch`) meets the questions of the past too, and the
+/// stored events after it show the run going on (or ended). When they cannot be read, it asks.
+async fn answered(client: &Client, run_id: &str, seq: u64) -> bool {
+    let Ok(Value::Array(later)) = client.stored_events(run_id, seq).await else {
+        return false;
+    };
+    later.iter().any(|e| {
+        e["kind"] == "final" || (e["kind"] == "status" && e["data"]["status"] != "waiting_input")
+    })
 }
 
 /// Prompts for an `input_required` event until the server accepts an answer (422 shows the
@@ -930,6 +944,21 @@ fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// A run's `step_counts` as words: "5 completed, 1 failed" ("-" when it has none).
+fn step_counts(counts: &Value) -> String {
+    let Some(counts) = counts.as_object().filter(|c| !c.is_empty()) else {
+        return "-".to_owned();
+    };
+    let parts: Vec<String> = (counts.iter())
+        .filter(|(_, n)| n.as_u64() != Some(0))
+        .map(|(status, n)| format!("{n} {status}"))
+        .collect();
+    match parts.is_empty() {
+        true => "-".to_owned(),
+        false => parts.join(", "),
+    }
+}
+
 fn print_run(r: &Value) {
     let field = |name: &str| match &r[name] {
         Value::Null => "-".to_owned(),
@@ -948,7 +977,7 @@ fn print_run(r: &Value) {
         outln!("{name:<14}{}", field(name));
         if name == "completion" {
             outln!("{:<14}{}", "reason", field("completion_reason"));
-            outln!("{:<14}{}", "steps", field("step_counts"));
+            outln!("{:<14}{}", "steps", step_counts(&r["step_counts"]));
         }
     }
     let u = |name: &str| r["usage"][name].as_u64().unwrap_or(0);

@@ -1124,3 +1124,42 @@ async fn a_plan_review_takes_approve_reject_reason_and_edit_file() {
         .await;
     assert_eq!(run["output"], 42, "{run}");
 }
+
+#[tokio::test]
+async fn watching_a_run_again_asks_no_question_that_was_answered_and_shows_counts_as_words() {
+    let app = spawn_app(|_| {}).await;
+    let run = app
+        .create_run(json!({ "input": "x", "orchestration": "fixed", "plan": approval() }))
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut events = app.events(&id).await;
+    while let Some(e) = events.next_event().await {
+        if e.kind() == "input_required" {
+            break;
+        }
+    }
+    let answer = app
+        .answer(&id, "approve", json!({ "approved": true }))
+        .await;
+    assert_eq!(answer.status(), 202);
+    assert_eq!(
+        crate::support::final_data(&events.read_to_final().await)["status"],
+        "succeeded"
+    );
+
+    // The replay meets the old question: it is not asked again (standard input is closed, so
+    // asking would leave the run "waiting for an answer from elsewhere").
+    let out = app.orca(&["runs", "watch", &id], "").await;
+    let stdout = text(&out.stdout);
+    assert_eq!(code(&out), 0, "{stdout}\n{}", text(&out.stderr));
+    assert!(!stdout.contains("input required"), "{stdout}");
+    assert!(stdout.contains("succeeded"), "{stdout}");
+
+    let out = app.orca(&["runs", "show", &id], "").await;
+    let stdout = text(&out.stdout);
+    let steps = stdout
+        .lines()
+        .find(|l| l.starts_with("steps "))
+        .unwrap_or_default();
+    assert!(steps.ends_with("2 completed"), "{stdout}");
+}
