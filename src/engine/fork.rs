@@ -86,10 +86,10 @@ pub(super) async fn prepare(
         .await?
         .ok_or(Error::NotFound)?;
     let checkpoints = store.list_checkpoints(parent.run.id).await?;
-    let at = fork_point(&parent, &checkpoints, &request)?;
+    let mut plans = store.list_plans(parent.run.id).await?;
+    let at = fork_point(&parent, &checkpoints, &plans, &request)?;
     let restored =
         checkpoint::fold(checkpoints.into_iter().filter(|c| c.id <= at)).map_err(unreadable)?;
-    let mut plans = store.list_plans(parent.run.id).await?;
     let point = match restored {
         Restored::Plan(progress) => Point::Plan {
             version: progress.plan_version,
@@ -150,6 +150,7 @@ pub(super) async fn prepare(
 fn fork_point(
     parent: &StoredRun,
     checkpoints: &[Checkpoint],
+    plans: &[PlanRecord],
     request: &ForkRequest,
 ) -> Result<u64, Error> {
     let last = checkpoints.last().map_or(0, |c| c.id);
@@ -179,16 +180,46 @@ fn fork_point(
             };
             match checkpoint::first_finishing(checkpoints, &place).map_err(unreadable)? {
                 Some(finished) => Ok(finished - 1),
-                None => invalid(
-                    "/before_step",
-                    format!(
-                        "step `{step}` had not finished in run `{id}`'s checkpoints; fork from a `checkpoint` instead"
-                    ),
-                ),
+                None => no_such_step(id, step, &place, plans),
             }
         }
         (None, None) => Ok(last),
     }
+}
+
+/// Refuses a `before_step` whose top-level step is in none of the run's plan versions,
+/// naming the ids that are (a typo is the likely cause, not a step still to come).
+fn no_such_step(
+    id: RunId,
+    step: &str,
+    place: &StepPath,
+    plans: &[PlanRecord],
+) -> Result<u64, Error> {
+    let known: BTreeSet<&str> = plans
+        .iter()
+        .flat_map(|p| steps_by_id(&p.plan).into_keys())
+        .collect();
+    if known.iter().any(|k| StepPath::top(k).encloses(place)) {
+        return invalid(
+            "/before_step",
+            format!(
+                "step `{step}` had not finished in run `{id}`'s checkpoints; fork from a `checkpoint` instead"
+            ),
+        );
+    }
+    let detail = match known.is_empty() {
+        true => format!(
+            "no step `{step}` exists in run `{id}`: it ran no plan; fork it from a `checkpoint`"
+        ),
+        false => {
+            let ids: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+            format!(
+                "no step `{step}` exists in run `{id}`; its steps are {}",
+                ids.join(", ")
+            )
+        }
+    };
+    invalid("/before_step", detail)
 }
 
 /// A fork of a plan run: the versions, progress and attempts it starts with.

@@ -730,3 +730,33 @@ async fn forks_are_held_to_each_tenants_daily_count_and_bytes_whatever_is_delete
         "refusals are counted by quota: {metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_fork_before_a_step_that_does_not_exist_says_so_and_lists_the_steps_that_do() {
+    let app = spawn_app(|_| {}).await;
+    let calc = |id: &str, deps: &[&str], expression: &str| {
+        json!({ "id": id, "kind": "tool", "depends_on": deps,
+                "input": { "tool": "math.calculate", "arguments": { "expression": expression } } })
+    };
+    let plan = json!({ "steps": [
+        calc("figures", &[], "1200 * 3"),
+        calc("profit", &["figures"], "3600 - 2400"),
+    ]});
+    let events = app
+        .stream_run(json!({ "input": "x", "orchestration": "fixed", "plan": plan }))
+        .await;
+    let parent = events[0].json()["run_id"].as_str().unwrap().to_owned();
+    for step in ["review", "review/each[0]/ask"] {
+        let (status, problem) = fork(&app, &parent, json!({ "before_step": step })).await;
+        assert_eq!(status, 422, "{problem}");
+        let said = problem["errors"][0]["message"].as_str().unwrap_or_default();
+        assert_eq!(
+            said,
+            format!("no step `{step}` exists in run `{parent}`; its steps are `figures`, `profit`"),
+            "{problem}"
+        );
+    }
+    // A step that exists is forked before, as before.
+    let (status, forked) = fork(&app, &parent, json!({ "before_step": "profit" })).await;
+    assert_eq!(status, 201, "{forked}");
+}

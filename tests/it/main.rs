@@ -13,6 +13,7 @@ mod cli;
 mod connections;
 mod console;
 mod context;
+mod docs_run;
 mod examples;
 mod fixed;
 mod forks;
