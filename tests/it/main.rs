@@ -19,6 +19,7 @@ mod forks;
 mod history;
 mod honest;
 mod http_tools;
+mod kept_outputs;
 mod llm_provider;
 mod loops;
 mod mcp;
