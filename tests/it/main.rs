@@ -14,6 +14,7 @@ mod connections;
 mod console;
 mod context;
 mod examples;
+mod finding;
 mod fixed;
 mod forks;
 mod history;
