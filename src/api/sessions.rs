@@ -485,3 +485,34 @@ pub async fn delete_session(
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_cursor_reads_back_as_written_and_refuses_what_none_wrote() {
+        let run = crate::domain::RunId::new();
+        for (last_run, id) in [
+            (Some(run), "talk"),
+            (None, "vars only"),
+            (Some(run), "notes/β.2 & more"),
+            (None, "-"),
+        ] {
+            let cursor = SessionCursor {
+                last_run,
+                id: id.to_owned(),
+            };
+            let text = encode_cursor(&cursor);
+            assert!(
+                text.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b)),
+                "safe in a URL as it is: {text}"
+            );
+            assert_eq!(decode_cursor(&text), Some(cursor), "{text}");
+        }
+        for bad in ["", "nope", "-.7", "-.zz", "not-a-run.74", "-.ff", "-"] {
+            assert_eq!(decode_cursor(bad), None, "{bad}");
+        }
+    }
+}
