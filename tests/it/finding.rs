@@ -222,7 +222,6 @@ async fn runs_are_found_by_session_and_by_completion() {
     )
     .await;
     assert_eq!(ids(&next, "runs"), [whole.as_str()]);
-
 }
 
 #[tokio::test]
