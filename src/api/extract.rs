@@ -233,6 +233,21 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
 
 pub use crate::schema::escape_pointer;
 
+/// The problem of a query parameter a list endpoint does not know: its name, the nearest known
+/// one, and all the known ones (`known`; a family of names as `metadata.KEY`), e.g.
+/// "unknown parameter `sesion_id`: did you mean `session_id`? (known: `status`, ... or
+/// `cursor`)".
+pub fn unknown_parameter(name: &str, known: &[&str]) -> FieldError {
+    let near = crate::suggest::did_you_mean(name, known.iter().copied());
+    FieldError::new(
+        format!("/query/{}", escape_pointer(name)),
+        format!(
+            "unknown parameter `{name}`{near} (known: {})",
+            crate::suggest::listed(known, known.len(), "")
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

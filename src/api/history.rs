@@ -138,7 +138,7 @@ fn page_of(params: &[(String, String)]) -> Result<(u64, u32), ApiError> {
                     format!("limit must be an integer from 1 to {MAX_PAGE}"),
                 )),
             },
-            _ => errors.push(FieldError::new(pointer, format!("unknown parameter `{k}`"))),
+            _ => errors.push(super::extract::unknown_parameter(k, &["after", "limit"])),
         }
     }
     if errors.is_empty() {

@@ -16,7 +16,9 @@ use utoipa::ToSchema;
 
 use crate::domain::run::RunSpec;
 use crate::domain::schedule::ScheduleFire;
-use crate::domain::{Event, Limits, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant};
+use crate::domain::{
+    Completion, Event, Limits, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant,
+};
 use crate::engine::intake::{Admitted, Refused, RunRequest};
 use crate::engine::{self, Created};
 use crate::store::RunFilter;
@@ -450,15 +452,18 @@ fn search_text(v: &str) -> Result<Option<String>, String> {
 
 /// List runs, newest first.
 ///
-/// Filters: `status`, `orchestration`, `created_after`, `created_before` (RFC 3339),
+/// Filters: `status`, `completion` (`partial`: runs that succeeded with only part of the task
+/// done), `orchestration`, `session_id`, `created_after`, `created_before` (RFC 3339),
 /// `metadata.KEY=VALUE`, `q` (text the input contains, ignoring case; `%` and `_` match
 /// themselves), `parent_id` (the forks of a run); `limit` (1-200, default 50); `cursor` from
-/// the previous page.
+/// the previous page. An unknown parameter is a 422 that lists the known ones.
 #[utoipa::path(
     get, path = "/v1/runs", tag = "runs",
     params(
         ("status" = Option<RunStatus>, Query),
+        ("completion" = Option<Completion>, Query, description = "Only runs that ended with this completion; `partial`: succeeded with only part of the task done"),
         ("orchestration" = Option<Orchestration>, Query),
+        ("session_id" = Option<String>, Query, min_length = 1, max_length = 200, description = "Only the runs of this session"),
         ("created_after" = Option<String>, Query, format = DateTime),
         ("created_before" = Option<String>, Query, format = DateTime),
         // The handler refuses a NUL (PostgreSQL text cannot hold one) as it refuses a long `q`.
@@ -477,73 +482,7 @@ pub async fn list_runs(
     Extension(tenant): Extension<Tenant>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<RunList>, ApiError> {
-    let mut filter = RunFilter {
-        limit: 50,
-        ..Default::default()
-    };
-    let mut errors = Vec::new();
-    let time = |v: &str| DateTime::parse_from_rfc3339(v).map(|t| t.with_timezone(&Utc));
-    let mut seen = std::collections::HashSet::new();
-    for (k, v) in &params {
-        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
-        // A repeated filter is ambiguous (the last one? both?): refuse it rather than guess.
-        if !seen.insert(k.as_str()) {
-            errors.push(FieldError::new(
-                pointer,
-                format!("`{k}` is given more than once"),
-            ));
-            continue;
-        }
-        match k.as_str() {
-            "status" => match RunStatus::parse(v) {
-                Some(s) => filter.status = Some(s),
-                None => errors.push(FieldError::new(pointer, format!("unknown status `{v}`"))),
-            },
-            "orchestration" => match Orchestration::parse(v) {
-                Some(o) => filter.orchestration = Some(o),
-                None => errors.push(FieldError::new(
-                    pointer,
-                    format!("unknown orchestration `{v}`"),
-                )),
-            },
-            "created_after" => match time(v) {
-                Ok(t) => filter.created_after = Some(t),
-                Err(_) => errors.push(FieldError::new(pointer, "expected an RFC 3339 time")),
-            },
-            "created_before" => match time(v) {
-                Ok(t) => filter.created_before = Some(t),
-                Err(_) => errors.push(FieldError::new(pointer, "expected an RFC 3339 time")),
-            },
-            "limit" => match v.parse::<u32>() {
-                Ok(n) if (1..=200).contains(&n) => filter.limit = n,
-                _ => errors.push(FieldError::new(
-                    pointer,
-                    "limit must be an integer from 1 to 200",
-                )),
-            },
-            "q" => match search_text(v) {
-                Ok(text) => filter.text = text,
-                Err(message) => errors.push(FieldError::new(pointer, message)),
-            },
-            "cursor" => match RunId::parse(v) {
-                Some(id) => filter.before_id = Some(id),
-                None => errors.push(FieldError::new(pointer, "not a cursor from this API")),
-            },
-            "parent_id" => match RunId::parse(v) {
-                Some(id) => filter.parent = Some(id),
-                None => errors.push(FieldError::new(pointer, "not a run id")),
-            },
-            key if key.starts_with("metadata.") && key.len() > "metadata.".len() => {
-                filter
-                    .metadata
-                    .push((key["metadata.".len()..].to_owned(), v.clone()));
-            }
-            _ => errors.push(FieldError::new(pointer, format!("unknown parameter `{k}`"))),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(ApiError::validation_many(errors));
-    }
+    let mut filter = filter_of(&params)?;
     let limit = filter.limit;
     filter.limit += 1; // one more tells whether a next page exists
     let mut runs = state.runs.list(&tenant, &filter).await?;
@@ -554,6 +493,99 @@ pub async fn list_runs(
         None
     };
     Ok(Json(RunList { runs, next_cursor }))
+}
+
+/// The query parameters `GET /v1/runs` knows, as an unknown one's problem lists them.
+const RUN_LIST_PARAMETERS: &[&str] = &[
+    "status",
+    "completion",
+    "orchestration",
+    "session_id",
+    "parent_id",
+    "created_after",
+    "created_before",
+    "q",
+    "metadata.KEY",
+    "limit",
+    "cursor",
+];
+
+/// The filter `GET /v1/runs`'s query asks for, or every problem of it as one 422.
+fn filter_of(params: &[(String, String)]) -> Result<RunFilter, ApiError> {
+    let mut filter = RunFilter {
+        limit: 50,
+        ..Default::default()
+    };
+    let mut errors = Vec::new();
+    let time = |v: &str| DateTime::parse_from_rfc3339(v).map(|t| t.with_timezone(&Utc));
+    let mut seen = std::collections::HashSet::new();
+    for (k, v) in params {
+        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
+        // A repeated filter is ambiguous (the last one? both?): refuse it rather than guess.
+        if !seen.insert(k.as_str()) {
+            errors.push(FieldError::new(
+                pointer,
+                format!("`{k}` is given more than once"),
+            ));
+            continue;
+        }
+        let mut refuse = |message: String| errors.push(FieldError::new(pointer.clone(), message));
+        match k.as_str() {
+            "status" => match RunStatus::parse(v) {
+                Some(s) => filter.status = Some(s),
+                None => refuse(format!("unknown status `{v}`")),
+            },
+            "completion" => match Completion::parse(v) {
+                Some(c) => filter.completion = Some(c),
+                None => refuse(format!(
+                    "unknown completion `{v}` (known: `success`, `partial`, `error`, `timeout` or `cancelled`)"
+                )),
+            },
+            "orchestration" => match Orchestration::parse(v) {
+                Some(o) => filter.orchestration = Some(o),
+                None => refuse(format!("unknown orchestration `{v}`")),
+            },
+            "session_id" => match v.chars().count() {
+                1..=200 => filter.session_id = Some(v.clone()),
+                _ => refuse("a session id is 1-200 characters".into()),
+            },
+            "created_after" => match time(v) {
+                Ok(t) => filter.created_after = Some(t),
+                Err(_) => refuse("expected an RFC 3339 time".into()),
+            },
+            "created_before" => match time(v) {
+                Ok(t) => filter.created_before = Some(t),
+                Err(_) => refuse("expected an RFC 3339 time".into()),
+            },
+            "limit" => match v.parse::<u32>() {
+                Ok(n) if (1..=200).contains(&n) => filter.limit = n,
+                _ => refuse("limit must be an integer from 1 to 200".into()),
+            },
+            "q" => match search_text(v) {
+                Ok(text) => filter.text = text,
+                Err(message) => refuse(message),
+            },
+            "cursor" => match RunId::parse(v) {
+                Some(id) => filter.before_id = Some(id),
+                None => refuse("not a cursor from this API".into()),
+            },
+            "parent_id" => match RunId::parse(v) {
+                Some(id) => filter.parent = Some(id),
+                None => refuse("not a run id".into()),
+            },
+            key if key.starts_with("metadata.") && key.len() > "metadata.".len() => {
+                filter
+                    .metadata
+                    .push((key["metadata.".len()..].to_owned(), v.clone()));
+            }
+            _ => errors.push(super::extract::unknown_parameter(k, RUN_LIST_PARAMETERS)),
+        }
+    }
+    if errors.is_empty() {
+        Ok(filter)
+    } else {
+        Err(ApiError::validation_many(errors))
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,6 +1,7 @@
-//! `/v1/sessions/{id}`: what the runs sharing a `session_id` share, per tenant: its variables
-//! (`session.NAME` in plans) to read and change, its runs, its history (the turns later runs
-//! are given, and the summary of older ones), and deleting it whole.
+//! `/v1/sessions`: the caller's sessions, a page at a time; `/v1/sessions/{id}`: what the
+//! runs sharing a `session_id` share, per tenant: its variables (`session.NAME` in plans) to
+//! read and change, its runs, its history (the turns later runs are given, and the summary of
+//! older ones), and deleting it whole.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -11,11 +12,11 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::domain::Tenant;
-use crate::store::{Deleted, Refusal, SessionLimits};
+use crate::store::{Deleted, Refusal, SessionCursor, SessionLimits};
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
-use super::extract::{JsonBody, Path, deserialize_located};
+use super::extract::{JsonBody, Path, Query, deserialize_located};
 
 /// Runs a session shows.
 const RUNS_SHOWN: u32 = 100;
@@ -55,8 +56,60 @@ pub struct SummaryView {
 pub struct SessionRunView {
     pub id: String,
     pub status: String,
+    /// How the run ended (`success`, `partial`, `error`, `timeout`, `cancelled`); `null`
+    /// until it has.
+    pub completion: Option<String>,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl From<crate::store::SessionRun> for SessionRunView {
+    fn from(r: crate::store::SessionRun) -> Self {
+        SessionRunView {
+            id: r.id.to_string(),
+            status: r.status,
+            completion: r.completion,
+            created_at: r.created_at,
+            finished_at: r.finished_at,
+        }
+    }
+}
+
+/// `GET /v1/sessions` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<SessionListItem>,
+    /// The `cursor` of the next page; `null` on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// A session as the list shows it: enough to tell sessions apart and pick one.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionListItem {
+    pub id: String,
+    /// How many runs it has.
+    pub run_count: u64,
+    /// How many variables it holds.
+    pub variable_count: u64,
+    /// When its first run was created; `null` with no run.
+    pub first_run_at: Option<DateTime<Utc>>,
+    /// When its newest run was created; `null` with no run.
+    pub last_run_at: Option<DateTime<Utc>>,
+    /// Its newest run; `null` with no run (a session of variables only).
+    pub last_run: Option<SessionRunView>,
+}
+
+impl From<crate::store::ListedSession> for SessionListItem {
+    fn from(s: crate::store::ListedSession) -> Self {
+        SessionListItem {
+            id: s.id,
+            run_count: s.run_count,
+            variable_count: s.variable_count,
+            first_run_at: s.first_run_at,
+            last_run_at: s.last_run.as_ref().map(|r| r.created_at),
+            last_run: s.last_run.map(SessionRunView::from),
+        }
+    }
 }
 
 /// A session's history: what its next run is given.
@@ -90,6 +143,7 @@ pub struct UpdateSession {
 pub fn routes() -> axum::Router<AppState> {
     use axum::routing::get;
     axum::Router::new()
+        .route("/sessions", get(list_sessions))
         .route(
             "/sessions/{id}",
             get(get_session)
@@ -134,16 +188,125 @@ async fn session(state: &AppState, tenant: &Tenant, id: &str) -> Result<Option<S
         id: id.to_owned(),
         variables,
         summary: summary.map(summary_view),
-        runs: runs
-            .into_iter()
-            .map(|r| SessionRunView {
-                id: r.id.to_string(),
-                status: r.status,
-                created_at: r.created_at,
-                finished_at: r.finished_at,
-            })
-            .collect(),
+        runs: runs.into_iter().map(SessionRunView::from).collect(),
         run_count,
+    }))
+}
+
+/// The query parameters `GET /v1/sessions` knows.
+const LIST_PARAMETERS: &[&str] = &["limit", "cursor"];
+
+/// A page cursor of `GET /v1/sessions`: the newest run of the page's last session (`-` for
+/// none), a dot, and its id in hex (a session id may hold any character).
+fn encode_cursor(c: &SessionCursor) -> String {
+    let last = c
+        .last_run
+        .map_or_else(|| "-".to_owned(), |id| id.to_string());
+    let hex: String = c.id.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{last}.{hex}")
+}
+
+fn decode_cursor(text: &str) -> Option<SessionCursor> {
+    let (last, hex) = text.split_once('.')?;
+    let last_run = match last {
+        "-" => None,
+        id => Some(crate::domain::RunId::parse(id)?),
+    };
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    let id = String::from_utf8(bytes).ok()?;
+    Some(SessionCursor { last_run, id })
+}
+
+/// `limit` (default 50) and `cursor` of `GET /v1/sessions`, every problem at once.
+fn page_of(params: &[(String, String)]) -> Result<(u32, Option<SessionCursor>), ApiError> {
+    let (mut limit, mut cursor) = (50, None);
+    let mut errors = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (k, v) in params {
+        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
+        if !seen.insert(k.as_str()) {
+            errors.push(FieldError::new(
+                pointer,
+                format!("`{k}` is given more than once"),
+            ));
+            continue;
+        }
+        match k.as_str() {
+            "limit" => match v.parse::<u32>() {
+                Ok(n) if (1..=200).contains(&n) => limit = n,
+                _ => errors.push(FieldError::new(
+                    pointer,
+                    "limit must be an integer from 1 to 200",
+                )),
+            },
+            "cursor" => match decode_cursor(v) {
+                Some(c) => cursor = Some(c),
+                None => errors.push(FieldError::new(pointer, "not a cursor from this API")),
+            },
+            _ => errors.push(super::extract::unknown_parameter(k, LIST_PARAMETERS)),
+        }
+    }
+    if errors.is_empty() {
+        Ok((limit, cursor))
+    } else {
+        Err(ApiError::validation_many(errors))
+    }
+}
+
+/// `cursor` of `GET /v1/sessions` in the OpenAPI document; the handler reads it.
+#[derive(ToSchema)]
+#[schema(description = "`next_cursor` of the previous page")]
+#[allow(dead_code)] // described, never built
+struct SessionPageCursor(String);
+
+/// List the caller's sessions, the one with the newest run first (sessions with no run, only
+/// variables, come last).
+///
+/// Each with its run count, variable count, first and newest run's times, and its newest run
+/// (id, status, completion). A deleted session is not listed. `limit` (1-200, default 50);
+/// `cursor` from the previous page. An unknown parameter is a 422 that lists the known ones.
+#[utoipa::path(
+    get, path = "/v1/sessions", tag = "sessions",
+    params(
+        ("limit" = Option<u32>, Query, maximum = 200, minimum = 1),
+        ("cursor" = inline(Option<SessionPageCursor>), Query),
+    ),
+    responses(
+        (status = 200, body = SessionList),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Json<SessionList>, ApiError> {
+    let (limit, cursor) = page_of(&params)?;
+    // One more than asked tells whether a next page exists.
+    let mut page = state
+        .sessions
+        .list(&tenant, cursor.as_ref(), limit + 1)
+        .await?;
+    let next_cursor = if page.len() > limit as usize {
+        page.truncate(limit as usize);
+        page.last().map(|s| {
+            encode_cursor(&SessionCursor {
+                last_run: s.last_run.as_ref().map(|r| r.id),
+                id: s.id.clone(),
+            })
+        })
+    } else {
+        None
+    };
+    Ok(Json(SessionList {
+        sessions: page.into_iter().map(SessionListItem::from).collect(),
+        next_cursor,
     }))
 }
 
@@ -320,5 +483,36 @@ pub async fn delete_session(
             runs.len(),
             runs[0]
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_cursor_reads_back_as_written_and_refuses_what_none_wrote() {
+        let run = crate::domain::RunId::new();
+        for (last_run, id) in [
+            (Some(run), "talk"),
+            (None, "vars only"),
+            (Some(run), "notes/β.2 & more"),
+            (None, "-"),
+        ] {
+            let cursor = SessionCursor {
+                last_run,
+                id: id.to_owned(),
+            };
+            let text = encode_cursor(&cursor);
+            assert!(
+                text.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b)),
+                "safe in a URL as it is: {text}"
+            );
+            assert_eq!(decode_cursor(&text), Some(cursor), "{text}");
+        }
+        for bad in ["", "nope", "-.7", "-.zz", "not-a-run.74", "-.ff", "-"] {
+            assert_eq!(decode_cursor(bad), None, "{bad}");
+        }
     }
 }

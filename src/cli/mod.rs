@@ -173,6 +173,12 @@ pub enum RunsCommand {
         /// Only the runs forked from this run.
         #[arg(long, value_name = "RUN")]
         parent: Option<String>,
+        /// Only runs that ended so (`partial`: succeeded with only part of the task done).
+        #[arg(long, value_parser = ["success", "partial", "error", "timeout", "cancelled"])]
+        completion: Option<String>,
+        /// Only the runs of this session.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -322,6 +328,8 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
             limit,
             cursor,
             parent,
+            completion,
+            session,
             client,
         } => {
             let mut query = form_urlencoded::Serializer::new(String::new());
@@ -334,6 +342,8 @@ async fn runs(command: RunsCommand) -> Result<ExitCode, Error> {
                 ("limit", limit.as_deref()),
                 ("cursor", cursor.as_deref()),
                 ("parent_id", parent.as_deref()),
+                ("completion", completion.as_deref()),
+                ("session_id", session.as_deref()),
             ];
             for (name, value) in pairs {
                 if let Some(v) = value {
@@ -878,7 +888,7 @@ fn print_runs(body: &Value) {
         outln!("no runs");
     } else {
         outln!(
-            "{:<36}  {:<13} {:<9} {:<27}  INPUT",
+            "{:<36}  {:<19} {:<9} {:<27}  INPUT",
             "ID",
             "STATUS",
             "ORCH",
@@ -892,9 +902,9 @@ fn print_runs(body: &Value) {
         };
         let input: String = input.chars().take(40).collect();
         outln!(
-            "{}  {:<13} {:<9} {}  {}",
+            "{}  {:<19} {:<9} {}  {}",
             r["id"].as_str().unwrap_or(""),
-            r["status"].as_str().unwrap_or(""),
+            status_shown(r),
             r["orchestration"].as_str().unwrap_or(""),
             r["created_at"].as_str().unwrap_or(""),
             input.replace('\n', " ")
@@ -956,6 +966,23 @@ fn step_counts(counts: &Value) -> String {
     match parts.is_empty() {
         true => "-".to_owned(),
         false => parts.join(", "),
+    }
+}
+
+/// A run's status as lists show it: with its completion in brackets when that is not the one
+/// its status always has (`succeeded (partial)`: only part of the task was done).
+fn status_shown(r: &Value) -> String {
+    let status = r["status"].as_str().unwrap_or("");
+    let usual = match status {
+        "succeeded" => "success",
+        "failed" => "error",
+        "timed_out" => "timeout",
+        "cancelled" => "cancelled",
+        _ => return status.to_owned(),
+    };
+    match r["completion"].as_str() {
+        Some(completion) if completion != usual => format!("{status} ({completion})"),
+        _ => status.to_owned(),
     }
 }
 

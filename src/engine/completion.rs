@@ -22,8 +22,10 @@
 //! failed and skipped top-level steps (each step id once, by its last attempt).
 //!
 //! A run past its time limit ends `timeout` before this is asked; the run task then keeps
-//! what completed as the run's output ([`completed_outputs`]), as it does for a run that
-//! ends `error` on any other run limit (rule 1).
+//! what completed as the run's output ([`completed_outputs`]: each completed top-level step's
+//! output under its id, so the keys say which steps it came from), as it does for a run that
+//! ends `error` (a run limit, rule 1; a failed step, rule 2; any other failure) or is
+//! cancelled.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -189,8 +191,8 @@ fn plural(n: u32) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-/// What a plan run had completed, by step id: the output a run cut off by its time limit
-/// keeps. `None` when nothing completed.
+/// What a plan run had completed, by step id: the output a run that ends without its answer
+/// (timed out, failed, cancelled) keeps. `None` when nothing completed.
 pub fn completed_outputs(steps: &BTreeMap<String, StepResult>) -> Option<Value> {
     let done: serde_json::Map<String, Value> = steps
         .iter()

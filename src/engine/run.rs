@@ -277,16 +277,13 @@ async fn account_of(ctx: &RunContext) -> Option<completion::Account> {
 /// atomically, after every earlier event is durable, and only then broadcasts `final`.
 pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
     ctx.services.inputs.forget(ctx.run_id);
-    // A plan run cut off by its time limit or another run limit (steps, tokens, retries,
-    // re-plans, a detected loop) keeps what completed.
+    // A plan run that ends without its answer (cut off by its time limit or another run limit,
+    // failed, cancelled) keeps what its completed top-level steps produced, by step id.
     let kept = match &ending {
-        Ending::TimedOut(_) => completed_so_far(ctx).await,
-        Ending::Done(Outcome::Failed(err))
-            if ctx.breached().is_some_and(|b| b.code == err.code) =>
-        {
+        Ending::TimedOut(_) | Ending::Cancelled | Ending::Done(Outcome::Failed(_)) => {
             completed_so_far(ctx).await
         }
-        _ => None,
+        Ending::Done(_) => None,
     };
     let (mut completion, output, mut error) = conclude(ending);
     let output = output.or(kept);

@@ -52,7 +52,10 @@ pub use reads::{History, RunReads};
 pub use registry::{Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
 pub use schedules::{Capped, FireOutcome, FireRecord, Fired, ScheduleRecord, Schedules};
-pub use sessions::{Deleted, Refusal, SessionLimits, SessionRun, SessionSummary, Sessions, Turn};
+pub use sessions::{
+    Deleted, ListedSession, Refusal, SessionCursor, SessionLimits, SessionRun, SessionSummary,
+    Sessions, Turn,
+};
 pub use timeline::RunHistory;
 pub use webhooks::{
     AtCap, AttemptOutcome, Delivery, DeliveryAttempt, DueDelivery, Outcome, Webhooks,
@@ -188,6 +191,11 @@ pub struct RunFilter {
     pub text: Option<String>,
     /// Only the forks of this run.
     pub parent: Option<RunId>,
+    /// Only the runs of this session.
+    pub session_id: Option<String>,
+    /// Only the runs that ended with this completion (`partial`: succeeded, but only part of
+    /// the task was done).
+    pub completion: Option<Completion>,
     /// Keyset cursor: only runs with an id below this one.
     pub before_id: Option<RunId>,
     pub limit: u32,
@@ -812,6 +820,12 @@ impl Store {
         if f.parent.is_some() {
             sql.push_str(&format!(" AND parent_run_id = {}", param()));
         }
+        if f.session_id.is_some() {
+            sql.push_str(&format!(" AND session_id = {}", param()));
+        }
+        if f.completion.is_some() {
+            sql.push_str(&format!(" AND completion = {}", param()));
+        }
         if f.before_id.is_some() {
             sql.push_str(&format!(" AND id < {}", param()));
         }
@@ -841,6 +855,12 @@ impl Store {
         }
         if let Some(id) = f.parent {
             q = q.bind(id.to_string());
+        }
+        if let Some(session) = &f.session_id {
+            q = q.bind(session.clone());
+        }
+        if let Some(c) = f.completion {
+            q = q.bind(c.as_str());
         }
         if let Some(id) = f.before_id {
             q = q.bind(id.to_string());

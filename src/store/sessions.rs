@@ -428,8 +428,82 @@ async fn upsert_variable(
 pub struct SessionRun {
     pub id: RunId,
     pub status: String,
+    /// How it ended (`success`, `partial`, ...); `None` until it has.
+    pub completion: Option<String>,
     pub created_at: chrono::DateTime<Utc>,
     pub finished_at: Option<chrono::DateTime<Utc>>,
+}
+
+/// One session as `GET /v1/sessions` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedSession {
+    pub id: String,
+    /// Its runs in all (runs deleted one by one, or by retention, are not counted).
+    pub run_count: u64,
+    pub variable_count: u64,
+    /// When its first run (of those kept) was created.
+    pub first_run_at: Option<chrono::DateTime<Utc>>,
+    /// Its newest run, if it has one.
+    pub last_run: Option<SessionRun>,
+}
+
+/// Where a page of [`Sessions::list`] starts: after the session with this newest run (`None`:
+/// it has none) and id. Sessions are listed by their newest run, newest first, then sessions
+/// with no run; ties (none but those) by id, descending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCursor {
+    pub last_run: Option<RunId>,
+    pub id: String,
+}
+
+/// A tenant's sessions, one row each: every id a run, a variable or a summary has, less the
+/// deleted ones, with what its newest and oldest runs say. `$1` is the tenant; `$2` and `$3`
+/// the cursor's newest run (`''` for none) and id, when a cursor is given.
+const LISTED_SESSIONS: &str = "
+    SELECT s.session_id AS session_id, s.last_run AS last_run, s.run_count AS run_count,
+           s.variable_count AS variable_count, f.created_at AS first_at,
+           l.status AS status, l.completion AS completion, l.created_at AS last_at,
+           l.finished_at AS last_finished
+    FROM (
+        SELECT session_id, MAX(last_run) AS last_run, MIN(first_run) AS first_run,
+               CAST(SUM(n) AS BIGINT) AS run_count, CAST(SUM(v) AS BIGINT) AS variable_count
+        FROM (
+            SELECT session_id, MAX(id) AS last_run, MIN(id) AS first_run, COUNT(*) AS n,
+                   0 AS v
+            FROM runs WHERE tenant = $1 AND session_id IS NOT NULL GROUP BY session_id
+            UNION ALL
+            SELECT session_id, '', NULL, 0, COUNT(*)
+            FROM session_variables WHERE tenant = $1 GROUP BY session_id
+            UNION ALL
+            SELECT session_id, '', NULL, 0, 0 FROM session_summaries WHERE tenant = $1
+        ) parts
+        WHERE session_id NOT IN (SELECT session_id FROM deleted_sessions WHERE tenant = $1)
+        GROUP BY session_id
+    ) s
+    LEFT JOIN runs l ON l.tenant = $1 AND l.id = s.last_run
+    LEFT JOIN runs f ON f.tenant = $1 AND f.id = s.first_run";
+
+/// Reads one row of [`LISTED_SESSIONS`].
+fn listed_session(r: &sqlx::any::AnyRow) -> Result<ListedSession> {
+    let last_run: String = r.try_get("last_run")?;
+    let last_run = match RunId::parse(&last_run) {
+        None if last_run.is_empty() => None,
+        None => return Err(super::Error::Corrupt(format!("run id `{last_run}`"))),
+        Some(id) => Some(SessionRun {
+            id,
+            status: r.try_get("status")?,
+            completion: r.try_get("completion")?,
+            created_at: super::parse_time(&r.try_get::<String, _>("last_at")?)?,
+            finished_at: super::parse_opt_time(r.try_get("last_finished")?)?,
+        }),
+    };
+    Ok(ListedSession {
+        id: r.try_get("session_id")?,
+        run_count: r.try_get::<i64, _>("run_count")?.max(0) as u64,
+        variable_count: r.try_get::<i64, _>("variable_count")?.max(0) as u64,
+        first_run_at: super::parse_opt_time(r.try_get("first_at")?)?,
+        last_run,
+    })
 }
 
 /// Sessions as the API reads and changes them: their variables, summary and runs. The engine
@@ -467,7 +541,7 @@ impl Sessions {
         limit: u32,
     ) -> Result<(Vec<SessionRun>, u64)> {
         let rows = sqlx::query(
-            "SELECT id, status, created_at, finished_at FROM runs
+            "SELECT id, status, completion, created_at, finished_at FROM runs
              WHERE tenant = $1 AND session_id = $2 ORDER BY id DESC LIMIT $3",
         )
         .bind(&tenant.0)
@@ -483,6 +557,7 @@ impl Sessions {
                     id: RunId::parse(&run)
                         .ok_or_else(|| super::Error::Corrupt(format!("run id `{run}`")))?,
                     status: r.try_get("status")?,
+                    completion: r.try_get("completion")?,
                     created_at: super::parse_time(&r.try_get::<String, _>("created_at")?)?,
                     finished_at: super::parse_opt_time(r.try_get("finished_at")?)?,
                 })
@@ -495,6 +570,34 @@ impl Sessions {
                 .fetch_one(&self.0.pool())
                 .await?;
         Ok((runs, total as u64))
+    }
+
+    /// The tenant's sessions, newest run first (see [`SessionCursor`]), at most `limit`,
+    /// after `cursor`. A deleted session is not listed.
+    pub async fn list(
+        &self,
+        tenant: &Tenant,
+        cursor: Option<&SessionCursor>,
+        limit: u32,
+    ) -> Result<Vec<ListedSession>> {
+        let (after, limit_at) = match cursor {
+            Some(_) => (
+                " WHERE s.last_run < $2 OR (s.last_run = $2 AND s.session_id < $3)",
+                "$4",
+            ),
+            None => ("", "$2"),
+        };
+        let sql = format!(
+            "{LISTED_SESSIONS}{after} ORDER BY s.last_run DESC, s.session_id DESC LIMIT {limit_at}"
+        );
+        // The statement is made of constants only; every value is bound.
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&tenant.0);
+        if let Some(c) = cursor {
+            let last = c.last_run.map_or_else(String::new, |id| id.to_string());
+            q = q.bind(last).bind(c.id.clone());
+        }
+        let rows = q.bind(i64::from(limit)).fetch_all(&self.0.pool()).await?;
+        rows.iter().map(listed_session).collect()
     }
 
     /// The ids of the session's runs that have not finished.

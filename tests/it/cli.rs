@@ -1163,3 +1163,102 @@ async fn watching_a_run_again_asks_no_question_that_was_answered_and_shows_count
         .unwrap_or_default();
     assert!(steps.ends_with("2 completed"), "{stdout}");
 }
+
+/// A plan run of `session` that succeeds whole, or (`partial`) with one step failed under
+/// continue-on-failure; its id.
+async fn session_run(app: &TestApp, session: &str, partial: bool) -> String {
+    let second = if partial { "1 / 0" } else { "3 + 3" };
+    let events = app
+        .stream_run(json!({ "input": "go", "orchestration": "fixed", "session_id": session,
+            "plan": { "settings": { "stop_on_first_failure": false }, "steps": [
+                { "id": "first", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": "2 + 2" } } },
+                { "id": "second", "kind": "tool", "input": { "tool": "math.calculate", "arguments": { "expression": second } } } ],
+              "output": "{{ steps.first.output.result }}" } }))
+        .await;
+    let fin = crate::support::app::final_data(&events);
+    let want = if partial { "partial" } else { "success" };
+    assert_eq!(fin["completion"], want, "{fin}");
+    events[0].json()["run_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn runs_list_says_partial_and_filters_by_completion_and_session_and_sessions_list_finds_them()
+{
+    let app = spawn_app(|_| {}).await;
+    let whole = session_run(&app, "trip", false).await;
+    let partial = session_run(&app, "trip", true).await;
+    let other = session_run(&app, "work", false).await;
+
+    let out = app.orca(&["runs", "list"], "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    let line = |id: &str| {
+        shown
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("no {id}: {shown}"))
+            .to_owned()
+    };
+    assert!(line(&partial).contains("succeeded (partial)"), "{shown}");
+    assert!(!line(&whole).contains("partial"), "{shown}");
+
+    let listed = |args: &'static [&'static str]| {
+        let app = &app;
+        async move {
+            let out = app.orca(args, "").await;
+            assert_eq!(code(&out), 0, "{args:?}: {}", text(&out.stderr));
+            let shown = text(&out.stdout);
+            let ids: Vec<String> = shown
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().next())
+                .map(str::to_owned)
+                .collect();
+            (shown, ids)
+        }
+    };
+    let (_, ids) = listed(&["runs", "list", "--completion", "partial"]).await;
+    assert_eq!(ids, [partial.as_str()]);
+    let (_, ids) = listed(&["runs", "list", "--session", "trip"]).await;
+    assert_eq!(ids, [partial.as_str(), whole.as_str()]);
+    let (_, ids) = listed(&[
+        "runs",
+        "list",
+        "--session",
+        "work",
+        "--completion",
+        "success",
+    ])
+    .await;
+    assert_eq!(ids, [other.as_str()]);
+
+    // Sessions: the one with the newest run first, its runs, variables and last run.
+    let (shown, ids) = listed(&["sessions", "list"]).await;
+    assert!(shown.starts_with("SESSION"), "a header row: {shown}");
+    assert_eq!(ids, ["work", "trip"], "{shown}");
+    let trip = shown.lines().find(|l| l.starts_with("trip")).unwrap();
+    let cells: Vec<&str> = trip.split_whitespace().collect();
+    assert_eq!(cells[1..3], ["2", "0"], "runs and variables: {trip}");
+    assert!(
+        trip.contains("succeeded (partial)") && trip.ends_with(&partial),
+        "{trip}"
+    );
+
+    // A page at a time: the hint is the command for the next page.
+    let out = app.orca(&["sessions", "list", "--limit", "1"], "").await;
+    let shown = text(&out.stdout);
+    let hint = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("more: orca "))
+        .unwrap_or_else(|| panic!("no hint: {shown}"));
+    assert!(
+        hint.starts_with("sessions list --limit 1 --cursor "),
+        "{hint}"
+    );
+    let args: Vec<&str> = hint.split(' ').collect();
+    let out = app.orca(&args, "").await;
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let next = text(&out.stdout);
+    assert!(next.lines().nth(1).unwrap().starts_with("trip"), "{next}");
+    assert!(!next.contains("more:"), "the last page: {next}");
+}

@@ -1,5 +1,5 @@
 // The console's entry point: a hash router (#/runs, #/runs/{id}[/tab], #/new, #/workflows,
-// #/agents, #/tools, #/schedules), the navigation's current-page marks and the API-key dialog.
+// #/agents, #/tools, #/schedules, #/sessions[/{id}]), the navigation's current-page marks and the API-key dialog.
 // Every view gets an AbortSignal that fires when the user leaves it, which ends its streams
 // and timers.
 
@@ -9,7 +9,7 @@ import { runsView, newRunView } from './runs.js';
 import { runView } from './run.js';
 import { registryView } from './registry.js';
 import { schedulesView } from './schedules.js';
-import { sessionView } from './sessions.js';
+import { sessionView, sessionsView } from './sessions.js';
 
 let current = null;
 
@@ -41,6 +41,7 @@ async function route() {
   else if (section === 'new') await newRunView(main, params, signal);
   else if (section === 'schedules') await schedulesView(main, signal);
   else if (section === 'sessions' && id) await sessionView(main, id, signal);
+  else if (section === 'sessions') await sessionsView(main, params, signal);
   else if (PAGE_SECTIONS.has(section)) await registryView(main, section, signal);
   else clear(main, h('h1', {}, 'Not found'), empty('This console has no such page.', h('a', { href: '#/runs' }, 'Go to the runs')));
   if (!signal.aborted && document.activeElement === document.body) main.focus({ preventScroll: true });
