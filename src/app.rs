@@ -85,6 +85,7 @@ impl App {
             tools: &tools,
             functions: Some(&functions),
             models: Some(&llm),
+            registered_agents: &[],
         };
         load_shared_definitions(&config, &store, catalog).await?;
         let telemetry = Arc::new(

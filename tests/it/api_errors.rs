@@ -624,6 +624,19 @@ async fn plan_errors_say_what_was_meant() {
          (define it in the plan's `agents` or PUT /v1/agents/biling)"
     );
 
+    // A registered agent is offered too, though the plan defines none.
+    let put = app.client.put(app.url("/v1/agents/billing"));
+    let put = put.json(&json!({"instructions": "You bill."})).send().await;
+    assert!(put.unwrap().status().is_success());
+    let agent = json!({"input": "x", "plan": {
+        "steps": [{"id": "a", "kind": "agent", "input": {"agent": "biling", "prompt": "hi"}}]}});
+    let errors = refused(agent, "/v1/runs", false).await;
+    assert_eq!(
+        message(&errors, "/plan/steps/0/input/agent"),
+        "no agent named `biling`: did you mean `billing`? \
+         (define it in the plan's `agents` or PUT /v1/agents/biling)"
+    );
+
     let steps = json!([{"id": "a", "kind": "tool", "input": calc}]);
     let errors = refused(json!({"input": "x", "plan": steps}), "/v1/runs", false).await;
     assert_eq!(
