@@ -34,12 +34,15 @@ COPY config/default.toml /etc/orca/orca.toml
 # The orca user, by number: a host (Kubernetes' runAsNonRoot) can check it without /etc/passwd.
 USER 10001:10001
 WORKDIR /var/lib/orca
-# The container binds 0.0.0.0 so a published port reaches it. Without API keys orca refuses
-# that unless told: give keys in the config, or run with
-# -e ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND=true and publish on the host's loopback
-# only (-p 127.0.0.1:8080:8080). See docs/operating.md.
+# The container binds 0.0.0.0, since only that reaches a published port (loopback inside a
+# container is the container's own). Outside a container orca refuses a public bind without
+# API keys; the image opts in, so `docker run -p 127.0.0.1:8080:8080 orca` just works, and
+# every start without keys logs a warning saying who can reach it and how to set keys
+# (-e ORCA_AUTH__API_KEYS='[{ key = "...", tenant = "default" }]'). Publish on the host's
+# loopback only unless keys are set. See docs/operating.md.
 ENV ORCA_CONFIG=/etc/orca/orca.toml \
     ORCA_BIND=0.0.0.0:8080 \
+    ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND=true \
     DATABASE_URL=sqlite:///var/lib/orca/orca.db \
     ORCA_TOOLS__WORKSPACE_DIR=/var/lib/orca/workspace \
     RUST_LOG=info

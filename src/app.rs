@@ -85,6 +85,7 @@ impl App {
             tools: &tools,
             functions: Some(&functions),
             models: Some(&llm),
+            registered_agents: &[],
         };
         load_shared_definitions(&config, &store, catalog).await?;
         let telemetry = Arc::new(
@@ -121,7 +122,7 @@ impl App {
         let bind = config.server.bind.clone();
         let listener = TcpListener::bind(&bind)
             .await
-            .with_context(|| format!("binding {bind} (server.bind)"))?;
+            .map_err(|e| bind_error(&bind, e))?;
         let limits = ServerLimits::from_config(&config.server);
         let (sweeper, retention) =
             Sweeper::new(store.clone(), config.retention.clone(), shutdown.clone());
@@ -434,6 +435,19 @@ async fn relay_notices(
                 }
             }
         }
+    }
+}
+
+/// Why the listener could not be had, and what to do: an address in use is another process's
+/// (perhaps another orca), so the way out is another address.
+fn bind_error(bind: &str, e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        anyhow::anyhow!(
+            "binding {bind} (server.bind): the address is in use by another process (another \
+             orca?); stop it, or serve elsewhere with --bind 127.0.0.1:PORT (or ORCA_BIND)"
+        )
+    } else {
+        anyhow::Error::new(e).context(format!("binding {bind} (server.bind)"))
     }
 }
 

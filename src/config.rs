@@ -1068,23 +1068,56 @@ impl Origins<'_> {
             Kind::InvalidValue(actual, expected) => {
                 format!("expected {}, found {actual}", plain_type(expected))
             }
-            Kind::UnknownField(field, known) => {
-                format!("unknown key `{field}`; known keys: {}", known.join(", "))
-            }
-            Kind::UnknownVariant(value, known) => {
-                format!(
-                    "unknown value `{value}`; expected one of {}",
-                    known.join(", ")
-                )
-            }
+            Kind::UnknownField(field, known) => format!(
+                "unknown key `{field}`{}; known keys: {}",
+                did_you_mean(field, known),
+                known.join(", ")
+            ),
+            Kind::UnknownVariant(value, known) => format!(
+                "unknown value `{value}`{}; expected one of {}",
+                did_you_mean(value, known),
+                known.join(", ")
+            ),
             other => other.to_string(),
         };
-        if key.is_empty() {
-            message
-        } else {
-            format!("{}: {message}", self.of(&key))
+        if !key.is_empty() {
+            return format!("{}: {message}", self.of(&key));
+        }
+        // Not about one key: a file that is not TOML (the parser's message says the line and
+        // column; the file is said here, since several may be read).
+        let file = e.metadata.as_ref().and_then(|m| m.source.as_ref());
+        match file.and_then(|s| s.file_path()) {
+            Some(path) => format!("{}: {}", path.display(), without_snippet(&message)),
+            None => message,
         }
     }
+}
+
+/// The TOML parser's message on one line: what it found and expected, without the quoted
+/// source lines and caret under them (`3 | port =`, `  |    ^`); the line number is in its
+/// first line.
+fn without_snippet(message: &str) -> String {
+    let quoted = |line: &&str| {
+        let t = line.trim_start();
+        t.starts_with('|')
+            || t.split_once(" |")
+                .is_some_and(|(n, _)| n.parse::<u32>().is_ok())
+    };
+    let lines: Vec<&str> = message
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !quoted(l))
+        .collect();
+    match lines.split_first() {
+        Some((first, rest)) if !rest.is_empty() => format!("{first}: {}", rest.join("; ")),
+        _ => lines.concat(),
+    }
+}
+
+/// ` (did you mean `NAME`?)` for the known name nearest to `wrong`, else nothing.
+fn did_you_mean(wrong: &str, known: &[&str]) -> String {
+    crate::suggest::nearest(wrong, known.iter().copied())
+        .map_or_else(String::new, |near| format!(" (did you mean `{near}`?)"))
 }
 
 /// Serde's names of Rust types as a user reads them (`usize` is "a non-negative integer").
@@ -1609,6 +1642,18 @@ impl Config {
         Ok(())
     }
 
+    /// Whether the server answers every caller, with no key, on an address other machines may
+    /// reach: a public bind with no API keys, opted into (as the container image does). The
+    /// start says so in a warning.
+    pub fn serves_others_without_keys(&self) -> bool {
+        let public = self
+            .server
+            .bind
+            .parse::<SocketAddr>()
+            .is_ok_and(|a| !a.ip().to_canonical().is_loopback());
+        public && self.auth.api_keys.is_empty()
+    }
+
     /// Whether endpoints are called at all: `llm.provider = "offline"` sends every alias to
     /// the offline provider, named providers too.
     pub fn uses_any_endpoint(&self) -> bool {
@@ -1974,10 +2019,111 @@ mod tests {
     }
 
     #[test]
+    fn a_typo_is_told_the_nearest_key_and_a_broken_file_its_name() {
+        let f = toml_file("[engine]\nmax_runing_runs = 2\n");
+        let err = load(
+            &[("ORCA_CONFIG", f.path().to_str().unwrap())],
+            Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        let at = format!("engine.max_runing_runs in {}", f.path().display());
+        assert!(
+            err.starts_with(&format!(
+                "configuration: {at}: unknown key `max_runing_runs` (did you mean \
+                 `max_running_runs`?); known keys: max_running_runs, max_queued_runs,"
+            )),
+            "{err}"
+        );
+        let err = load(
+            &[("ORCA_ENGINE__PLANNING_FALLBACK", "simpel")],
+            Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("unknown value `simpel` (did you mean `simple`?); expected one of"),
+            "{err}"
+        );
+
+        let f = toml_file("[server]\nbind = \"127.0.0.1:1\"\nport = \n");
+        let err = load(
+            &[("ORCA_CONFIG", f.path().to_str().unwrap())],
+            Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        let named = format!(
+            "configuration: {}: TOML parse error at line 3, column 8: invalid string; expected",
+            f.path().display()
+        );
+        assert!(err.starts_with(&named), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    /// The shipped file holds the built-in defaults, every key of them: a key missing from it
+    /// is a default nobody can read about (serialised defaults that are absent, `null`, need
+    /// no line).
+    #[test]
     fn the_shipped_default_toml_lists_exactly_the_defaults() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml");
         let c = load(&[("ORCA_CONFIG", path)], Overrides::default()).unwrap();
         assert_eq!(c, Config::default());
+
+        let file: serde_json::Value = Figment::from(Toml::file_exact(path)).extract().unwrap();
+        let defaults = serde_json::to_value(Config::default()).unwrap();
+        let mut missing = Vec::new();
+        keys_missing(&defaults, &file, "", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "config/default.toml lacks {}",
+            missing.join(", ")
+        );
+    }
+
+    /// The keys of the tables of `defaults` (dotted, after `at`) that `file` lacks.
+    fn keys_missing(
+        defaults: &serde_json::Value,
+        file: &serde_json::Value,
+        at: &str,
+        out: &mut Vec<String>,
+    ) {
+        let Some(table) = defaults.as_object() else {
+            return;
+        };
+        for (key, value) in table {
+            let path = format!("{at}{key}");
+            match file.get(key) {
+                None if !value.is_null() => out.push(path),
+                None => {}
+                Some(given) => keys_missing(value, given, &format!("{path}."), out),
+            }
+        }
+    }
+
+    /// A file that sets a few keys keeps every other default: `--config` layers over the
+    /// built-in values, it does not replace them.
+    #[test]
+    fn a_partial_file_keeps_the_other_defaults() {
+        let f = toml_file(
+            "[engine]\nmax_steps = 7\n[quotas.default]\nrunning_runs = 2\n\
+             [llm.models]\nsmart = { provider = \"offline\", model = \"m\" }\n",
+        );
+        let c = load(
+            &[],
+            Overrides {
+                config_file: Some(f.path().to_owned()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut want = Config::default();
+        want.engine.max_steps = 7;
+        want.quotas.default.running_runs = 2;
+        want.llm
+            .models
+            .insert("smart".into(), ModelAlias::new("offline", "m"));
+        assert_eq!(c, want);
     }
 
     #[test]

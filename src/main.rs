@@ -161,6 +161,15 @@ async fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
                     "no OPENAI_BASE_URL or OPENAI_API_KEY: runs use the offline demonstration provider"
                 );
             }
+            if config.serves_others_without_keys() {
+                tracing::warn!(
+                    "serving {} with no API keys: anyone who can reach this port may start runs \
+                     and read every run. Publish it on the host's loopback only (docker run -p \
+                     127.0.0.1:8080:8080), or set keys: ORCA_AUTH__API_KEYS='[{{ key = \"a long \
+                     random key\", tenant = \"default\" }}]' (see docs/operating.md)",
+                    config.server.bind
+                );
+            }
             let console = config.server.console;
             // Before anything listens: a SIGTERM must never meet the default action (exit
             // at once) while the server already answers.

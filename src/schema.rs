@@ -67,7 +67,8 @@ pub fn violations(validator: &Validator, value: &Value) -> Vec<SchemaViolation> 
 /// document by hand: a missing or unknown member is pointed at itself, with a message that
 /// names it (and, for an unknown one, the nearest known name and the names there are, read
 /// from the schema's document), a value outside an enum lists them all with the nearest, and
-/// `custom` may give a message of its own for the errors it knows.
+/// `custom`, else the schema's own `errorMessage` beside the keyword, may give a message of its
+/// own for the errors it knows.
 pub fn member_violations(
     schema: &ShippedSchema,
     value: &Value,
@@ -78,7 +79,7 @@ pub fn member_violations(
     for err in schema.validator.iter_errors(value) {
         let base = err.instance_path().as_str().to_owned();
         let at = |pointer: String, message: String| SchemaViolation { pointer, message };
-        if let Some(message) = custom(&err) {
+        if let Some(message) = custom(&err).or_else(|| own_message(document, &err)) {
             out.push(at(base, message));
             continue;
         }
@@ -126,6 +127,15 @@ pub fn member_violations(
         }
     }
     out
+}
+
+/// The `errorMessage` (`{keyword: message}`) the schema's document gives beside the keyword
+/// that failed, where the keyword's path holds no `$ref` (a schema of several documents reads
+/// its own through `custom`).
+fn own_message(document: &Value, err: &ValidationError<'_>) -> Option<String> {
+    let (parent, keyword) = err.schema_path().as_str().rsplit_once('/')?;
+    let messages = document.pointer(parent)?.get("errorMessage")?;
+    messages.get(keyword)?.as_str().map(str::to_owned)
 }
 
 /// The property names the object schema at the parent of `keyword` (the location of an

@@ -99,6 +99,7 @@ impl Services {
             tools: &self.tools,
             functions: Some(&self.functions),
             models: Some(&self.llm),
+            registered_agents: &[],
         }
     }
 

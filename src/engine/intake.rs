@@ -245,7 +245,7 @@ async fn plan_of(
                 crate::agents::resolve_references(services.store(), tenant, &mut doc).await?;
                 match crate::plan::validate_plan(&doc, services.catalog()) {
                     Ok(valid) => (Some((doc, valid)), Vec::new()),
-                    Err(problems) => (None, prefixed("/plan", problems)),
+                    Err(_) => (None, prefixed("/plan", told(services, tenant, &doc).await?)),
                 }
             }
             (Auto | Fixed | Reactive, Some(workflow), None) => {
@@ -266,6 +266,23 @@ async fn plan_of(
             ),
         },
     )
+}
+
+/// The problems of an invalid plan `doc` as the caller is told them: validated again beside the
+/// names of the agents the tenant has registered, so an agent missed by a letter is told the
+/// nearest registered one too (asked only of a refused plan: a valid one costs no query).
+async fn told(services: &Services, tenant: &Tenant, doc: &Value) -> store::Result<Vec<Problem>> {
+    let registered = services
+        .store()
+        .entry_names(crate::store::Registry::Agents, tenant)
+        .await?;
+    let catalog = crate::plan::Catalog {
+        registered_agents: &registered,
+        ..services.catalog()
+    };
+    Ok(crate::plan::validate_plan(doc, catalog)
+        .err()
+        .unwrap_or_default())
 }
 
 /// The request's `workflow` (a registered name, or inline) as a plan, with the problems of

@@ -105,20 +105,22 @@ pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
         let text = ask(ctx, &function, &messages, call, round).await?;
         problems = match parse(&text) {
             Ok(doc) => match plan::validate_plan(&doc, ctx.services.catalog()) {
-                Ok(valid) => match review::review(ctx, fixed::FIRST_VERSION, doc, valid).await? {
-                    Verdict::Run { doc, plan, .. } => return Ok(Planned::Valid(plan, doc)),
-                    Verdict::Rejected(reason) => {
-                        problems = vec![rejected(&reason)];
-                        messages.push(Message::Assistant {
-                            content: text,
-                            tool_calls: vec![],
-                        });
-                        messages.push(Message::User {
-                            content: rejection_request(&reason),
-                        });
-                        continue;
+                Ok(valid) => {
+                    match review::review(ctx, fixed::FIRST_VERSION, round, doc, valid).await? {
+                        Verdict::Run { doc, plan, .. } => return Ok(Planned::Valid(plan, doc)),
+                        Verdict::Rejected(reason) => {
+                            problems = vec![rejected(&reason)];
+                            messages.push(Message::Assistant {
+                                content: text,
+                                tool_calls: vec![],
+                            });
+                            messages.push(Message::User {
+                                content: rejection_request(&reason),
+                            });
+                            continue;
+                        }
                     }
-                },
+                }
                 Err(problems) => problems,
             },
             Err(problem) => vec![problem],

@@ -12,9 +12,11 @@
 //! - `{"decision": "reject", "reason": "..."}`: the planner (or re-planner) writes another,
 //!   told the reason.
 //!
-//! A review is asked at `review-<version>-<digest>-<round>`, the digest naming the plan. A run
-//! stopped while it waited plans again when resumed; the same plan finds its stored answers
-//! (and asks on where they end), another plan is asked about afresh.
+//! A review is asked at `review-<version>-<digest>-<round>`, the digest naming the plan and the
+//! round counting on across the plans written for one version (the `attempt`): a plan written
+//! again after a rejection, even the very same one, is asked under a new id. A run stopped
+//! while it waited plans again when resumed; the same plan finds its stored answers (and asks
+//! on where they end), another plan is asked about afresh.
 
 use std::sync::LazyLock;
 
@@ -61,10 +63,12 @@ pub enum Verdict {
 }
 
 /// Has plan version `version` (`doc`, validated as `plan`) reviewed when the run asks for
-/// reviews; `Run` as proposed at once when it does not.
+/// reviews; `Run` as proposed at once when it does not. `attempt` counts the plans written for
+/// this version before this one (0 for the first).
 pub async fn review(
     ctx: &RunContext,
     version: u32,
+    attempt: u32,
     doc: Value,
     plan: ValidPlan,
 ) -> Result<Verdict, RunError> {
@@ -77,11 +81,12 @@ pub async fn review(
     }
     let digest = digest(&doc);
     let mut problems = String::new();
-    for round in 1..=ctx.services.config.max_plan_repairs + 1 {
+    let rounds = ctx.services.config.max_plan_repairs + 1;
+    for round in 1..=rounds {
         let step = StepPath::root().join(Segment::Review {
             version,
             plan: &digest,
-            round,
+            round: attempt.saturating_mul(rounds).saturating_add(round),
         });
         let prompt = prompt(version, &problems);
         let answer = ctx

@@ -160,6 +160,7 @@ mod tests {
                 tools: &tools,
                 functions: None,
                 models: Some(&Models),
+                registered_agents: &[],
             },
             has_agent: &|a| a == "writer" || a == "critic",
         };

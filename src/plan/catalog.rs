@@ -43,6 +43,10 @@ pub struct Catalog<'a> {
     pub functions: Option<&'a dyn KnownFunctions>,
     /// The model aliases agents may name; any alias when `None`.
     pub models: Option<&'a dyn KnownModels>,
+    /// The agents registered outside the plan (the tenant's own and shared ones), only to
+    /// offer the nearest for an agent the plan does not know: the ones a plan names are copied
+    /// into it before it is validated (`crate::agents::resolve_references`).
+    pub registered_agents: &'a [String],
 }
 
 impl Catalog<'_> {
@@ -59,6 +63,7 @@ impl<'a, T: KnownTools> From<&'a T> for Catalog<'a> {
             tools,
             functions: None,
             models: None,
+            registered_agents: &[],
         }
     }
 }

@@ -120,8 +120,24 @@ fn custom_message(err: &ValidationError<'_>) -> Option<String> {
         _ => return None,
     };
     let (parent, keyword) = fragment.rsplit_once('/')?;
-    let messages = document.pointer(parent)?.get("errorMessage")?;
-    messages.get(keyword)?.as_str().map(str::to_owned)
+    let node = document.pointer(parent)?;
+    let message = node.get("errorMessage")?.get(keyword)?.as_str()?;
+    Some(format!("{message}{}", nearest_allowed(err, node, keyword)))
+}
+
+/// For an `enum` the value missed by a little (`tol`): `; did you mean `tool`?`, else nothing.
+/// The custom messages list the values already; what they cannot say is which one was meant.
+fn nearest_allowed(err: &ValidationError<'_>, node: &Value, keyword: &str) -> String {
+    let (Some(wrong), Some(allowed)) = (err.instance().as_str(), node["enum"].as_array()) else {
+        return String::new();
+    };
+    if keyword != "enum" {
+        return String::new();
+    }
+    let allowed = allowed.iter().filter_map(Value::as_str);
+    crate::suggest::nearest(wrong, allowed).map_or_else(String::new, |near| {
+        format!("; `{wrong}`: did you mean `{near}`?")
+    })
 }
 
 #[cfg(test)]

@@ -291,6 +291,18 @@ fn the_schema_is_checked_first() {
             "`kind` must be one of llm, tool, branch",
         ),
         (
+            "schema: a kind missed by a letter",
+            json!({"steps": [{"id": "a", "kind": "tol", "input": {}}]}),
+            "/steps/0/kind",
+            "`kind` must be one of llm, tool, branch, parallel, sequential, loop, wait, user_input, agent, handoff, group_chat, workflow; `tol`: did you mean `tool`?",
+        ),
+        (
+            "schema: the steps alone, not a plan",
+            json!([llm("a", "p")]),
+            "",
+            r#"a plan is an object with its steps under `steps`: wrap a list of steps as {"steps": [...]}"#,
+        ),
+        (
             "schema: bad step id",
             json!({"steps": [llm("has space", "p")]}),
             "/steps/0/id",
@@ -901,6 +913,11 @@ fn workflows_validate_their_name_input_schema_and_plan() {
     }
     let err = validate_workflow(&json!({"steps": [llm("a", "p")]}), &tools).unwrap_err();
     assert_eq!(err[0].pointer, "/name");
+    let err = validate_workflow(&json!([llm("a", "p")]), &tools).unwrap_err();
+    assert_eq!(
+        err[0].message,
+        r#"a workflow is an object with its steps under `steps`: wrap a list of steps as {"name": "...", "steps": [...]}"#
+    );
 
     // Plan problems in a workflow point where they would in a plan.
     let err = validate_workflow(

@@ -165,7 +165,9 @@ impl Checker<'_> {
         if self.names.agents.contains(name) {
             return true;
         }
-        let near = crate::suggest::did_you_mean(name, self.names.agents.iter().map(|a| a.as_str()));
+        let registered = self.catalog.registered_agents.iter();
+        let known = self.names.agents.iter().chain(registered);
+        let near = crate::suggest::did_you_mean(name, known.map(String::as_str));
         self.problems.push(Problem::new(
             pointer,
             format!(

@@ -580,3 +580,72 @@ async fn errors_teach_what_is_right() {
         "{detail}"
     );
 }
+
+/// A plan's mistakes are told with what was meant: the nearest step kind and declared agent,
+/// and a plan (or workflow) sent as a bare list of steps is told to wrap them.
+#[tokio::test]
+async fn plan_errors_say_what_was_meant() {
+    let app = spawn_app(|_| {}).await;
+    let refused = |body: Value, path: &'static str, put: bool| {
+        let app = &app;
+        async move {
+            let req = if put {
+                app.client.put(app.url(path))
+            } else {
+                app.client.post(app.url(path))
+            };
+            let (status, body) = problem(req.json(&body).send().await.unwrap()).await;
+            assert_eq!(status, 422, "{body}");
+            body["errors"].as_array().unwrap().clone()
+        }
+    };
+    let message = |errors: &[Value], pointer: &str| -> String {
+        let found = errors.iter().find(|e| e["pointer"] == pointer);
+        let found = found.unwrap_or_else(|| panic!("{pointer}: {errors:?}"));
+        found["message"].as_str().unwrap().to_owned()
+    };
+    let calc = json!({"tool": "math.calculate", "arguments": {"expression": "1 + 1"}});
+
+    let kind =
+        json!({"input": "x", "plan": {"steps": [{"id": "a", "kind": "tol", "input": calc}]}});
+    let errors = refused(kind, "/v1/runs", false).await;
+    assert!(
+        message(&errors, "/plan/steps/0/kind").ends_with("; `tol`: did you mean `tool`?"),
+        "{errors:?}"
+    );
+
+    let agent = json!({"input": "x", "plan": {
+        "agents": {"bilingual": {"instructions": "You translate."}},
+        "steps": [{"id": "a", "kind": "agent", "input": {"agent": "biling", "prompt": "hi"}}]}});
+    let errors = refused(agent, "/v1/runs", false).await;
+    assert_eq!(
+        message(&errors, "/plan/steps/0/input/agent"),
+        "no agent named `biling`: did you mean `bilingual`? \
+         (define it in the plan's `agents` or PUT /v1/agents/biling)"
+    );
+
+    // A registered agent is offered too, though the plan defines none.
+    let put = app.client.put(app.url("/v1/agents/billing"));
+    let put = put.json(&json!({"instructions": "You bill."})).send().await;
+    assert!(put.unwrap().status().is_success());
+    let agent = json!({"input": "x", "plan": {
+        "steps": [{"id": "a", "kind": "agent", "input": {"agent": "biling", "prompt": "hi"}}]}});
+    let errors = refused(agent, "/v1/runs", false).await;
+    assert_eq!(
+        message(&errors, "/plan/steps/0/input/agent"),
+        "no agent named `biling`: did you mean `billing`? \
+         (define it in the plan's `agents` or PUT /v1/agents/biling)"
+    );
+
+    let steps = json!([{"id": "a", "kind": "tool", "input": calc}]);
+    let errors = refused(json!({"input": "x", "plan": steps}), "/v1/runs", false).await;
+    assert_eq!(
+        message(&errors, "/plan"),
+        r#"a plan is an object with its steps under `steps`: wrap a list of steps as {"steps": [...]}"#
+    );
+    let errors = refused(steps, "/v1/workflows/sum", true).await;
+    assert_eq!(
+        message(&errors, ""),
+        r#"a workflow is an object with its steps under `steps`: wrap a list of steps as {"name": "...", "steps": [...]}"#
+    );
+}

@@ -33,6 +33,8 @@ async fn configuration_errors_name_what_the_user_wrote() {
     let dir = tempfile::tempdir().unwrap();
     let toml = dir.path().join("orca.toml");
     std::fs::write(&toml, "[engine]\nmax_runing_runs = 2\n").unwrap();
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[server]\nconsole = true\nbind = \n").unwrap();
     // (environment, arguments, what stderr must name)
     type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>, Vec<&'a str>);
     let cases: Vec<Case> = vec![
@@ -49,7 +51,16 @@ async fn configuration_errors_name_what_the_user_wrote() {
         (
             vec![],
             vec!["--config", toml.to_str().unwrap()],
-            vec!["engine.max_runing_runs", "orca.toml"],
+            vec![
+                "engine.max_runing_runs",
+                "orca.toml",
+                "did you mean `max_running_runs`?",
+            ],
+        ),
+        (
+            vec![],
+            vec!["--config", broken.to_str().unwrap()],
+            vec!["broken.toml: TOML parse error at line 3"],
         ),
         (
             vec![],
@@ -80,6 +91,26 @@ async fn configuration_errors_name_what_the_user_wrote() {
         }
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     }
+}
+
+#[tokio::test]
+async fn a_busy_port_names_its_address_and_suggests_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let mut cmd = orca(&dir);
+    cmd.args(["serve", "--database-url", &db(&dir), "--bind", &address]);
+    let out = tokio::time::timeout(PATIENCE, cmd.output())
+        .await
+        .expect("orca exits")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let wanted = format!(
+        "error: binding {address} (server.bind): the address is in use by another process \
+         (another orca?); stop it, or serve elsewhere with --bind 127.0.0.1:PORT (or ORCA_BIND)"
+    );
+    assert!(stderr.contains(&wanted), "{stderr}");
 }
 
 #[tokio::test]
@@ -163,6 +194,50 @@ async fn logs_are_plain_text_on_a_non_terminal_stderr() {
     let text = seen.join("\n");
     assert!(listening, "the start is logged on stderr: {text}");
     assert!(!text.contains('\x1b'), "ANSI escapes in {text:?}");
+}
+
+/// The container image's default (a public bind, opted in, no keys: see the Dockerfile)
+/// serves, and its first lines say who can reach it and how to set keys.
+#[tokio::test]
+async fn the_images_default_serves_and_warns_that_it_has_no_keys() {
+    let dockerfile = include_str!("../../Dockerfile");
+    for line in [
+        "ORCA_BIND=0.0.0.0:8080",
+        "ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND=true",
+        "CMD [\"serve\"]",
+    ] {
+        assert!(dockerfile.contains(line), "the Dockerfile lacks {line}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = orca(&dir)
+        .args(["serve", "--database-url", &db(&dir)])
+        // Port 0 of every interface: the image's address, on a port of its own.
+        .env("ORCA_BIND", "0.0.0.0:0")
+        .env("ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND", "true")
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let listening = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let done = line.contains("orca is listening");
+            seen.push(line);
+            if done {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("orca logs in time");
+    child.kill().await.unwrap();
+    let text = seen.join("\n");
+    assert!(listening, "orca serves: {text}");
+    let warning = "serving 0.0.0.0:0 with no API keys: anyone who can reach this port may \
+         start runs and read every run. Publish it on the host's loopback only (docker run -p \
+         127.0.0.1:8080:8080), or set keys: ORCA_AUTH__API_KEYS='[{ key = \"a long random \
+         key\", tenant = \"default\" }]' (see docs/operating.md)";
+    assert!(text.contains(warning), "{text}");
 }
 
 /// Resident memory after a first model call (design 001: under 50 MB), and what the exact

@@ -299,3 +299,61 @@ async fn a_plan_under_review_on_one_replica_is_approved_through_another() {
     };
     assert_eq!(plans[0]["plan"], asked["data"]["plan"]);
 }
+
+/// The offline model acts on a rejection: its next plan does what the reason says (a last
+/// step that explains, then, told to drop it, the first plan again), and each plan is asked
+/// about under its own step id, the first plan written again too.
+#[tokio::test]
+async fn the_offline_planner_acts_on_a_rejection_and_each_plan_is_asked_anew() {
+    let app = spawn_app(|_| {}).await;
+    let run = app
+        .create_run(
+            json!({ "input": "10 + 20 계산해줘", "orchestration": "planner",
+                            "review_plans": true }),
+        )
+        .await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut reader = app.events(&id).await;
+    let first = next_review(&mut reader).await;
+    let plan = first["data"]["plan"].clone();
+    assert_eq!(plan["steps"][0]["id"], "calc", "{first}");
+    let reject = |why: &str| json!({ "decision": "reject", "reason": why });
+
+    let step = first["data"]["step_id"].clone();
+    let (status, _) = answer(&app, &id, &step, reject("explain the sum in words")).await;
+    assert_eq!(status, 202);
+    let second = next_review(&mut reader).await;
+    let revised = &second["data"]["plan"];
+    assert_eq!(
+        (revised["steps"][0].clone(), revised["steps"][1].clone()),
+        (
+            plan["steps"][0].clone(),
+            json!({ "id": "revise", "kind": "llm", "depends_on": ["calc"], "input": {
+                "prompt": "Revise the work as asked: explain the sum in words Done so far: {{ steps.calc.output }}" } })
+        ),
+        "{second}"
+    );
+
+    let (status, _) = answer(
+        &app,
+        &id,
+        &second["data"]["step_id"],
+        reject("drop the revise step"),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let third = next_review(&mut reader).await;
+    assert_eq!(third["data"]["plan"], plan, "{third}");
+    // The same plan as the first, asked under a round of its own: 3 asks per plan
+    // (engine.max_plan_repairs 2 + 1), so the third plan's first ask is round 7.
+    let first_id = step.as_str().unwrap();
+    let again = format!("{}-7", first_id.strip_suffix("-1").unwrap());
+    assert_eq!(third["data"]["step_id"], again.as_str());
+    let ids = [&step, &second["data"]["step_id"], &third["data"]["step_id"]];
+    assert!(ids[0] != ids[1] && ids[1] != ids[2], "{ids:?}");
+
+    let (status, _) = answer(&app, &id, ids[2], json!({ "decision": "approve" })).await;
+    assert_eq!(status, 202);
+    let fin = final_data(&to_final(reader).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+}

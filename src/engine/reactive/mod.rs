@@ -432,7 +432,7 @@ impl Run {
         let number = self.current().number + 1;
         let mut trigger = trigger.clone();
         let mut reason = String::new();
-        for _ in 0..=ctx.services.config.max_plan_repairs {
+        for attempt in 0..=ctx.services.config.max_plan_repairs {
             let replanned = match replanner::replan(ctx, &trigger, &self.versions, progress).await?
             {
                 Ok(replanned) => replanned,
@@ -443,7 +443,7 @@ impl Run {
                 plan,
                 mut change,
             } = replanned;
-            match review::review(ctx, number, doc, plan).await? {
+            match review::review(ctx, number, attempt, doc, plan).await? {
                 Verdict::Run { doc, plan, edited } => {
                     if edited {
                         change.explanation.push_str(" (edited by the reviewer)");

@@ -176,7 +176,12 @@ fn events_for(request: &ChatRequest) -> Vec<LlmEvent> {
 fn answer(request: &ChatRequest) -> Answer {
     if let Some(schema) = &request.response_schema {
         if schema.name == "agent_plan" {
-            return Answer::Json(plans::plan_for(plans::task_of(first_user(request))).to_string());
+            let plan = plans::plan_for(plans::task_of(first_user(request)));
+            let later = request.messages.iter().skip(1).filter_map(|m| match m {
+                Message::User { content } => Some(content.as_str()),
+                _ => None,
+            });
+            return Answer::Json(plans::revised(plan, &plans::rejections(later)).to_string());
         }
         if schema.name == "replan" {
             return Answer::Json(replans::replan_for(first_user(request)).to_string());

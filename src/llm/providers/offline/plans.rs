@@ -48,6 +48,144 @@ pub fn plan_for(task: &str) -> Value {
             "output": "{{ steps.answer.output }}" })
 }
 
+/// How the planner tells the model its plan was rejected (`engine::planner`'s
+/// `rejection_request`): this, the reviewer's reason, then a line asking for a new plan.
+pub const REJECTED: &str = "The reviewer rejected this plan: ";
+
+/// The reviewer's reasons, in order, from the planner's messages after its first prompt.
+pub fn rejections<'a>(later_user_messages: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    later_user_messages
+        .into_iter()
+        .filter_map(|m| m.strip_prefix(REJECTED))
+        .map(|rest| rest.split('\n').next().unwrap_or(rest).trim())
+        .collect()
+}
+
+/// `plan` changed by each rejection in turn, so the reviewer sees the reason acted on. A
+/// reason naming one of the plan's steps (`drop measure`, "no `answer` step") removes that
+/// step with every step that needs it; any other reason (or one that would leave nothing)
+/// adds a last step that answers from what the plan did, told the reason.
+pub fn revised(mut plan: Value, reasons: &[&str]) -> Value {
+    for (i, reason) in reasons.iter().enumerate() {
+        let dropped = named_step(&plan, reason).and_then(|id| without(&plan, &id));
+        plan = match dropped {
+            Some(smaller) => smaller,
+            None => with_revision(plan, reason, i + 1),
+        };
+    }
+    plan
+}
+
+/// The ids of the plan's top-level steps.
+fn step_ids(plan: &Value) -> Vec<String> {
+    let steps = plan["steps"].as_array().into_iter().flatten();
+    steps
+        .filter_map(|s| s["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The first of the plan's step ids `reason` has as a word.
+fn named_step(plan: &Value, reason: &str) -> Option<String> {
+    let words: Vec<&str> = reason
+        .split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .map(|w| w.trim_matches('.'))
+        .collect();
+    step_ids(plan)
+        .into_iter()
+        .find(|id| words.contains(&id.as_str()))
+}
+
+/// The plan without step `id` and the steps that depend on it (directly or not); its
+/// `output` goes when it reads a removed step. None when no step would be left.
+fn without(plan: &Value, id: &str) -> Option<Value> {
+    let steps = plan["steps"].as_array()?;
+    let needs = |step: &Value, ids: &[String]| {
+        let deps = step["depends_on"].as_array().into_iter().flatten();
+        deps.filter_map(Value::as_str)
+            .any(|d| ids.iter().any(|i| i == d))
+    };
+    let mut removed = vec![id.to_owned()];
+    while let Some(next) = steps.iter().find(|s| {
+        let sid = s["id"].as_str().unwrap_or_default();
+        !removed.iter().any(|r| r == sid) && needs(s, &removed)
+    }) {
+        removed.push(next["id"].as_str().unwrap_or_default().to_owned());
+    }
+    let kept: Vec<Value> = steps
+        .iter()
+        .filter(|s| !removed.iter().any(|r| s["id"] == r.as_str()))
+        .cloned()
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    let mut smaller = plan.clone();
+    smaller["steps"] = Value::Array(kept);
+    let output = plan["output"].to_string();
+    if removed
+        .iter()
+        .any(|r| output.contains(&format!("steps.{r}.")))
+    {
+        // The one step left at the end gives the output; with several, their outputs do.
+        match last_steps(&smaller).as_slice() {
+            [only] => smaller["output"] = json!(format!("{{{{ steps.{only}.output }}}}")),
+            _ => {
+                if let Some(map) = smaller.as_object_mut() {
+                    map.remove("output");
+                }
+            }
+        }
+    }
+    Some(smaller)
+}
+
+/// The ids of the top-level steps no other step depends on.
+fn last_steps(plan: &Value) -> Vec<String> {
+    let steps = plan["steps"].as_array().cloned().unwrap_or_default();
+    step_ids(plan)
+        .into_iter()
+        .filter(|id| {
+            !steps.iter().any(|s| {
+                let deps = s["depends_on"].as_array().into_iter().flatten();
+                deps.filter_map(Value::as_str).any(|d| d == id.as_str())
+            })
+        })
+        .collect()
+}
+
+/// The plan with a last step, after every step nothing else needs, that answers from their
+/// outputs as the reviewer asked; the plan's output is that step's.
+fn with_revision(mut plan: Value, reason: &str, nth: usize) -> Value {
+    let ids = step_ids(&plan);
+    let last = last_steps(&plan);
+    let mut id = if nth == 1 {
+        "revise".to_owned()
+    } else {
+        format!("revise-{nth}")
+    };
+    while ids.contains(&id) {
+        id.push('_');
+    }
+    let outputs: Vec<String> = last
+        .iter()
+        .map(|s| format!("{{{{ steps.{s}.output }}}}"))
+        .collect();
+    // The reason is the reviewer's text, not a template.
+    let reason = reason.replace("{{", "{ {").replace("}}", "} }");
+    let prompt = format!(
+        "{} {reason} Done so far: {}",
+        super::replans::REVISE,
+        outputs.join(", ")
+    );
+    let step =
+        json!({ "id": id, "kind": "llm", "depends_on": last, "input": { "prompt": prompt } });
+    if let Some(list) = plan["steps"].as_array_mut() {
+        list.push(step);
+    }
+    plan["output"] = json!(format!("{{{{ steps.{id}.output }}}}"));
+    plan
+}
+
 fn one_tool(id: &str, tool: &str, arguments: Value) -> Value {
     json!({
         "steps": [{ "id": id, "kind": "tool", "input": { "tool": tool, "arguments": arguments } }],
@@ -123,6 +261,44 @@ mod tests {
         assert_eq!(five["steps"].as_array().unwrap().len(), 5, "{five}");
         assert_eq!(five["steps"][3]["input"]["function"], "summarizer");
         assert_eq!(plan_for("tell me a joke")["steps"][0]["kind"], "llm");
+    }
+
+    #[test]
+    fn a_rejection_changes_the_plan_as_its_reason_says() {
+        let calc = plan_for("10 + 20 계산해줘");
+        let told = rejections([
+            "Task: x",
+            "The reviewer rejected this plan: explain the sum\nAnswer with a new whole plan",
+        ]);
+        assert_eq!(told, ["explain the sum"]);
+        // A reason naming no step: a last step answers from the plan's work, told the reason.
+        let explained = revised(calc.clone(), &told);
+        assert_eq!(
+            explained["steps"][1],
+            json!({ "id": "revise", "kind": "llm", "depends_on": ["calc"], "input": {
+                "prompt": "Revise the work as asked: explain the sum Done so far: {{ steps.calc.output }}" } })
+        );
+        assert_eq!(explained["output"], "{{ steps.revise.output }}");
+        // Naming a step drops it and what needs it; the first plan comes back here.
+        assert_eq!(
+            revised(calc.clone(), &["explain the sum", "drop `revise`"]),
+            calc
+        );
+        // Dropping the only step would leave nothing: a revision instead, numbered.
+        let again = revised(calc.clone(), &["a", "no calc"]);
+        assert_eq!(again["steps"][2]["id"], "revise-2");
+        assert_eq!(again["steps"][2]["depends_on"], json!(["revise"]));
+
+        let five = plan_for("read hello.txt, analyse it, then write a summary");
+        let four = revised(five, &["skip measure, please"]);
+        let ids: Vec<&str> = four["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["read", "analyse", "summarise"]);
+        assert_eq!(four["output"], "{{ steps.summarise.output }}");
     }
 
     #[test]
