@@ -151,7 +151,7 @@ async fn a_finished_run_posts_its_signed_summary_and_retries_until_accepted() {
     let out = app.orca(&["runs", "show", id], "").await;
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(
-        shown.contains(&format!("delivered after 2 attempt(s) → {url}")),
+        shown.contains(&format!("delivered after 2 attempts → {url}")),
         "{shown}"
     );
 
