@@ -219,7 +219,8 @@ fn decode_cursor(text: &str) -> Option<SessionCursor> {
         .step_by(2)
         .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
         .collect::<Option<Vec<u8>>>()?;
-    let id = String::from_utf8(bytes).ok()?;
+    // Only a place in the order: bytes that are no text still name one.
+    let id = String::from_utf8_lossy(&bytes).into_owned();
     Some(SessionCursor { last_run, id })
 }
 
@@ -261,7 +262,10 @@ fn page_of(params: &[(String, String)]) -> Result<(u32, Option<SessionCursor>), 
 
 /// `cursor` of `GET /v1/sessions` in the OpenAPI document; the handler reads it.
 #[derive(ToSchema)]
-#[schema(description = "`next_cursor` of the previous page")]
+#[schema(
+    description = "`next_cursor` of the previous page",
+    pattern = "^(-|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\\.([0-9a-fA-F]{2})*$"
+)]
 #[allow(dead_code)] // described, never built
 struct SessionPageCursor(String);
 
@@ -511,8 +515,12 @@ mod tests {
             );
             assert_eq!(decode_cursor(&text), Some(cursor), "{text}");
         }
-        for bad in ["", "nope", "-.7", "-.zz", "not-a-run.74", "-.ff", "-"] {
+        for bad in ["", "nope", "-.7", "-.zz", "not-a-run.74", "-"] {
             assert_eq!(decode_cursor(bad), None, "{bad}");
         }
+        // Bytes that are no text are still a place in the order (the documented pattern
+        // allows any hex).
+        let place = decode_cursor("-.ff").map(|c| c.id);
+        assert_eq!(place.as_deref(), Some("\u{fffd}"));
     }
 }
