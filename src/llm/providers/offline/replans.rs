@@ -173,6 +173,14 @@ fn revised(plan: &Value, completed: &Map<String, Value>, message: &str) -> Value
         .cloned()
         .collect();
     let done: Vec<String> = kept.iter().map(|s| id_of(s).to_owned()).collect();
+    // A completed branch has chosen already; it may name only the steps that are kept.
+    for step in kept.iter_mut().filter(|s| s["kind"] == "branch") {
+        for side in ["then", "else"] {
+            if let Some(targets) = step["input"][side].as_array_mut() {
+                targets.retain(|t| t.as_str().is_some_and(|t| done.iter().any(|d| d == t)));
+            }
+        }
+    }
     let context: Vec<String> = done
         .iter()
         .map(|id| format!("{id}: {{{{ steps.{id}.output }}}}"))
@@ -236,6 +244,35 @@ mod tests {
             json!({ "strategy": "retry", "reason": "The failure may pass; trying again.",
                     "completes_task": true })
         );
+    }
+
+    #[test]
+    fn a_completed_branch_names_only_the_steps_the_revision_keeps() {
+        let calc = |id: &str, deps: &[&str]| {
+            json!({ "id": id, "kind": "tool", "depends_on": deps,
+                "input": { "tool": "math.calculate", "arguments": { "expression": "1 + 1" } } })
+        };
+        let plan = json!({ "steps": [
+            calc("profit", &[]),
+            { "id": "check", "kind": "branch", "depends_on": ["profit"], "input": {
+                "condition": "true", "then": ["draft"], "else": ["archive"] } },
+            calc("draft", &["check"]),
+            calc("archive", &["check"]),
+        ] });
+        let done = json!({ "profit": { "result": 2 }, "check": true, "draft": { "result": 2 } });
+        let answer = replan_for(&prompt(
+            "user: shorter please",
+            r#"["partial","complete"]"#,
+            &plan,
+            &done,
+        ));
+        let revised = &answer["plan"];
+        assert_eq!(revised["steps"][1]["input"]["then"], json!(["draft"]));
+        assert_eq!(revised["steps"][1]["input"]["else"], json!([]));
+        let tools = crate::plan::catalog::fake::BuiltinTools::new();
+        if let Err(problems) = crate::plan::validate_plan(revised, &tools) {
+            panic!("the revision is a valid plan: {problems:#?}\n{revised:#}");
+        }
     }
 
     #[test]
