@@ -176,22 +176,7 @@ async fn logs_are_plain_text_on_a_non_terminal_stderr() {
         .env("RUST_LOG", "info")
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    let listening = tokio::time::timeout(PATIENCE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let done = line.contains("orca is listening");
-            seen.push(line);
-            if done {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .expect("orca logs in time");
-    child.kill().await.unwrap();
-    let text = seen.join("\n");
+    let (listening, text) = logged_until_listening(&mut child).await;
     assert!(listening, "the start is logged on stderr: {text}");
     assert!(!text.contains('\x1b'), "ANSI escapes in {text:?}");
 }
@@ -216,22 +201,7 @@ async fn the_images_default_serves_and_warns_that_it_has_no_keys() {
         .env("ORCA_SERVER__ALLOW_UNAUTHENTICATED_PUBLIC_BIND", "true")
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    let listening = tokio::time::timeout(PATIENCE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let done = line.contains("orca is listening");
-            seen.push(line);
-            if done {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .expect("orca logs in time");
-    child.kill().await.unwrap();
-    let text = seen.join("\n");
+    let (listening, text) = logged_until_listening(&mut child).await;
     assert!(listening, "orca serves: {text}");
     let warning = "serving 0.0.0.0:0 with no API keys: anyone who can reach this port may \
          start runs and read every run. Publish it on the host's loopback only (docker run -p \
@@ -282,4 +252,25 @@ async fn memory_after_the_first_model_call_stays_under_50_mb() {
         bpe / MB,
         estimate / MB
     );
+}
+
+/// What a started `orca serve` writes to stderr until it says it is listening (or exits),
+/// then kills it: whether it got there, and the lines.
+async fn logged_until_listening(child: &mut tokio::process::Child) -> (bool, String) {
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let listening = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let done = line.contains("orca is listening");
+            seen.push(line);
+            if done {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("orca logs in time");
+    child.kill().await.unwrap();
+    (listening, seen.join("\n"))
 }
