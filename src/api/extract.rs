@@ -237,6 +237,28 @@ pub use crate::schema::escape_pointer;
 /// one, and all the known ones (`known`; a family of names as `metadata.KEY`), e.g.
 /// "unknown parameter `sesion_id`: did you mean `session_id`? (known: `status`, ... or
 /// `cursor`)".
+/// A list's `limit` (1 to 200), or why not.
+pub fn page_limit(v: &str) -> Result<u32, String> {
+    match v.parse::<u32>() {
+        Ok(n) if (1..=200).contains(&n) => Ok(n),
+        _ => Err("limit must be an integer from 1 to 200".into()),
+    }
+}
+
+/// A query parameter given a second time is ambiguous (the last one? both?): refused.
+pub fn given_once<'a>(
+    seen: &mut std::collections::HashSet<&'a str>,
+    name: &'a str,
+) -> Result<(), FieldError> {
+    match seen.insert(name) {
+        true => Ok(()),
+        false => Err(FieldError::new(
+            format!("/query/{}", escape_pointer(name)),
+            format!("`{name}` is given more than once"),
+        )),
+    }
+}
+
 pub fn unknown_parameter(name: &str, known: &[&str]) -> FieldError {
     let near = crate::suggest::did_you_mean(name, known.iter().copied());
     FieldError::new(

@@ -520,15 +520,11 @@ fn filter_of(params: &[(String, String)]) -> Result<RunFilter, ApiError> {
     let time = |v: &str| DateTime::parse_from_rfc3339(v).map(|t| t.with_timezone(&Utc));
     let mut seen = std::collections::HashSet::new();
     for (k, v) in params {
-        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
-        // A repeated filter is ambiguous (the last one? both?): refuse it rather than guess.
-        if !seen.insert(k.as_str()) {
-            errors.push(FieldError::new(
-                pointer,
-                format!("`{k}` is given more than once"),
-            ));
+        if let Err(e) = super::extract::given_once(&mut seen, k) {
+            errors.push(e);
             continue;
         }
+        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
         let mut refuse = |message: String| errors.push(FieldError::new(pointer.clone(), message));
         match k.as_str() {
             "status" => match RunStatus::parse(v) {
@@ -557,9 +553,9 @@ fn filter_of(params: &[(String, String)]) -> Result<RunFilter, ApiError> {
                 Ok(t) => filter.created_before = Some(t),
                 Err(_) => refuse("expected an RFC 3339 time".into()),
             },
-            "limit" => match v.parse::<u32>() {
-                Ok(n) if (1..=200).contains(&n) => filter.limit = n,
-                _ => refuse("limit must be an integer from 1 to 200".into()),
+            "limit" => match super::extract::page_limit(v) {
+                Ok(n) => filter.limit = n,
+                Err(message) => refuse(message),
             },
             "q" => match search_text(v) {
                 Ok(text) => filter.text = text,

@@ -230,21 +230,15 @@ fn page_of(params: &[(String, String)]) -> Result<(u32, Option<SessionCursor>), 
     let mut errors = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (k, v) in params {
-        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
-        if !seen.insert(k.as_str()) {
-            errors.push(FieldError::new(
-                pointer,
-                format!("`{k}` is given more than once"),
-            ));
+        if let Err(e) = super::extract::given_once(&mut seen, k) {
+            errors.push(e);
             continue;
         }
+        let pointer = format!("/query/{}", super::extract::escape_pointer(k));
         match k.as_str() {
-            "limit" => match v.parse::<u32>() {
-                Ok(n) if (1..=200).contains(&n) => limit = n,
-                _ => errors.push(FieldError::new(
-                    pointer,
-                    "limit must be an integer from 1 to 200",
-                )),
+            "limit" => match super::extract::page_limit(v) {
+                Ok(n) => limit = n,
+                Err(message) => errors.push(FieldError::new(pointer, message)),
             },
             "cursor" => match decode_cursor(v) {
                 Some(c) => cursor = Some(c),
