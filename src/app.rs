@@ -14,8 +14,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
+use crate::config::selector::Selector;
 use crate::config::{Config, DatabaseConfig};
-use crate::engine::selector::Selector;
 use crate::engine::{Engine, Services};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
@@ -113,9 +113,9 @@ impl App {
             webhook_due: webhook_due.clone(),
             quotas: Arc::new(config.quotas.clone()),
             lease: if store.shared() {
-                crate::engine::lease::LeaseGate::leased(store.lease_ttl())
+                crate::engine::runtime::lease::LeaseGate::leased(store.lease_ttl())
             } else {
-                crate::engine::lease::LeaseGate::open()
+                crate::engine::runtime::lease::LeaseGate::open()
             },
         };
         let engine = start_engine(services, &config.database, &store, &tracker, &shutdown).await?;

@@ -896,7 +896,7 @@ pub(super) async fn answer_input(
             ))
         }
         Err(engine::SubmitError::Engine(e)) => Err(ApiError::internal(e)),
-        Err(engine::SubmitError::Input(engine::input::InputError::Invalid(problems))) => {
+        Err(engine::SubmitError::Input(engine::runtime::input::InputError::Invalid(problems))) => {
             Err(ApiError::validation_many(
                 problems
                     .into_iter()

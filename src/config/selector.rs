@@ -184,6 +184,52 @@ fn compile_one(given: &SelectorRuleConfig) -> Result<Rule, (&'static str, String
     })
 }
 
+/// `[selector]`, checked and compiled: the rules in order, the default, whether to ask the
+/// model. Built once at start; cheap to share.
+#[derive(Debug, Clone)]
+pub struct Selector {
+    rules: Vec<Rule>,
+    default: Orchestration,
+    use_llm: bool,
+}
+
+impl Selector {
+    /// Compiles `[selector]`; the first problem names its key (bad regular expressions,
+    /// unknown orchestrations, rules without a matcher or a target).
+    pub fn from_config(config: &SelectorConfig) -> Result<Selector, ConfigProblem> {
+        Ok(Selector {
+            default: default_of(config)?,
+            rules: compile(config)?,
+            use_llm: config.use_llm,
+        })
+    }
+
+    /// The configured orchestration for when nothing else decides.
+    pub fn default_orchestration(&self) -> Orchestration {
+        self.default
+    }
+
+    /// Whether the model is asked when no rule decides (`selector.use_llm`).
+    pub fn asks_model(&self) -> bool {
+        self.use_llm
+    }
+
+    /// Every rule matching `text`, in order, with what matched.
+    pub fn matching<'a>(&'a self, text: &'a str) -> impl Iterator<Item = (&'a Rule, Hit)> + 'a {
+        let lowered = text.to_lowercase();
+        self.rules
+            .iter()
+            .filter_map(move |r| r.hit(text, &lowered).map(|h| (r, h)))
+    }
+}
+
+impl Default for Selector {
+    /// The shipped `[selector]`: no rules, ask the model, else `simple`.
+    fn default() -> Self {
+        Selector::from_config(&SelectorConfig::default()).expect("the default [selector] is valid")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,11 @@ use super::error::{ErrorCode, RunError};
 use super::ids::StepId;
 use super::run::Orchestration;
 
+/// The number of a run's first plan version.
+pub const FIRST_VERSION: u32 = 1;
+/// The plan version of work done outside any plan (a simple run, planning, selection).
+pub const NO_PLAN: u32 = 0;
+
 /// What a step does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

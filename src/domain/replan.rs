@@ -10,6 +10,9 @@ use utoipa::ToSchema;
 
 use super::RunError;
 
+/// The step re-planning calls are recorded as.
+pub const REPLANNING_STEP: &str = "replanner";
+
 /// Why a reactive run needs a new plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

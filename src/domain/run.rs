@@ -405,6 +405,20 @@ fn input_schema() -> utoipa::openapi::Object {
         .build()
 }
 
+/// The user-facing text of a run input: a string as is; an object's `message`, `prompt` or
+/// `text` field when it is a string; otherwise the JSON text.
+pub fn input_text(input: &Value) -> String {
+    match input {
+        Value::String(s) => s.clone(),
+        Value::Object(m) => ["message", "prompt", "text"]
+            .iter()
+            .find_map(|k| m.get(*k).and_then(Value::as_str))
+            .map(str::to_owned)
+            .unwrap_or_else(|| input.to_string()),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,16 +13,16 @@ use serde_json::Value;
 use crate::domain::event::PlanData;
 use crate::domain::replan::PlanChange;
 use crate::domain::{ErrorCode, RunError};
-use crate::plan::{self, Problem, ValidPlan};
+use crate::plan::{self, ValidPlan};
 use crate::store::Record;
 
-use super::checkpoint::{self, PlanProgress, Restored};
-use super::context::RunContext;
-use super::executor::{Executor, Outcome};
+use super::runtime::checkpoint::{self, PlanProgress, Restored};
+use super::runtime::context::RunContext;
+use super::runtime::outcome::{Executor, Outcome};
 use super::scheduler::Scheduler;
 
 /// The version of a run's first plan.
-pub const FIRST_VERSION: u32 = 1;
+pub use crate::domain::plan::FIRST_VERSION;
 
 pub struct Fixed;
 
@@ -81,18 +81,12 @@ pub fn revalidate(ctx: &RunContext, doc: &Value) -> Result<ValidPlan, RunError> 
     plan::validate_plan(doc, ctx.services.catalog()).map_err(|problems| {
         RunError::new(
             ErrorCode::InvalidPlan,
-            format!("the plan no longer validates: {}", list(&problems)),
+            format!(
+                "the plan no longer validates: {}",
+                plan::list_problems(&problems)
+            ),
         )
     })
-}
-
-/// Problems as one line: `pointer message; ...`.
-pub fn list(problems: &[Problem]) -> String {
-    problems
-        .iter()
-        .map(|p| format!("{} {}", p.pointer, p.message))
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Where the plan stood when the run stopped, as its checkpoints say.

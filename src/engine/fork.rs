@@ -26,13 +26,14 @@ use crate::domain::{ErrorCode, RunError, RunId, StepAttempt, StepPath, StepStatu
 use crate::plan::{self, Problem, ValidPlan};
 use crate::store::{Checkpoint, PlanRecord, Record, StoredRun};
 
-use super::checkpoint::{
+use super::error::Error;
+use super::runtime::checkpoint::{
     self, Conversation, ConversationDelta, Delta, PlanDelta, PlanProgress, Restored,
 };
-use super::context::Services;
-use super::fixed::FIRST_VERSION;
-use super::reactive::REPLANNING_STEP;
-use super::{Error, NO_PLAN};
+use super::runtime::context::Services;
+use crate::domain::plan::FIRST_VERSION;
+use crate::domain::plan::NO_PLAN;
+use crate::domain::replan::REPLANNING_STEP;
 
 /// What `POST /v1/runs/{id}/fork` asks for.
 #[derive(Debug, Clone, Default)]

@@ -11,7 +11,7 @@
 //! - for `auto`, what is decided without the model (steps 1-3 of [`super::selector`], and 5
 //!   when the model is not to be asked): the request's own orchestration, plan or workflow,
 //!   or the first matching `[[selector.rules]]` entry whose workflow takes the input. The
-//!   rules themselves are matched by [`Selector::matching`](super::selector::Selector).
+//!   rules themselves are matched by [`Selector::matching`](crate::config::selector::Selector).
 //!
 //! Every problem is reported at once, each with a JSON Pointer into the request; the API
 //! answers them as its 422 `validation_failed`. Intake reads the store (the tenant's declared
@@ -27,9 +27,9 @@ use crate::plan::{Problem, ValidPlan};
 use crate::store;
 use crate::workflows::Workflows;
 
-use super::context::Services;
+use super::runtime::context::Services;
 use super::selector::{REQUEST_PLAN, REQUEST_WORKFLOW, Target};
-use super::simple::input_text;
+use crate::domain::run::input_text;
 
 /// The longest `instructions`, in bytes.
 pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
@@ -434,7 +434,7 @@ async fn rule_workflow(
     Ok(
         match workflow_plan(services, tenant, record.definition, input).await? {
             Err(problems) => {
-                let problems = super::fixed::list(&problems);
+                let problems = crate::plan::list_problems(&problems);
                 Err(format!("workflow `{name}` is invalid: {problems}"))
             }
             Ok((_, refused)) if !refused.is_empty() => {

@@ -3,11 +3,14 @@
 //! task ([`run`]) with a cancellation token and a time limit, hands it to the [`Executor`] of
 //! its orchestration type, and finalises it.
 //!
+//! The engine stands on floors (ARCHITECTURE.md, "The engine"): [`runtime`] at the bottom
+//! imports no feature; [`calls`] above it; then the features and executors ([`session`],
+//! [`review`], [`fork`], [`scheduler`], [`simple`], [`fixed`], [`planner`], [`reactive`],
+//! [`selector`]); then [`intake`] and the run task (`run`); `Engine` on top.
+//!
 //! Reading order: [`intake`] (a run request checked and resolved before it is stored) →
-//! [`Engine`] (this file) → [`run`] (one run's life) → [`executor`] (the
-//! orchestration types: [`simple`], [`fixed`] on the [`scheduler`]) → what executors use:
-//! [`context`], [`attempts`], [`sink`], [`checkpoint`], [`model`], [`tool_call`],
-//! [`converse`].
+//! [`Engine`] (this file) → `run` (one run's life) → the executors ([`simple`], [`fixed`] on
+//! the [`scheduler`]) → what they stand on: [`runtime`] and [`calls`].
 //!
 //! Invariants:
 //! - Every run task is tracked (a [`TaskTracker`]); none is fire-and-forget.
@@ -20,38 +23,20 @@
 //!   took, takes over runs whose lease lapsed, and passes cancels, answers and re-plan
 //!   requests for runs it does not run to the one that does ([`Engine::on_notice`]).
 
-pub mod attempts;
-pub mod checkpoint;
-pub mod clock;
-pub mod completion;
-pub mod context;
-pub mod converse;
-pub mod executor;
+pub mod calls;
+mod error;
 pub mod fixed;
 pub mod fork;
-pub mod function_call;
-pub mod input;
 pub mod intake;
-pub mod lease;
-mod ledger;
-pub mod middleware_state;
-pub mod model;
-pub mod pause;
 pub mod planner;
-mod queue;
 pub mod reactive;
 pub mod review;
 mod run;
+pub mod runtime;
 pub mod scheduler;
 pub mod selector;
 pub mod session;
 pub mod simple;
-pub mod sink;
-pub mod slots;
-pub mod tool_call;
-
-/// The plan version of work done outside any plan (a simple run, planning, selection).
-pub(crate) const NO_PLAN: u32 = 0;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -73,77 +58,15 @@ use crate::tools::ToolRegistry;
 use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::DeclaredTools;
 
-pub use context::{EffectiveLimits, RunContext, RunSeed, Services};
+pub use error::Error;
+use run::{Handles, Inner};
+use runtime::{input, queue, slots};
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("too many runs are waiting; try again later")]
-    Overloaded,
-    /// The store refuses writes (a full disk, a database that went away): a run accepted now
-    /// could not be stored.
-    #[error("the store refuses writes; try again later")]
-    StoreDown,
-    #[error("run not found")]
-    NotFound,
-    #[error("the run is already {0}")]
-    AlreadyTerminal(&'static str),
-    /// The request does not fit the run (e.g. a re-plan asked of a run that does not re-plan).
-    #[error("{0}")]
-    Conflict(String),
-    /// The idempotency key made a run from another request: answering with that run would
-    /// hand the caller a run it did not ask for.
-    #[error("the Idempotency-Key was already used with a different request")]
-    IdempotencyKeyReused,
-    /// The run asked to be refused while its session has a run in progress, and it has.
-    #[error("session `{0}` has a run in progress (the request's concurrency is `reject`)")]
-    SessionBusy(String),
-    /// The tenant is at one of its quotas (`[quotas]`).
-    #[error("{}", .0.describe())]
-    QuotaExceeded(crate::domain::quota::Exceeded),
-    /// The fork would copy more of its parent's history than its tenant's forks may copy in a
-    /// whole day (`fork_bytes_per_day`).
-    #[error(
-        "the fork would copy {bytes} bytes of history, more than the tenant's quota \
-         `fork_bytes_per_day` ({limit}) lets its forks copy in a day; fork from an earlier \
-         `checkpoint` (or `before_step`) to copy less"
-    )]
-    ForkTooLarge { bytes: u64, limit: u64 },
-    /// The request is wrong for this run (422): each problem located by its pointer.
-    #[error("the request is invalid for this run")]
-    Invalid(Vec<crate::plan::Problem>),
-    #[error(transparent)]
-    Store(#[from] store::Error),
-}
+pub use runtime::context::{EffectiveLimits, RunContext, RunSeed, Services};
 
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
-}
-
-struct Inner {
-    services: Services,
-    slots: Arc<slots::Slots>,
-    queue: queue::Queue,
-    /// The tokens of live run tasks. A std mutex: insert/remove/lookup only.
-    live: Mutex<HashMap<RunId, Handles>>,
-    tracker: TaskTracker,
-    /// Fired on server stop: run tasks leave their runs as they are and exit.
-    shutdown: CancellationToken,
-    /// Wakes [`Engine::keep_leases`] early: another replica handed runs back.
-    claim_now: tokio::sync::Notify,
-    /// Wakes [`Engine::supervise_store`]: a run task stopped for the store has ended.
-    resume_now: tokio::sync::Notify,
-}
-
-/// A live run task's tokens.
-struct Handles {
-    /// The user's cancel: the run ends `cancelled`.
-    cancel: CancellationToken,
-    /// Leave the run as it is: the server stops (a child of `shutdown`), or another replica
-    /// took the run over.
-    stop: CancellationToken,
-    /// Whether the run is to pause (see [`pause`]).
-    pause: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Most runs one look takes over.

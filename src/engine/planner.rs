@@ -23,15 +23,16 @@ use crate::functions::{self, LlmFunction};
 use crate::llm::Message;
 use crate::plan::{self, Problem, ValidPlan};
 
-use super::NO_PLAN;
-use super::checkpoint::{self, Restored};
-use super::context::RunContext;
-use super::executor::{Executor, Outcome};
+use super::calls::function_call::{self, FunctionCall};
 use super::fixed::{self, run_plan};
-use super::function_call::{self, FunctionCall};
 use super::review::{self, Verdict};
-use super::simple::{Simple, input_text};
-use super::sink::EventSink;
+use super::runtime::checkpoint::{self, Restored};
+use super::runtime::context::RunContext;
+use super::runtime::outcome::{Executor, Outcome};
+use super::runtime::sink::EventSink;
+use super::simple::Simple;
+use crate::domain::plan::NO_PLAN;
+use crate::domain::run::input_text;
 
 /// The step the planning calls are recorded as.
 const PLANNING_STEP: &str = "planner";
@@ -128,7 +129,10 @@ pub async fn make_plan(ctx: &RunContext) -> Result<Planned, RunError> {
         let told = ErrorData {
             error: RunError::new(
                 ErrorCode::InvalidPlan,
-                format!("the plan is invalid: {}", fixed::list(&problems)),
+                format!(
+                    "the plan is invalid: {}",
+                    crate::plan::list_problems(&problems)
+                ),
             ),
             step_id: Some(PLANNING_STEP.to_owned()),
         };
@@ -157,7 +161,7 @@ pub fn planning_input(ctx: &RunContext) -> Value {
         .tools
         .list()
         .into_iter()
-        .filter(|t| super::tool_call::may_use(ctx, &t.name))
+        .filter(|t| super::calls::tool_call::may_use(ctx, &t.name))
         .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.input_schema }))
         .collect();
     let callable: Vec<Value> = ctx
@@ -267,7 +271,7 @@ pub(super) async fn fall_back(ctx: &RunContext, problems: &[Problem]) -> Outcome
         format!(
             "no valid plan after {} repairs: {}",
             ctx.services.config.max_plan_repairs,
-            fixed::list(problems)
+            crate::plan::list_problems(problems)
         ),
     );
     match ctx.services.config.planning_fallback {

@@ -26,8 +26,7 @@ use crate::domain::event::ErrorData;
 use crate::domain::{ErrorCode, RunError, Segment, StepPath};
 use crate::plan::{self, JsonSchema, ValidPlan};
 
-use super::context::RunContext;
-use super::fixed;
+use super::runtime::context::RunContext;
 
 /// What a review answer must look like.
 static ANSWER: LazyLock<JsonSchema> = LazyLock::new(|| {
@@ -117,7 +116,7 @@ pub async fn review(
                 });
             }
             Err(found) => {
-                problems = fixed::list(&found);
+                problems = crate::plan::list_problems(&found);
                 let told = ErrorData {
                     error: RunError::new(
                         ErrorCode::InvalidPlan,

@@ -7,14 +7,51 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::event::FinalData;
-use crate::domain::{Completion, ErrorCode, Payload, RunError, RunStatus, StepStatus};
+use crate::domain::{
+    Completion, ErrorCode, Orchestration, Payload, RunError, RunStatus, StepStatus,
+};
 
-use super::Inner;
-use super::checkpoint::{self, Restored};
-use super::completion;
-use super::context::RunContext;
-use super::executor::{self, Outcome};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::task::TaskTracker;
+
+use super::runtime::checkpoint::{self, Restored};
+use super::runtime::completion;
+use super::runtime::context::RunContext;
+use super::runtime::context::Services;
+use super::runtime::outcome::{Executor, Outcome};
+use super::runtime::{queue, slots};
 use super::selector;
+use super::{fixed, planner, reactive, simple};
+use crate::domain::RunId;
+
+/// What the engine shares with its run tasks.
+pub(super) struct Inner {
+    pub(super) services: Services,
+    pub(super) slots: Arc<slots::Slots>,
+    pub(super) queue: queue::Queue,
+    /// The tokens of live run tasks. A std mutex: insert/remove/lookup only.
+    pub(super) live: Mutex<HashMap<RunId, Handles>>,
+    pub(super) tracker: TaskTracker,
+    /// Fired on server stop: run tasks leave their runs as they are and exit.
+    pub(super) shutdown: CancellationToken,
+    /// Wakes [`Engine::keep_leases`] early: another replica handed runs back.
+    pub(super) claim_now: tokio::sync::Notify,
+    /// Wakes [`Engine::supervise_store`]: a run task stopped for the store has ended.
+    pub(super) resume_now: tokio::sync::Notify,
+}
+
+/// A live run task's tokens.
+pub(super) struct Handles {
+    /// The user's cancel: the run ends `cancelled`.
+    pub(super) cancel: CancellationToken,
+    /// Leave the run as it is: the server stops (a child of `shutdown`), or another replica
+    /// took the run over.
+    pub(super) stop: CancellationToken,
+    /// Whether the run is to pause (see [`pause`]).
+    pub(super) pause: Arc<tokio::sync::watch::Sender<bool>>,
+}
 
 /// How a run ended, from the run task's point of view.
 pub(super) enum Ending {
@@ -181,9 +218,26 @@ async fn execute(ctx: &RunContext) -> Outcome {
         Ok(o) => o,
         Err(e) => return Outcome::Failed(e),
     };
-    match executor::for_orchestration(orchestration) {
+    match executor_of(orchestration) {
         Ok(executor) => executor.execute(ctx).await,
         Err(e) => Outcome::Failed(e),
+    }
+}
+
+/// The executor of a resolved orchestration type.
+fn executor_of(orchestration: Orchestration) -> Result<&'static dyn Executor, RunError> {
+    match orchestration {
+        Orchestration::Simple => Ok(&simple::Simple),
+        Orchestration::Fixed => Ok(&fixed::Fixed),
+        Orchestration::Planner => Ok(&planner::Planner),
+        Orchestration::Reactive => Ok(&reactive::Reactive),
+        Orchestration::Auto => Err(RunError::new(
+            ErrorCode::NotSupported,
+            format!(
+                "orchestration `{}` is not available yet",
+                orchestration.as_str()
+            ),
+        )),
     }
 }
 
@@ -247,13 +301,7 @@ async fn completed_so_far(ctx: &RunContext) -> Option<serde_json::Value> {
 /// `None` for a run that ran no plan, or whose history could not be read (logged).
 async fn account_of(ctx: &RunContext) -> Option<completion::Account> {
     // A run that started here holds its whole history in its ledger.
-    if let Some(account) = ctx
-        .ledger
-        .lock()
-        .expect("ledger lock")
-        .history()
-        .map(|(plans, attempts)| (!plans.is_empty()).then(|| completion::account(plans, attempts)))
-    {
+    if let Some(account) = ctx.account_from_ledger() {
         return account;
     }
     // Attempts closed just now, and everything queued before, are read back.

@@ -14,9 +14,6 @@
 //!   summarise only turns after it. The summariser's call is an attempt of the step
 //!   `summarizer` and its usage counts toward the run's tokens.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-
 use serde_json::{Map, Value, json};
 
 use crate::domain::attempt_io::SessionSummaryInput;
@@ -24,96 +21,18 @@ use crate::domain::event::ErrorData;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::functions::{self, LlmFunction};
 use crate::llm::{Message, tokens};
-use crate::plan::{Scope, SessionReads, Template};
+use crate::plan::{Scope, Template};
 use crate::store::{SessionLimits, SessionSummary, Turn};
 
-use super::context::RunContext;
-use super::function_call::{self, FunctionCall};
-use super::model::TextKind;
-use super::scheduler::render_error;
-use super::simple::input_text;
-use super::sink::EventSink;
+use super::calls::function_call::{self, FunctionCall};
+use super::calls::model::TextKind;
+use super::runtime::context::RunContext;
+use super::runtime::sink::EventSink;
+use crate::domain::run::input_text;
+use crate::plan::render_error;
 
 /// The step the summariser's calls are recorded as.
 pub const SUMMARY_STEP: &str = "summarizer";
-/// The session variables a run has read: each name once, the first time a plan names it.
-#[derive(Debug, Default)]
-pub struct SessionCache {
-    values: Arc<Map<String, Value>>,
-    /// Names read, set or not: an unset one is not asked for again.
-    read: BTreeSet<String>,
-    /// Every variable was read (a plan reads `session` as a whole).
-    all: bool,
-}
-
-impl SessionCache {
-    /// What of `reads` is still to be read: `None` when nothing.
-    fn missing(&self, reads: &SessionReads) -> Option<Option<Vec<String>>> {
-        if self.all {
-            return None;
-        }
-        if reads.all {
-            return Some(None);
-        }
-        let names: Vec<String> = reads
-            .names
-            .iter()
-            .filter(|n| !self.read.contains(*n))
-            .cloned()
-            .collect();
-        (!names.is_empty()).then_some(Some(names))
-    }
-
-    /// Keeps what was read; a name read before keeps its first value.
-    fn merge(&mut self, asked: Option<Vec<String>>, found: Map<String, Value>) {
-        let values = Arc::make_mut(&mut self.values);
-        for (name, value) in found {
-            if !self.read.contains(&name) {
-                values.insert(name.clone(), value);
-                self.read.insert(name);
-            }
-        }
-        match asked {
-            None => self.all = true,
-            Some(names) => self.read.extend(names),
-        }
-    }
-}
-
-impl RunContext {
-    /// Reads the session variables of `reads` the run has not read yet (nothing without a
-    /// session). A store error is logged and the run goes on without them (they read as
-    /// null), as it always has.
-    pub async fn read_session(&self, reads: &SessionReads) {
-        let Some(session) = &self.spec.session_id else {
-            return;
-        };
-        let missing = self.session.lock().expect("session cache").missing(reads);
-        let Some(asked) = missing else {
-            return;
-        };
-        let store = self.services.store();
-        match store
-            .session_variables_named(&self.tenant, session, asked.as_deref())
-            .await
-        {
-            Ok((found, bytes)) => {
-                self.services.metrics.session_variables_read(bytes);
-                self.session
-                    .lock()
-                    .expect("session cache")
-                    .merge(asked, found);
-            }
-            Err(e) => tracing::warn!(error = ?e, "reading session variables failed"),
-        }
-    }
-
-    /// The session's variables the run has read.
-    pub fn session_vars(&self) -> Arc<Map<String, Value>> {
-        self.session.lock().expect("session cache").values.clone()
-    }
-}
-
 /// The values of a plan's `session_variables`.
 pub fn render_writes(
     writes: &[(String, Template)],

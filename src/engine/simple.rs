@@ -1,5 +1,5 @@
 //! The `simple` executor: the run input goes to the model with the run's tools; the
-//! model-and-tools loop ([`super::converse`]) runs until the model answers, and its answer is
+//! model-and-tools loop ([`super::calls::converse`]) runs until the model answers, and its answer is
 //! the run's output. A run of a session first gets the session's earlier turns, summarised
 //! past the token budget ([`super::session::history`]).
 //!
@@ -13,14 +13,15 @@ use serde_json::Value;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ToolSpec};
 
-use super::NO_PLAN;
-use super::checkpoint::{self, Conversation, ConversationDelta, Delta, Restored};
-use super::context::RunContext;
-use super::converse::{self, Progress, Setup};
-use super::executor::{Executor, Outcome};
+use super::calls::converse::{self, Progress, Setup};
+use super::calls::tool_call::may_use;
+use super::runtime::checkpoint::{self, Conversation, ConversationDelta, Delta, Restored};
+use super::runtime::context::RunContext;
+use super::runtime::outcome::{Executor, Outcome};
+use super::runtime::sink::EventSink;
 use super::session;
-use super::sink::EventSink;
-use super::tool_call::may_use;
+use crate::domain::plan::NO_PLAN;
+use crate::domain::run::input_text;
 
 const SYSTEM_PROMPT: &str = "You are orca, a helpful assistant. Answer concisely. \
 Use the tools you are given when they help; never invent their results.";
@@ -115,20 +116,6 @@ fn run_tools(ctx: &RunContext) -> Vec<ToolSpec> {
             parameters: t.input_schema,
         })
         .collect()
-}
-
-/// The user-facing text of a run input: a string as is; an object's `message`, `prompt` or
-/// `text` field when it is a string; otherwise the JSON text.
-pub fn input_text(input: &Value) -> String {
-    match input {
-        Value::String(s) => s.clone(),
-        Value::Object(m) => ["message", "prompt", "text"]
-            .iter()
-            .find_map(|k| m.get(*k).and_then(Value::as_str))
-            .map(str::to_owned)
-            .unwrap_or_else(|| input.to_string()),
-        other => other.to_string(),
-    }
 }
 
 /// The system prompt (the run's `instructions`, else the built-in one; with the summary of the session's older turns, if any), the session's

@@ -54,7 +54,7 @@ pub use team::{AgentSpec, Team};
 pub use template::resolve;
 pub use template::{
     NoResults, Piece, RefError, Reference, RenderError, Root, Scope, Segment, StepField,
-    StepResults, StepState, StepView, Template,
+    StepResults, StepState, StepView, Template, render_error,
 };
 pub use validate::{Workflow, validate_plan, validate_workflow, workflow_plan_doc};
 
@@ -73,6 +73,15 @@ impl Problem {
             message: message.into(),
         }
     }
+}
+
+/// Problems as one line: `pointer message; ...`.
+pub fn list_problems(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("{} {}", p.pointer, p.message))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl std::fmt::Display for Problem {

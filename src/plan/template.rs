@@ -28,7 +28,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::domain::StepStatus;
+use crate::domain::{ErrorCode, RunError, StepStatus};
 use crate::schema::json_type_name;
 
 /// What a step produced so far, as the engine knows it.
@@ -233,6 +233,15 @@ pub enum RenderError {
     Ref(#[from] RefError),
     #[error("the rendered value would be larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },
+}
+
+/// A template that could not be rendered, as a step error.
+pub fn render_error(e: RenderError) -> RunError {
+    let code = match e {
+        RenderError::Ref(_) => ErrorCode::BadReference,
+        RenderError::TooLarge { .. } => ErrorCode::RenderLimitExceeded,
+    };
+    RunError::new(code, e.to_string())
 }
 
 /// What is left of a render's size limit.

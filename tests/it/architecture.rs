@@ -1,6 +1,7 @@
 //! The crate's shape, held by reading `src/` as Rust (`syn`): the floors (no module imports
 //! from a floor above its own, and the graph of top-level modules has no cycle) and the
-//! length of functions (none over [`MAX_FN_LINES`]).
+//! length of functions (none over [`MAX_FN_LINES`]); inside `src/engine`, the floors of its rooms
+//! (its direct files and folders: [`ENGINE_FLOORS`]) and no cycle between two of them.
 //!
 //! The module tree is followed from `src/lib.rs` through its `mod` declarations (honouring
 //! `#[path]`), so every file is read as the module it is; a file under `src/` the tree never
@@ -55,6 +56,34 @@ const FLOORS: &[(&str, u8)] = &[
     ("app", 8),
 ];
 
+/// The floors of the engine's rooms (its direct files and folders; `mod` is `engine/mod.rs`),
+/// lowest first. A room may import from strictly lower floors, and from siblings on its own
+/// floor while the rooms stay acyclic; a cycle inside one folder is the folder's own.
+/// ARCHITECTURE.md ("The engine", "Its floors") has the same table.
+const ENGINE_FLOORS: &[(&str, u8)] = &[
+    // What every run stands on, importing no feature; the engine's refusals.
+    ("runtime", 1),
+    ("error", 1),
+    // One call each; features on the runtime alone.
+    ("calls", 2),
+    ("fork", 2),
+    ("review", 2),
+    // Session history and summaries; `auto` settled at run time.
+    ("session", 3),
+    ("selector", 3),
+    // A plan's DAG, one conversation, a request checked and resolved.
+    ("scheduler", 4),
+    ("simple", 4),
+    ("intake", 4),
+    // The executors that build on each other.
+    ("fixed", 5),
+    ("planner", 6),
+    ("reactive", 7),
+    // A run's task, then `Engine`.
+    ("run", 8),
+    ("mod", 9),
+];
+
 /// The longest a function in `src/` may be, from its signature line to its closing brace.
 const MAX_FN_LINES: usize = 100;
 
@@ -64,6 +93,7 @@ const LONG_FN_EXCEPTIONS: &[(&str, &str)] = &[];
 #[test]
 fn no_import_runs_up_a_floor_and_modules_form_no_cycle() {
     let files = crate_files();
+    let modules = module_paths(&files);
     let floors: BTreeMap<&str, u8> = FLOORS.iter().copied().collect();
     let mut problems = Vec::new();
     let mut graph: BTreeMap<String, BTreeMap<String, Reference>> = BTreeMap::new();
@@ -80,7 +110,7 @@ fn no_import_runs_up_a_floor_and_modules_form_no_cycle() {
             ));
             continue;
         }
-        for reference in references(file) {
+        for reference in references(file, &modules) {
             if reference.target == *from {
                 continue;
             }
@@ -123,6 +153,87 @@ fn no_import_runs_up_a_floor_and_modules_form_no_cycle() {
         problems.len(),
         problems.join("\n  ")
     );
+}
+
+#[test]
+fn the_engine_rooms_stand_on_floors_without_a_cycle() {
+    let files = crate_files();
+    let modules = module_paths(&files);
+    let floors: BTreeMap<&str, u8> = ENGINE_FLOORS.iter().copied().collect();
+    let rooms: BTreeSet<String> = files
+        .iter()
+        .filter(|f| f.module.len() >= 2 && f.module[0] == "engine")
+        .map(|f| f.module[1].clone())
+        .collect();
+    let room_of = |path: &[String]| -> Option<String> {
+        match path {
+            [top, room, ..] if top == "engine" && rooms.contains(room) => Some(room.clone()),
+            [top, ..] if top == "engine" => Some("mod".to_owned()),
+            _ => None,
+        }
+    };
+    let mut problems = Vec::new();
+    for room in rooms.iter().chain(std::iter::once(&"mod".to_owned())) {
+        if !floors.contains_key(room.as_str()) {
+            problems.push(format!(
+                "src/engine: room `{room}` has no floor; add it to ENGINE_FLOORS in \
+                 tests/it/architecture.rs and to ARCHITECTURE.md"
+            ));
+        }
+    }
+    let mut graph: BTreeMap<String, BTreeMap<String, Reference>> = BTreeMap::new();
+    for file in &files {
+        let Some(from) = room_of(&file.module) else {
+            continue;
+        };
+        for reference in references(file, &modules) {
+            let Some(to) = room_of(&reference.path).filter(|to| *to != from) else {
+                continue;
+            };
+            let (Some(&from_floor), Some(&to_floor)) =
+                (floors.get(from.as_str()), floors.get(to.as_str()))
+            else {
+                continue;
+            };
+            if to_floor > from_floor {
+                problems.push(format!(
+                    "{}:{}: {from} (floor {from_floor}) -> {to} (floor {to_floor}) runs up a floor",
+                    reference.file, reference.line
+                ));
+            }
+            graph
+                .entry(from.clone())
+                .or_default()
+                .entry(to)
+                .or_insert(reference);
+        }
+    }
+    if let Some(cycle) = find_cycle(&graph) {
+        let mut message = format!("the engine's rooms have a cycle: {}", cycle.join(" -> "));
+        for pair in cycle.windows(2) {
+            let reference = &graph[&pair[0]][&pair[1]];
+            let _ = write!(
+                message,
+                "\n    {} -> {}: first at {}:{}",
+                pair[0], pair[1], reference.file, reference.line
+            );
+        }
+        problems.push(message);
+    }
+    assert!(
+        problems.is_empty(),
+        "{} import(s) break the engine's floors (ARCHITECTURE.md, \"The engine\"):\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    );
+}
+
+/// Every module of the crate, as its path from the root (`["engine", "runtime"]`).
+fn module_paths(files: &[SourceFile]) -> BTreeSet<Vec<String>> {
+    files
+        .iter()
+        .flat_map(|f| (1..=f.module.len()).map(|n| f.module[..n].to_vec()))
+        .collect()
 }
 
 #[test]
@@ -306,20 +417,24 @@ fn relative(root: &Path, path: &Path) -> String {
     parts.join("/")
 }
 
-/// A reference from a file to another top-level module.
+/// A reference from a file to another module.
 #[derive(Clone)]
 struct Reference {
     /// The top-level module referred to.
     target: String,
+    /// The whole path referred to, from the crate root (`["engine", "runtime", "sink", "emit"]`).
+    path: Vec<String>,
     file: String,
     line: usize,
 }
 
-/// Every reference in `file` to a top-level module other than through its own module.
-fn references(file: &SourceFile) -> Vec<Reference> {
+/// Every path in `file` that names a module by `crate::`, `super::`, `self::` or a child
+/// module's name (`modules`: every module of the crate, as paths from its root).
+fn references(file: &SourceFile, modules: &BTreeSet<Vec<String>>) -> Vec<Reference> {
     let mut finder = References {
         file: &file.display,
         module: file.module.clone(),
+        modules,
         found: Vec::new(),
     };
     finder.visit_file(&file.syntax);
@@ -330,16 +445,23 @@ struct References<'a> {
     file: &'a str,
     /// The module being read: the file's, plus inline `mod`s entered.
     module: Vec<String>,
+    modules: &'a BTreeSet<Vec<String>>,
     found: Vec<Reference>,
 }
 
 impl References<'_> {
-    /// Resolves a path's leading segments (`crate`, `super`, `self`) to the top-level module
-    /// it names, if the path starts at the crate root or leaves this module upwards.
+    /// Resolves a path's leading segments (`crate`, `super`, `self`, or a child module of the
+    /// module being read) to the path from the crate root it names.
     fn resolve(&mut self, segments: &[String], span: Span) {
+        let child = |first: &String| {
+            let mut path = self.module.clone();
+            path.push(first.clone());
+            segments.len() >= 2 && self.modules.contains(&path)
+        };
         let mut at = match segments.first().map(String::as_str) {
             Some("crate") => Vec::new(),
             Some("super" | "self") => self.module.clone(),
+            Some(_) if child(&segments[0]) => self.module.clone(),
             _ => return,
         };
         let mut rest = segments;
@@ -357,13 +479,13 @@ impl References<'_> {
                 rest = &rest[1..];
             }
         }
-        let target = match (at.first(), rest.first()) {
-            (Some(top), _) => top.clone(),
-            (None, Some(next)) => next.clone(),
-            (None, None) => return,
+        at.extend(rest.iter().cloned());
+        let Some(target) = at.first().cloned() else {
+            return;
         };
         self.found.push(Reference {
             target,
+            path: at,
             file: self.file.to_string(),
             line: span.start().line,
         });
@@ -457,6 +579,10 @@ impl<'ast> Visit<'ast> for References<'_> {
 
     fn visit_attribute(&mut self, _: &'ast syn::Attribute) {
         // Doc comments and attributes are not imports (`#[doc = "crate::api"]`).
+    }
+
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {
+        // `pub(super)` and `pub(in crate::engine)` say who may see an item, not what it uses.
     }
 }
 

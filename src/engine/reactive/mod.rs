@@ -29,9 +29,6 @@
 //! re-planned asks again.
 
 mod replanner;
-pub mod wakes;
-
-pub use replanner::REPLANNING_STEP;
 
 use std::sync::Arc;
 
@@ -45,16 +42,15 @@ use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 use crate::plan::{Problem, ValidPlan};
 use crate::store::PlanRecord;
 
-use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, Restored};
-use super::context::RunContext;
-use super::executor::{Executor, Outcome};
 use super::fixed::{self, FIRST_VERSION};
 use super::planner::{self, Planned};
 use super::review::{self, Verdict};
+use super::runtime::checkpoint::{self, Delta, PlanDelta, PlanProgress, Restored};
+use super::runtime::context::RunContext;
+use super::runtime::outcome::{Executor, Outcome};
 use super::scheduler::{Next, Report, Scheduler};
 use super::simple::Simple;
 use replanner::{Replanned, Version};
-pub use wakes::Wakes;
 
 pub struct Reactive;
 
@@ -243,7 +239,7 @@ impl Run {
                         format!(
                             "no valid new plan after {} repairs: {}",
                             ctx.services.config.max_plan_repairs,
-                            fixed::list(&problems)
+                            crate::plan::list_problems(&problems)
                         ),
                     );
                     return ended(error, &progress);
@@ -572,7 +568,7 @@ fn tighten_clock(ctx: &RunContext, plan: &ValidPlan) {
 /// Ends the run with `error`: `partial` with the outputs of the steps that completed, or
 /// `error` when none did.
 fn ended(error: RunError, progress: &PlanProgress) -> Outcome {
-    match super::completion::completed_outputs(&progress.steps) {
+    match super::runtime::completion::completed_outputs(&progress.steps) {
         Some(done) => Outcome::Partial(done, error),
         None => Outcome::Failed(error),
     }

@@ -14,16 +14,15 @@ use crate::functions;
 use crate::llm::Message;
 use crate::plan::{self, Problem, ValidPlan};
 
-use crate::engine::checkpoint::PlanProgress;
-use crate::engine::completion;
-use crate::engine::context::RunContext;
+use crate::domain::run::input_text;
+use crate::engine::calls::function_call;
 use crate::engine::fixed;
-use crate::engine::function_call;
 use crate::engine::planner::{self, Call};
-use crate::engine::simple::input_text;
+use crate::engine::runtime::checkpoint::PlanProgress;
+use crate::engine::runtime::completion;
+use crate::engine::runtime::context::RunContext;
 
-/// The step re-planning calls are recorded as.
-pub const REPLANNING_STEP: &str = "replanner";
+pub use crate::domain::replan::REPLANNING_STEP;
 
 /// A plan version as the run keeps it.
 #[derive(Debug, Clone)]
@@ -157,7 +156,10 @@ async fn tell_problems(ctx: &RunContext, problems: &[Problem]) {
     let told = ErrorData {
         error: RunError::new(
             ErrorCode::InvalidPlan,
-            format!("the new plan is invalid: {}", fixed::list(problems)),
+            format!(
+                "the new plan is invalid: {}",
+                crate::plan::list_problems(problems)
+            ),
         ),
         step_id: Some(REPLANNING_STEP.to_owned()),
     };

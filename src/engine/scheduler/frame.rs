@@ -9,12 +9,10 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::domain::path::ROOT;
 use crate::domain::{ErrorCode, RetryPolicy, RunError, StepPath};
-use crate::plan::{
-    Condition, RenderError, Scope, StepResults, StepSpec, StepState, StepView, Team, Template,
-};
+use crate::plan::{Condition, Scope, StepResults, StepSpec, StepState, StepView, Team, Template};
 
 use super::progress::Children;
-use crate::engine::context::RunContext;
+use crate::engine::runtime::context::RunContext;
 
 /// Everything a step body may read; immutable while the step runs.
 pub(crate) struct Frame<'a> {
@@ -129,7 +127,7 @@ impl Frame<'_> {
     pub fn resolve(&self, locals: Locals<'_>, template: &Template) -> Result<Value, RunError> {
         let limit = self.ctx.services.config.max_rendered_bytes;
         self.with_scope(locals, |scope| template.render(scope, limit))
-            .map_err(render_error)
+            .map_err(crate::plan::render_error)
     }
 
     /// A template's value as text: strings as they are, anything else as JSON.
@@ -189,13 +187,4 @@ impl Frame<'_> {
             .await
             .map_err(|_| RunError::new(ErrorCode::Cancelled, "the run is ending"))
     }
-}
-
-/// A template that could not be rendered, as a step error.
-pub(crate) fn render_error(e: RenderError) -> RunError {
-    let code = match e {
-        RenderError::Ref(_) => ErrorCode::BadReference,
-        RenderError::TooLarge { .. } => ErrorCode::RenderLimitExceeded,
-    };
-    RunError::new(code, e.to_string())
 }

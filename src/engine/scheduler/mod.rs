@@ -42,14 +42,13 @@ use crate::domain::path::ROOT;
 use crate::domain::{ErrorCode, RunError, StepId, StepPath, StepStatus};
 use crate::plan::{KindSpec, Scope, SessionReads, StepResults, StepState, StepView, ValidPlan};
 
-use super::attempts::{AttemptEnd, HeldEnd};
-use super::checkpoint::{self, Delta, PlanDelta, PlanProgress, StepResult};
-use super::completion::{self, Facts};
-use super::context::RunContext;
-use super::executor::Outcome;
+use super::runtime::attempts::{AttemptEnd, HeldEnd};
+use super::runtime::checkpoint::{self, Delta, PlanDelta, PlanProgress, StepResult};
+use super::runtime::completion::{self, Facts};
+use super::runtime::context::RunContext;
+use super::runtime::outcome::Outcome;
+use super::runtime::sink::EventSink;
 use super::session::store_variables;
-use super::sink::EventSink;
-pub(crate) use frame::render_error;
 use frame::{Frame, Locals};
 use progress::Children;
 use retries::settle;
@@ -700,7 +699,7 @@ impl<'a> Scheduler<'a> {
                 Scope::new(&self.ctx.spec.input, &committed, &self.vars).with_session(&session);
             let limit = self.ctx.services.config.max_rendered_bytes;
             return template.render(&scope, limit).map_err(|e| {
-                let e = frame::render_error(e);
+                let e = crate::plan::render_error(e);
                 RunError::new(e.code, format!("output: {}", e.message))
             });
         }
@@ -800,7 +799,7 @@ mod tests {
     use crate::config::Config;
     use crate::domain::run::RunSpec;
     use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
-    use crate::engine::context::{EffectiveLimits, RunSeed, Services};
+    use crate::engine::runtime::context::{EffectiveLimits, RunSeed, Services};
     use crate::llm::LlmRouter;
     use crate::store::Store;
     use crate::stream::EventHub;

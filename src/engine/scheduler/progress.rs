@@ -21,8 +21,8 @@ use serde_json::Value;
 
 use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 
-use crate::engine::checkpoint::{self, Delta, PlanDelta, StepResult};
-use crate::engine::context::RunContext;
+use crate::engine::runtime::checkpoint::{self, Delta, PlanDelta, StepResult};
+use crate::engine::runtime::context::RunContext;
 
 pub(crate) struct Children {
     plan_version: u32,
@@ -153,7 +153,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::engine::checkpoint::Conversation;
+    use crate::engine::runtime::checkpoint::Conversation;
 
     fn kept(entries: &[(&str, StepResult)]) -> Children {
         let restored: BTreeMap<StepPath, StepResult> = entries

@@ -18,9 +18,9 @@ use tokio::sync::SemaphorePermit;
 
 use super::frame::{Frame, Locals, current_step};
 use super::kinds::{self, StepIo};
-use crate::engine::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
-use crate::engine::context::RunContext;
-use crate::engine::sink::EventSink;
+use crate::engine::runtime::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::sink::EventSink;
 
 /// Opens the next attempt of `spec` at `path` now (the caller passed the pause gate), its
 /// `running` event into `sink`.

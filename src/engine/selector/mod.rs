@@ -13,7 +13,7 @@
 //!    that cannot run.
 //!
 //! Steps 1-3 (and 5 without the model) are decided when the run is created
-//! ([`super::intake::admit`]), so the 201 answer already shows them. Step 4 is a model call, made by the run task once the
+//! (`intake::admit`), so the 201 answer already shows them. Step 4 is a model call, made by the run task once the
 //! run has a running slot ([`settle`]): recorded as the step `selector`, streamed as
 //! `json_partial`, its tokens counted against the run's limits like any model call.
 //!
@@ -23,74 +23,25 @@
 
 use serde_json::{Value, json};
 
-use crate::config::SelectorConfig;
 use crate::domain::event::StatusData;
 use crate::domain::{
     ErrorCode, Orchestration, RunError, RunStatus, SelectedBy, Selection, StepPath,
 };
 use crate::functions::{self, LlmFunction};
 
-use super::context::RunContext;
-use super::function_call::{self, FunctionCall};
-use super::model::structured;
-use super::simple::input_text;
-use super::sink::EventSink;
+use super::calls::function_call::{self, FunctionCall};
+use super::calls::model::structured;
+use super::runtime::context::RunContext;
+use super::runtime::sink::EventSink;
+use crate::domain::run::input_text;
 
-pub use crate::config::selector::{
-    ConfigProblem, Hit, REQUEST_PLAN, REQUEST_WORKFLOW, Rule, Target,
-};
+pub use crate::config::selector::{REQUEST_PLAN, REQUEST_WORKFLOW, Target};
 
 /// The step the model's selection is recorded as.
 pub const SELECTOR_STEP: &str = "selector";
 /// The name of the structured output the model is asked for (the offline model knows it).
 pub const RESPONSE_NAME: &str = "orchestration_type";
-/// `[selector]`, checked and compiled: the rules in order, the default, whether to ask the
-/// model. Built once at start; cheap to share.
-#[derive(Debug, Clone)]
-pub struct Selector {
-    rules: Vec<Rule>,
-    default: Orchestration,
-    use_llm: bool,
-}
-
-impl Selector {
-    /// Compiles `[selector]`; the first problem names its key (bad regular expressions,
-    /// unknown orchestrations, rules without a matcher or a target).
-    pub fn from_config(config: &SelectorConfig) -> Result<Selector, ConfigProblem> {
-        Ok(Selector {
-            default: crate::config::selector::default_of(config)?,
-            rules: crate::config::selector::compile(config)?,
-            use_llm: config.use_llm,
-        })
-    }
-
-    /// The configured orchestration for when nothing else decides.
-    pub fn default_orchestration(&self) -> Orchestration {
-        self.default
-    }
-
-    /// Whether the model is asked when no rule decides (`selector.use_llm`).
-    pub fn asks_model(&self) -> bool {
-        self.use_llm
-    }
-
-    /// Every rule matching `text`, in order, with what matched.
-    pub fn matching<'a>(&'a self, text: &'a str) -> impl Iterator<Item = (&'a Rule, Hit)> + 'a {
-        let lowered = text.to_lowercase();
-        self.rules
-            .iter()
-            .filter_map(move |r| r.hit(text, &lowered).map(|h| (r, h)))
-    }
-}
-
-impl Default for Selector {
-    /// The shipped `[selector]`: no rules, ask the model, else `simple`.
-    fn default() -> Self {
-        Selector::from_config(&SelectorConfig::default()).expect("the default [selector] is valid")
-    }
-}
-
-/// The run's orchestration, asking the model first when [`super::intake`] left the choice to
+/// The run's orchestration, asking the model first when `intake` left the choice to
 /// it. A choice made here is stored with the run and announced (`status` `running` with
 /// `selected`) before the executor starts. An error only for what ends the run anyway: a limit
 /// passed, a cancel.

@@ -14,12 +14,12 @@ use crate::plan::Template;
 use crate::plan::team::{AgentStep, GroupChatStep, HandoffStep, NoHandoff, WorkflowStep};
 
 use super::StepIo;
+use crate::domain::run::input_text;
 use crate::engine::scheduler::frame::{Frame, Locals};
 use crate::engine::scheduler::team::spokes::Spokes;
 use crate::engine::scheduler::team::turn::{Plain, take_turn, text_of};
 use crate::engine::scheduler::team::workflow::run_named;
 use crate::engine::scheduler::team::{chat, handoff as handoffs};
-use crate::engine::simple::input_text;
 
 pub(crate) async fn run(
     frame: &Frame<'_>,

@@ -8,8 +8,9 @@ use crate::domain::{ErrorCode, RunError};
 use crate::plan::{JsonSchema, NoResults, Scope, StepSpec, Template};
 
 use super::StepIo;
-use crate::engine::model::{Answer, Prompt, ask};
-use crate::engine::scheduler::frame::{Frame, Locals, render_error};
+use crate::engine::calls::model::{Answer, Prompt, ask};
+use crate::engine::scheduler::frame::{Frame, Locals};
+use crate::plan::render_error;
 
 /// What an `llm` step asks, as the plan wrote it.
 pub(crate) struct Ask<'a> {

@@ -8,9 +8,9 @@ use serde_json::Value;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::plan::{LoopOver, StepSpec, StepState};
 
+use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::{Frame, Locals};
 use crate::engine::scheduler::retries::run_step;
-use crate::engine::sink::EventSink;
 
 /// A loop step's configuration.
 pub(crate) struct Body<'a> {

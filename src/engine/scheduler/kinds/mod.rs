@@ -20,7 +20,7 @@ use crate::domain::{AttemptInput, RunError};
 use crate::plan::{KindSpec, StepSpec};
 
 use super::frame::{Frame, Locals};
-use crate::engine::sink::EventSink;
+use crate::engine::runtime::sink::EventSink;
 
 pub(crate) use branch::arm_not_taken;
 

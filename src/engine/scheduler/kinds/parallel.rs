@@ -9,10 +9,10 @@ use serde_json::Value;
 use crate::domain::{ErrorCode, RunError, StepPath, StepStatus};
 use crate::plan::{Aggregation, StepSpec};
 
-use crate::engine::attempts::AttemptEnd;
+use crate::engine::runtime::attempts::AttemptEnd;
+use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::{Frame, Locals};
 use crate::engine::scheduler::retries::run_step;
-use crate::engine::sink::EventSink;
 
 /// A child's result and the events it held, once it finished.
 type Finished = Option<(Result<Value, RunError>, EventSink)>;

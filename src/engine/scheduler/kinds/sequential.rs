@@ -10,9 +10,9 @@ use crate::domain::{RunError, StepPath, StepStatus};
 use crate::plan::{KindSpec, StepSpec, StepState};
 
 use super::arm_not_taken;
+use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::{Frame, Locals};
 use crate::engine::scheduler::retries::run_step;
-use crate::engine::sink::EventSink;
 
 /// Runs `children`, who sit at `path`; the last one's output.
 pub(crate) async fn run(

@@ -7,8 +7,8 @@ use crate::domain::attempt_io::ToolInput;
 use crate::plan::{StepSpec, Template};
 
 use super::StepIo;
+use crate::engine::calls::tool_call::{ToolArguments, ToolCall, call_tool};
 use crate::engine::scheduler::frame::{Frame, Locals};
-use crate::engine::tool_call::{ToolArguments, ToolCall, call_tool};
 
 pub(crate) async fn run(
     frame: &Frame<'_>,

@@ -23,12 +23,12 @@ use crate::plan::team::{ChatState, GroupChatStep, SelectorKind};
 
 use super::turn::{Plain, take_turn};
 use super::{Part, hold_part, open_part};
-use crate::engine::attempts::HeldEnd;
-use crate::engine::context::RunContext;
-use crate::engine::function_call::{self, FunctionCall};
-use crate::engine::model::TextKind;
+use crate::engine::calls::function_call::{self, FunctionCall};
+use crate::engine::calls::model::TextKind;
+use crate::engine::runtime::attempts::HeldEnd;
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::Frame;
-use crate::engine::sink::EventSink;
 
 /// The name the `llm` selector's structured output goes by (the offline model knows it).
 pub const SPEAKER_SCHEMA: &str = "speaker_choice";

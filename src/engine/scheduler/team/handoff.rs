@@ -26,13 +26,13 @@ use crate::plan::{AgentSpec, JsonSchema, Team};
 
 use super::turn::{Hooks, take_turn};
 use super::{Part, hold_part, open_part, tool_name};
-use crate::engine::attempts::HeldEnd;
-use crate::engine::checkpoint::Conversation;
-use crate::engine::context::RunContext;
-use crate::engine::function_call::{self, FunctionCall};
-use crate::engine::model::TextKind;
+use crate::engine::calls::function_call::{self, FunctionCall};
+use crate::engine::calls::model::TextKind;
+use crate::engine::runtime::attempts::HeldEnd;
+use crate::engine::runtime::checkpoint::Conversation;
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::Frame;
-use crate::engine::sink::EventSink;
 
 /// Where control is and what was said.
 struct State {

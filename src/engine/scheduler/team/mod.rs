@@ -16,8 +16,8 @@ use serde_json::Value;
 use crate::domain::{AttemptInput, RunError, StepKind, StepPath};
 
 use super::frame::Frame;
-use crate::engine::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
-use crate::engine::sink::EventSink;
+use crate::engine::runtime::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
+use crate::engine::runtime::sink::EventSink;
 
 /// A tool name a model may call for `prefix` + agent `name` (tool names allow letters,
 /// digits, `_` and `-`; agent names may also hold `.`).

@@ -9,9 +9,9 @@ use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
 
 use super::tool_name;
 use super::turn::{Hooks, Plain, take_turn};
-use crate::engine::context::RunContext;
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::Frame;
-use crate::engine::sink::EventSink;
 
 /// The hub's hooks: its spokes as tools.
 pub(crate) struct Spokes<'f> {

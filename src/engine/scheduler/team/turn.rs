@@ -16,13 +16,13 @@ use crate::llm::{Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::{AgentSpec, JsonSchema};
 
 use super::chain::{Chain, approval, around_turn};
-use crate::engine::checkpoint::Conversation;
-use crate::engine::context::RunContext;
-use crate::engine::converse::{self, ModelWrap, Progress, Setup};
-use crate::engine::model::structured;
+use crate::engine::calls::converse::{self, ModelWrap, Progress, Setup};
+use crate::engine::calls::model::structured;
+use crate::engine::calls::tool_call::may_use;
+use crate::engine::runtime::checkpoint::Conversation;
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::Frame;
-use crate::engine::sink::EventSink;
-use crate::engine::tool_call::may_use;
 
 /// What the caller of a turn handles itself: tools it adds (handoffs, spokes) and whether the
 /// turn stops early.

@@ -13,9 +13,9 @@ use serde_json::Value;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::plan::{StepSpec, Team};
 
+use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::{Frame, Locals};
 use crate::engine::scheduler::kinds::sequential;
-use crate::engine::sink::EventSink;
 
 /// How deep workflows may nest inside each other at run time (validation refuses cycles; this
 /// bounds what it cannot see).

@@ -17,8 +17,8 @@ use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::ToolCall as ModelToolCall;
 use crate::plan::{AgentSpec, JsonSchema};
 
-use crate::engine::context::RunContext;
-use crate::engine::tool_call::ToolArguments;
+use crate::engine::calls::tool_call::ToolArguments;
+use crate::engine::runtime::context::RunContext;
 
 static DECISION: LazyLock<JsonSchema> = LazyLock::new(|| {
     JsonSchema::compile(&json!({

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::domain::{ErrorCode, RunError};
 use crate::plan::middleware_spec::{GuardAction, Guardrail};
 
-use crate::engine::model::{Filters, TextFilter};
+use crate::engine::calls::model::{Filters, TextFilter};
 
 /// One guardrail over one stream of text.
 pub(crate) struct GuardStream {

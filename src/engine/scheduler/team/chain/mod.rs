@@ -24,7 +24,7 @@
 //!   last minute of the run.
 //! - `response_cache`: the agent asked the same messages again in the run answers what it
 //!   answered then (a short circuit); a turn stopped by its caller (a handoff) is not kept.
-//!   The cache lives in the run's memory ([`crate::engine::middleware_state::RunState`]), empty
+//!   The cache lives in the run's memory ([`crate::engine::runtime::middleware_state::RunState`]), empty
 //!   again after a restart.
 //! - `tool_approval`: see [`approval`].
 
@@ -43,8 +43,8 @@ use crate::plan::middleware_spec::{Builtin, Guardrail};
 use crate::plan::{AgentSpec, Team};
 
 use super::turn::TurnEnd;
-use crate::engine::context::RunContext;
-use crate::engine::converse::{ModelWrap, Retry};
+use crate::engine::calls::converse::{ModelWrap, Retry};
+use crate::engine::runtime::context::RunContext;
 use guard::{GuardChain, GuardStream};
 
 /// An agent's middleware, outermost first.
@@ -112,8 +112,9 @@ impl Chain {
             _ => None,
         });
         ModelWrap {
-            filters: (!guards.is_empty())
-                .then(|| Arc::new(GuardChain(guards)) as Arc<dyn crate::engine::model::Filters>),
+            filters: (!guards.is_empty()).then(|| {
+                Arc::new(GuardChain(guards)) as Arc<dyn crate::engine::calls::model::Filters>
+            }),
             retry,
         }
     }

@@ -36,7 +36,7 @@ use crate::domain::{ErrorCode, RunError, StepAttempt, StepCounts, StepId, StepSt
 use crate::store::PlanRecord;
 
 use super::checkpoint::StepResult;
-use super::executor::Outcome;
+use super::outcome::Outcome;
 
 /// What a plan run's scheduler knows when it ends.
 pub struct Facts<'a> {

@@ -14,6 +14,9 @@ use std::sync::Arc;
 use crate::domain::{StepAttempt, StepPath};
 use crate::store::{PlanRecord, Record};
 
+use super::completion::{Account, account};
+use super::context::RunContext;
+
 /// A step attempt's row key: plan version, step key (`path/id`), attempt.
 type AttemptKey = (u32, StepPath, u32);
 
@@ -84,6 +87,19 @@ impl Ledger {
                 self.attempts.values().map(|a| &**a).collect(),
             )
         })
+    }
+}
+
+impl RunContext {
+    /// What the run's history says about its end, when its ledger holds the whole of it (a
+    /// run that started here): `Some(None)` for a run that ran no plan; `None` when the
+    /// history must be read from the store.
+    pub fn account_from_ledger(&self) -> Option<Option<Account>> {
+        self.ledger
+            .lock()
+            .expect("ledger lock")
+            .history()
+            .map(|(plans, attempts)| (!plans.is_empty()).then(|| account(plans, attempts)))
     }
 }
 

@@ -55,12 +55,12 @@ pub struct Services {
     pub metrics: Metrics,
     pub inputs: InputBox,
     /// Reactive runs executing now, to wake when the user asks for a new plan.
-    pub replans: super::reactive::Wakes,
+    pub replans: super::wakes::Wakes,
     pub config: Arc<crate::config::EngineConfig>,
     /// `[context]`: the session history's token budget.
     pub context: Arc<crate::config::ContextConfig>,
     /// `[selector]`, compiled: how `auto` is resolved.
-    pub selector: Arc<super::selector::Selector>,
+    pub selector: Arc<crate::config::selector::Selector>,
     /// Traces (no-op unless an OTLP endpoint is configured).
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// The HTTP tools tenants declare through the API: built on demand for a tenant's view.
@@ -185,7 +185,7 @@ pub struct RunContext {
     seq: AtomicU64,
     /// Held while an event is stamped and queued, so the run's events are queued in seq
     /// order ([`EventHub::append_stamped`]).
-    pub(super) emit_order: Mutex<()>,
+    pub(in crate::engine) emit_order: Mutex<()>,
     /// The id of the run's last checkpoint (see [`super::checkpoint`]).
     pub(super) checkpoints: AtomicU64,
     steps_started: AtomicU64,
@@ -205,7 +205,7 @@ pub struct RunContext {
     pub(super) open_attempts: Mutex<HashMap<AttemptKey, OpenAttempt>>,
     /// The session's variables the run's plans read, each read once (see [`super::session`]).
     /// A std mutex: lookups and merges only, the store read happens outside it.
-    pub(super) session: Mutex<super::session::SessionCache>,
+    pub(super) session: Mutex<super::session_cache::SessionCache>,
     /// The last attempt number given, by step key (`path/id`). A std mutex: lookups only.
     pub(super) attempt_numbers: Mutex<HashMap<StepPath, u32>>,
     /// The buffered sinks of the run's steps (see [`super::sink`]).
@@ -216,7 +216,7 @@ pub struct RunContext {
     /// What agents' middleware remembers during the run (response cache, rate windows).
     pub middleware: super::middleware_state::RunState,
     /// The run's trace span while it executes (see [`crate::telemetry`]).
-    pub(super) trace: Mutex<Option<opentelemetry::Context>>,
+    pub(in crate::engine) trace: Mutex<Option<opentelemetry::Context>>,
     /// The plans and attempts the run queued, for its own reads (see [`super::ledger`]).
     /// A std mutex: folds and copies only.
     pub(super) ledger: Mutex<super::ledger::Ledger>,

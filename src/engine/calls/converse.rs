@@ -26,12 +26,12 @@ use crate::domain::{AttemptInput, ErrorCode, RunError, Segment, StepKind, StepPa
 use crate::llm::router::ModelRoute;
 use crate::llm::{ChatRequest, Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 
-use super::attempts::{AttemptEnd, HeldEnd, NewAttempt};
-use super::checkpoint::Conversation;
-use super::context::RunContext;
 use super::model::{Filters, ModelReply, TextKind, call_model_filtered};
-use super::sink::EventSink;
 use super::tool_call::{ToolArguments, ToolCall, call_tool};
+use crate::engine::runtime::attempts::{AttemptEnd, HeldEnd, NewAttempt};
+use crate::engine::runtime::checkpoint::Conversation;
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::sink::EventSink;
 
 /// What a loop talks to and may use.
 pub struct Setup {

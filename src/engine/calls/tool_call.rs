@@ -9,8 +9,8 @@ use serde_json::Value;
 use crate::domain::event::{ErrorData, ToolCallData, ToolOutcome, ToolResultData};
 use crate::domain::{ErrorCode, RunError, StepPath};
 
-use super::context::RunContext;
-use super::sink::EventSink;
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::sink::EventSink;
 
 /// The arguments of a call as they were given.
 #[derive(Debug, Clone)]

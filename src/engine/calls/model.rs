@@ -15,7 +15,7 @@ use crate::llm::schema::Projection;
 use crate::llm::{self, ChatRequest, LlmEvent, Message, ResponseSchema};
 use crate::plan::JsonSchema;
 
-use super::context::RunContext;
+use crate::engine::runtime::context::RunContext;
 
 /// How the model's text streams out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -157,7 +157,7 @@ impl RunContext {
         let version = self
             .run()
             .plan_version
-            .unwrap_or(super::fixed::FIRST_VERSION);
+            .unwrap_or(crate::domain::plan::FIRST_VERSION);
         let released = PlanDelta {
             plan_version: version,
             released: vec![step.clone()],

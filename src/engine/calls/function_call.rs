@@ -20,10 +20,10 @@ use crate::llm::router::ModelRoute;
 use crate::llm::{ChatRequest, Message, ResponseSchema};
 use crate::plan::{NoResults, Scope};
 
-use super::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
-use super::context::RunContext;
 use super::model::{ModelReply, TextKind, call_model, mark_answered_by};
-use super::sink::EventSink;
+use crate::engine::runtime::attempts::{AttemptEnd, AttemptKey, HeldEnd, NewAttempt};
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::sink::EventSink;
 
 /// The configured function `name` (one orca itself calls: `planner`, `replanner`, `selector`,
 /// `summarizer`); an `internal_error` when the configuration lacks it.
@@ -49,7 +49,7 @@ pub fn opening(
     let prompt = function
         .prompt
         .render(&scope, limit)
-        .map_err(super::scheduler::render_error)?;
+        .map_err(crate::plan::render_error)?;
     let mut messages = Vec::new();
     if let Some(system) = &function.system {
         messages.push(Message::System {
@@ -94,7 +94,7 @@ impl<'a> FunctionCall<'a> {
         FunctionCall {
             step,
             name,
-            plan_version: super::NO_PLAN,
+            plan_version: crate::domain::plan::NO_PLAN,
             model: function.model.as_deref(),
             schema: function
                 .output_schema
