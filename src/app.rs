@@ -16,6 +16,8 @@ use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
 use crate::config::selector::Selector;
 use crate::config::{Config, DatabaseConfig};
+use crate::engine::runtime::context::RunContext;
+use crate::engine::runtime::hooks::{Hooks, RunHook};
 use crate::engine::{Engine, Services};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
@@ -110,7 +112,7 @@ impl App {
             selector: Arc::new(selector),
             telemetry: telemetry.clone(),
             declared,
-            webhook_due: webhook_due.clone(),
+            hooks: Hooks::default().with(WebhookDue(webhook_due.clone())),
             quotas: Arc::new(config.quotas.clone()),
             lease: if store.shared() {
                 crate::engine::runtime::lease::LeaseGate::leased(store.lease_ttl())
@@ -312,6 +314,18 @@ async fn load_shared_definitions(
         tracing::info!(agents = loaded, "loaded shared agents");
     }
     Ok(())
+}
+
+/// A run that names a completion webhook wakes the deliverer once its end is stored (it then
+/// looks at once instead of at its next poll).
+struct WebhookDue(Arc<tokio::sync::Notify>);
+
+impl RunHook for WebhookDue {
+    fn after_end(&self, ctx: &RunContext) {
+        if ctx.spec.webhook.is_some() {
+            self.0.notify_one();
+        }
+    }
 }
 
 /// The engine over `services`, with its tasks started (the store supervisor, the lease

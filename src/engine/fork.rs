@@ -30,7 +30,8 @@ use super::error::Error;
 use super::runtime::checkpoint::{
     self, Conversation, ConversationDelta, Delta, PlanDelta, PlanProgress, Restored,
 };
-use super::runtime::context::Services;
+use super::runtime::context::{RunContext, Services};
+use super::runtime::hooks::RunHook;
 use crate::domain::plan::FIRST_VERSION;
 use crate::domain::plan::NO_PLAN;
 use crate::domain::replan::REPLANNING_STEP;
@@ -430,4 +431,17 @@ fn unreadable(e: RunError) -> Error {
         "the parent's checkpoints cannot be forked: {}",
         e.message
     ))
+}
+
+/// A fork says where it comes from on its `running` status.
+pub struct ForkNote;
+
+impl RunHook for ForkNote {
+    fn start_note(&self, ctx: &RunContext) -> Option<String> {
+        let fork = ctx.spec.fork.as_ref()?;
+        Some(format!(
+            "forked from run {} at its checkpoint {}",
+            fork.run_id, fork.checkpoint
+        ))
+    }
 }

@@ -108,7 +108,15 @@ pub enum Created {
 }
 
 impl Engine {
-    pub fn new(services: Services, tracker: TaskTracker, shutdown: CancellationToken) -> Engine {
+    pub fn new(
+        mut services: Services,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Engine {
+        services.hooks = services
+            .hooks
+            .with(session::SessionTurn)
+            .with(fork::ForkNote);
         let slots = Arc::new(slots::Slots::new(
             services.config.max_running_runs,
             services.quotas.clone(),

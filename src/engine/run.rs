@@ -92,57 +92,21 @@ pub(super) async fn drive(inner: &Inner, ctx: RunContext, stop: CancellationToke
     left
 }
 
-/// How often a run queued behind its session's earlier runs looks whether they have ended
-/// (they may run on another replica, so it asks the store).
-const SESSION_TURN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// A run that waits for its session's earlier runs (`enqueue`, `interrupt`) waits here,
-/// `queued`, holding no running slot and with its clock paused (the wait does not count
-/// against `max_duration_ms`); `Some` when it ends or is left before its turn.
-async fn session_turn(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Option<Left> {
-    use crate::domain::SessionConcurrency::{Enqueue, Interrupt};
-    let policy = ctx
-        .spec
-        .session_policy(ctx.services.config.session_concurrency);
-    if !matches!(policy, Some(Enqueue | Interrupt)) {
-        return None;
-    }
-    let session = ctx.spec.session_id.as_deref()?;
-    let store = ctx.services.store();
-    ctx.clock.pause();
-    loop {
-        match store
-            .session_unfinished(&ctx.tenant, session, Some(ctx.run_id))
-            .await
-        {
-            Ok(earlier) if earlier.is_empty() => {
-                ctx.clock.resume();
-                return None;
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "reading the session's runs failed; asking again"),
-        }
-        tokio::select! {
-            () = tokio::time::sleep(SESSION_TURN_POLL) => {}
-            () = ctx.cancel.cancelled() => {
-                inner.queue.leave(&ctx.tenant);
-                finalize(ctx, Ending::Cancelled).await;
-                return Some(Left::Done);
-            }
-            () = stop.cancelled() => {
-                inner.queue.leave(&ctx.tenant);
-                return Some(Left::Done);
-            }
-        }
-    }
-}
-
 async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left {
     if !ctx.resumed {
         ctx.emit(None, Payload::status(RunStatus::Queued)).await;
     }
-    if let Some(left) = session_turn(inner, ctx, stop).await {
-        return left;
+    tokio::select! {
+        () = ctx.services.hooks.before_start(ctx) => {}
+        () = ctx.cancel.cancelled() => {
+            inner.queue.leave(&ctx.tenant);
+            finalize(ctx, Ending::Cancelled).await;
+            return Left::Done;
+        }
+        () = stop.cancelled() => {
+            inner.queue.leave(&ctx.tenant);
+            return Left::Done;
+        }
     }
     let permit = tokio::select! {
         p = inner.slots.acquire(&ctx.tenant, ctx.spec.priority) => p,
@@ -165,13 +129,9 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
     ctx.update_run(|r| {
         r.started_at.get_or_insert_with(crate::domain::now);
     });
-    let message = match &ctx.spec.fork {
-        _ if ctx.resumed => Some("resumed after a restart".to_owned()),
-        Some(fork) => Some(format!(
-            "forked from run {} at its checkpoint {}",
-            fork.run_id, fork.checkpoint
-        )),
-        None => None,
+    let message = match ctx.resumed {
+        true => Some("resumed after a restart".to_owned()),
+        false => ctx.services.hooks.start_note(ctx),
     };
     // Every start announces the orchestration choice once it is made; a choice left to the
     // model is announced by `selector::settle` when the model has answered.
@@ -390,9 +350,7 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
         },
         () = ctx.stop.cancelled() => return,
     }
-    if ctx.spec.webhook.is_some() {
-        ctx.services.webhook_due.notify_one();
-    }
+    ctx.services.hooks.after_end(ctx);
     ctx.services.metrics.run_finished(status.as_str());
     tracing::info!(status = status.as_str(), "run finished");
 }

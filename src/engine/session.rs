@@ -27,12 +27,56 @@ use crate::store::{SessionLimits, SessionSummary, Turn};
 use super::calls::function_call::{self, FunctionCall};
 use super::calls::model::TextKind;
 use super::runtime::context::RunContext;
+use super::runtime::hooks::RunHook;
 use super::runtime::sink::EventSink;
 use crate::domain::run::input_text;
 use crate::plan::render_error;
 
 /// The step the summariser's calls are recorded as.
 pub const SUMMARY_STEP: &str = "summarizer";
+/// How often a run queued behind its session's earlier runs looks whether they have ended
+/// (they may run on another replica, so it asks the store).
+const SESSION_TURN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A run whose session is busy waits for its turn (`enqueue`, `interrupt`): `queued`, holding
+/// no running slot and with its clock paused (the wait does not count against
+/// `max_duration_ms`), until the session's earlier runs have ended, on any replica.
+pub struct SessionTurn;
+
+#[async_trait::async_trait]
+impl RunHook for SessionTurn {
+    async fn before_start(&self, ctx: &RunContext) {
+        use crate::domain::SessionConcurrency::{Enqueue, Interrupt};
+        let policy = ctx
+            .spec
+            .session_policy(ctx.services.config.session_concurrency);
+        if !matches!(policy, Some(Enqueue | Interrupt)) {
+            return;
+        }
+        let Some(session) = ctx.spec.session_id.as_deref() else {
+            return;
+        };
+        let store = ctx.services.store();
+        ctx.clock.pause();
+        loop {
+            match store
+                .session_unfinished(&ctx.tenant, session, Some(ctx.run_id))
+                .await
+            {
+                Ok(earlier) if earlier.is_empty() => {
+                    ctx.clock.resume();
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the session's runs failed; asking again")
+                }
+            }
+            tokio::time::sleep(SESSION_TURN_POLL).await;
+        }
+    }
+}
+
 /// The values of a plan's `session_variables`.
 pub fn render_writes(
     writes: &[(String, Template)],

@@ -67,9 +67,8 @@ pub struct Services {
     pub declared: DeclaredTools,
     /// Whether this replica surely still holds its leases: passed before every action.
     pub lease: super::lease::LeaseGate,
-    /// Told when a run that names a completion webhook has ended here (the deliverer then
-    /// looks at once instead of at its next poll).
-    pub webhook_due: Arc<tokio::sync::Notify>,
+    /// Features' parts in every run's life (`runtime::hooks`).
+    pub hooks: super::hooks::Hooks,
     /// What each tenant's runs may take (`[quotas]`).
     pub quotas: Arc<crate::config::QuotasConfig>,
 }

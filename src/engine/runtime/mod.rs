@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod clock;
 pub mod completion;
 pub mod context;
+pub mod hooks;
 pub mod input;
 pub mod lease;
 pub mod ledger;

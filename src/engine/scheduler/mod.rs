@@ -827,7 +827,7 @@ mod tests {
             telemetry: Default::default(),
             declared: DeclaredTools::new(&config.tools).unwrap(),
             lease: Default::default(),
-            webhook_due: Default::default(),
+            hooks: Default::default(),
             quotas: Default::default(),
         };
         let spec = RunSpec {
