@@ -32,7 +32,7 @@ mod webhooks;
 mod workflows;
 
 pub use api::openapi;
+pub use domain::run::RunRequest;
 pub use engine::Created;
-pub use engine::intake::RunRequest;
 pub use engine::selector::Selector;
 pub use retention::RetentionHandle;

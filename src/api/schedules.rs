@@ -21,12 +21,13 @@ use crate::domain::Tenant;
 use crate::domain::schedule::{
     Decision, Missed, MissedTicks, Problems, ScheduleFire, Timing, decide, tick_key,
 };
+use crate::engine::{self, Created};
 use crate::store::{Capped, FireOutcome, FireRecord, Fired, ScheduleRecord};
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path, deserialize_located};
-use super::runs::{admit_body, start_run_for};
+use super::runs::admit_body;
 
 /// How many coming ticks a schedule shows.
 const UPCOMING: usize = 5;
@@ -245,7 +246,7 @@ async fn check(
                 .map(|(field, message)| FieldError::new(format!("/{field}"), message)),
         ),
     }
-    if let Err(e) = admit_body(state, tenant, s.run.clone(), None).await {
+    if let Err(e) = admit_body(state, tenant, s.run.clone()).await {
         match e {
             ApiError::Validation { errors, .. } => problems.extend(
                 errors
@@ -777,6 +778,9 @@ impl Tick {
     }
 }
 
+/// Starts the tick's run through the engine, under the key `schedule:<id>:<tick>`: the
+/// stored body is admitted as `POST /v1/runs` admits a body, linked to its tick, and
+/// created; what stops it decides whether the tick waits (held) or starts nothing (refused).
 async fn start_tick(
     state: &AppState,
     s: &ScheduleRecord,
@@ -787,37 +791,59 @@ async fn start_tick(
         id: s.id.clone(),
         fire_at: tick.tick,
     };
-    let started = start_run_for(
-        state,
-        &s.tenant,
-        s.run.clone(),
-        Some(key.clone()),
-        false,
-        Some(link),
-    )
-    .await;
-    match started {
-        Ok((run, _, _)) => tick.started(state, s, &run.id.to_string()).await,
+    let admitted = match admit_body(state, &s.tenant, s.run.clone()).await {
+        Ok(admitted) => admitted.for_tick(link),
+        Err(refused) => return tick_refused(state, s, tick, &describe(&refused)).await,
+    };
+    let created = state
+        .engine
+        .create_run(&s.tenant, admitted, Some(&key), false)
+        .await;
+    match created {
+        Ok(Created::New(run, _) | Created::Existing(run)) => {
+            tick.started(state, s, &run.id.to_string()).await
+        }
         // Busy or the store is down: the tick stays due and is tried again after a wait.
-        Err(ApiError::Unavailable(why)) => tick.held(state, s, &why).await,
+        Err(busy @ (engine::Error::Overloaded | engine::Error::StoreDown)) => {
+            tick.held(state, s, &busy.to_string()).await
+        }
+        Err(engine::Error::Store(e)) => {
+            tracing::error!(error = ?e, "storing a new run failed");
+            let why = "the store cannot take the run now; try again";
+            tick.held(state, s, why).await
+        }
         // Another replica started this tick with a body changed since: the tick has its run.
-        Err(ApiError::IdempotencyKeyReused) => {
+        Err(engine::Error::IdempotencyKeyReused) => {
             match state.schedules.run_of_key(&s.tenant, &key).await? {
                 Some(run_id) => tick.started(state, s, &run_id).await,
                 None => tick.held(state, s, "the tick's run was not found").await,
             }
         }
         // Over one of the tenant's run quotas: this tick starts nothing.
-        Err(refused @ ApiError::TooManyRequests { .. }) => {
-            let why = format!("quota: {refused}");
+        Err(engine::Error::QuotaExceeded(exceeded)) => {
+            let why = format!("quota: {}", exceeded.describe());
             tick.refused(state, s, "quota", &why).await
         }
-        Err(refused) => {
-            // The body no longer runs (a workflow or tool it names was removed): the tick is
-            // recorded with why, and the schedule goes on.
-            let why = describe(&refused);
-            tracing::warn!(schedule = %s.id, %why, "a schedule's run was refused");
-            tick.refused(state, s, "refused", &why).await
+        Err(
+            refused @ (engine::Error::SessionBusy(_)
+            | engine::Error::Conflict(_)
+            | engine::Error::ForkTooLarge { .. }),
+        ) => tick_refused(state, s, tick, &refused.to_string()).await,
+        Err(other) => {
+            tracing::error!(error = ?other, schedule = %s.id, "starting a schedule's run failed");
+            tick_refused(state, s, tick, "internal error").await
         }
     }
+}
+
+/// The body no longer runs (a workflow or tool it names was removed), or its session refuses
+/// it: the tick is recorded with why, and the schedule goes on.
+async fn tick_refused(
+    state: &AppState,
+    s: &ScheduleRecord,
+    tick: Tick,
+    why: &str,
+) -> Result<(), crate::store::Error> {
+    tracing::warn!(schedule = %s.id, %why, "a schedule's run was refused");
+    tick.refused(state, s, "refused", why).await
 }

@@ -70,7 +70,7 @@ async fn session_turn(inner: &Inner, ctx: &RunContext, stop: &CancellationToken)
     if !matches!(policy, Some(Enqueue | Interrupt)) {
         return None;
     }
-    let session = ctx.spec.session_id.as_deref()?;
+    let session = ctx.spec.request.session_id.as_deref()?;
     let store = ctx.services.store();
     ctx.clock.pause();
     loop {
@@ -108,7 +108,7 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
         return left;
     }
     let permit = tokio::select! {
-        p = inner.slots.acquire(&ctx.tenant, ctx.spec.priority) => p,
+        p = inner.slots.acquire(&ctx.tenant, ctx.spec.request.priority) => p,
         _ = ctx.cancel.cancelled() => {
             inner.queue.leave(&ctx.tenant);
             finalize(ctx, Ending::Cancelled).await;
@@ -342,7 +342,7 @@ pub(super) async fn finalize(ctx: &RunContext, ending: Ending) {
         },
         () = ctx.stop.cancelled() => return,
     }
-    if ctx.spec.webhook.is_some() {
+    if ctx.spec.request.webhook.is_some() {
         ctx.services.webhook_due.notify_one();
     }
     ctx.services.metrics.run_finished(status.as_str());

@@ -85,7 +85,7 @@ impl RunContext {
     /// session). A store error is logged and the run goes on without them (they read as
     /// null), as it always has.
     pub async fn read_session(&self, reads: &SessionReads) {
-        let Some(session) = &self.spec.session_id else {
+        let Some(session) = &self.spec.request.session_id else {
             return;
         };
         let missing = self.session.lock().expect("session cache").missing(reads);
@@ -141,7 +141,7 @@ pub async fn store_variables(
     if values.is_empty() {
         return Ok(());
     }
-    let Some(session) = &ctx.spec.session_id else {
+    let Some(session) = &ctx.spec.request.session_id else {
         tracing::debug!("the plan sets session variables but the run has no session_id");
         return Ok(());
     };
@@ -220,7 +220,7 @@ pub async fn history(ctx: &RunContext) -> History {
         summary: None,
         turns: Vec::new(),
     };
-    let Some(session) = ctx.spec.session_id.as_deref() else {
+    let Some(session) = ctx.spec.request.session_id.as_deref() else {
         return history;
     };
     let (summary, turns) = match load(ctx, session).await {
