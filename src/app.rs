@@ -21,10 +21,10 @@ use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
 use crate::plan::Catalog;
-use crate::retention::{RetentionHandle, Sweeper};
 use crate::store::Store;
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
+use crate::workers::retention::{RetentionHandle, Sweeper};
 
 pub struct App {
     listener: TcpListener,
@@ -70,7 +70,7 @@ impl App {
         config.validate()?;
         crate::tools::http::register_configured(&config.tools, &mut tools)?;
         let destinations = crate::tools::http::destinations(&config.tools)?;
-        crate::webhooks::check_tenant_urls(&config.webhooks, &destinations)?;
+        crate::workers::webhooks::check_tenant_urls(&config.webhooks, &destinations)?;
         let functions = FunctionRegistry::build(&config.functions, |alias| llm.has_alias(alias))
             .map_err(|problems| {
                 anyhow::anyhow!("invalid LLM functions:\n  {}", problems.join("\n  "))
@@ -126,7 +126,7 @@ impl App {
         let limits = ServerLimits::from_config(&config.server);
         let (sweeper, retention) =
             Sweeper::new(store.clone(), config.retention.clone(), shutdown.clone());
-        let deliverer = crate::webhooks::Deliverer::new(
+        let deliverer = crate::workers::webhooks::Deliverer::new(
             store.clone(),
             config.webhooks.clone(),
             destinations,
@@ -141,7 +141,7 @@ impl App {
             Arc::new(config),
             shutdown.clone(),
         );
-        tracker.spawn(api::schedules::fire_due(state.clone()));
+        tracker.spawn(crate::workers::schedules::fire_due(state.clone()));
         tracker.spawn(deliverer.run());
         Ok(App {
             listener,

@@ -156,8 +156,9 @@ pub(super) async fn start_run(
 }
 
 /// Checks a run body as `POST /v1/runs` does and has the engine admit it: the run to create,
-/// or every problem at once as one 422.
-pub(super) async fn admit_body(
+/// or every problem at once as one 422. Also how a schedule's stored body is admitted at each
+/// tick (`workers::schedules`).
+pub(crate) async fn admit_body(
     state: &AppState,
     tenant: &Tenant,
     body: Value,
