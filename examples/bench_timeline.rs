@@ -18,10 +18,10 @@ use orca::domain::event::{
     FinalData, InputRequiredData, PlanData, StepData, ToolCallData, ToolOutcome, ToolResultData,
     UsageData,
 };
-use orca::domain::run::RunSpec;
+use orca::domain::run::{RunRequest, RunSpec};
 use orca::domain::{
     Completion, ErrorCode, Event, Orchestration, Payload, Run, RunError, RunId, RunStatus,
-    StepAttempt, StepKind, StepStatus, Tenant, Usage,
+    StepAttempt, StepKind, StepStatus, Tenant,
 };
 use orca::store::{Record, Store};
 use serde_json::json;
@@ -219,45 +219,16 @@ fn tool_call(id: &str, call: &str) -> [(Option<String>, Payload); 2] {
 /// Writes a finished run of exactly `events` events into `store`; returns its id.
 async fn write_run(store: &Store, tenant: &Tenant, events: usize) -> RunId {
     let created = orca::domain::now() - chrono::Duration::hours(1);
-    let spec = RunSpec {
-        input: json!("bench"),
+    let spec = RunSpec::new(RunRequest {
         orchestration: Orchestration::Fixed,
-        workflow: None,
         plan: Some(json!({ "steps": [] })),
-        model: None,
-        tools: None,
-        limits: Default::default(),
-        metadata: Default::default(),
-        session_id: None,
-        schedule: None,
-        fork: None,
-        instructions: None,
-        webhook: None,
-        concurrency: None,
-        review_plans: false,
-        priority: 0,
-        declared_tools: Vec::new(),
-    };
+        ..RunRequest::new(json!("bench"))
+    });
     let mut run = Run {
-        id: RunId::new(),
-        status: RunStatus::Queued,
-        completion: None,
-        completion_reason: None,
-        step_counts: None,
         orchestration: Orchestration::Fixed,
-        selected: None,
-        input: json!("bench"),
-        output: None,
-        error: None,
-        metadata: Default::default(),
-        session_id: None,
-        schedule: None,
-        parent: None,
         plan_version: Some(1),
-        usage: Usage::default(),
         created_at: created,
-        started_at: None,
-        finished_at: None,
+        ..Run::queued(RunId::new(), &spec, None)
     };
     store
         .insert_run(tenant, &run, &spec, None, Default::default(), &[])

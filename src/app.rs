@@ -16,17 +16,16 @@ use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
 use crate::config::selector::Selector;
 use crate::config::{Config, DatabaseConfig};
-use crate::engine::runtime::context::RunContext;
-use crate::engine::runtime::hooks::{Hooks, RunHook};
+use crate::engine::runtime::hooks::Hooks;
 use crate::engine::{Engine, Services};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
 use crate::plan::Catalog;
-use crate::retention::{RetentionHandle, Sweeper};
 use crate::store::Store;
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
+use crate::workers::retention::{RetentionHandle, Sweeper};
 
 pub struct App {
     listener: TcpListener,
@@ -72,7 +71,7 @@ impl App {
         config.validate()?;
         crate::tools::http::register_configured(&config.tools, &mut tools)?;
         let destinations = crate::tools::http::destinations(&config.tools)?;
-        crate::webhooks::check_tenant_urls(&config.webhooks, &destinations)?;
+        crate::workers::webhooks::check_tenant_urls(&config.webhooks, &destinations)?;
         let functions = FunctionRegistry::build(&config.functions, |alias| llm.has_alias(alias))
             .map_err(|problems| {
                 anyhow::anyhow!("invalid LLM functions:\n  {}", problems.join("\n  "))
@@ -112,7 +111,9 @@ impl App {
             selector: Arc::new(selector),
             telemetry: telemetry.clone(),
             declared,
-            hooks: Hooks::default().with(WebhookDue(webhook_due.clone())),
+            hooks: Hooks::default().with(crate::workers::webhooks::WebhookDue::new(
+                webhook_due.clone(),
+            )),
             quotas: Arc::new(config.quotas.clone()),
             lease: if store.shared() {
                 crate::engine::runtime::lease::LeaseGate::leased(store.lease_ttl())
@@ -128,7 +129,7 @@ impl App {
         let limits = ServerLimits::from_config(&config.server);
         let (sweeper, retention) =
             Sweeper::new(store.clone(), config.retention.clone(), shutdown.clone());
-        let deliverer = crate::webhooks::Deliverer::new(
+        let deliverer = crate::workers::webhooks::Deliverer::new(
             store.clone(),
             config.webhooks.clone(),
             destinations,
@@ -143,7 +144,7 @@ impl App {
             Arc::new(config),
             shutdown.clone(),
         );
-        tracker.spawn(api::schedules::fire_due(state.clone()));
+        tracker.spawn(crate::workers::schedules::fire_due(state.clone()));
         tracker.spawn(deliverer.run());
         Ok(App {
             listener,
@@ -314,18 +315,6 @@ async fn load_shared_definitions(
         tracing::info!(agents = loaded, "loaded shared agents");
     }
     Ok(())
-}
-
-/// A run that names a completion webhook wakes the deliverer once its end is stored (it then
-/// looks at once instead of at its next poll).
-struct WebhookDue(Arc<tokio::sync::Notify>);
-
-impl RunHook for WebhookDue {
-    fn after_end(&self, ctx: &RunContext) {
-        if ctx.spec.webhook.is_some() {
-            self.0.notify_one();
-        }
-    }
 }
 
 /// The engine over `services`, with its tasks started (the store supervisor, the lease

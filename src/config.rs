@@ -84,7 +84,7 @@ impl QuotasConfig {
 }
 
 /// `[webhooks]`: what a run's completion webhook is signed with and how it is retried (see
-/// `crate::webhooks`). Deliveries connect where HTTP tools may (`tools.http_allow`,
+/// `workers::webhooks`). Deliveries connect where HTTP tools may (`tools.http_allow`,
 /// `tools.http_allow_private`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

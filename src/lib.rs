@@ -5,7 +5,8 @@
 //! [`store`] (all SQL), [`llm`] and [`tools`] (what steps call), `stream` (the per-run event
 //! hub), `engine` (runs, executors), [`timeline`] (a run's spans, waits, critical path and
 //! latency breakdown, computed from its history), `api` (the only module that knows HTTP),
-//! and [`app`] (wiring it together).
+//! `workers` (the loops beside it: schedules, webhooks, retention) and [`app`] (wiring it
+//! together).
 //!
 //! Public are the modules the binary, the integration tests and the benchmarks use; the rest
 //! is the crate's own, so the compiler sees every item nothing calls.
@@ -20,7 +21,6 @@ mod functions;
 pub mod llm;
 mod metrics;
 pub mod plan;
-mod retention;
 mod schema;
 pub mod store;
 mod stream;
@@ -28,11 +28,11 @@ mod suggest;
 mod telemetry;
 pub mod timeline;
 pub mod tools;
-mod webhooks;
+mod workers;
 mod workflows;
 
 pub use api::openapi;
 pub use config::selector::Selector;
+pub use domain::run::RunRequest;
 pub use engine::Created;
-pub use engine::intake::RunRequest;
-pub use retention::RetentionHandle;
+pub use workers::retention::RetentionHandle;

@@ -11,15 +11,12 @@ use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::domain::run::RunSpec;
-use crate::domain::schedule::ScheduleFire;
-use crate::domain::{
-    Completion, Event, Limits, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant,
-};
-use crate::engine::intake::{Admitted, Refused, RunRequest};
+use crate::domain::run::RunRequest;
+use crate::domain::{Completion, Event, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant};
+use crate::engine::intake::{Admitted, Refused};
 use crate::engine::{self, Created};
 use crate::store::RunFilter;
 use crate::stream::Opened;
@@ -27,74 +24,6 @@ use crate::stream::Opened;
 use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path, Query, deserialize_located, parse_with_schema};
-
-/// The body of `POST /v1/runs` (schema: `schemas/RunRequest.schema.json`). In the OpenAPI
-/// document it is `RunRequest`, the shipped schema it is checked with, which `openapi::embed`
-/// puts in place of the one derived here.
-#[derive(Debug, Deserialize, ToSchema)]
-#[schema(as = RunRequest)]
-#[serde(deny_unknown_fields)]
-pub struct CreateRun {
-    #[schema(value_type = Object)]
-    pub input: Value,
-    #[serde(default)]
-    pub orchestration: Orchestration,
-    #[schema(value_type = Option<Object>)]
-    pub workflow: Option<Value>,
-    #[schema(value_type = Option<Object>)]
-    pub plan: Option<Value>,
-    pub model: Option<String>,
-    pub tools: Option<Vec<String>>,
-    #[serde(default)]
-    pub limits: Limits,
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub metadata: Map<String, Value>,
-    pub session_id: Option<String>,
-    /// The system prompt of a `simple` run instead of the built-in one (at most 32 KiB).
-    pub instructions: Option<String>,
-    /// Where the run's summary is POSTed, signed, once it ends.
-    #[schema(value_type = Option<Object>)]
-    pub webhook: Option<WebhookTarget>,
-    /// What the run does when its session has a run in progress.
-    pub concurrency: Option<crate::domain::SessionConcurrency>,
-    /// Each plan version a model writes (the planner's, the re-planner's) waits for a
-    /// person's review before it runs: an `input_required` of kind `plan_review`.
-    #[serde(default)]
-    pub review_plans: bool,
-    /// Higher-priority runs leave the queue for a running slot first (-1000 to 1000, default 0).
-    #[serde(default)]
-    pub priority: i64,
-}
-
-/// A run request's `webhook`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookTarget {
-    pub url: String,
-}
-
-impl From<CreateRun> for RunRequest {
-    fn from(c: CreateRun) -> Self {
-        RunRequest {
-            input: c.input,
-            orchestration: c.orchestration,
-            workflow: c.workflow,
-            plan: c.plan,
-            model: c.model,
-            tools: c.tools,
-            limits: c.limits,
-            metadata: c.metadata,
-            session_id: c.session_id,
-            schedule: None,
-            instructions: c.instructions,
-            webhook: c.webhook.map(|w| w.url),
-            concurrency: c.concurrency,
-            review_plans: c.review_plans,
-            priority: c.priority,
-        }
-    }
-}
 
 /// `GET /v1/runs` answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -154,7 +83,7 @@ async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, A
 /// to `final`; otherwise 201 with the run object while the run proceeds in the background.
 #[utoipa::path(
     post, path = "/v1/runs", tag = "runs",
-    request_body = CreateRun,
+    request_body = RunRequest,
     params(("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 255, pattern = "^[!-~]+$",
         description = "Same key (per caller) returns the first run")),
     responses(
@@ -214,20 +143,27 @@ pub(super) async fn start_run(
     key: Option<String>,
     follow: bool,
 ) -> Result<(Run, bool, Option<Opened>), ApiError> {
-    start_run_for(state, tenant, body, key, follow, None).await
+    let admitted = admit_body(state, tenant, body).await?;
+    let created = state
+        .engine
+        .create_run(tenant, admitted, key.as_deref(), follow)
+        .await
+        .map_err(creation_error)?;
+    Ok(match created {
+        Created::New(r, opened) => (r, true, opened),
+        Created::Existing(r) => (r, false, None),
+    })
 }
 
 /// Checks a run body as `POST /v1/runs` does and has the engine admit it: the run to create,
-/// or every problem at once as one 422. `schedule` links the run to the tick that starts it.
-pub(super) async fn admit_body(
+/// or every problem at once as one 422. Also how a schedule's stored body is admitted at each
+/// tick (`workers::schedules`).
+pub(crate) async fn admit_body(
     state: &AppState,
     tenant: &Tenant,
     body: Value,
-    schedule: Option<ScheduleFire>,
 ) -> Result<Admitted, ApiError> {
-    let req: CreateRun = parse_with_schema(&state.run_schema, body)?;
-    let mut request = RunRequest::from(req);
-    request.schedule = schedule;
+    let mut request: RunRequest = parse_with_schema(&state.run_schema, body)?;
     let webhook = super::webhooks::webhook_of(state, tenant, request.webhook.take());
     request.webhook = webhook.as_ref().ok().cloned().flatten();
     let mut problems: Vec<FieldError> = webhook.err().into_iter().collect();
@@ -243,27 +179,6 @@ pub(super) async fn admit_body(
         }
         Err(Refused::Store(e)) => Err(e.into()),
     }
-}
-
-/// [`start_run`], for a run a schedule's tick starts when `schedule` names it.
-pub(super) async fn start_run_for(
-    state: &AppState,
-    tenant: &Tenant,
-    body: Value,
-    key: Option<String>,
-    follow: bool,
-    schedule: Option<ScheduleFire>,
-) -> Result<(Run, bool, Option<Opened>), ApiError> {
-    let admitted = admit_body(state, tenant, body, schedule).await?;
-    let created = state
-        .engine
-        .create_run(tenant, admitted, key.as_deref(), follow)
-        .await
-        .map_err(creation_error)?;
-    Ok(match created {
-        Created::New(r, opened) => (r, true, opened),
-        Created::Existing(r) => (r, false, None),
-    })
 }
 
 /// What creating a run (or a fork) failing tells the caller.
@@ -315,69 +230,15 @@ pub struct RunDetail {
     /// The body of `POST /v1/runs` that started the run, as accepted: what was given, with the
     /// orchestration as requested and a workflow by its name; posting it again starts the
     /// same run anew.
-    #[schema(value_type = CreateRun)]
-    pub request: Map<String, Value>,
+    #[serde(serialize_with = "posted")]
+    pub request: RunRequest,
 }
 
-/// A run's request as a `POST /v1/runs` body: the input, the orchestration as requested (not
-/// what `auto` chose), the workflow (its name, or the inline one) or else the plan, and the
-/// model, tools, limits, metadata, session and instructions that were given. Left out: what was
-/// not given, and what orca added (the plan a workflow resolved to, the tenant's declared
-/// tools). A plan's registered agents and workflows are in it as the run copied them in.
-fn request_of(spec: RunSpec) -> Map<String, Value> {
-    let mut out = Map::new();
-    out.insert("input".into(), spec.input);
-    out.insert(
-        "orchestration".into(),
-        Value::String(spec.orchestration.as_str().into()),
-    );
-    match (spec.workflow, spec.plan) {
-        (Some(workflow), _) => {
-            out.insert("workflow".into(), workflow);
-        }
-        (None, Some(plan)) => {
-            out.insert("plan".into(), plan);
-        }
-        (None, None) => {}
-    }
-    let mut put = |key: &str, value: Option<Value>| {
-        if let Some(v) = value {
-            out.insert(key.into(), v);
-        }
-    };
-    put("model", spec.model.map(Value::String));
-    put(
-        "tools",
-        spec.tools
-            .map(|t| Value::Array(t.into_iter().map(Value::String).collect())),
-    );
-    // Only the limits that were set: an unset one takes the server's default again.
-    let limits: Map<String, Value> = match serde_json::to_value(spec.limits) {
-        Ok(Value::Object(map)) => map.into_iter().filter(|(_, v)| !v.is_null()).collect(),
-        _ => Map::new(),
-    };
-    let object = |map: Map<String, Value>| Some(map).filter(|m| !m.is_empty()).map(Value::Object);
-    put("limits", object(limits));
-    put("metadata", object(spec.metadata));
-    put("session_id", spec.session_id.map(Value::String));
-    put("instructions", spec.instructions.map(Value::String));
-    put(
-        "webhook",
-        spec.webhook.map(|url| serde_json::json!({ "url": url })),
-    );
-    put(
-        "concurrency",
-        spec.concurrency.and_then(|c| serde_json::to_value(c).ok()),
-    );
-    put(
-        "review_plans",
-        spec.review_plans.then_some(Value::Bool(true)),
-    );
-    put(
-        "priority",
-        (spec.priority != 0).then_some(Value::from(spec.priority)),
-    );
-    out
+/// A run's request as a `POST /v1/runs` body ([`RunRequest::posted`]): what was given, the
+/// orchestration as requested (not what `auto` chose), a workflow by its name. A plan's
+/// registered agents and workflows are in it as the run copied them in.
+fn posted<S: serde::Serializer>(request: &RunRequest, s: S) -> Result<S::Ok, S::Error> {
+    request.posted().serialize(s)
 }
 
 /// Get a run, with the request that started it (`request`, a `POST /v1/runs` body that runs
@@ -403,7 +264,7 @@ pub async fn get_run(
         .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
     Ok(Json(RunDetail {
         run: stored.run,
-        request: request_of(stored.spec),
+        request: stored.spec.request,
     }))
 }
 

@@ -1,12 +1,7 @@
 //! `/v1/schedules`: run bodies started on a cron expression's ticks (in a time zone) or at an
-//! interval; and the loop that fires them. Every replica runs the loop. A tick starts at most
-//! one run however many replicas see it due: the run carries the idempotency key
-//! `schedule:<id>:<tick>` (the store keeps one run per key and tenant), and the replica that
-//! moves the schedule's next tick on does so with a compare-and-set. A run is started before
-//! its tick is moved on, so a crash between the two starts nothing twice and loses no tick.
-//! When to fire, and what a missed tick does, is `domain::schedule`'s rule.
-
-use std::time::Duration;
+//! interval. Each body is checked as `POST /v1/runs` checks it; the loop that fires the ticks
+//! is `workers::schedules`. When to fire, and what a missed tick does, is `domain::schedule`'s
+//! rule.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -18,28 +13,19 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::domain::Tenant;
-use crate::domain::schedule::{
-    Decision, Missed, MissedTicks, Problems, ScheduleFire, Timing, decide, tick_key,
-};
-use crate::store::{Capped, FireOutcome, FireRecord, Fired, ScheduleRecord};
+use crate::domain::schedule::Missed;
+use crate::store::{Capped, FireRecord, ScheduleRecord};
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path, deserialize_located};
-use super::runs::{admit_body, start_run_for};
+use super::runs::admit_body;
 
 /// How many coming ticks a schedule shows.
 const UPCOMING: usize = 5;
 
 /// The longest schedule name, in characters.
 const MAX_NAME_CHARS: usize = 200;
-
-/// How long the loop waits at most before it looks at the store again (for schedules other
-/// replicas stored or changed).
-const POLL: Duration = Duration::from_secs(1);
-
-/// Due schedules fired per look at the store.
-const BATCH: u32 = 64;
 
 /// The fires a schedule's `/fires` shows, newest first.
 const FIRES_SHOWN: u32 = 100;
@@ -165,7 +151,7 @@ pub struct UpdateSchedule {
 
 impl From<ScheduleRecord> for Schedule {
     fn from(s: ScheduleRecord) -> Self {
-        let next_fire_times = match (s.enabled, s.next_fire_at, timing_of(&s)) {
+        let next_fire_times = match (s.enabled, s.next_fire_at, s.timing()) {
             (true, Some(next), Ok(timing)) => {
                 let mut ticks = vec![next];
                 ticks.extend(timing.upcoming(next, UPCOMING - 1));
@@ -194,14 +180,6 @@ impl From<ScheduleRecord> for Schedule {
             retry_reason: s.retry_reason,
         }
     }
-}
-
-/// A stored schedule's timing (stored ones were checked, so an error means a changed rule).
-fn timing_of(s: &ScheduleRecord) -> Result<Timing, String> {
-    timing_of_fields(s).map_err(|problems| {
-        let messages: Vec<String> = problems.into_iter().map(|(_, m)| m).collect();
-        messages.join("; ")
-    })
 }
 
 /// Checks a schedule as it would be stored: its name, timing and run body (as `POST
@@ -235,7 +213,7 @@ async fn check(
             "timezone",
             "`timezone` applies to `cron` only; intervals are counted in UTC".to_owned(),
         )]),
-        _ => timing_of_fields(s),
+        _ => s.timing(),
     };
     match timing {
         Ok(timing) => s.next_fire_at = timing.next_after(now),
@@ -245,7 +223,7 @@ async fn check(
                 .map(|(field, message)| FieldError::new(format!("/{field}"), message)),
         ),
     }
-    if let Err(e) = admit_body(state, tenant, s.run.clone(), None).await {
+    if let Err(e) = admit_body(state, tenant, s.run.clone()).await {
         match e {
             ApiError::Validation { errors, .. } => problems.extend(
                 errors
@@ -259,14 +237,6 @@ async fn check(
         Ok(())
     } else {
         Err(ApiError::validation_many(problems))
-    }
-}
-
-fn timing_of_fields(s: &ScheduleRecord) -> Result<Timing, Problems> {
-    match (&s.cron, s.interval_ms) {
-        (Some(cron), _) => Timing::cron(cron, &s.timezone),
-        (None, Some(ms)) => Timing::every(ms, s.anchor_at),
-        (None, None) => Err(vec![("cron", "the schedule has no timing".into())]),
     }
 }
 
@@ -486,18 +456,6 @@ pub async fn schedule_fires(
     }))
 }
 
-/// An error as one line: a 422's every problem with its pointer.
-fn describe(e: &ApiError) -> String {
-    match e {
-        ApiError::Validation { errors, .. } if !errors.is_empty() => errors
-            .iter()
-            .map(|f| format!("{}: {}", f.pointer, f.message))
-            .collect::<Vec<_>>()
-            .join("; "),
-        other => other.to_string(),
-    }
-}
-
 fn fire_record(f: FireRecord) -> ScheduleFireRecord {
     ScheduleFireRecord {
         fire_at: f.fire_at,
@@ -505,319 +463,5 @@ fn fire_record(f: FireRecord) -> ScheduleFireRecord {
         reason: f.reason,
         error: f.error,
         fired_at: f.fired_at,
-    }
-}
-
-/// The first wait before a tick whose run could not start is tried again; it doubles with
-/// each attempt, up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-
-/// The longest wait between attempts at a tick's run (within the tick's minute of grace).
-const RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// The shortest wait between two looks at the store that found nothing more to do.
-const MIN_WAIT: Duration = Duration::from_millis(20);
-
-/// The wait before attempt `retries + 1` at a tick.
-fn retry_delay(retries: u32) -> Duration {
-    RETRY_FIRST
-        .saturating_mul(1 << retries.min(16))
-        .min(RETRY_MAX)
-}
-
-/// Fires due schedules until the server stops: looks at the store when the earliest tick is
-/// due, when a schedule changes through this server, and at least every second (for changes
-/// made through other replicas). While the store fails, it looks again after a wait that
-/// doubles up to [`RETRY_MAX`], and says so once when it starts and once when it ends.
-pub async fn fire_due(state: AppState) {
-    let mut failing: Option<Duration> = None;
-    loop {
-        let wait = match fire_once(&state).await {
-            Ok(more) => {
-                if failing.take().is_some() {
-                    tracing::info!("schedules are read and fired again");
-                }
-                if more {
-                    Duration::ZERO
-                } else {
-                    until_next(&state).await
-                }
-            }
-            Err(e) => {
-                let wait = match failing {
-                    None => {
-                        tracing::warn!(error = %e, "firing schedules failed; trying again with a growing wait");
-                        RETRY_FIRST
-                    }
-                    Some(last) => (last * 2).min(RETRY_MAX),
-                };
-                failing = Some(wait);
-                wait
-            }
-        };
-        tokio::select! {
-            () = state.shutdown.cancelled() => return,
-            () = state.schedules.changed() => {}
-            () = tokio::time::sleep(wait) => {}
-        }
-    }
-}
-
-/// The tenants whose schedules fire: with API keys configured, those with a key (a revoked
-/// tenant's schedules wait, quietly, until its key returns); `None` without keys.
-fn live_tenants(state: &AppState) -> Option<Vec<String>> {
-    let keys = &state.config.auth.api_keys;
-    (!keys.is_empty()).then(|| {
-        let mut tenants: Vec<String> = keys.iter().map(|k| k.tenant.clone()).collect();
-        tenants.sort();
-        tenants.dedup();
-        tenants
-    })
-}
-
-/// How long until the earliest tick (or retry), from [`MIN_WAIT`] to [`POLL`].
-async fn until_next(state: &AppState) -> Duration {
-    let tenants = live_tenants(state);
-    match state.schedules.next_schedule_tick(tenants.as_deref()).await {
-        Ok(Some(next)) => (next - crate::domain::now())
-            .to_std()
-            .unwrap_or(Duration::ZERO)
-            .clamp(MIN_WAIT, POLL),
-        _ => POLL,
-    }
-}
-
-/// Acts on the schedules due now; true when there may be more due. A store error ends the
-/// pass at once (the loop waits before the next).
-async fn fire_once(state: &AppState) -> Result<bool, crate::store::Error> {
-    let now = crate::domain::now();
-    let tenants = live_tenants(state);
-    let due = state
-        .schedules
-        .due_schedules(now, BATCH, tenants.as_deref())
-        .await?;
-    let full = due.len() == BATCH as usize;
-    let mut rates = Rates::default();
-    for s in due {
-        if state.shutdown.is_cancelled() {
-            break;
-        }
-        fire(state, &s, now, &mut rates).await?;
-    }
-    Ok(full)
-}
-
-/// Each tenant's runs started by schedules in the last minute, against its
-/// `schedule_fires_per_minute`, counted once per pass.
-#[derive(Default)]
-struct Rates(std::collections::HashMap<String, (u64, u64)>);
-
-impl Rates {
-    /// Why the tenant may start no more runs from schedules now; `None` when it may (and the
-    /// run is counted).
-    async fn refuse(
-        &mut self,
-        state: &AppState,
-        tenant: &Tenant,
-        now: DateTime<Utc>,
-    ) -> Result<Option<String>, crate::store::Error> {
-        let limit = state.config.quotas.of(&tenant.0).schedule_fires_per_minute;
-        if limit == 0 {
-            return Ok(None);
-        }
-        let used = match self.0.get_mut(&tenant.0) {
-            Some((_, used)) => used,
-            None => {
-                let since = now - chrono::Duration::seconds(60);
-                let used = state.schedules.tenant_fires_since(tenant, since).await?;
-                &mut self.0.entry(tenant.0.clone()).or_insert((limit, used)).1
-            }
-        };
-        if *used >= limit {
-            return Ok(Some(format!(
-                "rate: the tenant's quota `schedule_fires_per_minute` is {limit}: its schedules \
-                 started {used} runs in the last minute"
-            )));
-        }
-        *used += 1;
-        Ok(None)
-    }
-}
-
-/// Acts on one due schedule: records the ticks it missed, starts its tick's run (or skips a
-/// missed tick, or refuses one past the tenant's rate), then moves its next tick on.
-async fn fire(
-    state: &AppState,
-    s: &ScheduleRecord,
-    now: DateTime<Utc>,
-    rates: &mut Rates,
-) -> Result<(), crate::store::Error> {
-    let Some(due) = s.next_fire_at else {
-        return Ok(());
-    };
-    let timing = match timing_of(s) {
-        Ok(timing) => timing,
-        Err(why) => {
-            // Looked at again in an hour (a fixed rule may read it again), not every pass.
-            let why = format!("the stored timing no longer reads: {why}");
-            if s.retry_reason.as_deref() != Some(why.as_str()) {
-                tracing::error!(schedule = %s.id, %why, "a stored schedule no longer reads; it is left as it is");
-            }
-            let later = now + chrono::Duration::hours(1);
-            state
-                .schedules
-                .hold_schedule(&s.id, due, due, later, &why)
-                .await?;
-            return Ok(());
-        }
-    };
-    let schedules = &state.schedules;
-    let record_missed = |missed: Option<MissedTicks>| async move {
-        let Some(missed) = missed else {
-            return Ok(());
-        };
-        let error = missed.describe(s.retry_reason.as_deref());
-        let outcome = FireOutcome::None {
-            reason: "missed",
-            error: &error,
-        };
-        schedules.record_fire(&s.id, missed.first, outcome).await
-    };
-    match decide(&timing, due, now, s.missed) {
-        Decision::Wait => Ok(()),
-        Decision::Skip { next, missed } => {
-            tracing::info!(schedule = %s.id, missed_since = %due, "missed ticks skipped");
-            record_missed(missed).await?;
-            schedules
-                .advance_schedule(&s.id, due, next, Fired::Nothing)
-                .await
-                .map(drop)
-        }
-        Decision::Fire { tick, next, missed } => {
-            record_missed(missed).await?;
-            let tick = Tick { due, tick, next };
-            match rates.refuse(state, &s.tenant, now).await? {
-                Some(why) => tick.refused(state, s, "rate", &why).await,
-                None => start_tick(state, s, tick).await,
-            }
-        }
-    }
-}
-
-/// A tick to act on: the schedule's stored next tick `due`, the tick fired `tick` (later
-/// than `due` when ticks between were missed), and the tick after.
-#[derive(Clone, Copy)]
-struct Tick {
-    due: DateTime<Utc>,
-    tick: DateTime<Utc>,
-    next: Option<DateTime<Utc>>,
-}
-
-impl Tick {
-    /// The tick starts no run (`reason`, `why`): recorded, and the schedule goes on.
-    async fn refused(
-        self,
-        state: &AppState,
-        s: &ScheduleRecord,
-        reason: &str,
-        why: &str,
-    ) -> Result<(), crate::store::Error> {
-        let outcome = FireOutcome::None { reason, error: why };
-        let schedules = &state.schedules;
-        schedules.record_fire(&s.id, self.tick, outcome).await?;
-        schedules
-            .advance_schedule(&s.id, self.due, self.next, Fired::Nothing)
-            .await
-            .map(drop)
-    }
-
-    /// The tick started (or another replica had started) the run `run_id`.
-    async fn started(
-        self,
-        state: &AppState,
-        s: &ScheduleRecord,
-        run_id: &str,
-    ) -> Result<(), crate::store::Error> {
-        let schedules = &state.schedules;
-        schedules
-            .record_fire(&s.id, self.tick, FireOutcome::Run(run_id))
-            .await?;
-        let fired = Fired::Run {
-            tick: self.tick,
-            run_id,
-        };
-        schedules
-            .advance_schedule(&s.id, self.due, self.next, fired)
-            .await?;
-        if s.retry_reason.is_some() {
-            tracing::info!(schedule = %s.id, "a schedule's runs start again");
-        }
-        Ok(())
-    }
-
-    /// The run cannot start yet (`why`): the tick stays due, tried again after a wait that
-    /// doubles with each attempt. Logged when the reason changes, not at every attempt.
-    async fn held(
-        self,
-        state: &AppState,
-        s: &ScheduleRecord,
-        why: &str,
-    ) -> Result<(), crate::store::Error> {
-        let delay = retry_delay(s.retries);
-        if s.retry_reason.as_deref() != Some(why) {
-            tracing::warn!(schedule = %s.id, %why, "a schedule's run cannot start yet; it is tried again with a growing wait");
-        }
-        let retry_at = crate::domain::now()
-            + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::seconds(1));
-        state
-            .schedules
-            .hold_schedule(&s.id, self.due, self.tick, retry_at, why)
-            .await
-            .map(drop)
-    }
-}
-
-async fn start_tick(
-    state: &AppState,
-    s: &ScheduleRecord,
-    tick: Tick,
-) -> Result<(), crate::store::Error> {
-    let key = tick_key(&s.id, tick.tick);
-    let link = ScheduleFire {
-        id: s.id.clone(),
-        fire_at: tick.tick,
-    };
-    let started = start_run_for(
-        state,
-        &s.tenant,
-        s.run.clone(),
-        Some(key.clone()),
-        false,
-        Some(link),
-    )
-    .await;
-    match started {
-        Ok((run, _, _)) => tick.started(state, s, &run.id.to_string()).await,
-        // Busy or the store is down: the tick stays due and is tried again after a wait.
-        Err(ApiError::Unavailable(why)) => tick.held(state, s, &why).await,
-        // Another replica started this tick with a body changed since: the tick has its run.
-        Err(ApiError::IdempotencyKeyReused) => {
-            match state.schedules.run_of_key(&s.tenant, &key).await? {
-                Some(run_id) => tick.started(state, s, &run_id).await,
-                None => tick.held(state, s, "the tick's run was not found").await,
-            }
-        }
-        // Over one of the tenant's run quotas: this tick starts nothing.
-        Err(refused @ ApiError::TooManyRequests { .. }) => {
-            let why = format!("quota: {refused}");
-            tick.refused(state, s, "quota", &why).await
-        }
-        Err(refused) => {
-            // The body no longer runs (a workflow or tool it names was removed): the tick is
-            // recorded with why, and the schedule goes on.
-            let why = describe(&refused);
-            tracing::warn!(schedule = %s.id, %why, "a schedule's run was refused");
-            tick.refused(state, s, "refused", &why).await
-        }
     }
 }

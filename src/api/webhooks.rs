@@ -1,5 +1,5 @@
 //! `GET /v1/runs/{id}/webhook`: a run's completion webhook delivery and every attempt (what
-//! `crate::webhooks` sent and what came back); and the check of a run body's `webhook`.
+//! `workers::webhooks` sent and what came back); and the check of a run body's `webhook`.
 
 use axum::extract::State;
 use axum::{Extension, Json};

@@ -33,7 +33,12 @@ impl Executor for Fixed {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e),
         };
-        let doc = ctx.spec.plan.clone().unwrap_or_else(|| plan.document());
+        let doc = ctx
+            .spec
+            .request
+            .plan
+            .clone()
+            .unwrap_or_else(|| plan.document());
         run_plan(ctx, plan, &doc).await
     }
 }
@@ -70,7 +75,7 @@ fn the_plan(ctx: &RunContext) -> Result<Arc<ValidPlan>, RunError> {
     if let Some(plan) = &ctx.plan {
         return Ok(plan.clone());
     }
-    let Some(doc) = ctx.spec.plan.as_ref() else {
+    let Some(doc) = ctx.spec.request.plan.as_ref() else {
         return Err(RunError::new(ErrorCode::InvalidPlan, "the run has no plan"));
     };
     revalidate(ctx, doc).map(Arc::new)

@@ -116,7 +116,7 @@ pub(super) async fn prepare(
     });
     if let Some(input) = request.input {
         check_input(&input, &point, at)?;
-        spec.input = input;
+        spec.request.input = input;
     }
     let mut fork = Fork {
         parent,
@@ -258,8 +258,8 @@ impl PlanPoint {
                             .collect(),
                     )
                 })?;
-                if fork.spec.plan.is_some() {
-                    fork.spec.plan = Some(doc.clone());
+                if fork.spec.request.plan.is_some() {
+                    fork.spec.request.plan = Some(doc.clone());
                 }
                 fork.plan = Some(Arc::new(valid));
                 *current = PlanRecord::new(

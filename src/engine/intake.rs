@@ -18,11 +18,11 @@
 //! tools, its registries) but writes nothing, and asks no model: the selector's model call
 //! waits until the run has a running slot ([`super::selector::settle`]).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::domain::run::RunSpec;
+use crate::domain::run::{RunRequest, RunSpec};
 use crate::domain::schedule::ScheduleFire;
-use crate::domain::{Limits, Orchestration, SelectedBy, Selection, Tenant};
+use crate::domain::{Orchestration, SelectedBy, Selection, Tenant};
 use crate::plan::{Problem, ValidPlan};
 use crate::store;
 use crate::workflows::Workflows;
@@ -34,43 +34,12 @@ use crate::domain::run::input_text;
 /// The longest `instructions`, in bytes.
 pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
 
-/// A run request as the caller sent it, its shape already checked
-/// (`schemas/RunRequest.schema.json`): the body of `POST /v1/runs`.
-#[derive(Debug, Clone, Default)]
-pub struct RunRequest {
-    pub input: Value,
-    pub orchestration: Orchestration,
-    /// A registered workflow's name, or an inline workflow.
-    pub workflow: Option<Value>,
-    /// A plan document to run.
-    pub plan: Option<Value>,
-    pub model: Option<String>,
-    /// The allow-list of tool names.
-    pub tools: Option<Vec<String>>,
-    pub limits: Limits,
-    pub metadata: Map<String, Value>,
-    pub session_id: Option<String>,
-    /// The schedule tick that starts the run (set by the schedule loop, never by a body).
-    pub schedule: Option<ScheduleFire>,
-    /// The system prompt of a `simple` run instead of the built-in one.
-    pub instructions: Option<String>,
-    /// The completion webhook's URL (the request's, else the tenant's default).
-    pub webhook: Option<String>,
-    /// What the run does when its session has a run in progress (the configured default when
-    /// `None`).
-    pub concurrency: Option<crate::domain::SessionConcurrency>,
-    /// Plan versions a model writes wait for a person's review.
-    pub review_plans: bool,
-    /// Higher-priority runs leave the queue first.
-    pub priority: i64,
-}
-
 /// A request that can run: what [`Engine::create_run`](super::Engine::create_run) stores.
 pub struct Admitted {
     /// The spec to store: the request, with the plan it resolved to and the declared tools it
     /// may call.
     pub(super) spec: RunSpec,
-    /// The plan validated from `spec.plan`, kept so the run does not parse it again.
+    /// The plan validated from `spec.request.plan`, kept so the run does not parse it again.
     pub(super) plan: Option<ValidPlan>,
     /// What `auto` decided at once; `None` leaves it to the model when the run starts.
     pub(super) selected: Option<Selection>,
@@ -89,6 +58,19 @@ impl Admitted {
     /// What `auto` decided at once, if it did.
     pub fn selected(&self) -> Option<&Selection> {
         self.selected.as_ref()
+    }
+
+    /// The run a schedule's tick starts: linked to the tick, which is part of the request its
+    /// idempotency key (`schedule:<id>:<tick>`) is held to.
+    pub fn for_tick(mut self, tick: ScheduleFire) -> Admitted {
+        self.spec.schedule = Some(tick);
+        if self.fingerprint.is_some() {
+            // Taken when the spec had no plan, before a rule's workflow plan could join it.
+            let mut came = self.spec.clone();
+            came.request.plan = None;
+            self.fingerprint = Some(came.fingerprint());
+        }
+        self
     }
 }
 
@@ -134,30 +116,17 @@ pub async fn admit(
         .into_iter()
         .filter(|t| (request.tools.as_ref()).is_none_or(|allowed| allowed.contains(&t.name)))
         .collect();
+    request.plan = plan_doc;
     let mut spec = RunSpec {
-        input: request.input,
-        orchestration: request.orchestration,
-        workflow: request.workflow,
-        plan: plan_doc,
-        model: request.model,
-        tools: request.tools,
-        limits: request.limits,
-        metadata: request.metadata,
-        session_id: request.session_id,
-        schedule: request.schedule,
-        fork: None,
-        instructions: request.instructions,
-        webhook: request.webhook,
-        concurrency: request.concurrency,
-        review_plans: request.review_plans,
-        priority: request.priority,
         declared_tools,
+        ..RunSpec::new(request)
     };
     // Only an `auto` run without a plan can have a rule's workflow join its spec: its
     // fingerprint is taken now. Any other spec stays as it is, and its fingerprint is taken
     // only if an idempotency key asks for it.
-    let fingerprint = (spec.orchestration == Orchestration::Auto && spec.plan.is_none())
-        .then(|| spec.fingerprint());
+    let fingerprint = (spec.request.orchestration == Orchestration::Auto
+        && spec.request.plan.is_none())
+    .then(|| spec.fingerprint());
     // As the run will see them: only the declared tools it may call.
     let runs = services.for_tenant(tenant, &spec.declared_tools);
     let selected = select(&runs, tenant, &mut spec, &mut plan).await?;
@@ -345,7 +314,7 @@ fn prefixed(prefix: &str, problems: Vec<Problem>) -> Vec<Problem> {
 /// What `auto` decides as the run is created: the request's orchestration, its plan or
 /// workflow, a matching rule, or (the model not to be asked) the default. `None` leaves the
 /// choice to the model, asked by [`super::selector::settle`] when the run starts. A rule
-/// naming a workflow puts the workflow's plan into `spec.plan` and `plan`, as a request naming
+/// naming a workflow puts the workflow's plan into `spec.request.plan` and `plan`, as a request naming
 /// it would.
 async fn select(
     services: &Services,
@@ -353,16 +322,19 @@ async fn select(
     spec: &mut RunSpec,
     plan: &mut Option<ValidPlan>,
 ) -> store::Result<Option<Selection>> {
-    if spec.orchestration != Orchestration::Auto {
+    if spec.request.orchestration != Orchestration::Auto {
         return Ok(Some(Selection {
-            orchestration: spec.orchestration,
+            orchestration: spec.request.orchestration,
             by: SelectedBy::Request,
             rule: None,
-            reason: format!("the request asked for `{}`", spec.orchestration.as_str()),
+            reason: format!(
+                "the request asked for `{}`",
+                spec.request.orchestration.as_str()
+            ),
         }));
     }
-    if spec.plan.is_some() {
-        let (rule, reason) = match &spec.workflow {
+    if spec.request.plan.is_some() {
+        let (rule, reason) = match &spec.request.workflow {
             Some(Value::String(name)) => (
                 REQUEST_WORKFLOW,
                 format!("the request names workflow `{name}`"),
@@ -376,7 +348,7 @@ async fn select(
         return Ok(Some(by_rule(Orchestration::Fixed, rule, reason)));
     }
     let selector = &services.selector;
-    let text = input_text(&spec.input);
+    let text = input_text(&spec.request.input);
     for (rule, hit) in selector.matching(&text) {
         let name = match &rule.target {
             Target::Orchestration(o) => {
@@ -385,9 +357,9 @@ async fn select(
             }
             Target::Workflow(name) => name,
         };
-        match rule_workflow(services, tenant, name, &spec.input).await? {
+        match rule_workflow(services, tenant, name, &spec.request.input).await? {
             Ok((doc, valid)) => {
-                spec.plan = Some(doc);
+                spec.request.plan = Some(doc);
                 *plan = Some(valid);
                 let reason = format!("the input matched {hit}; runs workflow `{name}`");
                 return Ok(Some(by_rule(Orchestration::Fixed, &rule.name, reason)));

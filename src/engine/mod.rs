@@ -49,7 +49,7 @@ use tracing::Instrument;
 
 use crate::domain::quota::Exceeded;
 use crate::domain::run::RunSpec;
-use crate::domain::{Orchestration, Payload, Run, RunId, RunStatus, Tenant};
+use crate::domain::{Payload, Run, RunId, RunStatus, Tenant};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
@@ -207,7 +207,7 @@ impl Engine {
     pub async fn admit(
         &self,
         tenant: &Tenant,
-        request: intake::RunRequest,
+        request: crate::domain::run::RunRequest,
     ) -> Result<intake::Admitted, intake::Refused> {
         intake::admit(&self.inner.services, tenant, request).await
     }
@@ -229,7 +229,7 @@ impl Engine {
             selected,
             fingerprint,
         } = admitted;
-        let run = queued_run(RunId::new(), &spec, selected);
+        let run = Run::queued(RunId::new(), &spec, selected);
         let new = NewRun {
             run,
             spec,
@@ -254,7 +254,7 @@ impl Engine {
         let id = RunId::new();
         let services = &self.inner.services;
         let forked = fork::prepare(services, tenant, parent, request, id).await?;
-        let mut run = queued_run(id, &forked.spec, forked.parent.run.selected.clone());
+        let mut run = Run::queued(id, &forked.spec, forked.parent.run.selected.clone());
         run.orchestration = forked.parent.run.orchestration;
         run.plan_version = forked.plan_version;
         let new = NewRun {
@@ -317,13 +317,14 @@ impl Engine {
         use crate::domain::SessionConcurrency::{Interrupt, Reject};
         let policy = spec.session_policy(self.inner.services.config.session_concurrency);
         if policy == Some(Interrupt)
-            && let Some(session) = &spec.session_id
+            && let Some(session) = &spec.request.session_id
         {
             self.interrupt_session(tenant, session).await?;
         }
         let guards = store::Guards {
-            session: spec.session_id.as_deref(),
+            session: spec.request.session_id.as_deref(),
             session_idle: spec
+                .request
                 .session_id
                 .as_deref()
                 .filter(|_| policy == Some(Reject)),
@@ -334,13 +335,13 @@ impl Engine {
             .await?;
         if let Inserted::SessionBusy = inserted {
             return Err(Error::SessionBusy(
-                spec.session_id.clone().unwrap_or_default(),
+                spec.request.session_id.clone().unwrap_or_default(),
             ));
         }
         if let Inserted::SessionDeleted = inserted {
             return Err(Error::Conflict(format!(
                 "the session `{}` was deleted; a deleted session's id is not used again",
-                spec.session_id.as_deref().unwrap_or_default()
+                spec.request.session_id.as_deref().unwrap_or_default()
             )));
         }
         if let Inserted::ForkTooLarge { bytes, limit } = inserted {
@@ -901,7 +902,7 @@ impl Engine {
 
     fn limits(&self, spec: &RunSpec) -> EffectiveLimits {
         let c = &self.inner.services.config;
-        let l = spec.limits;
+        let l = spec.request.limits;
         EffectiveLimits {
             max_steps: l.max_steps.unwrap_or(c.max_steps),
             max_duration_ms: l.max_duration_ms.unwrap_or(c.max_run_duration_ms),
@@ -986,31 +987,4 @@ struct NewRun {
     plan: Option<Arc<ValidPlan>>,
     fingerprint: Option<String>,
     history: Vec<store::Record>,
-}
-
-/// The row of a new run of `spec`, `queued`.
-fn queued_run(id: RunId, spec: &RunSpec, selected: Option<crate::domain::Selection>) -> Run {
-    Run {
-        id,
-        status: RunStatus::Queued,
-        completion: None,
-        completion_reason: None,
-        step_counts: None,
-        orchestration: selected
-            .as_ref()
-            .map_or(Orchestration::Auto, |s| s.orchestration),
-        selected,
-        input: spec.input.clone(),
-        output: None,
-        error: None,
-        metadata: spec.metadata.clone(),
-        session_id: spec.session_id.clone(),
-        schedule: spec.schedule.clone(),
-        parent: spec.fork.clone(),
-        plan_version: None,
-        usage: Default::default(),
-        created_at: crate::domain::now(),
-        started_at: None,
-        finished_at: None,
-    }
 }

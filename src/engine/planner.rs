@@ -179,7 +179,7 @@ pub fn planning_input(ctx: &RunContext) -> Value {
         .collect();
     let l = ctx.limits;
     json!({
-        "task": input_text(&ctx.spec.input),
+        "task": input_text(&ctx.spec.request.input),
         "tools": tools,
         "functions": callable,
         "limits": {

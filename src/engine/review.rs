@@ -71,7 +71,7 @@ pub async fn review(
     doc: Value,
     plan: ValidPlan,
 ) -> Result<Verdict, RunError> {
-    if !ctx.spec.review_plans {
+    if !ctx.spec.request.review_plans {
         return Ok(Verdict::Run {
             doc,
             plan: Box::new(plan),

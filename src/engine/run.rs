@@ -109,7 +109,7 @@ async fn live(inner: &Inner, ctx: &RunContext, stop: &CancellationToken) -> Left
         }
     }
     let permit = tokio::select! {
-        p = inner.slots.acquire(&ctx.tenant, ctx.spec.priority) => p,
+        p = inner.slots.acquire(&ctx.tenant, ctx.spec.request.priority) => p,
         _ = ctx.cancel.cancelled() => {
             inner.queue.leave(&ctx.tenant);
             finalize(ctx, Ending::Cancelled).await;

@@ -53,7 +53,7 @@ impl RunHook for SessionTurn {
         if !matches!(policy, Some(Enqueue | Interrupt)) {
             return;
         }
-        let Some(session) = ctx.spec.session_id.as_deref() else {
+        let Some(session) = ctx.spec.request.session_id.as_deref() else {
             return;
         };
         let store = ctx.services.store();
@@ -104,7 +104,7 @@ pub async fn store_variables(
     if values.is_empty() {
         return Ok(());
     }
-    let Some(session) = &ctx.spec.session_id else {
+    let Some(session) = &ctx.spec.request.session_id else {
         tracing::debug!("the plan sets session variables but the run has no session_id");
         return Ok(());
     };
@@ -183,7 +183,7 @@ pub async fn history(ctx: &RunContext) -> History {
         summary: None,
         turns: Vec::new(),
     };
-    let Some(session) = ctx.spec.session_id.as_deref() else {
+    let Some(session) = ctx.spec.request.session_id.as_deref() else {
         return history;
     };
     let (summary, turns) = match load(ctx, session).await {

@@ -31,7 +31,7 @@ pub struct Simple;
 #[async_trait]
 impl Executor for Simple {
     async fn execute(&self, ctx: &RunContext) -> Outcome {
-        let route = match ctx.services.llm.route(ctx.spec.model.as_deref()) {
+        let route = match ctx.services.llm.route(ctx.spec.request.model.as_deref()) {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(e.to_run_error()),
         };
@@ -52,7 +52,7 @@ impl Executor for Simple {
         };
         let setup = Setup {
             route,
-            alias: ctx.spec.model.clone(),
+            alias: ctx.spec.request.model.clone(),
             tools: run_tools(ctx),
             max_rounds: ctx.services.config.max_tool_rounds,
             plan_version: NO_PLAN,
@@ -122,7 +122,12 @@ fn run_tools(ctx: &RunContext) -> Vec<ToolSpec> {
 /// later exchanges, and the run input.
 async fn opening_messages(ctx: &RunContext) -> Vec<Message> {
     let history = session::history(ctx).await;
-    let prompt = ctx.spec.instructions.as_deref().unwrap_or(SYSTEM_PROMPT);
+    let prompt = ctx
+        .spec
+        .request
+        .instructions
+        .as_deref()
+        .unwrap_or(SYSTEM_PROMPT);
     let system = match history.summary {
         Some(summary) => {
             format!("{prompt}\n\nSummary of the conversation so far: {summary}")
@@ -132,7 +137,7 @@ async fn opening_messages(ctx: &RunContext) -> Vec<Message> {
     let mut messages = vec![Message::System { content: system }];
     messages.extend(history.turns);
     messages.push(Message::User {
-        content: input_text(&ctx.spec.input),
+        content: input_text(&ctx.spec.request.input),
     });
     messages
 }

@@ -657,7 +657,7 @@ impl Store {
             text: statement::Text::One(sql),
             params,
         });
-        if let Some(url) = &spec.webhook {
+        if let Some(url) = &spec.request.webhook {
             statements.push(webhooks::enqueue(tenant, run.id, url, run.created_at));
         }
         if let Some(bytes) = fork_bytes {

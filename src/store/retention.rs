@@ -1,5 +1,5 @@
 //! Deleting runs with everything they own. Which runs to delete (finished, old enough, the
-//! caller's) is decided by the callers: `crate::retention` and `DELETE /v1/runs/{id}`.
+//! caller's) is decided by the callers: `workers::retention` and `DELETE /v1/runs/{id}`.
 //!
 //! Every table that holds rows of a run is listed once, in [`RUN_TABLES`]; a test checks the
 //! list against the migrated schema, so a new table keyed by `run_id` cannot be forgotten.

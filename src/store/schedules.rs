@@ -11,7 +11,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::{Error, Result, Store, fmt_time, parse_json, parse_opt_time, parse_time, to_json};
 use crate::domain::Tenant;
-use crate::domain::schedule::Missed;
+use crate::domain::schedule::{Missed, Problems, Timing};
 
 /// A stored schedule.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +44,19 @@ pub struct ScheduleRecord {
     pub retries: u32,
     /// Why the current tick's run could not start yet.
     pub retry_reason: Option<String>,
+}
+
+impl ScheduleRecord {
+    /// The schedule's timing: its cron expression read in its time zone, or its interval
+    /// counted from its anchor; or each `(member, message)` problem (a stored schedule was
+    /// checked, so a problem means a changed rule).
+    pub fn timing(&self) -> std::result::Result<Timing, Problems> {
+        match (&self.cron, self.interval_ms) {
+            (Some(cron), _) => Timing::cron(cron, &self.timezone),
+            (None, Some(ms)) => Timing::every(ms, self.anchor_at),
+            (None, None) => Err(vec![("cron", "the schedule has no timing".into())]),
+        }
+    }
 }
 
 /// One tick a schedule acted on: the run it started, or why none started.

@@ -93,51 +93,20 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::domain::run::RunSpec;
-    use crate::domain::{Orchestration, Payload, RunStatus, StepKind, StepStatus, Usage};
+    use crate::domain::run::{RunRequest, RunSpec};
+    use crate::domain::{Orchestration, Payload, RunStatus, StepKind, StepStatus};
     use crate::store::{Inserted, Record};
 
     /// A simple run of input `"x"`, running.
     fn simple_run() -> (RunSpec, Run) {
-        let spec = RunSpec {
-            input: json!("x"),
+        let spec = RunSpec::new(RunRequest {
             orchestration: Orchestration::Simple,
-            workflow: None,
-            plan: None,
-            model: None,
-            tools: None,
-            limits: Default::default(),
-            metadata: Default::default(),
-            session_id: None,
-            schedule: None,
-            fork: None,
-            instructions: None,
-            webhook: None,
-            concurrency: None,
-            review_plans: false,
-            priority: 0,
-            declared_tools: Vec::new(),
-        };
+            ..RunRequest::new(json!("x"))
+        });
         let run = Run {
-            id: RunId::new(),
             status: RunStatus::Running,
-            completion: None,
-            completion_reason: None,
-            step_counts: None,
             orchestration: Orchestration::Simple,
-            selected: None,
-            input: json!("x"),
-            output: None,
-            error: None,
-            metadata: Default::default(),
-            session_id: None,
-            schedule: None,
-            parent: None,
-            plan_version: None,
-            usage: Usage::default(),
-            created_at: crate::domain::now(),
-            started_at: None,
-            finished_at: None,
+            ..Run::queued(RunId::new(), &spec, None)
         };
         (spec, run)
     }

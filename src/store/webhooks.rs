@@ -1,7 +1,7 @@
 //! Completion webhook deliveries: one per run that names a webhook, written with the run's row
 //! (so an acknowledged run never loses its webhook), then claimed attempt by attempt once the
 //! run has ended. Times a replica compares are the database's clock, as leases' are. Like the
-//! rest of the store, this module only persists: sending and signing are `crate::webhooks`'.
+//! rest of the store, this module only persists: sending and signing are `workers::webhooks`'.
 //!
 //! An attempt is written before it is sent: the claim that takes it records it as `sending`
 //! in the same transaction, and `settle` writes what came of it. One that a crash cut off

@@ -8,7 +8,8 @@ use super::*;
 use crate::domain::event::{
     ErrorData, InputRequiredData, PlanData, StatusData, StepData, ToolCallData, UsageData,
 };
-use crate::domain::{ErrorCode, Orchestration, Payload, RunError, StepPath, Usage};
+use crate::domain::run::{RunRequest, RunSpec};
+use crate::domain::{ErrorCode, Orchestration, Payload, RunError, StepPath};
 
 /// A run under construction; times are milliseconds after its creation.
 struct Fixture {
@@ -34,26 +35,14 @@ fn split(key: &str) -> (Option<StepPath>, String) {
 impl Fixture {
     /// A run created at 0 that is queued at 1 and running at 5.
     fn new() -> Fixture {
+        let spec = RunSpec::new(RunRequest::new(json!("x")));
         let run = Run {
-            id: RunId::new(),
             status: RunStatus::Running,
-            completion: None,
-            completion_reason: None,
-            step_counts: None,
             orchestration: Orchestration::Fixed,
-            selected: None,
-            input: json!("x"),
-            output: None,
-            error: None,
-            metadata: Default::default(),
-            session_id: None,
-            schedule: None,
-            parent: None,
             plan_version: Some(1),
-            usage: Usage::default(),
             created_at: t0(),
             started_at: Some(at(5)),
-            finished_at: None,
+            ..Run::queued(RunId::new(), &spec, None)
         };
         Fixture {
             run,

@@ -46,13 +46,12 @@ const FLOORS: &[(&str, u8)] = &[
     ("functions", 4),
     ("workflows", 4),
     ("agents", 4),
-    // Event hub and retention sweeper.
+    // The event hub.
     ("stream", 5),
-    ("retention", 5),
-    // Completion webhooks: store, tools' destination guard, configuration.
-    ("webhooks", 5),
     ("engine", 6),
     ("api", 7),
+    // Background workers beside the API: schedule firing, webhook delivery, retention.
+    ("workers", 7),
     ("app", 8),
 ];
 

@@ -133,7 +133,7 @@ pub async fn open(
         input: call.input.clone(),
     };
     let key = ctx.open_attempt(new, sink).await?;
-    let alias = call.model.or(ctx.spec.model.as_deref());
+    let alias = call.model.or(ctx.spec.request.model.as_deref());
     let route = match ctx.services.llm.route(alias) {
         Ok(route) => route,
         Err(e) => {

@@ -375,7 +375,7 @@ pub async fn ask(
     step: &StepPath,
     prompt: Prompt<'_>,
 ) -> Result<Answer, RunError> {
-    let alias = prompt.model.or(ctx.spec.model.as_deref());
+    let alias = prompt.model.or(ctx.spec.request.model.as_deref());
     let route = ctx
         .services
         .llm

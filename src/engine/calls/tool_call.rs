@@ -119,6 +119,7 @@ pub async fn call_tool(
 pub fn may_use(ctx: &RunContext, tool: &str) -> bool {
     let allowed = ctx
         .spec
+        .request
         .tools
         .as_ref()
         .is_none_or(|list| list.iter().any(|t| t == tool));

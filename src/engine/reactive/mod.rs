@@ -148,7 +148,7 @@ impl Run {
             // Stopped while answering as `simple` after planning failed: go on with that.
             return Ok(Start::Done(Simple.execute(ctx).await));
         }
-        let (plan, doc) = match (&ctx.plan, &ctx.spec.plan) {
+        let (plan, doc) = match (&ctx.plan, &ctx.spec.request.plan) {
             (Some(plan), Some(doc)) => (plan.clone(), doc.clone()),
             (None, Some(doc)) => (Arc::new(fixed::revalidate(ctx, doc)?), doc.clone()),
             _ => match planner::make_plan(ctx).await? {

@@ -178,7 +178,7 @@ fn replanning_input(
     let current = versions.last().expect("a run re-plans a plan it has");
     let planning = planner::planning_input(ctx);
     json!({
-        "task": input_text(&ctx.spec.input),
+        "task": input_text(&ctx.spec.request.input),
         "trigger": trigger.describe(),
         "trigger_detail": trigger,
         "strategies": allowed.iter().map(|s| s.as_str()).collect::<Vec<_>>(),

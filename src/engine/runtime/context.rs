@@ -280,7 +280,12 @@ impl RunContext {
     /// The run holds `permit`, one of `slots`, until it ends (or lends it while it waits, and
     /// takes one again at the run's priority).
     pub fn hold_slot(&self, slots: Arc<super::slots::Slots>, permit: super::slots::Slot) {
-        let held = (slots, Some(permit), self.tenant.clone(), self.spec.priority);
+        let held = (
+            slots,
+            Some(permit),
+            self.tenant.clone(),
+            self.spec.request.priority,
+        );
         *self.slot.held.lock().expect("slot lock") = Some(held);
     }
 

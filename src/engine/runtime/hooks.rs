@@ -5,7 +5,7 @@
 //! webhook wakes the deliverer once its end is stored.
 //!
 //! Hooks are registered where the feature is wired: the engine's own in `Engine::new`, the
-//! webhook deliverer's in `app.rs`.
+//! webhook deliverer's (`workers::webhooks::WebhookDue`) in `app.rs`.
 
 use std::sync::Arc;
 

@@ -59,7 +59,7 @@ impl RunContext {
     /// session). A store error is logged and the run goes on without them (they read as
     /// null), as it always has.
     pub async fn read_session(&self, reads: &SessionReads) {
-        let Some(session) = &self.spec.session_id else {
+        let Some(session) = &self.spec.request.session_id else {
             return;
         };
         let missing = self.session.lock().expect("session cache").missing(reads);

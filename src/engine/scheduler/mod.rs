@@ -143,7 +143,7 @@ impl<'a> Scheduler<'a> {
             plan,
             version,
             vars: Arc::new(vars),
-            input: Arc::new(ctx.spec.input.clone()),
+            input: Arc::new(ctx.spec.request.input.clone()),
             slots,
             children: Arc::new(Children::new(version, progress.children)),
             in_flight: VecDeque::new(),
@@ -695,8 +695,8 @@ impl<'a> Scheduler<'a> {
         };
         if let Some(template) = self.plan.output() {
             let session = self.ctx.session_vars();
-            let scope =
-                Scope::new(&self.ctx.spec.input, &committed, &self.vars).with_session(&session);
+            let scope = Scope::new(&self.ctx.spec.request.input, &committed, &self.vars)
+                .with_session(&session);
             let limit = self.ctx.services.config.max_rendered_bytes;
             return template.render(&scope, limit).map_err(|e| {
                 let e = crate::plan::render_error(e);
@@ -797,7 +797,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::domain::run::RunSpec;
+    use crate::domain::run::{RunRequest, RunSpec};
     use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
     use crate::engine::runtime::context::{EffectiveLimits, RunSeed, Services};
     use crate::llm::LlmRouter;
@@ -830,45 +830,14 @@ mod tests {
             hooks: Default::default(),
             quotas: Default::default(),
         };
-        let spec = RunSpec {
-            input: json!("go"),
+        let spec = RunSpec::new(RunRequest {
             orchestration: Orchestration::Fixed,
-            workflow: None,
-            plan: None,
-            model: None,
-            tools: None,
-            limits: Default::default(),
-            metadata: Default::default(),
-            session_id: None,
-            schedule: None,
-            fork: None,
-            instructions: None,
-            webhook: None,
-            concurrency: None,
-            review_plans: false,
-            priority: 0,
-            declared_tools: Vec::new(),
-        };
+            ..RunRequest::new(json!("go"))
+        });
         let run = Run {
-            id: RunId::new(),
             status: RunStatus::Running,
-            completion: None,
-            completion_reason: None,
-            step_counts: None,
             orchestration: Orchestration::Fixed,
-            selected: None,
-            input: spec.input.clone(),
-            output: None,
-            error: None,
-            metadata: Default::default(),
-            session_id: None,
-            schedule: None,
-            parent: None,
-            plan_version: None,
-            usage: Default::default(),
-            created_at: crate::domain::now(),
-            started_at: None,
-            finished_at: None,
+            ..Run::queued(RunId::new(), &spec, None)
         };
         let limits = EffectiveLimits {
             max_steps: 100,

@@ -22,7 +22,8 @@ impl Scheduler<'_> {
             phases: &self.phases,
         };
         let current = self.ctx.session_vars();
-        let scope = Scope::new(&self.ctx.spec.input, &committed, &self.vars).with_session(&current);
+        let scope =
+            Scope::new(&self.ctx.spec.request.input, &committed, &self.vars).with_session(&current);
         session::render_writes(writes, &scope, self.ctx.services.config.max_rendered_bytes)
     }
 }

@@ -121,7 +121,7 @@ fn fall_back(ctx: &RunContext, why: String) -> Selection {
 async fn ask_model(ctx: &RunContext) -> Result<Value, RunError> {
     let function = function_call::configured(ctx, functions::SELECTOR)?;
     // The selector's prompt over `{"task": <the input text>}`.
-    let task = json!({ "task": input_text(&ctx.spec.input) });
+    let task = json!({ "task": input_text(&ctx.spec.request.input) });
     let messages = function_call::opening(ctx, &function, &task)?;
     let step = StepPath::top(SELECTOR_STEP);
     let mut sink = EventSink::Live;

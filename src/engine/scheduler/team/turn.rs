@@ -175,7 +175,10 @@ fn turn_setup(
     extra_tools: Vec<ToolSpec>,
 ) -> Result<Setup, RunError> {
     let ctx = frame.ctx;
-    let alias = agent.model.clone().or_else(|| ctx.spec.model.clone());
+    let alias = agent
+        .model
+        .clone()
+        .or_else(|| ctx.spec.request.model.clone());
     let route = ctx
         .services
         .llm

@@ -401,6 +401,25 @@ enum Failure {
     Other(String),
 }
 
+/// A run that names a completion webhook wakes the deliverer once its end is stored (it then
+/// looks at once instead of at its next poll).
+pub struct WebhookDue(Arc<tokio::sync::Notify>);
+
+impl WebhookDue {
+    /// Wakes `due`, the deliverer's.
+    pub fn new(due: Arc<tokio::sync::Notify>) -> WebhookDue {
+        WebhookDue(due)
+    }
+}
+
+impl crate::engine::runtime::hooks::RunHook for WebhookDue {
+    fn after_end(&self, ctx: &crate::engine::RunContext) {
+        if ctx.spec.request.webhook.is_some() {
+            self.0.notify_one();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
