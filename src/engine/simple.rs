@@ -16,7 +16,7 @@ use crate::llm::{Message, ToolSpec};
 use super::NO_PLAN;
 use super::checkpoint::{self, Conversation, ConversationDelta, Delta, Restored};
 use super::context::RunContext;
-use super::converse::{self, Progress, Setup};
+use super::converse::{self, Hooks, Setup};
 use super::executor::{Executor, Outcome};
 use super::session;
 use super::sink::EventSink;
@@ -82,7 +82,7 @@ struct Checkpoints {
     saved: usize,
 }
 
-impl Progress for Checkpoints {
+impl Hooks for Checkpoints {
     async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
         // A resumed conversation that holds its answer needs nothing else: a run whose model
         // answered at once checkpoints the answer alone, not its opening messages.

@@ -24,11 +24,12 @@ use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::team::{ContextPolicy, HandoffEdge, HandoffStep, NoHandoff};
 use crate::plan::{AgentSpec, JsonSchema, Team};
 
-use super::turn::{Hooks, take_turn};
+use super::turn::take_turn;
 use super::{Part, hold_part, open_part, tool_name};
 use crate::engine::attempts::HeldEnd;
 use crate::engine::checkpoint::Conversation;
 use crate::engine::context::RunContext;
+use crate::engine::converse::Hooks;
 use crate::engine::function_call::{self, FunctionCall};
 use crate::engine::model::TextKind;
 use crate::engine::scheduler::frame::Frame;

@@ -8,8 +8,9 @@ use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
 
 use super::tool_name;
-use super::turn::{Hooks, Plain, take_turn};
+use super::turn::{Plain, take_turn};
 use crate::engine::context::RunContext;
+use crate::engine::converse::Hooks;
 use crate::engine::scheduler::frame::Frame;
 use crate::engine::sink::EventSink;
 
