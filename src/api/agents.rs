@@ -12,10 +12,10 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::AppState;
 use super::error::ApiError;
 use super::extract::{JsonBody, Path};
-use super::workflows::{RegistryName, name_from_path, valid_name};
-use super::{AppState, Named};
+use super::registry::{self, Named, RegistryName, name_from_path, text, valid_name};
 use crate::domain::Tenant;
 use crate::plan::{AgentCatalog, validate_agent};
 use crate::store::RegistryRecord;
@@ -78,17 +78,10 @@ struct AgentDefinition {
     metadata: Value,
 }
 
-fn description(definition: &Value) -> Option<String> {
-    definition
-        .get("description")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
-
 impl From<RegistryRecord> for AgentSummary {
     fn from(a: RegistryRecord) -> Self {
         AgentSummary {
-            description: description(&a.definition),
+            description: text(&a.definition, "description"),
             name: a.name,
             shared: a.shared,
             created_at: a.created_at,
@@ -100,7 +93,7 @@ impl From<RegistryRecord> for AgentSummary {
 impl From<RegistryRecord> for AgentDetail {
     fn from(a: RegistryRecord) -> Self {
         AgentDetail {
-            description: description(&a.definition),
+            description: text(&a.definition, "description"),
             name: a.name,
             shared: a.shared,
             definition: a.definition,
@@ -138,12 +131,8 @@ pub async fn get_agent(
     Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
 ) -> Result<Json<AgentDetail>, ApiError> {
-    valid_name(&name)?;
-    let found = state.agents.get(&tenant, &name).await?;
-    match found {
-        Some(a) => Ok(Json(a.into())),
-        None => Err(super::not_found(&state, Named::Agent, &tenant, &name).await),
-    }
+    let agent = registry::get(&state, Named::Agent, &tenant, &name).await?;
+    Ok(Json(agent.into()))
 }
 
 /// Create or replace one of the caller's agents.
@@ -192,16 +181,7 @@ pub async fn put_agent(
         return Err(ApiError::problems(problems));
     }
     let created = state.agents.put(&tenant, &name, &definition).await?;
-    let stored = (state.agents)
-        .get(&tenant, &name)
-        .await?
-        .filter(|a| !a.shared)
-        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("agent `{name}` vanished")))?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let (status, stored) = registry::stored(&state, Named::Agent, &tenant, &name, created).await?;
     Ok((status, Json(stored.into())))
 }
 
@@ -222,15 +202,5 @@ pub async fn delete_agent(
     Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    valid_name(&name)?;
-    if state.agents.delete(&tenant, &name).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
-    match state.agents.get(&tenant, &name).await? {
-        Some(a) if a.shared => Err(ApiError::Conflict(format!(
-            "agent `{name}` was loaded from the agents directory and cannot be deleted through \
-             the API"
-        ))),
-        _ => Err(super::not_found(&state, Named::Agent, &tenant, &name).await),
-    }
+    registry::delete(&state, Named::Agent, &tenant, &name).await
 }

@@ -10,6 +10,7 @@ pub mod forks;
 pub mod history;
 pub mod openapi;
 pub mod pause;
+mod registry;
 pub mod runs;
 pub mod schedules;
 pub mod server;
@@ -386,29 +387,4 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The registries a name is looked up in, for [`not_found`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Named {
-    Workflow,
-    Agent,
-}
-
-/// 404 for a registry name that does not exist, saying what does (the nearest name, the known
-/// ones: [`crate::suggest::unknown_name`]).
-pub(crate) async fn not_found(
-    state: &AppState,
-    registry: Named,
-    tenant: &Tenant,
-    name: &str,
-) -> ApiError {
-    let message = match registry {
-        Named::Workflow => state.workflows.unknown(tenant, name).await,
-        Named::Agent => state.agents.unknown(tenant, name).await,
-    };
-    match message {
-        Ok(message) => ApiError::NotFound(message),
-        Err(e) => e.into(),
-    }
 }

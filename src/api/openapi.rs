@@ -7,7 +7,8 @@
 use serde_json::{Value, json};
 use utoipa::PartialSchema;
 
-use super::workflows::{RegistryName, WORKFLOW_NOTE};
+use super::registry::RegistryName;
+use super::workflows::WORKFLOW_NOTE;
 
 /// The shipped JSON Schemas embedded whole, by the component name they get in the document
 /// (in place of what the derive says of the type of that name). The plan and workflow schemas

@@ -11,13 +11,13 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::domain::Tenant;
-use crate::domain::ids::check_name;
 use crate::plan::validate_workflow;
 use crate::store::WorkflowRecord;
 
+use super::AppState;
 use super::error::ApiError;
 use super::extract::{JsonBody, Path};
-use super::{AppState, Named};
+use super::registry::{self, Named, RegistryName, name_from_path, text, valid_name};
 
 /// A workflow in `GET /v1/workflows`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -43,15 +43,6 @@ pub struct WorkflowDetail {
     pub definition: Value,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-/// A string member of a stored definition. Stored definitions passed validation, so a
-/// present `description`/`version` is a string.
-fn text(definition: &Value, key: &str) -> Option<String> {
-    definition
-        .get(key)
-        .and_then(Value::as_str)
-        .map(str::to_owned)
 }
 
 impl From<WorkflowRecord> for WorkflowSummary {
@@ -80,39 +71,6 @@ impl From<WorkflowRecord> for WorkflowDetail {
         }
     }
 }
-
-/// A registry body's `name`: the path's name when absent, and it must match when present.
-pub(super) fn name_from_path(definition: &mut Value, name: &str) -> Result<(), ApiError> {
-    if let Value::Object(map) = definition {
-        match map.get("name") {
-            None => {
-                map.insert("name".into(), Value::String(name.to_owned()));
-            }
-            Some(Value::String(n)) if n == name => {}
-            Some(_) => {
-                return Err(ApiError::validation(
-                    "/name",
-                    format!("`name` must be the name in the path, `{name}`"),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-pub(super) fn valid_name(name: &str) -> Result<(), ApiError> {
-    check_name(name).map_err(|message| ApiError::validation("/name", message))
-}
-
-/// A workflow or agent name in the OpenAPI document (the `{name}` path parameters, a
-/// definition's `name`), as [`check_name`] accepts it.
-#[derive(ToSchema)]
-#[schema(
-    description = "1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit",
-    pattern = "^[a-z0-9][a-z0-9_.-]{0,63}$"
-)]
-#[allow(dead_code)] // described, never built
-pub(super) struct RegistryName(String);
 
 /// What a workflow definition is, in the OpenAPI document.
 pub(super) const WORKFLOW_NOTE: &str = "A FixedWorkflow (schemas/FixedWorkflow.schema.json in \
@@ -159,12 +117,8 @@ pub async fn get_workflow(
     Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
 ) -> Result<Json<WorkflowDetail>, ApiError> {
-    valid_name(&name)?;
-    let found = state.workflows.get(&tenant, &name).await?;
-    match found {
-        Some(w) => Ok(Json(w.into())),
-        None => Err(super::not_found(&state, Named::Workflow, &tenant, &name).await),
-    }
+    let workflow = registry::get(&state, Named::Workflow, &tenant, &name).await?;
+    Ok(Json(workflow.into()))
 }
 
 /// Create or replace one of the caller's workflows.
@@ -205,18 +159,8 @@ pub async fn put_workflow(
     let view = state.engine.tenant_view(&tenant).await?;
     validate_workflow(&resolved, view.catalog()).map_err(ApiError::problems)?;
     let created = state.workflows.put(&tenant, &name, &definition).await?;
-    // Read back rather than rebuild, so the answer carries the stored times (a replacement
-    // keeps its created_at).
-    let stored = (state.workflows)
-        .get(&tenant, &name)
-        .await?
-        .filter(|w| !w.shared)
-        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("workflow `{name}` vanished")))?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let (status, stored) =
+        registry::stored(&state, Named::Workflow, &tenant, &name, created).await?;
     Ok((status, Json(stored.into())))
 }
 
@@ -237,16 +181,5 @@ pub async fn delete_workflow(
     Extension(tenant): Extension<Tenant>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    valid_name(&name)?;
-    if state.workflows.delete(&tenant, &name).await? {
-        return Ok(StatusCode::NO_CONTENT);
-    }
-    // Not the caller's own: say why when it is a shared one, which the caller can read.
-    match state.workflows.get(&tenant, &name).await? {
-        Some(w) if w.shared => Err(ApiError::Conflict(format!(
-            "workflow `{name}` was loaded from the workflows directory and cannot be deleted \
-             through the API"
-        ))),
-        _ => Err(super::not_found(&state, Named::Workflow, &tenant, &name).await),
-    }
+    registry::delete(&state, Named::Workflow, &tenant, &name).await
 }

@@ -134,6 +134,8 @@ error_codes! {
     McpUnavailable = "mcp_unavailable", true;
     /// An HTTP tool's destination (or a redirect's) is not a public address, nor allowed.
     DestinationNotAllowed = "destination_not_allowed", false;
+    /// An HTTP tool's URL, once its arguments are in it, is not a valid URL.
+    InvalidUrl = "invalid_url", false;
     /// An HTTP tool's answer is longer than its `max_response_bytes`.
     ResponseTooLarge = "response_too_large", false;
     /// An HTTP tool's server answered 4xx (other than 429).
@@ -238,11 +240,15 @@ mod tests {
             ErrorCode::StepTimeout,
             ErrorCode::LlmRejected,
             ErrorCode::PathOutsideWorkspace,
+            ErrorCode::InvalidUrl,
         ] {
             let json = serde_json::to_value(&code).unwrap();
             assert_eq!(json, serde_json::Value::String(code.as_str().to_owned()));
             assert_eq!(serde_json::from_value::<ErrorCode>(json).unwrap(), code);
         }
+        // Once written as text where they are raised: the same words now.
+        assert_eq!(ErrorCode::InvalidUrl.as_str(), "invalid_url");
+        assert_eq!(ErrorCode::LoopDetected.as_str(), "loop_detected");
     }
 
     #[test]

@@ -14,46 +14,24 @@ use super::ids::RunId;
 use super::path::StepPath;
 use super::plan::{StepKind, StepStatus};
 use super::run::{Completion, RunStatus, Selection, Usage};
+use super::text_enum::text_enum;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    Status,
-    Plan,
-    Step,
-    Token,
-    JsonPartial,
-    ToolCall,
-    ToolResult,
-    InputRequired,
-    Handoff,
-    Speaker,
-    Usage,
-    Error,
-    Final,
-}
-
-impl EventKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Status => "status",
-            EventKind::Plan => "plan",
-            EventKind::Step => "step",
-            EventKind::Token => "token",
-            EventKind::JsonPartial => "json_partial",
-            EventKind::ToolCall => "tool_call",
-            EventKind::ToolResult => "tool_result",
-            EventKind::InputRequired => "input_required",
-            EventKind::Handoff => "handoff",
-            EventKind::Speaker => "speaker",
-            EventKind::Usage => "usage",
-            EventKind::Error => "error",
-            EventKind::Final => "final",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        serde_json::from_value(Value::String(s.to_owned())).ok()
+text_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema)]
+    pub enum EventKind {
+        Status = "status",
+        Plan = "plan",
+        Step = "step",
+        Token = "token",
+        JsonPartial = "json_partial",
+        ToolCall = "tool_call",
+        ToolResult = "tool_result",
+        InputRequired = "input_required",
+        Handoff = "handoff",
+        Speaker = "speaker",
+        Usage = "usage",
+        Error = "error",
+        Final = "final",
     }
 }
 

@@ -92,6 +92,28 @@ impl fmt::Display for StepId {
     }
 }
 
+/// `name` as a tool name every model provider accepts (OpenAI and Anthropic refuse others):
+/// each character but an ASCII letter, digit, `_` or `-` replaced by `_`, cut to 64
+/// characters, `_` when nothing is left. Providers' requests and MCP servers' tools are
+/// named with it.
+pub fn tool_wire_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if out.is_empty() {
+        out.push('_');
+    }
+    out
+}
+
 /// Whether `s` is a step id: 1–64 characters of `[A-Za-z0-9_.-]` (every level of a
 /// [`super::StepPath`] is one: agent names and the engine's own part names are too).
 pub fn is_step_id(s: &str) -> bool {
@@ -114,6 +136,17 @@ impl Tenant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_names_are_written_in_the_alphabet_providers_accept() {
+        assert_eq!(tool_wire_name("get-weather"), "get-weather");
+        assert_eq!(tool_wire_name("text/upper case"), "text_upper_case");
+        assert_eq!(tool_wire_name("clock.now"), "clock_now");
+        assert_eq!(tool_wire_name("é"), "_");
+        assert_eq!(tool_wire_name(""), "_");
+        assert_eq!(tool_wire_name(&"a".repeat(100)).len(), 64);
+        assert_eq!(tool_wire_name(&"ü".repeat(100)), "_".repeat(64));
+    }
 
     #[test]
     fn step_ids_are_checked() {

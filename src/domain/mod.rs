@@ -22,6 +22,7 @@ pub mod quota;
 pub mod replan;
 pub mod run;
 pub mod schedule;
+pub(crate) mod text_enum;
 
 pub use attempt_io::AttemptInput;
 pub use error::{ErrorCode, RunError};

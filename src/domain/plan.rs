@@ -12,81 +12,48 @@ use utoipa::ToSchema;
 use super::error::{ErrorCode, RunError};
 use super::ids::StepId;
 use super::run::Orchestration;
+use super::text_enum::text_enum;
 
 /// The number of a run's first plan version.
 pub const FIRST_VERSION: u32 = 1;
 /// The plan version of work done outside any plan (a simple run, planning, selection).
 pub const NO_PLAN: u32 = 0;
 
-/// What a step does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StepKind {
-    Llm,
-    Tool,
-    Branch,
-    Parallel,
-    Sequential,
-    Loop,
-    Wait,
-    UserInput,
-    Agent,
-    Handoff,
-    GroupChat,
-    Workflow,
-}
-
-impl StepKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepKind::Llm => "llm",
-            StepKind::Tool => "tool",
-            StepKind::Branch => "branch",
-            StepKind::Parallel => "parallel",
-            StepKind::Sequential => "sequential",
-            StepKind::Loop => "loop",
-            StepKind::Wait => "wait",
-            StepKind::UserInput => "user_input",
-            StepKind::Agent => "agent",
-            StepKind::Handoff => "handoff",
-            StepKind::GroupChat => "group_chat",
-            StepKind::Workflow => "workflow",
-        }
+text_enum! {
+    /// What a step does.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema)]
+    pub enum StepKind {
+        Llm = "llm",
+        Tool = "tool",
+        Branch = "branch",
+        Parallel = "parallel",
+        Sequential = "sequential",
+        Loop = "loop",
+        Wait = "wait",
+        UserInput = "user_input",
+        Agent = "agent",
+        Handoff = "handoff",
+        GroupChat = "group_chat",
+        Workflow = "workflow",
     }
 }
 
-/// The lifecycle of one step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StepStatus {
-    Pending,
-    Ready,
-    Running,
-    Completed,
-    Failed,
-    Skipped,
-    Cancelled,
-    Retrying,
+text_enum! {
+    /// The lifecycle of one step.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema)]
+    pub enum StepStatus {
+        Pending = "pending",
+        Ready = "ready",
+        Running = "running",
+        Completed = "completed",
+        Failed = "failed",
+        Skipped = "skipped",
+        Cancelled = "cancelled",
+        Retrying = "retrying",
+    }
 }
 
 impl StepStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepStatus::Pending => "pending",
-            StepStatus::Ready => "ready",
-            StepStatus::Running => "running",
-            StepStatus::Completed => "completed",
-            StepStatus::Failed => "failed",
-            StepStatus::Skipped => "skipped",
-            StepStatus::Cancelled => "cancelled",
-            StepStatus::Retrying => "retrying",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        serde_json::from_value(Value::String(s.to_owned())).ok()
-    }
-
     pub fn is_terminal(self) -> bool {
         matches!(
             self,

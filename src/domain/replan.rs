@@ -9,43 +9,25 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::RunError;
+use super::text_enum::text_enum;
 
 /// The step re-planning calls are recorded as.
 pub const REPLANNING_STEP: &str = "replanner";
 
-/// Why a reactive run needs a new plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum TriggerKind {
-    /// A step failed after its retries.
-    StepFailed,
-    /// A step's `expect` condition was false for its output.
-    UnexpectedResult,
-    /// A step ran past its `timeout_ms` (after its retries).
-    StepTimeout,
-    /// The user asked for a change (`POST /v1/runs/{id}/replan`).
-    User,
-    /// The run is close to a limit (its token budget).
-    LimitNear,
-}
-
-impl TriggerKind {
-    pub const ALL: [TriggerKind; 5] = [
-        TriggerKind::StepFailed,
-        TriggerKind::UnexpectedResult,
-        TriggerKind::StepTimeout,
-        TriggerKind::User,
-        TriggerKind::LimitNear,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TriggerKind::StepFailed => "step_failed",
-            TriggerKind::UnexpectedResult => "unexpected_result",
-            TriggerKind::StepTimeout => "step_timeout",
-            TriggerKind::User => "user",
-            TriggerKind::LimitNear => "limit_near",
-        }
+text_enum! {
+    /// Why a reactive run needs a new plan.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema)]
+    pub enum TriggerKind {
+        /// A step failed after its retries.
+        StepFailed = "step_failed",
+        /// A step's `expect` condition was false for its output.
+        UnexpectedResult = "unexpected_result",
+        /// A step ran past its `timeout_ms` (after its retries).
+        StepTimeout = "step_timeout",
+        /// The user asked for a change (`POST /v1/runs/{id}/replan`).
+        User = "user",
+        /// The run is close to a limit (its token budget).
+        LimitNear = "limit_near",
     }
 }
 
@@ -84,39 +66,20 @@ impl Trigger {
     }
 }
 
-/// How a re-planner answers a trigger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Strategy {
-    /// The same plan again: what failed runs again.
-    Retry,
-    /// The failed part replaced by another way.
-    Alternative,
-    /// The steps not yet run rewritten; the completed ones kept.
-    Partial,
-    /// A whole new plan; completed outputs are in its context.
-    Complete,
-    /// Back to an earlier version.
-    Restore,
-}
-
-impl Strategy {
-    pub const ALL: [Strategy; 5] = [
-        Strategy::Retry,
-        Strategy::Alternative,
-        Strategy::Partial,
-        Strategy::Complete,
-        Strategy::Restore,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Retry => "retry",
-            Strategy::Alternative => "alternative",
-            Strategy::Partial => "partial",
-            Strategy::Complete => "complete",
-            Strategy::Restore => "restore",
-        }
+text_enum! {
+    /// How a re-planner answers a trigger.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema)]
+    pub enum Strategy {
+        /// The same plan again: what failed runs again.
+        Retry = "retry",
+        /// The failed part replaced by another way.
+        Alternative = "alternative",
+        /// The steps not yet run rewritten; the completed ones kept.
+        Partial = "partial",
+        /// A whole new plan; completed outputs are in its context.
+        Complete = "complete",
+        /// Back to an earlier version.
+        Restore = "restore",
     }
 }
 

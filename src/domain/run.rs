@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::error::RunError;
 use super::ids::RunId;
 use super::schedule::ScheduleFire;
+use super::text_enum::text_enum;
 
 /// What a new run does when its session already has a run in progress ("double-texting").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
@@ -41,56 +42,31 @@ pub struct ForkOrigin {
     pub before_step: Option<String>,
 }
 
-/// How a run is orchestrated. `auto` is resolved by the selector before execution starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Orchestration {
-    #[default]
-    Auto,
-    Simple,
-    Fixed,
-    Planner,
-    Reactive,
-}
-
-impl Orchestration {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Orchestration::Auto => "auto",
-            Orchestration::Simple => "simple",
-            Orchestration::Fixed => "fixed",
-            Orchestration::Planner => "planner",
-            Orchestration::Reactive => "reactive",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        serde_json::from_value(Value::String(s.to_owned())).ok()
+text_enum! {
+    /// How a run is orchestrated. `auto` is resolved by the selector before execution starts.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema, Default)]
+    pub enum Orchestration {
+        #[default]
+        Auto = "auto",
+        Simple = "simple",
+        Fixed = "fixed",
+        Planner = "planner",
+        Reactive = "reactive",
     }
 }
 
-/// Who decided a run's orchestration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SelectedBy {
-    /// The request named an orchestration other than `auto`.
-    Request,
-    /// A rule: the request's `plan` or `workflow`, or a `[[selector.rules]]` entry.
-    Rule,
-    /// The model, answering the OrchestrationType schema.
-    Llm,
-    /// `selector.default`: no rule decided and the model was not asked, or failed.
-    Default,
-}
-
-impl SelectedBy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SelectedBy::Request => "request",
-            SelectedBy::Rule => "rule",
-            SelectedBy::Llm => "llm",
-            SelectedBy::Default => "default",
-        }
+text_enum! {
+    /// Who decided a run's orchestration.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema)]
+    pub enum SelectedBy {
+        /// The request named an orchestration other than `auto`.
+        Request = "request",
+        /// A rule: the request's `plan` or `workflow`, or a `[[selector.rules]]` entry.
+        Rule = "rule",
+        /// The model, answering the OrchestrationType schema.
+        Llm = "llm",
+        /// `selector.default`: no rule decided and the model was not asked, or failed.
+        Default = "default",
     }
 }
 
@@ -108,86 +84,46 @@ pub struct Selection {
     pub reason: String,
 }
 
-/// The lifecycle of a run: `queued → running ⇄ waiting_input → terminal`, and
-/// `running ⇄ paused` while a pause (`POST /v1/runs/{id}/pause`, or a breakpoint) holds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Queued,
-    Running,
-    WaitingInput,
-    /// Paused: no step runs or starts until `POST /v1/runs/{id}/resume`; it holds no running
-    /// slot and its clock stands still.
-    Paused,
-    Succeeded,
-    Failed,
-    Cancelled,
-    TimedOut,
+text_enum! {
+    /// The lifecycle of a run: `queued → running ⇄ waiting_input → terminal`, and
+    /// `running ⇄ paused` while a pause (`POST /v1/runs/{id}/pause`, or a breakpoint) holds it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema)]
+    pub enum RunStatus {
+        Queued = "queued",
+        Running = "running",
+        WaitingInput = "waiting_input",
+        /// Paused: no step runs or starts until `POST /v1/runs/{id}/resume`; it holds no running
+        /// slot and its clock stands still.
+        Paused = "paused",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Cancelled = "cancelled",
+        TimedOut = "timed_out",
+    }
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 8] = [
-        RunStatus::Queued,
-        RunStatus::Running,
-        RunStatus::WaitingInput,
-        RunStatus::Paused,
-        RunStatus::Succeeded,
-        RunStatus::Failed,
-        RunStatus::Cancelled,
-        RunStatus::TimedOut,
-    ];
-
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled | RunStatus::TimedOut
         )
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Queued => "queued",
-            RunStatus::Running => "running",
-            RunStatus::WaitingInput => "waiting_input",
-            RunStatus::Paused => "paused",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::TimedOut => "timed_out",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        RunStatus::ALL.into_iter().find(|st| st.as_str() == s)
-    }
 }
 
-/// How a terminal run ended, from the caller's point of view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Completion {
-    Success,
-    Partial,
-    Error,
-    Timeout,
-    Cancelled,
+text_enum! {
+    /// How a terminal run ended, from the caller's point of view.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, ToSchema)]
+    pub enum Completion {
+        Success = "success",
+        Partial = "partial",
+        Error = "error",
+        Timeout = "timeout",
+        Cancelled = "cancelled",
+    }
 }
 
 impl Completion {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Completion::Success => "success",
-            Completion::Partial => "partial",
-            Completion::Error => "error",
-            Completion::Timeout => "timeout",
-            Completion::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        serde_json::from_value(Value::String(s.to_owned())).ok()
-    }
-
     /// The terminal status that goes with this completion.
     pub fn status(self) -> RunStatus {
         match self {

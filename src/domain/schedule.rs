@@ -18,6 +18,8 @@ use croner::parser::{CronParser, Seconds};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::text_enum::text_enum;
+
 mod cron_words;
 
 /// Problems of a timing, each with the member it is about (`cron`, `timezone`,
@@ -33,31 +35,15 @@ pub const MIN_INTERVAL_MS: u64 = 1_000;
 /// The longest interval: a year.
 pub const MAX_INTERVAL_MS: u64 = 366 * 24 * 3_600 * 1_000;
 
-/// What a schedule does about a tick it missed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Missed {
-    /// Fire nothing for missed ticks: wait for the next one.
-    #[default]
-    Skip,
-    /// Fire the latest missed tick once, then wait for the next one.
-    CatchUpOne,
-}
-
-impl Missed {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Missed::Skip => "skip",
-            Missed::CatchUpOne => "catch_up_one",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "skip" => Some(Missed::Skip),
-            "catch_up_one" => Some(Missed::CatchUpOne),
-            _ => None,
-        }
+text_enum! {
+    /// What a schedule does about a tick it missed.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ToSchema)]
+    pub enum Missed {
+        /// Fire nothing for missed ticks: wait for the next one.
+        #[default]
+        Skip = "skip",
+        /// Fire the latest missed tick once, then wait for the next one.
+        CatchUpOne = "catch_up_one",
     }
 }
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ToolSpec};
 
-use super::calls::converse::{self, Progress, Setup};
+use super::calls::converse::{self, Hooks, Setup};
 use super::calls::tool_call::may_use;
 use super::runtime::checkpoint::{self, Conversation, ConversationDelta, Delta, Restored};
 use super::runtime::context::RunContext;
@@ -83,7 +83,7 @@ struct Checkpoints {
     saved: usize,
 }
 
-impl Progress for Checkpoints {
+impl Hooks for Checkpoints {
     async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
         // A resumed conversation that holds its answer needs nothing else: a run whose model
         // answered at once checkpoints the answer alone, not its opening messages.

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::condition::Condition;
 use super::team::{AgentStep, GroupChatStep, HandoffStep, WorkflowStep};
 use super::template::Template;
+use crate::domain::text_enum::text_enum;
 use crate::domain::{RetryPolicy, StepId, StepKind};
 pub use crate::schema::SchemaViolation;
 
@@ -140,33 +141,19 @@ impl KindSpec {
     }
 }
 
-/// How a parallel step combines its children's outputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Aggregation {
-    /// The array of child outputs in declaration order; fails if any child fails.
-    #[default]
-    All,
-    /// An object child id → output of the children that succeeded; fails only if all fail.
-    Merge,
-    /// The output of the first child, in declaration order, that succeeds.
-    FirstSuccess,
-    /// The output of the first child to succeed; the others are cancelled.
-    Fastest,
-}
-
-impl Aggregation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Aggregation::All => "all",
-            Aggregation::Merge => "merge",
-            Aggregation::FirstSuccess => "first_success",
-            Aggregation::Fastest => "fastest",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        serde_json::from_value(Value::String(s.to_owned())).ok()
+text_enum! {
+    /// How a parallel step combines its children's outputs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum Aggregation {
+        /// The array of child outputs in declaration order; fails if any child fails.
+        #[default]
+        All = "all",
+        /// An object child id → output of the children that succeeded; fails only if all fail.
+        Merge = "merge",
+        /// The output of the first child, in declaration order, that succeeds.
+        FirstSuccess = "first_success",
+        /// The output of the first child to succeed; the others are cancelled.
+        Fastest = "fastest",
     }
 }
 

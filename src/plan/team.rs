@@ -18,6 +18,7 @@ use super::graph::ValidPlan;
 use super::spec::JsonSchema;
 use super::template::Template;
 use crate::domain::StepId;
+use crate::domain::text_enum::text_enum;
 
 /// The agents, nested workflows and run-wide middleware a plan's steps use.
 #[derive(Debug, Clone, Default)]
@@ -146,21 +147,12 @@ pub struct SpeakerSelector {
     pub fallback: SelectorKind,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SelectorKind {
-    RoundRobin,
-    Random,
-    Llm,
-}
-
-impl SelectorKind {
-    fn parse(s: &str) -> Option<SelectorKind> {
-        match s {
-            "round_robin" => Some(SelectorKind::RoundRobin),
-            "random" => Some(SelectorKind::Random),
-            "llm" => Some(SelectorKind::Llm),
-            _ => None,
-        }
+text_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum SelectorKind {
+        RoundRobin = "round_robin",
+        Random = "random",
+        Llm = "llm",
     }
 }
 

@@ -1254,8 +1254,8 @@ fn step_attempt_from_row(r: &AnyRow) -> Result<StepAttempt> {
         step_id: r.try_get("step_id")?,
         path: (!path.is_empty()).then(|| step_path(&path)).transpose()?,
         name: r.try_get("name")?,
-        kind: serde_json::from_value(Value::String(kind.clone()))
-            .map_err(|_| Error::Corrupt(format!("step kind `{kind}`")))?,
+        kind: crate::domain::StepKind::parse(&kind)
+            .ok_or_else(|| Error::Corrupt(format!("step kind `{kind}`")))?,
         status: crate::domain::StepStatus::parse(&status)
             .ok_or_else(|| Error::Corrupt(format!("step status `{status}`")))?,
         attempt: r.try_get::<i64, _>("attempt")? as u32,

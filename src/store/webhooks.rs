@@ -13,6 +13,7 @@ use sqlx::Row;
 
 use super::statement::{Statement, Text};
 use super::{Result, Store, fmt_time, parse_opt_time, parse_time};
+use crate::domain::text_enum::text_enum;
 use crate::domain::{RunId, Tenant};
 
 /// The statement that queues a new run's delivery, in the transaction that inserts the run:
@@ -87,42 +88,29 @@ pub struct DeliveryAttempt {
     pub duration_ms: u64,
 }
 
-/// What came of one attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttemptOutcome {
-    /// Recorded and being sent: no answer yet.
-    Sending,
-    /// A 2xx answer.
-    Delivered,
-    /// Another answer, a timeout or a connection failure.
-    Failed,
-    /// The destination policy refused the address: nothing was sent.
-    Refused,
-    /// The replica sending it stopped before it recorded an answer: the receiver may or may
-    /// not have got it.
-    Interrupted,
+text_enum! {
+    /// What came of one attempt.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum AttemptOutcome {
+        /// Recorded and being sent: no answer yet.
+        Sending = "sending",
+        /// A 2xx answer.
+        Delivered = "delivered",
+        /// Another answer, a timeout or a connection failure.
+        Failed = "failed",
+        /// The destination policy refused the address: nothing was sent.
+        Refused = "refused",
+        /// The replica sending it stopped before it recorded an answer: the receiver may or may
+        /// not have got it.
+        Interrupted = "interrupted",
+    }
 }
 
 impl AttemptOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttemptOutcome::Sending => "sending",
-            AttemptOutcome::Delivered => "delivered",
-            AttemptOutcome::Failed => "failed",
-            AttemptOutcome::Refused => "refused",
-            AttemptOutcome::Interrupted => "interrupted",
-        }
-    }
-
-    fn parse(s: &str) -> Result<AttemptOutcome> {
-        Ok(match s {
-            "sending" => AttemptOutcome::Sending,
-            "delivered" => AttemptOutcome::Delivered,
-            "failed" => AttemptOutcome::Failed,
-            "refused" => AttemptOutcome::Refused,
-            "interrupted" => AttemptOutcome::Interrupted,
-            other => return Err(super::Error::Corrupt(format!("attempt outcome `{other}`"))),
-        })
+    /// A stored outcome; another word means the row is corrupt.
+    fn stored(s: &str) -> Result<AttemptOutcome> {
+        AttemptOutcome::parse(s)
+            .ok_or_else(|| super::Error::Corrupt(format!("attempt outcome `{s}`")))
     }
 }
 
@@ -339,7 +327,7 @@ impl Webhooks {
                 Ok(DeliveryAttempt {
                     attempt: r.try_get::<i64, _>("attempt")? as u32,
                     at: parse_time(&r.try_get::<String, _>("at")?)?,
-                    outcome: AttemptOutcome::parse(&r.try_get::<String, _>("outcome")?)?,
+                    outcome: AttemptOutcome::stored(&r.try_get::<String, _>("outcome")?)?,
                     status_code: r
                         .try_get::<Option<i64>, _>("status_code")?
                         .map(|c| c as u16),

@@ -32,7 +32,7 @@ use utoipa::ToSchema;
 use crate::domain::Payload;
 use crate::domain::event::StepData;
 use crate::domain::{
-    Event, EventKind, Run, RunId, RunStatus, StepAttempt, StepKind, StepPath, StepStatus,
+    ErrorCode, Event, EventKind, Run, RunId, RunStatus, StepAttempt, StepKind, StepPath, StepStatus,
 };
 
 use intervals::{Interval, covered, critical_chain};
@@ -758,8 +758,9 @@ fn scan(
                 }
                 decisions.push(decision(kind, ev, detail));
             }
-            Payload::Error(data) if data.error.code == "loop_detected" => {
-                decisions.push(decision("loop_detected", ev, ev.data.to_data()));
+            Payload::Error(data) if data.error.code == ErrorCode::LoopDetected => {
+                let kind = ErrorCode::LoopDetected.as_str();
+                decisions.push(decision(kind, ev, ev.data.to_data()));
             }
             _ => {}
         }

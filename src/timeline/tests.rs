@@ -549,7 +549,7 @@ fn decisions_come_from_plans_loop_detection_and_status_messages() {
             50,
             Some("a"),
             ErrorData {
-                error: RunError::new(ErrorCode::Other("loop_detected".into()), "again"),
+                error: RunError::new(ErrorCode::LoopDetected, "again"),
                 step_id: Some("a".into()),
             },
         )

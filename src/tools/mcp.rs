@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Tool, ToolError, ToolRegistry};
 use crate::config::McpServerConfig;
 use crate::domain::ErrorCode;
+use crate::domain::ids::tool_wire_name;
 use crate::schema::truncate;
 
 type Client = RunningService<RoleClient, ()>;
@@ -234,7 +235,7 @@ fn wrap_tools(
         if !config.tools.is_empty() && !config.tools.iter().any(|t| t == &*tool.name) {
             continue;
         }
-        let name = format!("{}.{}", config.name, sanitise(&tool.name));
+        let name = format!("{}.{}", config.name, tool_wire_name(&tool.name));
         if registry.contains(&name) || tools.iter().any(|t| t.name == name) {
             bail!(
                 "its tool `{}` would be `{name}`, a name already taken",
@@ -260,23 +261,6 @@ fn wrap_tools(
         });
     }
     Ok(tools)
-}
-
-/// A tool name as orca writes it: letters, digits, `_` and `-` (anything else becomes `_`),
-/// at most 64 characters.
-fn sanitise(name: &str) -> String {
-    let clean: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    if clean.is_empty() { "_".into() } else { clean }
 }
 
 /// One tool of an MCP server.
@@ -416,15 +400,6 @@ fn content_value(block: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_are_sanitised_to_the_registry_alphabet() {
-        assert_eq!(sanitise("get-weather"), "get-weather");
-        assert_eq!(sanitise("text/upper case"), "text_upper_case");
-        assert_eq!(sanitise("é"), "_");
-        assert_eq!(sanitise(""), "_");
-        assert_eq!(sanitise(&"a".repeat(100)).len(), 64);
-    }
 
     #[test]
     fn environment_references_are_expanded_or_named() {

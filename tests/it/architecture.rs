@@ -271,6 +271,145 @@ fn no_function_is_longer_than_100_lines() {
     }
 }
 
+/// Error codes are `domain::ErrorCode` variants: outside `src/domain/error.rs`, library code
+/// writes none as text — no `ErrorCode::Other`, `ErrorCode::from` or `ErrorCode::parse` of a
+/// string literal, and no `.code == "<a code>"`. (Tests may: they pin the wire text.)
+#[test]
+fn error_codes_are_variants_not_text() {
+    let known = known_error_codes();
+    let mut offenders = Vec::new();
+    for file in crate_files() {
+        let is_test_file = file.module.iter().any(|m| m == "tests");
+        if file.display == "src/domain/error.rs" || is_test_file {
+            continue;
+        }
+        let mut finder = CodesAsText {
+            known: &known,
+            found: Vec::new(),
+        };
+        finder.visit_file(&file.syntax);
+        for (line, what) in finder.found {
+            offenders.push(format!("{}:{line}: {what}", file.display));
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "error codes written as text (use or add an `ErrorCode` variant in \
+         src/domain/error.rs):\n  {}",
+        offenders.join("\n  ")
+    );
+}
+
+/// The text of every `ErrorCode` variant, read from the `error_codes!` table.
+fn known_error_codes() -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/domain/error.rs");
+    let text = std::fs::read_to_string(path).unwrap();
+    let codes: BTreeSet<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.ends_with(", true;") || l.ends_with(", false;"))
+        .filter_map(|l| l.split('"').nth(1).map(str::to_owned))
+        .collect();
+    assert!(codes.len() > 40, "read the codes of error.rs: {codes:?}");
+    codes
+}
+
+struct CodesAsText<'a> {
+    known: &'a BTreeSet<String>,
+    found: Vec<(usize, String)>,
+}
+
+impl CodesAsText<'_> {
+    /// `x.code`, `x.code()`, `x.code.as_str()`.
+    fn names_a_code(expr: &syn::Expr) -> bool {
+        match expr {
+            syn::Expr::Field(f) => matches!(&f.member, syn::Member::Named(n) if n == "code"),
+            syn::Expr::MethodCall(m) if m.method == "code" => true,
+            syn::Expr::MethodCall(m) if m.method == "as_str" => Self::names_a_code(&m.receiver),
+            syn::Expr::Reference(r) => Self::names_a_code(&r.expr),
+            syn::Expr::Paren(p) => Self::names_a_code(&p.expr),
+            _ => false,
+        }
+    }
+
+    fn literal(expr: &syn::Expr) -> Option<(String, usize)> {
+        match expr {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => Some((s.value(), s.span().start().line)),
+            syn::Expr::MethodCall(m) if m.method == "into" => Self::literal(&m.receiver),
+            // `Cow::Borrowed("…")`, `String::from("…")`
+            syn::Expr::Call(c) => c.args.first().and_then(Self::literal),
+            _ => None,
+        }
+    }
+}
+
+fn is_test_item(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        let path = a.path();
+        let cfg_test =
+            path.is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test");
+        cfg_test || path.segments.last().is_some_and(|s| s.ident == "test")
+    })
+}
+
+impl<'ast> Visit<'ast> for CodesAsText<'_> {
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if !is_test_item(&item.attrs) {
+            visit::visit_item_mod(self, item);
+        }
+    }
+
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        if !is_test_item(&item.attrs) {
+            visit::visit_item_fn(self, item);
+        }
+    }
+
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        if let syn::Expr::Path(path) = &*call.func {
+            let names: Vec<String> = path
+                .path
+                .segments
+                .iter()
+                .map(|s| s.ident.to_string())
+                .collect();
+            let built = matches!(
+                names
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .as_slice(),
+                [.., "ErrorCode", "Other" | "from" | "parse"]
+            );
+            if let (true, Some((text, line))) = (built, call.args.first().and_then(Self::literal)) {
+                self.found
+                    .push((line, format!("{}(\"{text}\")", names.join("::"))));
+            }
+        }
+        visit::visit_expr_call(self, call);
+    }
+
+    fn visit_expr_binary(&mut self, binary: &'ast syn::ExprBinary) {
+        if matches!(binary.op, syn::BinOp::Eq(_) | syn::BinOp::Ne(_)) {
+            for (code, other) in [
+                (&*binary.left, &*binary.right),
+                (&*binary.right, &*binary.left),
+            ] {
+                if let (true, Some((text, line))) = (Self::names_a_code(code), Self::literal(other))
+                    && self.known.contains(&text)
+                {
+                    self.found
+                        .push((line, format!("a code compared with \"{text}\"")));
+                }
+            }
+        }
+        visit::visit_expr_binary(self, binary);
+    }
+}
+
 /// One file of the library, read as the module it is.
 struct SourceFile {
     /// Path relative to the crate root, as messages show it (`src/plan/validate.rs`).

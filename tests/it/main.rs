@@ -25,6 +25,7 @@ mod kept_outputs;
 mod llm_provider;
 mod loops;
 mod mcp;
+mod migrations;
 mod models;
 mod offline_samples;
 mod ollama;

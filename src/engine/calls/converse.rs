@@ -67,13 +67,24 @@ impl Setup {
     }
 }
 
-/// Told of every message that must survive a restart; may answer tool calls itself.
-pub trait Progress: Send {
+/// What the caller of a loop handles itself: told of every message that must survive a
+/// restart, it may add tools and answer their calls, stop the loop, wrap its model calls and
+/// hold its tool calls. Each method's default does nothing.
+pub trait Hooks: Send {
+    /// The loop's conversation gained what must survive a restart (the caller checkpoints).
     fn saved(
         &mut self,
-        ctx: &RunContext,
-        convo: &Conversation,
-    ) -> impl std::future::Future<Output = ()> + Send;
+        _ctx: &RunContext,
+        _convo: &Conversation,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// Tools offered besides the [`Setup`]'s (handoffs, spokes); their calls are the hooks'
+    /// to answer ([`Hooks::intercept`]).
+    fn tools(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
 
     /// Answers a tool call the conversation handles itself (a spoke, a handoff, a tool the
     /// agent may not use); `None` leaves it to the tool registry.
@@ -130,7 +141,7 @@ pub async fn converse(
     ctx: &RunContext,
     setup: &Setup,
     convo: &mut Conversation,
-    progress: &mut impl Progress,
+    hooks: &mut impl Hooks,
     sink: &mut EventSink,
 ) -> Result<String, RunError> {
     if let Some(answer) = &convo.answer {
@@ -142,13 +153,13 @@ pub async fn converse(
         for (i, call) in unanswered_calls(&convo.messages) {
             let step = setup.path.join(Segment::ToolCall(convo.round, i + 1));
             let mut held = None;
-            let result = match progress.intercept(ctx, &call, sink).await {
+            let result = match hooks.intercept(ctx, &call, sink).await {
                 Some(Ok(output)) => Ok(output),
                 Some(Err(e)) if ctx.breached().is_some() || ctx.cancel.is_cancelled() => {
                     Err(Stop::Run(e))
                 }
                 Some(Err(e)) => Err(Stop::Tool(e)),
-                None => match progress.admit(ctx, &step, &call).await {
+                None => match hooks.admit(ctx, &step, &call).await {
                     Ok(None) => {
                         let (result, end) = tool_round(ctx, setup, &step, &call, sink).await;
                         held = end;
@@ -168,10 +179,10 @@ pub async fn converse(
                 call_id: call.id.clone(),
                 content,
             });
-            progress.saved(ctx, convo).await;
+            hooks.saved(ctx, convo).await;
             HeldEnd::close_all(held, ctx, sink).await;
         }
-        if progress.stopped() {
+        if hooks.stopped() {
             return Ok(last_text(&convo.messages));
         }
 
@@ -185,11 +196,12 @@ pub async fn converse(
                 ),
             ));
         }
-        let wrap = progress.model_wrap();
-        let (text, tool_calls, held) = model_round(ctx, setup, convo, &wrap, sink).await?;
+        let (wrap, hook_tools) = (hooks.model_wrap(), hooks.tools());
+        let (text, tool_calls, held) =
+            model_round(ctx, setup, convo, &wrap, hook_tools, sink).await?;
         if tool_calls.is_empty() {
             convo.answer = Some(text.clone());
-            progress.saved(ctx, convo).await;
+            hooks.saved(ctx, convo).await;
             held.close(ctx, sink).await;
             return Ok(text);
         }
@@ -197,18 +209,20 @@ pub async fn converse(
             content: text,
             tool_calls,
         });
-        progress.saved(ctx, convo).await;
+        hooks.saved(ctx, convo).await;
         held.close(ctx, sink).await;
     }
 }
 
-/// One model call as step `llm-N`: the reply's text, the tool calls it asks for, and the
-/// round's attempt, held open until the reply is checkpointed.
+/// One model call as step `llm-N` (offered the setup's tools, then the hooks'): the reply's
+/// text, the tool calls it asks for, and the round's attempt, held open until the reply is
+/// checkpointed.
 async fn model_round(
     ctx: &RunContext,
     setup: &Setup,
     convo: &Conversation,
     wrap: &ModelWrap,
+    hook_tools: Vec<ToolSpec>,
     sink: &mut EventSink,
 ) -> Result<(String, Vec<ModelToolCall>, HeldEnd), RunError> {
     let _slot = setup.slot().await?;
@@ -229,7 +243,7 @@ async fn model_round(
     let key = ctx.open_attempt(new, sink).await?;
     let mut request = ChatRequest::new(setup.route.alias(), convo.messages.clone());
     if round <= setup.max_rounds {
-        request.tools = setup.tools.clone();
+        request.tools = [setup.tools.clone(), hook_tools].concat();
     }
     request.response_schema = setup.response_schema.clone();
     let text_kind = match setup.response_schema {

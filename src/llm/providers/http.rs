@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{OpenAiConfig, Secret, StructuredOutput};
+use crate::domain::ids::tool_wire_name;
 use crate::llm::{ChatRequest, Error, LlmEvent, LlmStream, Message, ToolSpec};
 
 /// Error messages taken from a provider's body are cut to this many characters: enough to say
@@ -423,7 +424,7 @@ impl ToolNames {
     }
 
     fn unused_wire_name(&self, name: &str) -> String {
-        let base = wire_name(name);
+        let base = tool_wire_name(name);
         let mut candidate = base.clone();
         let mut n = 2;
         while self.from_wire.contains_key(&candidate) {
@@ -438,7 +439,7 @@ impl ToolNames {
     pub(crate) fn wire<'a>(&'a self, name: &'a str) -> Cow<'a, str> {
         match self.to_wire.get(name) {
             Some(wire) => Cow::Borrowed(wire),
-            None => Cow::Owned(wire_name(name)),
+            None => Cow::Owned(tool_wire_name(name)),
         }
     }
 
@@ -657,26 +658,6 @@ pub(crate) fn schema_in_prompt(
     (request, mode == StructuredOutput::JsonObject)
 }
 
-/// `name` with every character OpenAI and Anthropic refuse replaced by `_`, cut to 64 ASCII
-/// characters.
-pub(crate) fn wire_name(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    if out.is_empty() {
-        out.push('_');
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -805,7 +786,7 @@ mod tests {
         assert_eq!(names.ours("clock_now_2"), "clock_now");
         // A name the model made up (or a server that keeps dots) passes through.
         assert_eq!(names.ours("fs.read"), "fs.read");
-        assert_eq!(wire_name(&"ü".repeat(100)).len(), 64);
+        assert_eq!(tool_wire_name(&"ü".repeat(100)).len(), 64);
     }
 
     #[test]

@@ -19,9 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::http::{
     Auth, Decode, Endpoint, Failure, MAX_ERROR_MESSAGE_CHARS, ToolNames, collapse_whitespace,
-    decoded_stream, redact, schema_in_prompt, sse_frames, truncate_chars, wire_name,
+    decoded_stream, redact, schema_in_prompt, sse_frames, truncate_chars,
 };
 use crate::config::{OpenAiConfig, Secret, StructuredOutput};
+use crate::domain::ids::tool_wire_name;
 use crate::llm::{
     ChatRequest, Error, LlmEvent, LlmProvider, LlmStream, Message, SchemaDialect, ToolCall, Usage,
 };
@@ -395,7 +396,7 @@ mod wire {
                 response_format: request.response_schema.as_ref().map(|s| ResponseFormat {
                     kind: "json_schema",
                     json_schema: Some(JsonSchema {
-                        name: wire_name(&s.name),
+                        name: tool_wire_name(&s.name),
                         schema: &s.schema,
                         strict: s.strict && mode == StructuredOutput::Strict,
                     }),

@@ -135,10 +135,7 @@ impl HttpTool {
             ));
         }
         let url = Url::parse(&url).map_err(|e| {
-            ToolError::failed(
-                ErrorCode::Other("invalid_url".into()),
-                format!("the URL is not valid: {e}"),
-            )
+            ToolError::failed(ErrorCode::InvalidUrl, format!("the URL is not valid: {e}"))
         })?;
         self.policy.check_url(&url).map_err(refused)?;
         Ok(url)

@@ -24,8 +24,9 @@ use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::team::{ContextPolicy, HandoffEdge, HandoffStep, NoHandoff};
 use crate::plan::{AgentSpec, JsonSchema, Team};
 
-use super::turn::{Hooks, take_turn};
+use super::turn::take_turn;
 use super::{Part, hold_part, open_part, tool_name};
+use crate::engine::calls::converse::Hooks;
 use crate::engine::calls::function_call::{self, FunctionCall};
 use crate::engine::calls::model::TextKind;
 use crate::engine::runtime::attempts::HeldEnd;

@@ -8,7 +8,8 @@ use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::llm::{Message, ToolCall as ModelToolCall, ToolSpec};
 
 use super::tool_name;
-use super::turn::{Hooks, Plain, take_turn};
+use super::turn::{Plain, take_turn};
+use crate::engine::calls::converse::Hooks;
 use crate::engine::runtime::context::RunContext;
 use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::Frame;

@@ -16,37 +16,13 @@ use crate::llm::{Message, ResponseSchema, ToolCall as ModelToolCall, ToolSpec};
 use crate::plan::{AgentSpec, JsonSchema};
 
 use super::chain::{Chain, approval, around_turn};
-use crate::engine::calls::converse::{self, ModelWrap, Progress, Setup};
+use crate::engine::calls::converse::{self, Hooks, ModelWrap, Setup};
 use crate::engine::calls::model::structured;
 use crate::engine::calls::tool_call::may_use;
 use crate::engine::runtime::checkpoint::Conversation;
 use crate::engine::runtime::context::RunContext;
 use crate::engine::runtime::sink::EventSink;
 use crate::engine::scheduler::frame::Frame;
-
-/// What the caller of a turn handles itself: tools it adds (handoffs, spokes) and whether the
-/// turn stops early.
-pub(crate) trait Hooks: Send {
-    /// Tools offered besides the agent's own.
-    fn tools(&self) -> Vec<ToolSpec> {
-        Vec::new()
-    }
-
-    /// Answers a call of one of [`Hooks::tools`]; `None` for any other tool.
-    fn intercept(
-        &mut self,
-        _ctx: &RunContext,
-        _call: &ModelToolCall,
-        _sink: &mut EventSink,
-    ) -> impl std::future::Future<Output = Option<Result<Value, RunError>>> + Send {
-        async { None }
-    }
-
-    /// Whether the turn ends after the current tool round.
-    fn stopped(&self) -> bool {
-        false
-    }
-}
 
 /// A turn with nothing added.
 pub(crate) struct Plain;
@@ -97,10 +73,10 @@ async fn run_turn(
     if let Some(workflow) = &agent.workflow {
         return workflow_turn(frame, workflow, path, messages, sink).await;
     }
-    let setup = turn_setup(frame, agent, path, hooks.tools())?;
+    let setup = turn_setup(frame, agent, path)?;
     let convo_key = path.conversation();
     let mut convo = opening(frame, agent, &convo_key, messages)?;
-    let mut progress = TurnProgress {
+    let mut progress = TurnHooks {
         frame,
         agent,
         convo_key,
@@ -166,14 +142,9 @@ async fn workflow_turn(
     Ok(TurnEnd::new(value, text, messages))
 }
 
-/// What the agent's conversation talks to: its model (else the run's), its tools and the
-/// caller's, its output schema, at `path`, holding the plan's slots.
-fn turn_setup(
-    frame: &Frame<'_>,
-    agent: &AgentSpec,
-    path: &StepPath,
-    extra_tools: Vec<ToolSpec>,
-) -> Result<Setup, RunError> {
+/// What the agent's conversation talks to: its model (else the run's), its tools (the
+/// caller's hooks add theirs), its output schema, at `path`, holding the plan's slots.
+fn turn_setup(frame: &Frame<'_>, agent: &AgentSpec, path: &StepPath) -> Result<Setup, RunError> {
     let ctx = frame.ctx;
     let alias = agent
         .model
@@ -184,12 +155,10 @@ fn turn_setup(
         .llm
         .route(alias.as_deref())
         .map_err(|e| e.to_run_error())?;
-    let mut tools = agent_tools(ctx, agent);
-    tools.extend(extra_tools);
     Ok(Setup {
         route,
         alias,
-        tools,
+        tools: agent_tools(ctx, agent),
         max_rounds: ctx.services.config.max_tool_rounds,
         plan_version: frame.plan_version,
         path: path.clone(),
@@ -231,7 +200,7 @@ struct Turn<'t, P> {
     progress: &'t mut P,
 }
 
-impl<P: Progress> Turn<'_, P> {
+impl<P: Hooks> Turn<'_, P> {
     /// The answer `text` as JSON valid against `schema`: sent back once with what is wrong, a
     /// second bad answer failing the turn with `invalid_llm_output`.
     async fn held_to(
@@ -286,9 +255,10 @@ fn agent_tools(ctx: &RunContext, agent: &AgentSpec) -> Vec<ToolSpec> {
         .collect()
 }
 
-/// Checkpoints the turn's conversation, routes the caller's tools to it and refuses tools the
-/// agent was not given.
-struct TurnProgress<'f, 'h, H> {
+/// The turn's own hooks around its caller's: checkpoints the turn's conversation, offers the
+/// caller's tools and routes their calls to it, refuses tools the agent was not given, and
+/// wraps model and tool calls in the agent's middleware.
+struct TurnHooks<'f, 'h, H> {
     frame: &'f Frame<'f>,
     agent: &'f AgentSpec,
     convo_key: StepPath,
@@ -299,12 +269,17 @@ struct TurnProgress<'f, 'h, H> {
     wrap: ModelWrap,
 }
 
-impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
+impl<H: Hooks> Hooks for TurnHooks<'_, '_, H> {
     async fn saved(&mut self, ctx: &RunContext, convo: &Conversation) {
         self.frame
             .children
             .record(ctx, &self.convo_key, convo)
             .await;
+        self.hooks.saved(ctx, convo).await;
+    }
+
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.hooks.tools()
     }
 
     async fn intercept(
@@ -335,7 +310,12 @@ impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
     }
 
     fn model_wrap(&self) -> ModelWrap {
-        self.wrap.clone()
+        // The agent's middleware; where it sets nothing, the caller's hooks.
+        let caller = self.hooks.model_wrap();
+        ModelWrap {
+            filters: self.wrap.filters.clone().or(caller.filters),
+            retry: self.wrap.retry.or(caller.retry),
+        }
     }
 
     async fn admit(
@@ -344,6 +324,9 @@ impl<H: Hooks> Progress for TurnProgress<'_, '_, H> {
         step: &StepPath,
         call: &ModelToolCall,
     ) -> Result<Option<RunError>, RunError> {
+        if let held @ (Ok(Some(_)) | Err(_)) = self.hooks.admit(ctx, step, call).await {
+            return held;
+        }
         if !self.chain.needs_approval(&call.name) {
             return Ok(None);
         }
