@@ -230,3 +230,84 @@ impl RunContext {
         self.set_status(RunStatus::Running, Some("resumed")).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::StepKind;
+    use crate::engine::runtime::attempts::NewAttempt;
+    use crate::engine::runtime::sink::EventSink;
+
+    /// Waits (yielding, no sleep) until the run's row says `status`.
+    async fn until(ctx: &RunContext, status: RunStatus) {
+        while ctx.run().status != status {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gate_holds_an_attempt_while_a_pause_is_wanted_and_lets_it_go_on_resume() {
+        let wanted = Arc::new(watch::Sender::new(false));
+        let ctx = RunContext::for_test().pause(wanted.clone()).build().await;
+        let step = StepPath::top("a");
+        let new = NewAttempt {
+            step: &step,
+            name: "a",
+            kind: StepKind::Tool,
+            plan_version: 1,
+            input: None,
+        };
+        wanted.send_replace(true);
+        let mut sink = EventSink::Live;
+        let opened = ctx.open_attempt(new, &mut sink);
+        let resumed = async {
+            until(&ctx, RunStatus::Paused).await;
+            assert!(ctx.open_keys(|_| true).is_empty(), "held before it opened");
+            assert_eq!(ctx.pause.lock().waiting, std::slice::from_ref(&step));
+            wanted.send_replace(false);
+        };
+        let (key, ()) = tokio::join!(opened, resumed);
+        assert_eq!(key.unwrap().attempt, 1);
+        assert_eq!(ctx.run().status, RunStatus::Running);
+        assert!(ctx.pause.lock().waiting.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_breakpoint_resumed_past_is_not_hit_again_there_but_is_at_another_place() {
+        let wanted = Arc::new(watch::Sender::new(false));
+        let ctx = RunContext::for_test()
+            .pause(wanted.clone())
+            .plan(json!({"steps": [{"id": "a", "kind": "tool",
+                "input": {"tool": "math.calculate", "arguments": {"expression": "1"}}}]}))
+            .build()
+            .await;
+        ctx.arm_breakpoints(&["a".to_owned()], &[]);
+        let first = StepPath::top("each").iteration(0).step("a");
+        assert!(ctx.pause_holds(&first));
+        let hit = async {
+            until(&ctx, RunStatus::Paused).await;
+            assert!(*wanted.borrow(), "the breakpoint asked for the pause");
+            wanted.send_replace(false);
+        };
+        let (passed, ()) = tokio::join!(ctx.breakpoint(&first), hit);
+        passed.unwrap();
+        assert!(!ctx.pause_holds(&first), "released there");
+        // Passes at once: nothing would lift a pause now.
+        ctx.breakpoint(&first).await.unwrap();
+        assert_eq!(ctx.run().status, RunStatus::Running);
+        let next = StepPath::top("each").iteration(1).step("a");
+        assert!(
+            ctx.pause_holds(&next),
+            "the same step at another place stops again"
+        );
+        ctx.services.hub.flush().await;
+        let stored = ctx.services.store().list_checkpoints(ctx.run_id).await;
+        let restored = checkpoint::fold(stored.unwrap()).unwrap();
+        let checkpoint::Restored::Plan(progress) = restored else {
+            panic!("{restored:?}")
+        };
+        assert_eq!(progress.released, [first]);
+    }
+}

@@ -793,108 +793,8 @@ fn restored_phases(
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::config::Config;
-    use crate::domain::run::RunSpec;
-    use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
-    use crate::engine::runtime::context::{EffectiveLimits, RunSeed, Services};
-    use crate::llm::LlmRouter;
-    use crate::store::Store;
-    use crate::stream::EventHub;
-    use crate::tools::ToolRegistry;
-    use crate::tools::http::declared::DeclaredTools;
-
-    /// A run context on a fresh SQLite file, with the built-in tools and the offline model.
-    async fn context(dir: &tempfile::TempDir) -> RunContext {
-        let config = Config::default();
-        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
-        let store = Store::connect(&url, 2).await.unwrap();
-        let (hub, _writer) = EventHub::start(store.clone(), 64);
-        let services = Services {
-            llm: LlmRouter::from_config(&config).unwrap(),
-            tools: ToolRegistry::with_builtins(&config.tools),
-            functions: Default::default(),
-            hub,
-            store,
-            metrics: crate::metrics::Metrics::new(),
-            inputs: Default::default(),
-            replans: Default::default(),
-            config: Arc::new(config.engine.clone()),
-            context: Arc::new(config.context.clone()),
-            selector: Default::default(),
-            telemetry: Default::default(),
-            declared: DeclaredTools::new(&config.tools).unwrap(),
-            lease: Default::default(),
-            webhook_due: Default::default(),
-            quotas: Default::default(),
-        };
-        let spec = RunSpec {
-            input: json!("go"),
-            orchestration: Orchestration::Fixed,
-            workflow: None,
-            plan: None,
-            model: None,
-            tools: None,
-            limits: Default::default(),
-            metadata: Default::default(),
-            session_id: None,
-            schedule: None,
-            fork: None,
-            instructions: None,
-            webhook: None,
-            concurrency: None,
-            review_plans: false,
-            priority: 0,
-            declared_tools: Vec::new(),
-        };
-        let run = Run {
-            id: RunId::new(),
-            status: RunStatus::Running,
-            completion: None,
-            completion_reason: None,
-            step_counts: None,
-            orchestration: Orchestration::Fixed,
-            selected: None,
-            input: spec.input.clone(),
-            output: None,
-            error: None,
-            metadata: Default::default(),
-            session_id: None,
-            schedule: None,
-            parent: None,
-            plan_version: None,
-            usage: Default::default(),
-            created_at: crate::domain::now(),
-            started_at: None,
-            finished_at: None,
-        };
-        let limits = EffectiveLimits {
-            max_steps: 100,
-            max_duration_ms: 60_000,
-            max_replans: 0,
-            max_retries: 0,
-            max_tokens: 0,
-        };
-        let seed = RunSeed {
-            run,
-            tenant: Tenant::default_tenant(),
-            spec,
-            plan: None,
-            limits,
-            counters: Default::default(),
-            last_seq: 0,
-            pause: Default::default(),
-            released: Vec::new(),
-        };
-        RunContext::new(
-            seed,
-            CancellationToken::new(),
-            CancellationToken::new(),
-            services,
-        )
-    }
 
     fn calc(id: &str, deps: &[&str], expression: &str) -> serde_json::Value {
         json!({"id": id, "kind": "tool", "depends_on": deps,
@@ -920,8 +820,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_committed_step_is_reported_in_commit_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = context(&dir).await;
+        let ctx = RunContext::for_test().build().await;
         let plan = json!({"steps": [
             calc("a", &[], "1 + 1"),
             {"id": "check", "kind": "branch", "depends_on": ["a"], "input": {
@@ -949,8 +848,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failure_that_does_not_stop_the_run_is_reported_and_skips_its_dependents() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = context(&dir).await;
+        let ctx = RunContext::for_test().build().await;
         let plan = json!({"settings": {"stop_on_first_failure": false}, "steps": [
             calc("bad", &[], "1 / 0"),
             calc("after", &["bad"], "1"),
