@@ -481,6 +481,7 @@ mod tests {
         // As a new task of the run would: numbering starts over until it restores.
         ctx.checkpoints.store(0, Ordering::SeqCst);
         restore(&ctx).await.unwrap();
+        assert_eq!(ctx.checkpoints.load(Ordering::SeqCst), 2);
         save(&ctx, 2, &Delta::Plan(PlanDelta::default())).await;
         ctx.services.hub.flush().await;
         let stored = ctx.services.store().list_checkpoints(ctx.run_id).await;

@@ -247,6 +247,24 @@ mod tests {
         }
     }
 
+    /// Drives `work` until the run is `paused` (it must not end first), runs `check` then,
+    /// lifts the pause and drives `work` to its end.
+    async fn held_then_resumed<T: std::fmt::Debug>(
+        ctx: &RunContext,
+        work: impl std::future::Future<Output = T>,
+        check: impl FnOnce(),
+    ) -> T {
+        tokio::pin!(work);
+        tokio::select! {
+            biased;
+            out = &mut work => panic!("it went on while a pause was wanted: {out:?}"),
+            () = until(ctx, RunStatus::Paused) => {}
+        }
+        check();
+        ctx.pause.wanted.send_replace(false);
+        work.await
+    }
+
     #[tokio::test]
     async fn the_gate_holds_an_attempt_while_a_pause_is_wanted_and_lets_it_go_on_resume() {
         let wanted = Arc::new(watch::Sender::new(false));
@@ -262,13 +280,11 @@ mod tests {
         wanted.send_replace(true);
         let mut sink = EventSink::Live;
         let opened = ctx.open_attempt(new, &mut sink);
-        let resumed = async {
-            until(&ctx, RunStatus::Paused).await;
+        let key = held_then_resumed(&ctx, opened, || {
             assert!(ctx.open_keys(|_| true).is_empty(), "held before it opened");
             assert_eq!(ctx.pause.lock().waiting, std::slice::from_ref(&step));
-            wanted.send_replace(false);
-        };
-        let (key, ()) = tokio::join!(opened, resumed);
+        })
+        .await;
         assert_eq!(key.unwrap().attempt, 1);
         assert_eq!(ctx.run().status, RunStatus::Running);
         assert!(ctx.pause.lock().waiting.is_empty());
@@ -286,16 +302,16 @@ mod tests {
         ctx.arm_breakpoints(&["a".to_owned()], &[]);
         let first = StepPath::top("each").iteration(0).step("a");
         assert!(ctx.pause_holds(&first));
-        let hit = async {
-            until(&ctx, RunStatus::Paused).await;
-            assert!(*wanted.borrow(), "the breakpoint asked for the pause");
-            wanted.send_replace(false);
-        };
-        let (passed, ()) = tokio::join!(ctx.breakpoint(&first), hit);
-        passed.unwrap();
+        let hit = held_then_resumed(&ctx, ctx.breakpoint(&first), || {
+            assert!(*wanted.borrow(), "the breakpoint asked for the pause")
+        });
+        hit.await.unwrap();
         assert!(!ctx.pause_holds(&first), "released there");
-        // Passes at once: nothing would lift a pause now.
-        ctx.breakpoint(&first).await.unwrap();
+        tokio::select! {
+            biased;
+            passed = ctx.breakpoint(&first) => passed.unwrap(),
+            () = until(&ctx, RunStatus::Paused) => panic!("it stopped there again"),
+        }
         assert_eq!(ctx.run().status, RunStatus::Running);
         let next = StepPath::top("each").iteration(1).step("a");
         assert!(

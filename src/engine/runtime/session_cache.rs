@@ -133,6 +133,15 @@ mod tests {
         );
         ctx.read_session(&reads(&["c"])).await;
         assert_eq!(ctx.session_vars()["c"], 4, "a new name is read");
+        let all = SessionReads {
+            all: true,
+            ..Default::default()
+        };
+        ctx.read_session(&all).await;
+        // Every name now, but those read before keep what the run first read of them.
+        let vars = ctx.session_vars();
+        let seen = (&vars["a"], vars.get("b"), &vars["c"]);
+        assert_eq!(seen, (&json!(1), None, &json!(4)), "{vars:?}");
     }
 
     #[test]
