@@ -519,3 +519,122 @@ fn end_record(
     event.retry_in_ms = end.retry_in.map(|d| d.as_millis() as u64);
     event
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::runtime::context::RunSeed;
+
+    fn new(step: &StepPath) -> NewAttempt<'_> {
+        NewAttempt {
+            step,
+            name: "s",
+            kind: StepKind::Tool,
+            plan_version: 1,
+            input: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn attempts_are_numbered_per_step_place_and_land_in_the_ledger_closed() {
+        let ctx = RunContext::for_test().build().await;
+        let sink = &mut EventSink::Live;
+        let (a, b) = (StepPath::top("a"), StepPath::top("b"));
+        let child = a.step("c");
+        let first = ctx.open_attempt(new(&a), sink).await.unwrap();
+        let failed = RunError::new(ErrorCode::InternalError, "once");
+        ctx.close_attempt(&first, AttemptEnd::failed(failed), sink)
+            .await;
+        let second = ctx.open_attempt(new(&a), sink).await.unwrap();
+        let inner = ctx.open_attempt(new(&child), sink).await.unwrap();
+        let other = ctx.open_attempt(new(&b), sink).await.unwrap();
+        let numbers = [first.attempt, second.attempt, inner.attempt, other.attempt];
+        assert_eq!(numbers, [1, 2, 1, 1]);
+        // Its parent's end closes the child still open, as cancelled.
+        ctx.close_attempt(&second, AttemptEnd::completed(json!(7)), sink)
+            .await;
+        assert_eq!(ctx.open_keys(|_| true), vec![other]);
+        let ledger = ctx.ledger.lock().unwrap();
+        let (_, attempts) = ledger.history().unwrap();
+        let mut seen: Vec<(String, u32, StepStatus)> = attempts
+            .iter()
+            .map(|a| (a.step().to_string(), a.attempt, a.status))
+            .collect();
+        seen.sort_by(|x, y| (&x.0, x.1).cmp(&(&y.0, y.1)));
+        use StepStatus::*;
+        let want = [("a", 1, Failed), ("a", 2, Completed), ("a/c", 1, Cancelled)];
+        let want: Vec<(String, u32, StepStatus)> = want
+            .into_iter()
+            .map(|(s, n, st)| (s.to_owned(), n, st))
+            .chain([("b".to_owned(), 1, Running)])
+            .collect();
+        assert_eq!(seen, want);
+        assert_eq!(ctx.counters().steps, 4);
+    }
+
+    #[tokio::test]
+    async fn an_attempt_past_max_steps_is_not_opened() {
+        let ctx = RunContext::for_test()
+            .limits(json!({"max_steps": 1}))
+            .build()
+            .await;
+        let (sink, a) = (&mut EventSink::Live, StepPath::top("a"));
+        ctx.open_attempt(new(&a), sink).await.unwrap();
+        let refused = ctx.open_attempt(new(&a), sink).await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::StepLimitExceeded);
+        assert_eq!(ctx.open_keys(|_| true).len(), 1);
+        ctx.close_open_attempts(StepStatus::Cancelled, &refused)
+            .await;
+        assert!(ctx.open_keys(|_| true).is_empty());
+        ctx.services.hub.flush().await;
+        let stored = ctx.services.store().step_attempts(ctx.run_id).await;
+        let stored = stored.unwrap();
+        assert_eq!(stored.len(), 1, "{stored:?}");
+        assert_eq!(stored[0].status, StepStatus::Cancelled);
+        assert_eq!(stored[0].error.as_ref().unwrap().code, refused.code);
+    }
+
+    #[tokio::test]
+    async fn a_resumed_run_numbers_after_the_stored_attempts_and_closes_the_interrupted_ones() {
+        let before = RunContext::for_test().build().await;
+        let (sink, a) = (&mut EventSink::Live, StepPath::top("a"));
+        before.open_attempt(new(&a), sink).await.unwrap();
+        before.services.hub.flush().await;
+        // The same run in a new task, on the same store: its attempt 1 was cut off.
+        let after = RunContext::new(
+            RunSeed {
+                run: before.run(),
+                tenant: before.tenant.clone(),
+                spec: before.spec.clone(),
+                plan: None,
+                limits: before.limits,
+                counters: before.counters(),
+                last_seq: 2,
+                pause: Default::default(),
+                released: Vec::new(),
+            },
+            Default::default(),
+            Default::default(),
+            before.services.clone(),
+        );
+        after.restore_attempts().await;
+        assert_eq!(
+            after.counters().steps,
+            0,
+            "the interrupted step is given back"
+        );
+        let again = after.open_attempt(new(&a), sink).await.unwrap();
+        assert_eq!(again.attempt, 2);
+        after.services.hub.flush().await;
+        let stored = after.services.store().step_attempts(after.run_id).await;
+        let first = stored
+            .unwrap()
+            .into_iter()
+            .find(|s| s.attempt == 1)
+            .unwrap();
+        assert_eq!(first.status, StepStatus::Cancelled);
+        assert_eq!(first.error.unwrap().code, ErrorCode::Interrupted);
+    }
+}

@@ -454,4 +454,38 @@ mod tests {
         let err = Delta::from_json(json!({"format": 99, "kind": "plan"})).unwrap_err();
         assert!(err.contains("format 99"), "{err}");
     }
+
+    #[tokio::test]
+    async fn deltas_saved_then_restored_give_the_same_progress_and_number_on() {
+        let ctx = RunContext::for_test().build().await;
+        let mut progress = PlanProgress::default();
+        let mut first = PlanDelta {
+            plan_version: 1,
+            variables: Some(json!({"x": 1}).as_object().unwrap().clone()),
+            ..Default::default()
+        };
+        first.steps.insert("a".into(), completed(json!(1)));
+        first.children.insert(path("b/c"), completed(json!(2)));
+        let mut second = PlanDelta {
+            plan_version: 2,
+            cleared: vec![path("b")],
+            ..Default::default()
+        };
+        second.steps.insert("b".into(), completed(json!(3)));
+        for delta in [first, second] {
+            progress.apply(delta.clone());
+            save(&ctx, delta.plan_version, &Delta::Plan(delta)).await;
+        }
+        ctx.services.hub.flush().await;
+        assert_eq!(restore(&ctx).await.unwrap(), Restored::Plan(progress));
+        // As a new task of the run would: numbering starts over until it restores.
+        ctx.checkpoints.store(0, Ordering::SeqCst);
+        restore(&ctx).await.unwrap();
+        assert_eq!(ctx.checkpoints.load(Ordering::SeqCst), 2);
+        save(&ctx, 2, &Delta::Plan(PlanDelta::default())).await;
+        ctx.services.hub.flush().await;
+        let stored = ctx.services.store().list_checkpoints(ctx.run_id).await;
+        let ids: Vec<u64> = stored.unwrap().iter().map(|c| c.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+    }
 }

@@ -666,3 +666,131 @@ impl RunContext {
         self.usage.lock().expect("usage lock").tool_calls += 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::Orchestration;
+    use crate::domain::event::TextData;
+
+    fn token(text: String) -> Payload {
+        Payload::Token(TextData { text })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_emitted_by_many_tasks_at_once_go_out_with_seq_1_to_n_in_order() {
+        let ctx = Arc::new(RunContext::for_test().build().await);
+        let mut live = ctx.services.hub.subscribe(ctx.run_id);
+        let (tasks, each) = (8, 40);
+        let mut spawned = tokio::task::JoinSet::new();
+        for t in 0..tasks {
+            let ctx = Arc::clone(&ctx);
+            spawned.spawn(async move {
+                for i in 0..each {
+                    ctx.emit(None, token(format!("{t}.{i}"))).await;
+                }
+            });
+        }
+        spawned.join_all().await;
+        ctx.services.hub.flush().await;
+        let n = (tasks * each) as u64;
+        let mut seen = Vec::new();
+        while let Ok(event) = live.try_recv() {
+            seen.push(event.seq);
+        }
+        assert_eq!(seen, (1..=n).collect::<Vec<_>>(), "broadcast order");
+        let stored = ctx.services.store().events_after(ctx.run_id, 0, 1000);
+        let stored: Vec<u64> = stored.await.unwrap().iter().map(|e| e.seq).collect();
+        assert_eq!(stored, (1..=n).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_step_past_max_steps_is_refused_as_the_runs_breach_and_given_back_steps_count_again()
+    {
+        let ctx = RunContext::for_test()
+            .limits(json!({"max_steps": 2}))
+            .build()
+            .await;
+        ctx.take_step().unwrap();
+        ctx.take_step().unwrap();
+        let refused = ctx.take_step().unwrap_err();
+        assert_eq!(refused.code, ErrorCode::StepLimitExceeded);
+        assert_eq!(ctx.breached().unwrap().code, refused.code);
+        assert_eq!(ctx.counters().steps, 2, "a refused step is not counted");
+        ctx.give_back_steps(1);
+        assert_eq!(ctx.counters().steps, 1);
+        ctx.take_step().unwrap();
+        assert!(ctx.take_step().is_err());
+    }
+
+    #[tokio::test]
+    async fn tokens_past_max_tokens_breach_and_the_first_breach_stays() {
+        let ctx = RunContext::for_test()
+            .limits(json!({"max_tokens": 100, "max_steps": 0}))
+            .build()
+            .await;
+        ctx.add_llm_usage(40, 60).unwrap();
+        assert!(ctx.breached().is_none(), "exactly the limit is within it");
+        let over = ctx.add_llm_usage(1, 0).unwrap_err();
+        assert_eq!(over.code, ErrorCode::TokenLimitExceeded);
+        assert_eq!(ctx.usage().prompt_tokens, 41, "the call is counted");
+        let _ = ctx.take_step().unwrap_err();
+        assert_eq!(
+            ctx.breached().unwrap(),
+            over,
+            "the first limit passed ends the run"
+        );
+    }
+
+    #[tokio::test]
+    async fn retries_come_from_one_budget_per_run() {
+        let ctx = RunContext::for_test()
+            .limits(json!({"max_retries": 2}))
+            .build()
+            .await;
+        assert!(ctx.take_retry() && ctx.take_retry());
+        assert!(!ctx.take_retry());
+        assert_eq!(ctx.counters().retries, 2);
+    }
+
+    #[tokio::test]
+    async fn the_same_call_giving_the_same_result_loop_repeats_times_is_a_loop_unless_fixed() {
+        let ctx = RunContext::for_test()
+            .config(|c| c.engine.loop_repeats = 3)
+            .build()
+            .await;
+        let result = Ok(json!({"result": 2}));
+        for _ in 0..5 {
+            let args = json!({"a": 1, "b": 2});
+            assert!(ctx.note_tool_result("t", &args, &result).is_none(), "fixed");
+        }
+        ctx.update_run(|r| r.orchestration = Orchestration::Simple);
+        let (ab, ba) = (json!({"a": 1, "b": 2}), json!({"b": 2, "a": 1}));
+        assert!(ctx.note_tool_result("t", &ab, &result).is_none());
+        assert!(ctx.note_tool_result("t", &ab, &Ok(json!(3))).is_none());
+        assert!(ctx.note_tool_result("t", &ba, &result).is_none());
+        let looped = ctx.note_tool_result("t", &ab, &result).unwrap();
+        assert_eq!(looped.code, ErrorCode::LoopDetected);
+        assert_eq!(ctx.breached().unwrap().code, looped.code);
+    }
+
+    #[tokio::test]
+    async fn an_answer_given_to_the_input_box_reaches_the_waiting_step() {
+        let ctx = RunContext::for_test().build().await;
+        let step = StepPath::top("ask");
+        let answered = async {
+            while ctx.services.inputs.waiting_on(ctx.run_id).is_none() {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(ctx.run().status, RunStatus::WaitingInput);
+            let waiting = ctx.services.inputs.take(ctx.run_id, "ask", &json!("yes"));
+            waiting.unwrap().deliver(json!("yes"));
+        };
+        let (answer, ()) = tokio::join!(ctx.wait_for_input(&step, "ok?", None), answered);
+        assert_eq!(answer.unwrap(), json!("yes"));
+        assert_eq!(ctx.run().status, RunStatus::Running);
+        assert!(ctx.services.inputs.waiting_on(ctx.run_id).is_none());
+    }
+}

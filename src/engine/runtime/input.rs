@@ -147,3 +147,48 @@ impl InputBox {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_answer_taken_for_the_waited_step_reaches_the_waiter_once() {
+        let (inputs, run) = (InputBox::default(), RunId::new());
+        let step = StepPath::top("team").step("ask");
+        let schema = JsonSchema::compile(&json!({"type": "string"})).unwrap();
+        let answer = inputs.wait(run, &step, Some(&schema));
+        assert_eq!(inputs.waiting_on(run).as_deref(), Some("ask"));
+        let other = inputs.take(run, "other", &json!("x")).err().unwrap();
+        assert!(matches!(other, InputError::NotWaiting(Some(s)) if s == "ask"));
+        let Err(InputError::Invalid(problems)) = inputs.take(run, "ask", &json!(3)) else {
+            panic!("a number is no string")
+        };
+        assert_eq!(problems[0].pointer, "/value");
+        let waiting = inputs.take(run, "ask", &json!("yes")).unwrap();
+        assert_eq!(waiting.step, step);
+        assert!(matches!(
+            inputs.take(run, "ask", &json!("again")),
+            Err(InputError::NotWaiting(None))
+        ));
+        // Not stored: put back, and a second try delivers.
+        inputs.put_back(run, waiting);
+        inputs
+            .take(run, "ask", &json!("yes"))
+            .unwrap()
+            .deliver(json!("yes"));
+        assert_eq!(answer.await.unwrap(), json!("yes"));
+    }
+
+    #[test]
+    fn a_wait_whose_run_left_is_not_put_back() {
+        let (inputs, run) = (InputBox::default(), RunId::new());
+        let answer = inputs.wait(run, &StepPath::top("ask"), None);
+        let waiting = inputs.take(run, "ask", &json!(1)).unwrap();
+        drop(answer);
+        inputs.put_back(run, waiting);
+        assert_eq!(inputs.waiting_on(run), None);
+    }
+}

@@ -22,4 +22,6 @@ pub mod queue;
 pub mod session_cache;
 pub mod sink;
 pub mod slots;
+#[cfg(test)]
+pub mod test_run;
 pub mod wakes;

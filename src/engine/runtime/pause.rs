@@ -230,3 +230,100 @@ impl RunContext {
         self.set_status(RunStatus::Running, Some("resumed")).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::StepKind;
+    use crate::engine::runtime::attempts::NewAttempt;
+    use crate::engine::runtime::sink::EventSink;
+
+    /// Waits (yielding, no sleep) until the run's row says `status`.
+    async fn until(ctx: &RunContext, status: RunStatus) {
+        while ctx.run().status != status {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Drives `work` until the run is `paused` (it must not end first), runs `check` then,
+    /// lifts the pause and drives `work` to its end.
+    async fn held_then_resumed<T: std::fmt::Debug>(
+        ctx: &RunContext,
+        work: impl std::future::Future<Output = T>,
+        check: impl FnOnce(),
+    ) -> T {
+        tokio::pin!(work);
+        tokio::select! {
+            biased;
+            out = &mut work => panic!("it went on while a pause was wanted: {out:?}"),
+            () = until(ctx, RunStatus::Paused) => {}
+        }
+        check();
+        ctx.pause.wanted.send_replace(false);
+        work.await
+    }
+
+    #[tokio::test]
+    async fn the_gate_holds_an_attempt_while_a_pause_is_wanted_and_lets_it_go_on_resume() {
+        let wanted = Arc::new(watch::Sender::new(false));
+        let ctx = RunContext::for_test().pause(wanted.clone()).build().await;
+        let step = StepPath::top("a");
+        let new = NewAttempt {
+            step: &step,
+            name: "a",
+            kind: StepKind::Tool,
+            plan_version: 1,
+            input: None,
+        };
+        wanted.send_replace(true);
+        let mut sink = EventSink::Live;
+        let opened = ctx.open_attempt(new, &mut sink);
+        let key = held_then_resumed(&ctx, opened, || {
+            assert!(ctx.open_keys(|_| true).is_empty(), "held before it opened");
+            assert_eq!(ctx.pause.lock().waiting, std::slice::from_ref(&step));
+        })
+        .await;
+        assert_eq!(key.unwrap().attempt, 1);
+        assert_eq!(ctx.run().status, RunStatus::Running);
+        assert!(ctx.pause.lock().waiting.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_breakpoint_resumed_past_is_not_hit_again_there_but_is_at_another_place() {
+        let wanted = Arc::new(watch::Sender::new(false));
+        let ctx = RunContext::for_test()
+            .pause(wanted.clone())
+            .plan(json!({"steps": [{"id": "a", "kind": "tool",
+                "input": {"tool": "math.calculate", "arguments": {"expression": "1"}}}]}))
+            .build()
+            .await;
+        ctx.arm_breakpoints(&["a".to_owned()], &[]);
+        let first = StepPath::top("each").iteration(0).step("a");
+        assert!(ctx.pause_holds(&first));
+        let hit = held_then_resumed(&ctx, ctx.breakpoint(&first), || {
+            assert!(*wanted.borrow(), "the breakpoint asked for the pause")
+        });
+        hit.await.unwrap();
+        assert!(!ctx.pause_holds(&first), "released there");
+        tokio::select! {
+            biased;
+            passed = ctx.breakpoint(&first) => passed.unwrap(),
+            () = until(&ctx, RunStatus::Paused) => panic!("it stopped there again"),
+        }
+        assert_eq!(ctx.run().status, RunStatus::Running);
+        let next = StepPath::top("each").iteration(1).step("a");
+        assert!(
+            ctx.pause_holds(&next),
+            "the same step at another place stops again"
+        );
+        ctx.services.hub.flush().await;
+        let stored = ctx.services.store().list_checkpoints(ctx.run_id).await;
+        let restored = checkpoint::fold(stored.unwrap()).unwrap();
+        let checkpoint::Restored::Plan(progress) = restored else {
+            panic!("{restored:?}")
+        };
+        assert_eq!(progress.released, [first]);
+    }
+}

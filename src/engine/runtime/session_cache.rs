@@ -87,3 +87,77 @@ impl RunContext {
         self.session.lock().expect("session cache").values.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::RunId;
+
+    fn reads(names: &[&str]) -> SessionReads {
+        let mut reads = SessionReads::default();
+        for name in names {
+            reads.name(name);
+        }
+        reads
+    }
+
+    async fn set(ctx: &RunContext, values: serde_json::Value) {
+        let store = ctx.services.store();
+        let values = values.as_object().unwrap().clone();
+        let (writer, limits) = (RunId::new(), Default::default());
+        let written = store.set_session_variables(&ctx.tenant, "s", &values, writer, limits);
+        written.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn each_session_variable_is_read_once_set_or_not() {
+        let ctx = RunContext::for_test()
+            .spec(json!({"session_id": "s"}))
+            .build()
+            .await;
+        set(&ctx, json!({"a": 1})).await;
+        ctx.read_session(&reads(&["a", "b"])).await;
+        assert_eq!(*ctx.session_vars(), *json!({"a": 1}).as_object().unwrap());
+        set(&ctx, json!({"a": 2, "b": 3, "c": 4})).await;
+        ctx.read_session(&reads(&["a", "b"])).await;
+        assert_eq!(
+            ctx.session_vars()["a"],
+            1,
+            "read once: the run's first value stays"
+        );
+        assert!(
+            !ctx.session_vars().contains_key("b"),
+            "an unset name is not asked again"
+        );
+        ctx.read_session(&reads(&["c"])).await;
+        assert_eq!(ctx.session_vars()["c"], 4, "a new name is read");
+        let all = SessionReads {
+            all: true,
+            ..Default::default()
+        };
+        ctx.read_session(&all).await;
+        // Every name now, but those read before keep what the run first read of them.
+        let vars = ctx.session_vars();
+        let seen = (&vars["a"], vars.get("b"), &vars["c"]);
+        assert_eq!(seen, (&json!(1), None, &json!(4)), "{vars:?}");
+    }
+
+    #[test]
+    fn once_all_was_read_nothing_is_missing() {
+        let mut cache = SessionCache::default();
+        assert_eq!(
+            cache.missing(&reads(&["x"])),
+            Some(Some(vec!["x".to_owned()]))
+        );
+        let all = SessionReads {
+            all: true,
+            ..Default::default()
+        };
+        assert_eq!(cache.missing(&all), Some(None));
+        cache.merge(None, Map::new());
+        assert_eq!(cache.missing(&all), None);
+        assert_eq!(cache.missing(&reads(&["y"])), None);
+    }
+}

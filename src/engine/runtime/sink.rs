@@ -155,3 +155,57 @@ impl EventSink {
         EventSink::Live.absorb(ctx, self).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::TextData;
+
+    fn text(t: &str) -> Payload {
+        Payload::Token(TextData { text: t.into() })
+    }
+
+    /// The texts of the run's events stored so far, in seq order.
+    async fn stored(ctx: &RunContext) -> Vec<String> {
+        ctx.services.hub.flush().await;
+        let events = ctx.services.store().events_after(ctx.run_id, 0, 100).await;
+        events
+            .unwrap()
+            .into_iter()
+            .map(|e| match e.data {
+                Payload::Token(t) => t.text,
+                other => format!("{:?}", other.kind()),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_buffered_sink_holds_its_events_until_released_and_a_live_one_emits_at_once() {
+        let ctx = RunContext::for_test().build().await;
+        let a = StepPath::top("a");
+        let mut held = EventSink::buffered(&ctx, &a);
+        held.emit(&ctx, Some(&a), text("held 1")).await;
+        held.emit(&ctx, Some(&a), text("held 2")).await;
+        EventSink::Live.emit(&ctx, None, text("live")).await;
+        assert_eq!(stored(&ctx).await, ["live"]);
+        held.release(&ctx).await;
+        assert_eq!(stored(&ctx).await, ["live", "held 1", "held 2"]);
+    }
+
+    #[tokio::test]
+    async fn a_live_event_of_a_step_first_releases_what_its_enclosing_steps_hold_and_no_other() {
+        let ctx = RunContext::for_test().build().await;
+        let (a, b) = (StepPath::top("a"), StepPath::top("b"));
+        let child = a.step("c");
+        let mut outer = EventSink::buffered(&ctx, &a);
+        let mut sibling = EventSink::buffered(&ctx, &b);
+        outer.emit(&ctx, Some(&a), text("a running")).await;
+        sibling.emit(&ctx, Some(&b), text("b running")).await;
+        ctx.emit(Some(&child), text("c asks")).await;
+        assert_eq!(stored(&ctx).await, ["a running", "c asks"]);
+        let mut absorbed = EventSink::buffered(&ctx, &a);
+        absorbed.absorb(&ctx, sibling).await;
+        absorbed.release(&ctx).await;
+        assert_eq!(stored(&ctx).await, ["a running", "c asks", "b running"]);
+    }
+}

@@ -57,3 +57,27 @@ impl Drop for Registered {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wake_sent_while_the_run_is_busy_is_kept_until_it_waits() {
+        let (wakes, run) = (Wakes::default(), RunId::new());
+        let registered = wakes.register(run);
+        wakes.wake(run);
+        registered.notify.notified().await;
+    }
+
+    #[test]
+    fn an_old_registration_dropped_late_leaves_the_new_one() {
+        let (wakes, run) = (Wakes::default(), RunId::new());
+        let old = wakes.register(run);
+        let new = wakes.register(run);
+        drop(old);
+        assert!(wakes.runs.lock().unwrap().contains_key(&run));
+        drop(new);
+        assert!(wakes.runs.lock().unwrap().is_empty());
+    }
+}

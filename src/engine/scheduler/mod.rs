@@ -793,77 +793,8 @@ fn restored_phases(
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::config::Config;
-    use crate::domain::run::{RunRequest, RunSpec};
-    use crate::domain::{Orchestration, Run, RunId, RunStatus, Tenant};
-    use crate::engine::runtime::context::{EffectiveLimits, RunSeed, Services};
-    use crate::llm::LlmRouter;
-    use crate::store::Store;
-    use crate::stream::EventHub;
-    use crate::tools::ToolRegistry;
-    use crate::tools::http::declared::DeclaredTools;
-
-    /// A run context on a fresh SQLite file, with the built-in tools and the offline model.
-    async fn context(dir: &tempfile::TempDir) -> RunContext {
-        let config = Config::default();
-        let url = format!("sqlite://{}", dir.path().join("orca.db").display());
-        let store = Store::connect(&url, 2).await.unwrap();
-        let (hub, _writer) = EventHub::start(store.clone(), 64);
-        let services = Services {
-            llm: LlmRouter::from_config(&config).unwrap(),
-            tools: ToolRegistry::with_builtins(&config.tools),
-            functions: Default::default(),
-            hub,
-            store,
-            metrics: crate::metrics::Metrics::new(),
-            inputs: Default::default(),
-            replans: Default::default(),
-            config: Arc::new(config.engine.clone()),
-            context: Arc::new(config.context.clone()),
-            selector: Default::default(),
-            telemetry: Default::default(),
-            declared: DeclaredTools::new(&config.tools).unwrap(),
-            lease: Default::default(),
-            hooks: Default::default(),
-            quotas: Default::default(),
-        };
-        let spec = RunSpec::new(RunRequest {
-            orchestration: Orchestration::Fixed,
-            ..RunRequest::new(json!("go"))
-        });
-        let run = Run {
-            status: RunStatus::Running,
-            orchestration: Orchestration::Fixed,
-            ..Run::queued(RunId::new(), &spec, None)
-        };
-        let limits = EffectiveLimits {
-            max_steps: 100,
-            max_duration_ms: 60_000,
-            max_replans: 0,
-            max_retries: 0,
-            max_tokens: 0,
-        };
-        let seed = RunSeed {
-            run,
-            tenant: Tenant::default_tenant(),
-            spec,
-            plan: None,
-            limits,
-            counters: Default::default(),
-            last_seq: 0,
-            pause: Default::default(),
-            released: Vec::new(),
-        };
-        RunContext::new(
-            seed,
-            CancellationToken::new(),
-            CancellationToken::new(),
-            services,
-        )
-    }
 
     fn calc(id: &str, deps: &[&str], expression: &str) -> serde_json::Value {
         json!({"id": id, "kind": "tool", "depends_on": deps,
@@ -889,8 +820,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_committed_step_is_reported_in_commit_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = context(&dir).await;
+        let ctx = RunContext::for_test().build().await;
         let plan = json!({"steps": [
             calc("a", &[], "1 + 1"),
             {"id": "check", "kind": "branch", "depends_on": ["a"], "input": {
@@ -918,8 +848,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failure_that_does_not_stop_the_run_is_reported_and_skips_its_dependents() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = context(&dir).await;
+        let ctx = RunContext::for_test().build().await;
         let plan = json!({"settings": {"stop_on_first_failure": false}, "steps": [
             calc("bad", &[], "1 / 0"),
             calc("after", &["bad"], "1"),
