@@ -33,6 +33,6 @@ mod workflows;
 
 pub use api::openapi;
 pub use config::selector::Selector;
-pub use engine::Created;
 pub use engine::intake::RunRequest;
+pub use engine::{Created, Follow};
 pub use retention::RetentionHandle;

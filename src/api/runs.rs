@@ -20,7 +20,7 @@ use crate::domain::{
     Completion, Event, Limits, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant,
 };
 use crate::engine::intake::{Admitted, Refused, RunRequest};
-use crate::engine::{self, Created};
+use crate::engine::{self, Created, Follow};
 use crate::store::RunFilter;
 use crate::stream::Opened;
 
@@ -255,6 +255,11 @@ pub(super) async fn start_run_for(
     schedule: Option<ScheduleFire>,
 ) -> Result<(Run, bool, Option<Opened>), ApiError> {
     let admitted = admit_body(state, tenant, body, schedule).await?;
+    let follow = if follow {
+        Follow::Stream
+    } else {
+        Follow::Later
+    };
     let created = state
         .engine
         .create_run(tenant, admitted, key.as_deref(), follow)
