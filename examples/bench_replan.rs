@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use orca::Created;
+use orca::Follow;
 use orca::RunRequest;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
@@ -76,7 +77,7 @@ async fn replan_overhead(app: &App) -> Duration {
     // Admitted as the API admits a request: the engine validates the plan once.
     let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     let run = match engine
-        .create_run(&tenant, admitted, None, false)
+        .create_run(&tenant, admitted, None, Follow::Later)
         .await
         .expect("run")
     {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use orca::Created;
+use orca::Follow;
 use orca::RunRequest;
 use orca::app::App;
 use orca::config::{Config, ProviderChoice};
@@ -77,7 +78,7 @@ async fn run(app: &App, plan: &Value) -> Duration {
     let tenant = Tenant::default_tenant();
     let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     let created = engine
-        .create_run(&tenant, admitted, None, false)
+        .create_run(&tenant, admitted, None, Follow::Later)
         .await
         .expect("run");
     let (Created::New(r, _) | Created::Existing(r)) = created;

@@ -34,5 +34,5 @@ mod workflows;
 pub use api::openapi;
 pub use config::selector::Selector;
 pub use domain::run::RunRequest;
-pub use engine::Created;
+pub use engine::{Created, Follow};
 pub use workers::retention::RetentionHandle;

@@ -3,6 +3,7 @@
 
 use futures::StreamExt;
 use orca::Created;
+use orca::Follow;
 use orca::RunRequest;
 use orca::app::App;
 use orca::domain::{EventKind, Orchestration, Tenant};
@@ -24,7 +25,7 @@ pub async fn run_to_final(app: &App, plan: &Value) {
     let admitted = engine.admit(&tenant, request).await.expect("a valid plan");
     // Opened before the run starts, as `POST /v1/runs` with a stream does.
     let Created::New(_, Some(opened)) = engine
-        .create_run(&tenant, admitted, None, true)
+        .create_run(&tenant, admitted, None, Follow::Stream)
         .await
         .expect("run")
     else {

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 
 use crate::domain::{Run, Tenant};
-use crate::engine;
+use crate::engine::{self, Pause};
 
 use super::AppState;
 use super::error::ApiError;
@@ -32,7 +32,7 @@ pub async fn pause_run(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Run>), ApiError> {
-    set_paused(&state, &tenant, &id, true).await
+    set_paused(&state, &tenant, &id, Pause::Wanted).await
 }
 
 /// Resume a paused run (or one asked to pause, or held at a breakpoint): it takes a running
@@ -52,14 +52,14 @@ pub async fn resume_run(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Run>), ApiError> {
-    set_paused(&state, &tenant, &id, false).await
+    set_paused(&state, &tenant, &id, Pause::Lifted).await
 }
 
 async fn set_paused(
     state: &AppState,
     tenant: &Tenant,
     id: &str,
-    pause: bool,
+    pause: Pause,
 ) -> Result<(StatusCode, Json<Run>), ApiError> {
     let run_id = parse_run_id(id)?;
     match state.engine.set_paused(tenant, run_id, pause).await {

@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 use crate::domain::run::RunRequest;
 use crate::domain::{Completion, Event, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant};
 use crate::engine::intake::{Admitted, Refused};
-use crate::engine::{self, Created};
+use crate::engine::{self, Created, Follow};
 use crate::store::RunFilter;
 use crate::stream::Opened;
 
@@ -106,9 +106,12 @@ pub async fn create_run(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
-    let follow = wants_sse(&headers);
+    let follow = match wants_sse(&headers) {
+        true => Follow::Stream,
+        false => Follow::Later,
+    };
     let (run, fresh, opened) = start_run(&state, &tenant, body, key, follow).await?;
-    if follow {
+    if follow == Follow::Stream {
         let events = match opened {
             Some(opened) => state
                 .events
@@ -141,7 +144,7 @@ pub(super) async fn start_run(
     tenant: &Tenant,
     body: Value,
     key: Option<String>,
-    follow: bool,
+    follow: Follow,
 ) -> Result<(Run, bool, Option<Opened>), ApiError> {
     let admitted = admit_body(state, tenant, body).await?;
     let created = state

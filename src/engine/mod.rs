@@ -99,6 +99,24 @@ impl TenantView {
     }
 }
 
+/// Whether the caller of [`Engine::create_run`] streams the new run's events as they happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    /// Open the run's live channel before its task can store anything (`Created::New` has it).
+    Stream,
+    /// No live channel: the caller reads the run later (its row, its stored events).
+    Later,
+}
+
+/// What [`Engine::set_paused`] asks of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pause {
+    /// Hold the run between steps.
+    Wanted,
+    /// Let a paused run (or one asked to pause, or held at a breakpoint) go on.
+    Lifted,
+}
+
 /// What [`Engine::create_run`] did.
 pub enum Created {
     /// A new run, and its live channel when the caller asked to follow it.
@@ -220,7 +238,7 @@ impl Engine {
         tenant: &Tenant,
         admitted: intake::Admitted,
         idempotency_key: Option<&str>,
-        follow: bool,
+        follow: Follow,
     ) -> Result<Created, Error> {
         self.accepting(tenant)?;
         let intake::Admitted {
@@ -264,7 +282,8 @@ impl Engine {
             fingerprint: None,
             history: forked.history,
         };
-        self.start_new(tenant, new, idempotency_key, false).await
+        self.start_new(tenant, new, idempotency_key, Follow::Later)
+            .await
     }
 
     /// Whether a new run of `tenant` can be taken now: the queue has room, for the tenant too,
@@ -295,7 +314,7 @@ impl Engine {
         tenant: &Tenant,
         new: NewRun,
         idempotency_key: Option<&str>,
-        follow: bool,
+        follow: Follow,
     ) -> Result<Created, Error> {
         let NewRun {
             run,
@@ -375,7 +394,7 @@ impl Engine {
             breakpoints_released: Vec::new(),
         };
         // Opened before the task can store anything: the stream starts from the hub.
-        let opened = follow.then(|| self.inner.services.hub.open_new(run.id));
+        let opened = (follow == Follow::Stream).then(|| self.inner.services.hub.open_new(run.id));
         self.spawn(stored, 0, plan);
         Ok(Created::New(run, opened))
     }
@@ -677,24 +696,27 @@ impl Engine {
         Ok(run)
     }
 
-    /// Pauses (`pause`) or resumes one of the tenant's runs (see [`pause`]): recorded with the
+    /// Pauses ([`Pause::Wanted`]) or resumes ([`Pause::Lifted`]) one of the tenant's runs (see [`pause`]): recorded with the
     /// run, so whichever replica runs it (now, or after a restart) holds it so, then told to
     /// the run. A resume lets the run past the breakpoints it is held at in the same write, so
     /// a kill or a takeover right after it does not stop the run there again. Pausing a
     /// paused run changes nothing; pausing past the tenant's `paused_runs` quota is
     /// [`Error::QuotaExceeded`]; resuming one that is not paused is a [`Error::Conflict`], as
     /// is either for a run that has ended.
-    pub async fn set_paused(&self, tenant: &Tenant, id: RunId, pause: bool) -> Result<Run, Error> {
+    pub async fn set_paused(&self, tenant: &Tenant, id: RunId, pause: Pause) -> Result<Run, Error> {
         let services = &self.inner.services;
         let store = services.store();
         let stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
         if stored.run.status.is_terminal() {
             return Err(Error::AlreadyTerminal(stored.run.status.as_str()));
         }
-        if !pause && !stored.pause_requested && stored.run.status != RunStatus::Paused {
+        if pause == Pause::Lifted
+            && !stored.pause_requested
+            && stored.run.status != RunStatus::Paused
+        {
             return Err(Error::Conflict("the run is not paused".into()));
         }
-        let written = if pause {
+        let written = if pause == Pause::Wanted {
             let cap = services.quotas.of(&tenant.0).paused_runs;
             store.request_pause(tenant, id, cap).await?
         } else if store.lift_pause(id).await? {
@@ -718,12 +740,12 @@ impl Engine {
     }
 
     /// Tells the run's task here whether to pause; false when no task here runs it.
-    fn tell_pause(&self, id: RunId, pause: bool) -> bool {
+    fn tell_pause(&self, id: RunId, pause: Pause) -> bool {
         let live = self.inner.live.lock().expect("live lock");
         let Some(handles) = live.get(&id) else {
             return false;
         };
-        handles.pause.send_replace(pause);
+        handles.pause.send_replace(pause == Pause::Wanted);
         true
     }
 
@@ -733,7 +755,8 @@ impl Engine {
             return;
         }
         match self.inner.services.store().pause_requested(id).await {
-            Ok(Some(pause)) => {
+            Ok(Some(wanted)) => {
+                let pause = if wanted { Pause::Wanted } else { Pause::Lifted };
                 self.tell_pause(id, pause);
             }
             Ok(None) => {}

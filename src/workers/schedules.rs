@@ -317,7 +317,12 @@ async fn start_tick(
     };
     let created = state
         .engine
-        .create_run(&s.tenant, admitted, Some(&key), false)
+        .create_run(
+            &s.tenant,
+            admitted,
+            Some(&key),
+            crate::engine::Follow::Later,
+        )
         .await;
     match created {
         Ok(Created::New(run, _) | Created::Existing(run)) => {

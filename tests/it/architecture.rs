@@ -410,6 +410,137 @@ impl<'ast> Visit<'ast> for CodesAsText<'_> {
     }
 }
 
+#[test]
+fn no_engine_function_takes_a_bool() {
+    let mut offenders = Vec::new();
+    for file in crate_files() {
+        if file.module.first().map(String::as_str) != Some("engine") {
+            continue;
+        }
+        let mut finder = BoolParameters::default();
+        finder.visit_file(&file.syntax);
+        for (name, line, parameter) in finder.found {
+            offenders.push(format!(
+                "{}:{line}: fn {name}(.., {parameter})",
+                file.display
+            ));
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "{} engine function(s) take a `bool` parameter (name the choice with a two-variant \
+         enum, or split the function; ARCHITECTURE.md, \"The engine\"):\n  {}",
+        offenders.len(),
+        offenders.join("\n  ")
+    );
+}
+
+/// Every fn, method and trait method with a parameter of type `bool`, `&bool` or
+/// `Option<bool>`: (its name, `Type::name` for methods; its line; the parameter as written).
+#[derive(Default)]
+struct BoolParameters {
+    /// The type or trait whose items are being read (`Engine`, `Hooks`), innermost last.
+    owners: Vec<String>,
+    found: Vec<(String, usize, String)>,
+}
+
+impl BoolParameters {
+    fn record(&mut self, sig: &syn::Signature) {
+        for input in &sig.inputs {
+            let syn::FnArg::Typed(typed) = input else {
+                continue;
+            };
+            let Some(ty) = bool_like(&typed.ty) else {
+                continue;
+            };
+            let pattern = match &*typed.pat {
+                syn::Pat::Ident(ident) => ident.ident.to_string(),
+                _ => "_".to_owned(),
+            };
+            let parameter = format!("{pattern}: {ty}");
+            let name = match self.owners.last() {
+                Some(owner) => format!("{owner}::{}", sig.ident),
+                None => sig.ident.to_string(),
+            };
+            self.found
+                .push((name, sig.ident.span().start().line, parameter));
+        }
+    }
+}
+
+/// `bool`, `&bool`, `&mut bool` or `Option<bool>`, as written; `None` for any other type.
+fn bool_like(ty: &syn::Type) -> Option<String> {
+    match ty {
+        syn::Type::Reference(reference) => {
+            let inner = bool_like(&reference.elem)?;
+            let mutability = if reference.mutability.is_some() {
+                "mut "
+            } else {
+                ""
+            };
+            Some(format!("&{mutability}{inner}"))
+        }
+        syn::Type::Paren(paren) => bool_like(&paren.elem),
+        syn::Type::Path(path) if path.qself.is_none() => {
+            if path.path.is_ident("bool") {
+                return Some("bool".to_owned());
+            }
+            let last = path.path.segments.last()?;
+            let syn::PathArguments::AngleBracketed(arguments) = &last.arguments else {
+                return None;
+            };
+            let [syn::GenericArgument::Type(inner)] = Vec::from_iter(&arguments.args)[..] else {
+                return None;
+            };
+            let inner = bool_like(inner)?;
+            (last.ident == "Option").then(|| format!("Option<{inner}>"))
+        }
+        _ => None,
+    }
+}
+
+impl<'ast> Visit<'ast> for BoolParameters {
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        self.record(&item.sig);
+        // A fn inside a method body belongs to no type.
+        let owners = std::mem::take(&mut self.owners);
+        visit::visit_item_fn(self, item);
+        self.owners = owners;
+    }
+
+    fn visit_item_impl(&mut self, item: &'ast syn::ItemImpl) {
+        let ty = &item.self_ty;
+        let owner = match &**ty {
+            syn::Type::Path(path) => path
+                .path
+                .segments
+                .last()
+                .map(|s| s.ident.to_string())
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        self.owners.push(owner);
+        visit::visit_item_impl(self, item);
+        self.owners.pop();
+    }
+
+    fn visit_item_trait(&mut self, item: &'ast syn::ItemTrait) {
+        self.owners.push(item.ident.to_string());
+        visit::visit_item_trait(self, item);
+        self.owners.pop();
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        self.record(&item.sig);
+        visit::visit_impl_item_fn(self, item);
+    }
+
+    fn visit_trait_item_fn(&mut self, item: &'ast syn::TraitItemFn) {
+        self.record(&item.sig);
+        visit::visit_trait_item_fn(self, item);
+    }
+}
+
 /// One file of the library, read as the module it is.
 struct SourceFile {
     /// Path relative to the crate root, as messages show it (`src/plan/validate.rs`).

@@ -239,7 +239,7 @@ async fn start(
     metadata.insert("agui_run_id".into(), json!(input.run_id));
     body["metadata"] = Value::Object(metadata);
     let key = Some(format!("agui:{}", input.run_id));
-    let (run, _, _) = start_run(state, tenant, body, key, false)
+    let (run, _, _) = start_run(state, tenant, body, key, crate::engine::Follow::Later)
         .await
         .map_err(located)?;
     Ok(run.id)

@@ -187,6 +187,7 @@ async fn call_target(
         step,
         text_kind,
         filter,
+        streamed: &mut streamed,
     };
     let parent = ctx.trace_parent(Some(step));
     let span =
@@ -205,7 +206,7 @@ async fn call_target(
         ));
     }
     crate::telemetry::annotate(span.as_ref(), settings);
-    let call = stream_reply(ctx, &*target.provider, request, out, &mut streamed);
+    let call = stream_reply(ctx, &*target.provider, request, out);
     let call =
         opentelemetry::context::FutureExt::with_context(call, span.clone().unwrap_or_default());
     let result = match target.timeout {
@@ -258,23 +259,41 @@ struct Out<'a> {
     step: &'a StepPath,
     text_kind: TextKind,
     filter: Option<Box<dyn TextFilter>>,
+    /// Set once text has gone out; the caller reads it even when the call timed out.
+    streamed: &'a mut bool,
 }
 
 impl Out<'_> {
-    /// Sends `text` (filtered; `end`: the last of it) and adds it to the reply.
+    /// Sends `text` (filtered) and adds it to the reply.
     async fn send(
         &mut self,
         ctx: &RunContext,
         text: String,
-        end: bool,
         reply: &mut ModelReply,
-        streamed: &mut bool,
     ) -> Result<(), RunError> {
         let text = match &mut self.filter {
             None => text,
-            Some(f) if end => f.finish()?,
             Some(f) => f.push(&text)?,
         };
+        self.emit(ctx, text, reply).await
+    }
+
+    /// Sends what the filter held back until the answer's end, if there is a filter.
+    async fn finish(&mut self, ctx: &RunContext, reply: &mut ModelReply) -> Result<(), RunError> {
+        let Some(f) = &mut self.filter else {
+            return Ok(());
+        };
+        let text = f.finish()?;
+        self.emit(ctx, text, reply).await
+    }
+
+    /// Adds filtered `text` to the reply and streams it as the call's text kind asks.
+    async fn emit(
+        &mut self,
+        ctx: &RunContext,
+        text: String,
+        reply: &mut ModelReply,
+    ) -> Result<(), RunError> {
         if text.is_empty() {
             return Ok(());
         }
@@ -284,7 +303,7 @@ impl Out<'_> {
             TextKind::Json => Payload::json_partial(text),
             TextKind::Quiet => return Ok(()),
         };
-        *streamed = true;
+        *self.streamed = true;
         ctx.emit(Some(self.step), piece).await;
         Ok(())
     }
@@ -292,14 +311,13 @@ impl Out<'_> {
 
 /// Streams one answer. Text streams live as `token`/`json_partial` events of `step` (it
 /// never waits in a sink: watching the model write is the point of streaming); the call's
-/// usage is counted and announced, and a call that crosses `max_tokens` fails. `streamed` is
-/// set once text has gone out.
+/// usage is counted and announced, and a call that crosses `max_tokens` fails. `out.streamed`
+/// is set once text has gone out.
 async fn stream_reply(
     ctx: &RunContext,
     provider: &dyn llm::LlmProvider,
     request: ChatRequest,
     mut out: Out<'_>,
-    streamed: &mut bool,
 ) -> Result<ModelReply, RunError> {
     let step = out.step;
     let started = Instant::now();
@@ -318,16 +336,13 @@ async fn stream_reply(
     while let Some(item) = stream.next().await {
         match item.map_err(llm_error)? {
             LlmEvent::TextDelta(delta) => {
-                out.send(ctx, delta, false, &mut reply, streamed).await?;
+                out.send(ctx, delta, &mut reply).await?;
             }
             LlmEvent::ToolCall(call) => reply.tool_calls.push(call),
             LlmEvent::Usage(u) => usage = u,
         }
     }
-    if out.filter.is_some() {
-        out.send(ctx, String::new(), true, &mut reply, streamed)
-            .await?;
-    }
+    out.finish(ctx, &mut reply).await?;
     ctx.services.metrics.llm_call(
         started.elapsed().as_secs_f64(),
         usage.prompt_tokens,

@@ -297,7 +297,11 @@ impl RunContext {
     ) -> Self {
         // The run's ledger holds its whole history unless it has a past: it was resumed, or
         // it is a fork, whose history starts with what it carried from its parent.
-        let whole = seed.last_seq == 0 && seed.spec.fork.is_none();
+        let ledger = if seed.last_seq == 0 && seed.spec.fork.is_none() {
+            super::ledger::Ledger::whole()
+        } else {
+            super::ledger::Ledger::partial()
+        };
         RunContext {
             run_id: seed.run.id,
             tenant: seed.tenant,
@@ -308,7 +312,7 @@ impl RunContext {
                 std::time::Duration::from_millis(seed.counters.time_used_ms),
             ),
             resumed: seed.last_seq > 0,
-            ledger: Mutex::new(super::ledger::Ledger::new(whole)),
+            ledger: Mutex::new(ledger),
             limits: seed.limits,
             cancel,
             stop,

@@ -30,12 +30,17 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
-    /// A ledger for a run whose history starts now (`whole`), or one that only says it is not.
-    pub fn new(whole: bool) -> Ledger {
+    /// A ledger for a run whose history starts now: it holds all of it.
+    pub fn whole() -> Ledger {
         Ledger {
-            whole,
+            whole: true,
             ..Ledger::default()
         }
+    }
+
+    /// A ledger for a run with a past (resumed, or a fork): it keeps nothing and says so.
+    pub fn partial() -> Ledger {
+        Ledger::default()
     }
 
     /// Notes a record queued for the store.
@@ -140,7 +145,7 @@ mod tests {
 
     #[test]
     fn records_fold_as_the_store_folds_them() {
-        let mut ledger = Ledger::new(true);
+        let mut ledger = Ledger::whole();
         ledger.note(&attempt(StepStatus::Running, Some(json!({ "x": 1 }))));
         ledger.note(&attempt(StepStatus::Completed, None));
         ledger.note(&plan(1, "initial"));
@@ -155,7 +160,7 @@ mod tests {
 
     #[test]
     fn a_resumed_runs_ledger_is_not_whole_and_says_so() {
-        let mut ledger = Ledger::new(false);
+        let mut ledger = Ledger::partial();
         ledger.note(&plan(2, "failure"));
         assert!(ledger.history().is_none());
     }

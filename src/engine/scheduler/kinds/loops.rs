@@ -68,7 +68,7 @@ pub(crate) async fn run(
             (None, LoopOver::ForEach(_)) => unreachable!("for_each loops have items"),
         };
         if i >= u64::from(max_iterations) {
-            return Err(too_many(items.is_some(), max_iterations));
+            return Err(too_many(over, max_iterations));
         }
         let mut last = Value::Null;
         let inside = path.iteration(i as usize);
@@ -89,11 +89,14 @@ pub(crate) async fn run(
     Ok(Value::Array(outputs))
 }
 
-fn too_many(for_each: bool, max_iterations: u32) -> RunError {
-    let message = if for_each {
-        format!("the list has more than max_iterations ({max_iterations}) items")
-    } else {
-        format!("the loop was still going after max_iterations ({max_iterations})")
+fn too_many(over: &LoopOver, max_iterations: u32) -> RunError {
+    let message = match over {
+        LoopOver::ForEach(_) => {
+            format!("the list has more than max_iterations ({max_iterations}) items")
+        }
+        LoopOver::While(_) => {
+            format!("the loop was still going after max_iterations ({max_iterations})")
+        }
     };
     RunError::new(ErrorCode::LoopLimitExceeded, message)
 }

@@ -10,6 +10,15 @@ use crate::plan::middleware_spec::{GuardAction, Guardrail};
 
 use crate::engine::calls::model::{Filters, TextFilter};
 
+/// How much of the held text [`GuardStream::release`] lets out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// What can no longer be part of a match: more text may come.
+    Settled,
+    /// Everything: the text has ended.
+    All,
+}
+
 /// One guardrail over one stream of text.
 pub(crate) struct GuardStream {
     guard: Arc<Guardrail>,
@@ -29,11 +38,12 @@ impl GuardStream {
     pub(crate) fn apply(guard: &Arc<Guardrail>, text: &str) -> Result<String, RunError> {
         let mut stream = GuardStream::new(guard.clone());
         stream.held.push_str(text);
-        stream.release(true)
+        stream.release(Release::All)
     }
 
-    /// Lets out what can no longer be part of a match (`end`: everything).
-    fn release(&mut self, end: bool) -> Result<String, RunError> {
+    /// Lets out what can no longer be part of a match, or everything.
+    fn release(&mut self, release: Release) -> Result<String, RunError> {
+        let end = release == Release::All;
         if self.guard.action == GuardAction::Block
             && let Some(re) = self
                 .guard
@@ -100,11 +110,11 @@ impl GuardStream {
 impl TextFilter for GuardStream {
     fn push(&mut self, delta: &str) -> Result<String, RunError> {
         self.held.push_str(delta);
-        self.release(false)
+        self.release(Release::Settled)
     }
 
     fn finish(&mut self) -> Result<String, RunError> {
-        self.release(true)
+        self.release(Release::All)
     }
 }
 

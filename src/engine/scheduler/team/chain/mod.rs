@@ -127,6 +127,15 @@ impl Chain {
     }
 }
 
+/// Who wrote a turn's answer, as the afters see it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AnsweredBy {
+    /// The agent's model: its text streamed through the guardrails as it came.
+    Model,
+    /// A layer (the cache, a guardrail's refusal) or the agent's workflow.
+    Other,
+}
+
 /// Runs `agent`'s turn on `messages` through `chain`: the befores in order, `inner` (unless a
 /// layer answered), the afters of the layers entered in reverse order.
 pub(crate) async fn around_turn<F, Fut>(
@@ -151,16 +160,22 @@ where
             break;
         }
     }
-    let (mut end, from_model, entered) = match answered {
+    let (mut end, by, entered) = match answered {
         Some((text, value)) => {
             let end = short_circuit(agent, messages, text, value);
             // The layer that answered has no after of its own.
-            (end, false, seen.len() - 1)
+            (end, AnsweredBy::Other, seen.len() - 1)
         }
-        None => (inner(messages).await?, agent.workflow.is_none(), seen.len()),
+        None => {
+            let by = match agent.workflow {
+                None => AnsweredBy::Model,
+                Some(_) => AnsweredBy::Other,
+            };
+            (inner(messages).await?, by, seen.len())
+        }
     };
     for i in (0..entered).rev() {
-        after(&chain.layers[i], ctx, agent, &seen[i], &mut end, from_model)?;
+        after(&chain.layers[i], ctx, agent, &seen[i], &mut end, by)?;
     }
     Ok(end)
 }
@@ -206,8 +221,9 @@ fn after(
     agent: &AgentSpec,
     input: &[Message],
     end: &mut TurnEnd,
-    from_model: bool,
+    by: AnsweredBy,
 ) -> Result<(), RunError> {
+    let from_model = by == AnsweredBy::Model;
     match layer {
         // The model's text passed this guardrail as it streamed.
         Layer::Guard(g) if !from_model => {
