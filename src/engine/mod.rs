@@ -923,18 +923,6 @@ impl Engine {
         Ok(seq)
     }
 
-    fn limits(&self, spec: &RunSpec) -> EffectiveLimits {
-        let c = &self.inner.services.config;
-        let l = spec.request.limits;
-        EffectiveLimits {
-            max_steps: l.max_steps.unwrap_or(c.max_steps),
-            max_duration_ms: l.max_duration_ms.unwrap_or(c.max_run_duration_ms),
-            max_replans: l.max_replans.unwrap_or(c.max_replans),
-            max_retries: l.max_retries.unwrap_or(c.max_retries),
-            max_tokens: l.max_tokens.unwrap_or(c.max_tokens),
-        }
-    }
-
     fn context(
         &self,
         stored: StoredRun,
@@ -949,7 +937,7 @@ impl Engine {
             .services
             .for_tenant(&stored.tenant, &stored.spec.declared_tools);
         let seed = RunSeed {
-            limits: self.limits(&stored.spec),
+            limits: EffectiveLimits::of(&stored.spec, &self.inner.services.config),
             run: stored.run,
             tenant: stored.tenant,
             spec: stored.spec,

@@ -134,18 +134,7 @@ fn no_import_runs_up_a_floor_and_modules_form_no_cycle() {
                 .or_insert(reference);
         }
     }
-    if let Some(cycle) = find_cycle(&graph) {
-        let mut message = format!("the module graph has a cycle: {}", cycle.join(" -> "));
-        for pair in cycle.windows(2) {
-            let reference = &graph[&pair[0]][&pair[1]];
-            let _ = write!(
-                message,
-                "\n    {} -> {}: first at {}:{}",
-                pair[0], pair[1], reference.file, reference.line
-            );
-        }
-        problems.push(message);
-    }
+    problems.extend(cycle_problem(&graph, "the module graph has a cycle"));
     assert!(
         problems.is_empty(),
         "{} import(s) break the floors (ARCHITECTURE.md, \"Floors\"):\n  {}",
@@ -207,18 +196,7 @@ fn the_engine_rooms_stand_on_floors_without_a_cycle() {
                 .or_insert(reference);
         }
     }
-    if let Some(cycle) = find_cycle(&graph) {
-        let mut message = format!("the engine's rooms have a cycle: {}", cycle.join(" -> "));
-        for pair in cycle.windows(2) {
-            let reference = &graph[&pair[0]][&pair[1]];
-            let _ = write!(
-                message,
-                "\n    {} -> {}: first at {}:{}",
-                pair[0], pair[1], reference.file, reference.line
-            );
-        }
-        problems.push(message);
-    }
+    problems.extend(cycle_problem(&graph, "the engine's rooms have a cycle"));
     assert!(
         problems.is_empty(),
         "{} import(s) break the engine's floors (ARCHITECTURE.md, \"The engine\"):\n  {}",
@@ -853,6 +831,25 @@ impl<'ast> Visit<'ast> for References<'_> {
     fn visit_visibility(&mut self, _: &'ast syn::Visibility) {
         // `pub(super)` and `pub(in crate::engine)` say who may see an item, not what it uses.
     }
+}
+
+/// `graph`'s first cycle as a problem: `headline`, the cycle, and where each of its arrows
+/// is first written.
+fn cycle_problem(
+    graph: &BTreeMap<String, BTreeMap<String, Reference>>,
+    headline: &str,
+) -> Option<String> {
+    let cycle = find_cycle(graph)?;
+    let mut message = format!("{headline}: {}", cycle.join(" -> "));
+    for pair in cycle.windows(2) {
+        let reference = &graph[&pair[0]][&pair[1]];
+        let _ = write!(
+            message,
+            "\n    {} -> {}: first at {}:{}",
+            pair[0], pair[1], reference.file, reference.line
+        );
+    }
+    Some(message)
 }
 
 /// A cycle in the graph of top-level modules, as the modules along it (first repeated last).

@@ -43,6 +43,20 @@ pub struct EffectiveLimits {
     pub max_tokens: u64,
 }
 
+impl EffectiveLimits {
+    /// The limits `spec` asks for, else `config`'s defaults.
+    pub fn of(spec: &RunSpec, config: &crate::config::EngineConfig) -> EffectiveLimits {
+        let l = spec.request.limits;
+        EffectiveLimits {
+            max_steps: l.max_steps.unwrap_or(config.max_steps),
+            max_duration_ms: l.max_duration_ms.unwrap_or(config.max_run_duration_ms),
+            max_replans: l.max_replans.unwrap_or(config.max_replans),
+            max_retries: l.max_retries.unwrap_or(config.max_retries),
+            max_tokens: l.max_tokens.unwrap_or(config.max_tokens),
+        }
+    }
+}
+
 /// Shared, immutable services every run uses.
 #[derive(Clone)]
 pub struct Services {

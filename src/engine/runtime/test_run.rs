@@ -111,7 +111,7 @@ impl TestRun {
             .await
             .expect("the run's row is stored");
         let seed = RunSeed {
-            limits: limits(&spec, &self.config),
+            limits: EffectiveLimits::of(&spec, &self.config.engine),
             run,
             tenant,
             spec,
@@ -123,18 +123,6 @@ impl TestRun {
         };
         let (cancel, stop) = (CancellationToken::new(), CancellationToken::new());
         RunContext::new(seed, cancel, stop, services)
-    }
-}
-
-/// The spec's limits, else the configured defaults (as the engine takes them).
-fn limits(spec: &RunSpec, config: &Config) -> EffectiveLimits {
-    let (c, l) = (&config.engine, spec.request.limits);
-    EffectiveLimits {
-        max_steps: l.max_steps.unwrap_or(c.max_steps),
-        max_duration_ms: l.max_duration_ms.unwrap_or(c.max_run_duration_ms),
-        max_replans: l.max_replans.unwrap_or(c.max_replans),
-        max_retries: l.max_retries.unwrap_or(c.max_retries),
-        max_tokens: l.max_tokens.unwrap_or(c.max_tokens),
     }
 }
 
