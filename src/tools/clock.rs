@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::registry::parse_args;
-use super::{Tool, ToolError};
+use super::{Effects, Tool, ToolError};
 use crate::domain::ErrorCode;
 
 /// The tool's registered name.
@@ -80,6 +80,10 @@ impl Tool for ClockNow {
             },
             "additionalProperties": false,
         })
+    }
+
+    fn effects(&self) -> Effects {
+        Effects::None
     }
 
     async fn call(&self, args: Value, _cancel: &CancellationToken) -> Result<Value, ToolError> {

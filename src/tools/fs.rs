@@ -22,7 +22,7 @@ use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
 use super::registry::{ToolsConfig, parse_args};
-use super::{Tool, ToolError};
+use super::{Effects, Tool, ToolError};
 use crate::domain::ErrorCode;
 
 /// The tool's registered name.
@@ -94,6 +94,10 @@ impl Tool for FsRead {
             "required": ["path"],
             "additionalProperties": false,
         })
+    }
+
+    fn effects(&self) -> Effects {
+        Effects::None
     }
 
     async fn call(&self, args: Value, cancel: &CancellationToken) -> Result<Value, ToolError> {

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::registry::parse_args;
-use super::{Tool, ToolError};
+use super::{Effects, Tool, ToolError};
 use crate::domain::ErrorCode;
 
 /// The tool's registered name.
@@ -79,6 +79,10 @@ impl Tool for Calculate {
             "required": ["expression"],
             "additionalProperties": false,
         })
+    }
+
+    fn effects(&self) -> Effects {
+        Effects::None
     }
 
     async fn call(&self, args: Value, _cancel: &CancellationToken) -> Result<Value, ToolError> {

@@ -25,6 +25,21 @@ pub trait Tool: Send + Sync + 'static {
     fn input_schema(&self) -> Value;
     /// Runs the tool. Must return `Err(ToolError::Cancelled)` promptly once `cancel` fires.
     async fn call(&self, args: Value, cancel: &CancellationToken) -> Result<Value, ToolError>;
+    /// What a call can change: anything outside orca, unless the tool says otherwise.
+    fn effects(&self) -> Effects {
+        Effects::Outside
+    }
+}
+
+/// What calling a tool can change, which decides what the engine stores before the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effects {
+    /// Nothing: it reads or computes (the built-in tools). Calling it again after a kill
+    /// costs nothing, so its attempt may be written with the run's next batch.
+    None,
+    /// Anything (HTTP, MCP, declared and worker tools): its attempt is stored before the call,
+    /// so no side effect is ever left without a stored attempt, even by a kill -9.
+    Outside,
 }
 
 /// One problem with a tool's arguments, located by JSON Pointer into the arguments.

@@ -20,7 +20,7 @@ pub use crate::config::ToolsConfig;
 use super::clock::ClockNow;
 use super::fs::FsRead;
 use super::math::Calculate;
-use super::{ArgumentError, Tool, ToolError};
+use super::{ArgumentError, Effects, Tool, ToolError};
 use crate::plan::KnownTools;
 use crate::schema::{SchemaViolation, json_type_name, truncate, violations};
 
@@ -165,6 +165,12 @@ impl ToolRegistry {
     /// One tool's listing, if it is registered.
     pub fn info(&self, name: &str) -> Option<ToolInfo> {
         self.entry(name).ok().map(|e| e.info.clone())
+    }
+
+    /// What calling `name` can change ([`Effects::Outside`] for a tool it does not know).
+    pub fn effects(&self, name: &str) -> Effects {
+        self.entry(name)
+            .map_or(Effects::Outside, |e| e.tool.effects())
     }
 
     /// Checks arguments against the tool's schema without calling it.
@@ -397,6 +403,23 @@ mod tests {
         }
         assert!(!registry.contains("shell.exec"));
         assert_eq!(registry.info("shell.exec"), None);
+    }
+
+    /// The built-in tools only read or compute; any other tool, and a name the registry does
+    /// not know, is taken to act outside orca (its attempt is stored before the call).
+    #[test]
+    fn only_the_built_in_tools_are_free_of_effects() {
+        let (mut registry, _dir) = builtins();
+        for info in registry.list() {
+            assert_eq!(registry.effects(&info.name), Effects::None, "{}", info.name);
+        }
+        registry.register(Arc::new(Custom {
+            name: "test.custom",
+            schema: json!({ "type": "object" }),
+            answer: json!(1),
+        }));
+        assert_eq!(registry.effects("test.custom"), Effects::Outside);
+        assert_eq!(registry.effects("shell.exec"), Effects::Outside);
     }
 
     #[tokio::test]

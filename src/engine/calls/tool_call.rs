@@ -56,8 +56,10 @@ pub struct ToolCall<'a> {
 
 /// Calls a tool for the run: announces the call, checks the run may use the tool, validates
 /// the arguments against its schema (in the registry), runs it within the configured timeout
-/// and announces the result. Events go to `sink`. The tool acts only once the attempt it
-/// belongs to is stored, and then only through the lease gate, the last thing before it.
+/// and announces the result. Events go to `sink`. A tool that reaches outside orca (and any
+/// tool on a store replicas share) acts only once the attempt it belongs to is stored
+/// ([`RunContext::stored_before`]), and then only through the lease gate, the last thing
+/// before it.
 pub async fn call_tool(
     ctx: &RunContext,
     call: ToolCall<'_>,
@@ -84,7 +86,8 @@ pub async fn call_tool(
             format!("no tool named `{}` is available to this run", call.tool),
         )),
         ToolArguments::Json(args) => {
-            ctx.stored().await;
+            ctx.stored_before(ctx.services.tools.effects(call.tool))
+                .await;
             ctx.lease_ready().await;
             let parent = ctx.trace_parent(Some(call.step));
             let span =

@@ -400,14 +400,15 @@ impl RunContext {
         self.services.hub.record(record).await;
     }
 
-    /// On a store replicas share, waits until every record queued so far (the run's attempts
-    /// among them) is stored: a step acts only once its attempt is, so a replica frozen past
-    /// its lease, whose run another replica takes over, can never leave a side effect that no
-    /// attempt records. A lone replica's run has no one to take it over while it lives: it
-    /// writes its history in batches as before (a kill -9 mid-call is at-least-once, as
-    /// always, and the interrupted attempt is closed after the restart).
-    pub async fn stored(&self) {
-        if self.services.store().shared() {
+    /// Waits, before a call with `effects`, until every record queued so far (the call's
+    /// attempt among them) is stored, wherever a stop could otherwise leave a side effect that
+    /// no attempt records: before any call that reaches outside orca (a kill -9 right after it
+    /// acted would lose an attempt still queued), and before every call on a store replicas
+    /// share (a replica frozen past its lease, whose run another takes over, acts when it
+    /// wakes). A lone replica's built-in tools write their attempts with the run's next batch:
+    /// one killed mid-call simply runs again, as a new attempt, after the restart.
+    pub async fn stored_before(&self, effects: crate::tools::Effects) {
+        if effects == crate::tools::Effects::Outside || self.services.store().shared() {
             self.services.hub.flush().await;
         }
     }
