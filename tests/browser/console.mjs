@@ -97,8 +97,12 @@ async function liveRun(page) {
   await shot(page, 'run-live');
   await waitStatus(page, 'succeeded');
   const output = await page.locator('#run-output').innerText();
-  expect(partialText.length < output.length, `the text seen while running (${partialText.length} chars) is not a part of the output (${output.length})`);
-  expect(output.startsWith(partialText.trim().split(' ')[0]), 'the live text does not begin the output');
+  // The first text seen while running is usually a part of the output; on a loaded machine the
+  // page may draw the whole of it in one frame before the run's end arrives. Either way it was
+  // on screen while the run was still running, and it begins the output.
+  expect(partialText.length <= output.length, `the text seen while running (${partialText.length} chars) is longer than the output (${output.length})`);
+  const words = (t) => t.replace(/\s+/g, ' ').trim();
+  expect(words(output).startsWith(words(partialText)), 'the live text does not begin the output');
   expect(await page.evaluate(() => window.sameDocument === true), 'the page reloaded');
   const facts = await page.locator('.facts').innerText();
   expect(facts.includes('because the model answered'), `the run's reason is not shown: ${facts}`);
