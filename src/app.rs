@@ -72,13 +72,7 @@ impl App {
         crate::tools::http::register_configured(&config.tools, &mut tools)?;
         let destinations = crate::tools::http::destinations(&config.tools)?;
         crate::workers::webhooks::check_tenant_urls(&config.webhooks, &destinations)?;
-        let functions = FunctionRegistry::build(&config.functions, |alias| llm.has_alias(alias))
-            .map_err(|problems| {
-                anyhow::anyhow!("invalid LLM functions:\n  {}", problems.join("\n  "))
-            })?;
-        // Checked by `validate` above; compiled once for every run.
-        let selector = Selector::from_config(&config.selector)
-            .map_err(|p| anyhow::anyhow!("invalid {}: {}", p.key, p.message))?;
+        let (functions, selector) = compiled(&config, &llm)?;
         let store = open_store(&config.database).await?;
         let declared = crate::tools::http::declared::DeclaredTools::new(&config.tools)?;
         warn_of_unowned_http_tools(&store).await?;
@@ -115,11 +109,11 @@ impl App {
                 webhook_due.clone(),
             )),
             quotas: Arc::new(config.quotas.clone()),
-            lease: if store.shared() {
-                crate::engine::runtime::lease::LeaseGate::leased(store.lease_ttl())
-            } else {
-                crate::engine::runtime::lease::LeaseGate::open()
-            },
+            bodies: Arc::new(crate::engine::runtime::context::Bodies::new(
+                config.webhooks.clone(),
+                destinations.clone(),
+            )),
+            lease: crate::engine::runtime::lease::LeaseGate::for_store(&store),
         };
         let engine = start_engine(services, &config.database, &store, &tracker, &shutdown).await?;
         let bind = config.server.bind.clone();
@@ -144,7 +138,13 @@ impl App {
             Arc::new(config),
             shutdown.clone(),
         );
-        tracker.spawn(crate::workers::schedules::fire_due(state.clone()));
+        let firing = crate::workers::schedules::Firing {
+            engine: engine.clone(),
+            schedules: crate::store::Schedules::new(store.clone()),
+            config: state.config.clone(),
+            shutdown: shutdown.clone(),
+        };
+        tracker.spawn(crate::workers::schedules::fire_due(firing));
         tracker.spawn(deliverer.run());
         Ok(App {
             listener,
@@ -262,6 +262,18 @@ impl App {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.store.close()).await;
         Ok(())
     }
+}
+
+/// The configuration's LLM functions and selector, compiled once for every run (checked by
+/// `Config::validate` already; a function naming an alias `llm` lacks is refused here).
+fn compiled(config: &Config, llm: &LlmRouter) -> anyhow::Result<(FunctionRegistry, Selector)> {
+    let functions = FunctionRegistry::build(&config.functions, |alias| llm.has_alias(alias))
+        .map_err(|problems| {
+            anyhow::anyhow!("invalid LLM functions:\n  {}", problems.join("\n  "))
+        })?;
+    let selector = Selector::from_config(&config.selector)
+        .map_err(|p| anyhow::anyhow!("invalid {}: {}", p.key, p.message))?;
+    Ok((functions, selector))
 }
 
 /// Connects to `database.url` (the error names the URL with its password hidden).

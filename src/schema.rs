@@ -204,6 +204,47 @@ pub fn escape_pointer(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
+/// Checks `value` against `schema`, then deserialises it: every violation at once, or the one
+/// member the typed value cannot hold though the schema lets it through (an integer too large
+/// for its field, say), located by JSON Pointer.
+pub fn parse_checked<T: serde::de::DeserializeOwned>(
+    schema: &ShippedSchema,
+    value: Value,
+) -> Result<T, Vec<SchemaViolation>> {
+    let problems = member_violations(schema, &value, |_| None);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    deserialize_located(value).map_err(|v| vec![v])
+}
+
+/// Deserialises `value`, locating a failure by JSON Pointer.
+pub fn deserialize_located<T: serde::de::DeserializeOwned>(
+    value: Value,
+) -> Result<T, SchemaViolation> {
+    serde_path_to_error::deserialize(value).map_err(|e| SchemaViolation {
+        pointer: pointer_of(e.path()),
+        message: e.into_inner().to_string(),
+    })
+}
+
+/// A serde path (`limits.max_steps`, `tools[1]`) as a JSON Pointer (`/limits/max_steps`).
+pub fn pointer_of(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut pointer = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => pointer.push_str(&format!("/{index}")),
+            Segment::Map { key } => {
+                pointer.push('/');
+                pointer.push_str(&escape_pointer(key));
+            }
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    pointer
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

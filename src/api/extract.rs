@@ -1,7 +1,8 @@
 //! Everything handlers take from a request, so that every rejection is a problem+json with a
 //! pointer, never axum's plain-text one. Bodies are read within the size and time limits, must
-//! be sent as JSON (`Content-Type: application/json` or a `+json` type), are parsed, checked
-//! against the JSON Schema of `schemas/`, then deserialised into typed requests. Path and query
+//! be sent as JSON (`Content-Type: application/json` or a `+json` type), are parsed, then
+//! deserialised into typed requests (a run's body is checked against
+//! `schemas/RunRequest.schema.json` first, by the engine's intake). Path and query
 //! parameters go through [`Path`] and [`Query`], whose failures point at `/path/NAME` and
 //! `/query/NAME`.
 
@@ -14,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::schema::ShippedSchema;
+use crate::schema::pointer_of;
 
 use super::error::{ApiError, FieldError};
 
@@ -115,51 +116,10 @@ pub struct BodyLimit(pub usize);
 #[derive(Clone, Copy)]
 pub struct BodyTimeout(pub std::time::Duration);
 
-/// All schema violations of `value`, each with a JSON Pointer to the offending member.
-pub fn schema_errors(schema: &ShippedSchema, value: &Value) -> Vec<FieldError> {
-    crate::schema::member_violations(schema, value, |_| None)
-        .into_iter()
-        .map(|v| FieldError::new(v.pointer, v.message))
-        .collect()
-}
-
-/// Validates against the schema, then deserialises. What the schema lets through but the
-/// typed request cannot hold (an integer too large for its field, say) is reported at the
-/// member that holds it.
-pub fn parse_with_schema<T: DeserializeOwned>(
-    schema: &ShippedSchema,
-    value: Value,
-) -> Result<T, ApiError> {
-    let errors = schema_errors(schema, &value);
-    if !errors.is_empty() {
-        return Err(ApiError::validation_many(errors));
-    }
-    deserialize_located(value)
-}
-
 /// Deserialises `value`, locating a failure by JSON Pointer.
 pub fn deserialize_located<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let pointer = pointer_of(e.path());
-        ApiError::validation(&pointer, e.into_inner().to_string())
-    })
-}
-
-/// A serde path (`limits.max_steps`, `tools[1]`) as a JSON Pointer (`/limits/max_steps`).
-fn pointer_of(path: &serde_path_to_error::Path) -> String {
-    use serde_path_to_error::Segment;
-    let mut pointer = String::new();
-    for segment in path.iter() {
-        match segment {
-            Segment::Seq { index } => pointer.push_str(&format!("/{index}")),
-            Segment::Map { key } => {
-                pointer.push('/');
-                pointer.push_str(&escape_pointer(key));
-            }
-            Segment::Enum { .. } | Segment::Unknown => {}
-        }
-    }
-    pointer
+    crate::schema::deserialize_located(value)
+        .map_err(|v| ApiError::validation(&v.pointer, v.message))
 }
 
 /// The field a serde message is about, for errors raised above the field itself

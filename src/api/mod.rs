@@ -82,11 +82,8 @@ pub struct Handles {
     pub sessions: crate::store::Sessions,
     /// Runs' completion webhook deliveries.
     pub webhooks: crate::store::Webhooks,
-    /// Where HTTP tools and webhooks may connect (`tools.http_allow*`).
-    pub destinations: Arc<crate::tools::http::guard::Destinations>,
     pub events: EventHub,
     pub config: Arc<Config>,
-    pub run_schema: Arc<crate::schema::ShippedSchema>,
     /// Fired on server stop: open event streams end so the server can drain.
     pub shutdown: CancellationToken,
 }
@@ -109,13 +106,8 @@ impl AppState {
             schedules: crate::store::Schedules::new(store.clone()),
             webhooks: crate::store::Webhooks::new(store.clone()),
             sessions: crate::store::Sessions::new(store.clone()),
-            // Checked when the configuration loaded; nothing private is allowed if not.
-            destinations: crate::tools::http::destinations(&config.tools).unwrap_or_default(),
             events,
             config,
-            run_schema: Arc::new(crate::schema::ShippedSchema::compile(include_str!(
-                "../../schemas/RunRequest.schema.json"
-            ))),
             shutdown,
         }))
     }

@@ -23,7 +23,7 @@ use crate::stream::Opened;
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
-use super::extract::{JsonBody, Path, Query, deserialize_located, parse_with_schema};
+use super::extract::{JsonBody, Path, Query, deserialize_located};
 
 /// `GET /v1/runs` answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -158,30 +158,26 @@ pub(super) async fn start_run(
     })
 }
 
-/// Checks a run body as `POST /v1/runs` does and has the engine admit it: the run to create,
-/// or every problem at once as one 422. Also how a schedule's stored body is admitted at each
-/// tick (`workers::schedules`).
-pub(crate) async fn admit_body(
+/// Has the engine admit a run body ([`engine::intake::admit_body`]): the run to create, or
+/// every problem at once as one 422.
+pub(super) async fn admit_body(
     state: &AppState,
     tenant: &Tenant,
     body: Value,
 ) -> Result<Admitted, ApiError> {
-    let mut request: RunRequest = parse_with_schema(&state.run_schema, body)?;
-    let webhook = super::webhooks::webhook_of(state, tenant, request.webhook.take());
-    request.webhook = webhook.as_ref().ok().cloned().flatten();
-    let mut problems: Vec<FieldError> = webhook.err().into_iter().collect();
-    match state.engine.admit(tenant, request).await {
-        Ok(admitted) if problems.is_empty() => Ok(admitted),
-        Ok(_) => Err(ApiError::validation_many(problems)),
-        Err(Refused::Invalid(more)) => {
-            problems.extend(
-                more.into_iter()
-                    .map(|p| FieldError::new(p.pointer, p.message)),
-            );
-            Err(ApiError::validation_many(problems))
-        }
-        Err(Refused::Store(e)) => Err(e.into()),
-    }
+    state
+        .engine
+        .admit_body(tenant, body)
+        .await
+        .map_err(|refused| match refused {
+            Refused::Invalid(problems) => ApiError::validation_many(
+                problems
+                    .into_iter()
+                    .map(|p| FieldError::new(p.pointer, p.message))
+                    .collect(),
+            ),
+            Refused::Store(e) => e.into(),
+        })
 }
 
 /// What creating a run (or a fork) failing tells the caller.

@@ -1,5 +1,6 @@
 //! `GET /v1/runs/{id}/webhook`: a run's completion webhook delivery and every attempt (what
-//! `workers::webhooks` sent and what came back); and the check of a run body's `webhook`.
+//! `workers::webhooks` sent and what came back). A run body's `webhook` is checked where the
+//! rest of the body is, in `engine::intake`.
 
 use axum::extract::State;
 use axum::{Extension, Json};
@@ -11,7 +12,7 @@ use crate::domain::Tenant;
 use crate::store::Delivery;
 
 use super::AppState;
-use super::error::{ApiError, FieldError};
+use super::error::ApiError;
 use super::extract::Path;
 use super::runs::own_run;
 
@@ -94,30 +95,4 @@ pub async fn run_webhook(
             attempts: Vec::new(),
         })),
     }
-}
-
-/// The webhook a new run of `tenant` reports to: the body's `url` (checked: signing is
-/// configured, and the destination is not refused outright), else the tenant's default.
-pub(super) fn webhook_of(
-    state: &AppState,
-    tenant: &Tenant,
-    given: Option<String>,
-) -> Result<Option<String>, FieldError> {
-    let config = &state.config.webhooks;
-    let Some(url) = given else {
-        return Ok(config.tenants.get(&tenant.0).cloned());
-    };
-    if config.secret.is_empty() {
-        return Err(FieldError::new(
-            "/webhook",
-            "this server signs no webhooks: its operator has not set webhooks.secret",
-        ));
-    }
-    let parsed = reqwest::Url::parse(&url)
-        .map_err(|e| FieldError::new("/webhook/url", format!("not a URL: {e}")))?;
-    state
-        .destinations
-        .check_url(&parsed)
-        .map_err(|refused| FieldError::new("/webhook/url", format!("refused: {refused}")))?;
-    Ok(Some(url))
 }

@@ -1,6 +1,8 @@
-//! Intake: a run request becomes what the engine stores. [`admit`] is the one entry; before
-//! anything is stored it resolves everything the request names:
+//! Intake: a run request becomes what the engine stores. [`admit_body`] takes a body as
+//! `POST /v1/runs` and a schedule's tick send it, checked against its schema, to [`admit`];
+//! before anything is stored [`admit`] resolves everything the request names:
 //!
+//! - the completion webhook: the tenant's default, or one the server signs and may reach;
 //! - the model alias and the tools (each one the tenant may call), and the size of the
 //!   instructions;
 //! - orchestration × `workflow` (a registered name, or inline) × `plan`: which combinations
@@ -27,7 +29,7 @@ use crate::plan::{Problem, ValidPlan};
 use crate::store;
 use crate::workflows::Workflows;
 
-use super::runtime::context::Services;
+use super::runtime::context::{Bodies, Services};
 use super::selector::{REQUEST_PLAN, REQUEST_WORKFLOW, Target};
 use crate::domain::run::input_text;
 
@@ -85,6 +87,51 @@ pub enum Refused {
     Store(#[from] store::Error),
 }
 
+/// Checks a run body against its schema, then [`admit`]s it: the run to store, or every
+/// problem at once (the schema's alone when the body breaks it).
+pub async fn admit_body(
+    services: &Services,
+    tenant: &Tenant,
+    body: Value,
+) -> Result<Admitted, Refused> {
+    let rules = &services.bodies;
+    let request: RunRequest =
+        crate::schema::parse_checked(&rules.schema, body).map_err(|violations| {
+            Refused::Invalid(
+                violations
+                    .into_iter()
+                    .map(|v| Problem::new(v.pointer, v.message))
+                    .collect(),
+            )
+        })?;
+    admit(services, tenant, request).await
+}
+
+/// The webhook a run's end is delivered to: the one given (if the server signs webhooks and
+/// may reach it), else the tenant's default (`webhooks.tenants`), else none.
+fn webhook_of(
+    rules: &Bodies,
+    tenant: &Tenant,
+    given: Option<String>,
+) -> Result<Option<String>, Problem> {
+    let Some(url) = given else {
+        return Ok(rules.webhooks.tenants.get(&tenant.0).cloned());
+    };
+    if rules.webhooks.secret.is_empty() {
+        return Err(Problem::new(
+            "/webhook",
+            "this server signs no webhooks: its operator has not set webhooks.secret",
+        ));
+    }
+    let parsed = reqwest::Url::parse(&url)
+        .map_err(|e| Problem::new("/webhook/url", format!("not a URL: {e}")))?;
+    rules
+        .destinations
+        .check_url(&parsed)
+        .map_err(|refused| Problem::new("/webhook/url", format!("refused: {refused}")))?;
+    Ok(Some(url))
+}
+
 /// Checks and resolves a run request for `tenant` (see the module doc): the run to store, or
 /// every problem at once.
 pub async fn admit(
@@ -94,9 +141,12 @@ pub async fn admit(
 ) -> Result<Admitted, Refused> {
     // The tenant's tools as the store has them now; the run keeps the declarations it may
     // call, so it calls the same tools wherever and whenever it runs.
+    let webhook = webhook_of(&services.bodies, tenant, request.webhook.take());
+    request.webhook = webhook.as_ref().ok().cloned().flatten();
+    let mut problems: Vec<Problem> = webhook.err().into_iter().collect();
     let declared = services.declared_tools(tenant).await?;
     let tenants = services.for_tenant(tenant, &declared);
-    let mut problems = named(&tenants, &request);
+    problems.extend(named(&tenants, &request));
     let max_priority = services.quotas.of(&tenant.0).max_priority;
     if let Some(max) = max_priority.filter(|max| request.priority > *max) {
         problems.push(Problem::new(

@@ -220,8 +220,20 @@ impl Engine {
         self.inner.queue.len()
     }
 
-    /// Checks and resolves a run request for `tenant` ([`intake::admit`]): the run to create,
-    /// or every problem at once.
+    /// Checks a run body (as `POST /v1/runs` or a schedule's tick sends it) and resolves it
+    /// ([`intake::admit_body`]): the run to create, or every problem at once.
+    pub async fn admit_body(
+        &self,
+        tenant: &Tenant,
+        body: serde_json::Value,
+    ) -> Result<intake::Admitted, intake::Refused> {
+        intake::admit_body(&self.inner.services, tenant, body).await
+    }
+
+    /// Checks and resolves a typed run request for `tenant` ([`intake::admit`]), as
+    /// [`Self::admit_body`] does once the body is parsed (library users with a
+    /// [`RunRequest`](crate::domain::run::RunRequest) in hand): the run to create, or every
+    /// problem at once.
     pub async fn admit(
         &self,
         tenant: &Tenant,

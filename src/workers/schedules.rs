@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::api::AppState;
-use crate::api::error::ApiError;
-use crate::api::runs::admit_body;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
 use crate::domain::Tenant;
 use crate::domain::schedule::{Decision, MissedTicks, ScheduleFire, Timing, decide, tick_key};
-use crate::engine::{self, Created};
-use crate::store::{FireOutcome, Fired, ScheduleRecord};
+use crate::engine::intake::Refused;
+use crate::engine::{self, Created, Engine};
+use crate::store::{FireOutcome, Fired, ScheduleRecord, Schedules};
 
 /// How long the loop waits at most before it looks at the store again (for schedules other
 /// replicas stored or changed).
@@ -39,6 +40,15 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 /// The shortest wait between two looks at the store that found nothing more to do.
 const MIN_WAIT: Duration = Duration::from_millis(20);
 
+/// What the firing loop works with: the engine that starts a tick's run, the schedules in the
+/// store, the configuration (API keys, quotas) and the server's stop.
+pub struct Firing {
+    pub engine: Engine,
+    pub schedules: Schedules,
+    pub config: std::sync::Arc<Config>,
+    pub shutdown: CancellationToken,
+}
+
 /// The wait before attempt `retries + 1` at a tick.
 fn retry_delay(retries: u32) -> Duration {
     RETRY_FIRST
@@ -50,10 +60,10 @@ fn retry_delay(retries: u32) -> Duration {
 /// due, when a schedule changes through this server, and at least every second (for changes
 /// made through other replicas). While the store fails, it looks again after a wait that
 /// doubles up to [`RETRY_MAX`], and says so once when it starts and once when it ends.
-pub async fn fire_due(state: AppState) {
+pub async fn fire_due(firing: Firing) {
     let mut failing: Option<Duration> = None;
     loop {
-        let wait = match fire_once(&state).await {
+        let wait = match fire_once(&firing).await {
             Ok(more) => {
                 if failing.take().is_some() {
                     tracing::info!("schedules are read and fired again");
@@ -61,7 +71,7 @@ pub async fn fire_due(state: AppState) {
                 if more {
                     Duration::ZERO
                 } else {
-                    until_next(&state).await
+                    until_next(&firing).await
                 }
             }
             Err(e) => {
@@ -77,8 +87,8 @@ pub async fn fire_due(state: AppState) {
             }
         };
         tokio::select! {
-            () = state.shutdown.cancelled() => return,
-            () = state.schedules.changed() => {}
+            () = firing.shutdown.cancelled() => return,
+            () = firing.schedules.changed() => {}
             () = tokio::time::sleep(wait) => {}
         }
     }
@@ -86,8 +96,8 @@ pub async fn fire_due(state: AppState) {
 
 /// The tenants whose schedules fire: with API keys configured, those with a key (a revoked
 /// tenant's schedules wait, quietly, until its key returns); `None` without keys.
-fn live_tenants(state: &AppState) -> Option<Vec<String>> {
-    let keys = &state.config.auth.api_keys;
+fn live_tenants(firing: &Firing) -> Option<Vec<String>> {
+    let keys = &firing.config.auth.api_keys;
     (!keys.is_empty()).then(|| {
         let mut tenants: Vec<String> = keys.iter().map(|k| k.tenant.clone()).collect();
         tenants.sort();
@@ -97,9 +107,13 @@ fn live_tenants(state: &AppState) -> Option<Vec<String>> {
 }
 
 /// How long until the earliest tick (or retry), from [`MIN_WAIT`] to [`POLL`].
-async fn until_next(state: &AppState) -> Duration {
-    let tenants = live_tenants(state);
-    match state.schedules.next_schedule_tick(tenants.as_deref()).await {
+async fn until_next(firing: &Firing) -> Duration {
+    let tenants = live_tenants(firing);
+    match firing
+        .schedules
+        .next_schedule_tick(tenants.as_deref())
+        .await
+    {
         Ok(Some(next)) => (next - crate::domain::now())
             .to_std()
             .unwrap_or(Duration::ZERO)
@@ -110,20 +124,20 @@ async fn until_next(state: &AppState) -> Duration {
 
 /// Acts on the schedules due now; true when there may be more due. A store error ends the
 /// pass at once (the loop waits before the next).
-async fn fire_once(state: &AppState) -> Result<bool, crate::store::Error> {
+async fn fire_once(firing: &Firing) -> Result<bool, crate::store::Error> {
     let now = crate::domain::now();
-    let tenants = live_tenants(state);
-    let due = state
+    let tenants = live_tenants(firing);
+    let due = firing
         .schedules
         .due_schedules(now, BATCH, tenants.as_deref())
         .await?;
     let full = due.len() == BATCH as usize;
     let mut rates = Rates::default();
     for s in due {
-        if state.shutdown.is_cancelled() {
+        if firing.shutdown.is_cancelled() {
             break;
         }
-        fire(state, &s, now, &mut rates).await?;
+        fire(firing, &s, now, &mut rates).await?;
     }
     Ok(full)
 }
@@ -138,11 +152,11 @@ impl Rates {
     /// run is counted).
     async fn refuse(
         &mut self,
-        state: &AppState,
+        firing: &Firing,
         tenant: &Tenant,
         now: DateTime<Utc>,
     ) -> Result<Option<String>, crate::store::Error> {
-        let limit = state.config.quotas.of(&tenant.0).schedule_fires_per_minute;
+        let limit = firing.config.quotas.of(&tenant.0).schedule_fires_per_minute;
         if limit == 0 {
             return Ok(None);
         }
@@ -150,7 +164,7 @@ impl Rates {
             Some((_, used)) => used,
             None => {
                 let since = now - chrono::Duration::seconds(60);
-                let used = state.schedules.tenant_fires_since(tenant, since).await?;
+                let used = firing.schedules.tenant_fires_since(tenant, since).await?;
                 &mut self.0.entry(tenant.0.clone()).or_insert((limit, used)).1
             }
         };
@@ -168,7 +182,7 @@ impl Rates {
 /// Acts on one due schedule: records the ticks it missed, starts its tick's run (or skips a
 /// missed tick, or refuses one past the tenant's rate), then moves its next tick on.
 async fn fire(
-    state: &AppState,
+    firing: &Firing,
     s: &ScheduleRecord,
     now: DateTime<Utc>,
     rates: &mut Rates,
@@ -185,14 +199,14 @@ async fn fire(
                 tracing::error!(schedule = %s.id, %why, "a stored schedule no longer reads; it is left as it is");
             }
             let later = now + chrono::Duration::hours(1);
-            state
+            firing
                 .schedules
                 .hold_schedule(&s.id, due, due, later, &why)
                 .await?;
             return Ok(());
         }
     };
-    let schedules = &state.schedules;
+    let schedules = &firing.schedules;
     let record_missed = |missed: Option<MissedTicks>| async move {
         let Some(missed) = missed else {
             return Ok(());
@@ -217,9 +231,9 @@ async fn fire(
         Decision::Fire { tick, next, missed } => {
             record_missed(missed).await?;
             let tick = Tick { due, tick, next };
-            match rates.refuse(state, &s.tenant, now).await? {
-                Some(why) => tick.refused(state, s, "rate", &why).await,
-                None => start_tick(state, s, tick).await,
+            match rates.refuse(firing, &s.tenant, now).await? {
+                Some(why) => tick.refused(firing, s, "rate", &why).await,
+                None => start_tick(firing, s, tick).await,
             }
         }
     }
@@ -238,13 +252,13 @@ impl Tick {
     /// The tick starts no run (`reason`, `why`): recorded, and the schedule goes on.
     async fn refused(
         self,
-        state: &AppState,
+        firing: &Firing,
         s: &ScheduleRecord,
         reason: &str,
         why: &str,
     ) -> Result<(), crate::store::Error> {
         let outcome = FireOutcome::None { reason, error: why };
-        let schedules = &state.schedules;
+        let schedules = &firing.schedules;
         schedules.record_fire(&s.id, self.tick, outcome).await?;
         schedules
             .advance_schedule(&s.id, self.due, self.next, Fired::Nothing)
@@ -255,11 +269,11 @@ impl Tick {
     /// The tick started (or another replica had started) the run `run_id`.
     async fn started(
         self,
-        state: &AppState,
+        firing: &Firing,
         s: &ScheduleRecord,
         run_id: &str,
     ) -> Result<(), crate::store::Error> {
-        let schedules = &state.schedules;
+        let schedules = &firing.schedules;
         schedules
             .record_fire(&s.id, self.tick, FireOutcome::Run(run_id))
             .await?;
@@ -280,7 +294,7 @@ impl Tick {
     /// doubles with each attempt. Logged when the reason changes, not at every attempt.
     async fn held(
         self,
-        state: &AppState,
+        firing: &Firing,
         s: &ScheduleRecord,
         why: &str,
     ) -> Result<(), crate::store::Error> {
@@ -290,7 +304,7 @@ impl Tick {
         }
         let retry_at = crate::domain::now()
             + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::seconds(1));
-        state
+        firing
             .schedules
             .hold_schedule(&s.id, self.due, self.tick, retry_at, why)
             .await
@@ -302,7 +316,7 @@ impl Tick {
 /// stored body is admitted as `POST /v1/runs` admits a body, linked to its tick, and
 /// created; what stops it decides whether the tick waits (held) or starts nothing (refused).
 async fn start_tick(
-    state: &AppState,
+    firing: &Firing,
     s: &ScheduleRecord,
     tick: Tick,
 ) -> Result<(), crate::store::Error> {
@@ -311,11 +325,20 @@ async fn start_tick(
         id: s.id.clone(),
         fire_at: tick.tick,
     };
-    let admitted = match admit_body(state, &s.tenant, s.run.clone()).await {
+    let admitted = match firing.engine.admit_body(&s.tenant, s.run.clone()).await {
         Ok(admitted) => admitted.for_tick(link),
-        Err(refused) => return tick_refused(state, s, tick, &describe(&refused)).await,
+        Err(Refused::Invalid(problems)) => {
+            // Every problem with its pointer, as the 422 of `POST /v1/runs` would list them.
+            let why = problems
+                .iter()
+                .map(|p| format!("{}: {}", p.pointer, p.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return tick_refused(firing, s, tick, &why).await;
+        }
+        Err(Refused::Store(e)) => return Err(e),
     };
-    let created = state
+    let created = firing
         .engine
         .create_run(
             &s.tenant,
@@ -326,37 +349,37 @@ async fn start_tick(
         .await;
     match created {
         Ok(Created::New(run, _) | Created::Existing(run)) => {
-            tick.started(state, s, &run.id.to_string()).await
+            tick.started(firing, s, &run.id.to_string()).await
         }
         // Busy or the store is down: the tick stays due and is tried again after a wait.
         Err(busy @ (engine::Error::Overloaded | engine::Error::StoreDown)) => {
-            tick.held(state, s, &busy.to_string()).await
+            tick.held(firing, s, &busy.to_string()).await
         }
         Err(engine::Error::Store(e)) => {
             tracing::error!(error = ?e, "storing a new run failed");
             let why = "the store cannot take the run now; try again";
-            tick.held(state, s, why).await
+            tick.held(firing, s, why).await
         }
         // Another replica started this tick with a body changed since: the tick has its run.
         Err(engine::Error::IdempotencyKeyReused) => {
-            match state.schedules.run_of_key(&s.tenant, &key).await? {
-                Some(run_id) => tick.started(state, s, &run_id).await,
-                None => tick.held(state, s, "the tick's run was not found").await,
+            match firing.schedules.run_of_key(&s.tenant, &key).await? {
+                Some(run_id) => tick.started(firing, s, &run_id).await,
+                None => tick.held(firing, s, "the tick's run was not found").await,
             }
         }
         // Over one of the tenant's run quotas: this tick starts nothing.
         Err(engine::Error::QuotaExceeded(exceeded)) => {
             let why = format!("quota: {}", exceeded.describe());
-            tick.refused(state, s, "quota", &why).await
+            tick.refused(firing, s, "quota", &why).await
         }
         Err(
             refused @ (engine::Error::SessionBusy(_)
             | engine::Error::Conflict(_)
             | engine::Error::ForkTooLarge { .. }),
-        ) => tick_refused(state, s, tick, &refused.to_string()).await,
+        ) => tick_refused(firing, s, tick, &refused.to_string()).await,
         Err(other) => {
             tracing::error!(error = ?other, schedule = %s.id, "starting a schedule's run failed");
-            tick_refused(state, s, tick, "internal error").await
+            tick_refused(firing, s, tick, "internal error").await
         }
     }
 }
@@ -364,13 +387,13 @@ async fn start_tick(
 /// The body no longer runs (a workflow or tool it names was removed), or its session refuses
 /// it: the tick is recorded with why, and the schedule goes on.
 async fn tick_refused(
-    state: &AppState,
+    firing: &Firing,
     s: &ScheduleRecord,
     tick: Tick,
     why: &str,
 ) -> Result<(), crate::store::Error> {
     tracing::warn!(schedule = %s.id, %why, "a schedule's run was refused");
-    tick.refused(state, s, "refused", why).await
+    tick.refused(firing, s, "refused", why).await
 }
 
 /// A stored schedule's timing, or its problems as one line.
@@ -379,16 +402,4 @@ fn timing_of(s: &ScheduleRecord) -> Result<Timing, String> {
         let messages: Vec<String> = problems.into_iter().map(|(_, m)| m).collect();
         messages.join("; ")
     })
-}
-
-/// An error as one line: a 422's every problem with its pointer.
-fn describe(e: &ApiError) -> String {
-    match e {
-        ApiError::Validation { errors, .. } if !errors.is_empty() => errors
-            .iter()
-            .map(|f| format!("{}: {}", f.pointer, f.message))
-            .collect::<Vec<_>>()
-            .join("; "),
-        other => other.to_string(),
-    }
 }

@@ -96,12 +96,23 @@ async fn the_console_follows_answers_and_replays_runs_in_a_real_browser() {
     ));
     let answer =
         "The answer is 42: six times seven, computed with the calculator tool as you asked.";
-    // Slow enough that the browser sees text while the run is still running.
-    llm.push(Reply::text(answer).chunk_delay(80));
-    let app = spawn_app(|c| use_scripted(c, &llm)).await;
+    // Held after its first three words until the browser has seen them (it posts to the
+    // release URL), and paced so that its replay at 1x takes over a second.
+    llm.push(Reply::text(answer).chunk_delay(80).hold_after(4));
+    let app = spawn_app(|c| {
+        use_scripted(c, &llm);
+        // The hold lasts as long as the browser takes to see the words: no read timeout
+        // may cut it first.
+        c.llm.openai.read_timeout_ms = 60_000;
+        for provider in c.llm.providers.values_mut() {
+            provider.read_timeout_ms = 60_000;
+        }
+    })
+    .await;
     put_workflow(&app, &approve_spend()).await;
 
-    let report = browser("runs", &app.base, None).await;
+    let arg = json!({ "release": llm.release_url() }).to_string();
+    let report = browser("runs", &app.base, Some(&arg)).await;
 
     let live = finding(&report, "live");
     let (_, run) = app

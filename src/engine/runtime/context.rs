@@ -85,6 +85,35 @@ pub struct Services {
     pub hooks: super::hooks::Hooks,
     /// What each tenant's runs may take (`[quotas]`).
     pub quotas: Arc<crate::config::QuotasConfig>,
+    /// What a posted run body must be (`schemas/RunRequest.schema.json`), and where its
+    /// completion webhook may go (`[webhooks]`, `tools.http_allow*`): `intake`.
+    pub bodies: Arc<Bodies>,
+}
+
+/// What admitting a run body needs beyond what a run stands on.
+pub struct Bodies {
+    /// `schemas/RunRequest.schema.json`, compiled.
+    pub schema: crate::schema::ShippedSchema,
+    /// `[webhooks]`: whether this server signs webhooks, and each tenant's default receiver.
+    pub webhooks: crate::config::WebhooksConfig,
+    /// Where a webhook may be delivered (`tools.http_allow*`).
+    pub destinations: Arc<crate::tools::http::guard::Destinations>,
+}
+
+impl Bodies {
+    /// The rules of this server's configuration.
+    pub fn new(
+        webhooks: crate::config::WebhooksConfig,
+        destinations: Arc<crate::tools::http::guard::Destinations>,
+    ) -> Bodies {
+        Bodies {
+            schema: crate::schema::ShippedSchema::compile(include_str!(
+                "../../../schemas/RunRequest.schema.json"
+            )),
+            webhooks,
+            destinations,
+        }
+    }
 }
 
 impl RunContext {

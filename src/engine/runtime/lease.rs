@@ -65,6 +65,15 @@ impl LeaseGate {
         LeaseGate { inner: None }
     }
 
+    /// The gate `store` needs: [`Self::leased`] on a store replicas share, else [`Self::open`].
+    pub fn for_store(store: &crate::store::Store) -> LeaseGate {
+        if store.shared() {
+            LeaseGate::leased(store.lease_ttl())
+        } else {
+            LeaseGate::open()
+        }
+    }
+
     /// For leases of `ttl` on a shared store. Every lease this replica will hold is taken
     /// from now on (created or claimed), so each lasts at least until now + `ttl`.
     pub fn leased(ttl: Duration) -> LeaseGate {

@@ -149,5 +149,9 @@ async fn services(config: &Config) -> Services {
         lease: Default::default(),
         hooks: Default::default(),
         quotas: Arc::new(config.quotas.clone()),
+        bodies: Arc::new(super::context::Bodies::new(
+            config.webhooks.clone(),
+            Default::default(),
+        )),
     }
 }

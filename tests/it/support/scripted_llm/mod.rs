@@ -52,6 +52,8 @@ pub struct Reply {
     chunk_delay: Duration,
     /// Send this many frames, then stay silent until the client hangs up.
     stall_after: Option<usize>,
+    /// Send this many frames, then wait for [`ScriptedLlm::release_url`] to be called.
+    hold_after: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +92,7 @@ impl Reply {
             delay_before_first_chunk: Duration::ZERO,
             chunk_delay: Duration::ZERO,
             stall_after: None,
+            hold_after: None,
         }
     }
 
@@ -233,6 +236,14 @@ impl Reply {
         self.stall_after = Some(frames);
         self
     }
+
+    /// Send `frames` frames (counted as [`Self::stall_after`] counts them), then wait until
+    /// someone posts to [`ScriptedLlm::release_url`], then send the rest: a client can see a
+    /// reply part-way on any machine, however loaded, without a timing to guess.
+    pub fn hold_after(mut self, frames: usize) -> Self {
+        self.hold_after = Some(frames);
+        self
+    }
 }
 
 /// One request as the server saw it.
@@ -273,6 +284,8 @@ struct Shared {
     requests_changed: Notify,
     /// Woken whenever a streamed reply ends, completed or cut off.
     streams_changed: Notify,
+    /// Lets a held reply go on (`POST /release`); a release before the hold is kept.
+    release: Notify,
 }
 
 struct Script {
@@ -315,11 +328,13 @@ impl ScriptedLlm {
             }),
             requests_changed: Notify::new(),
             streams_changed: Notify::new(),
+            release: Notify::new(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai::chat_completions))
             .route("/v1/messages", post(anthropic::messages))
             .route("/api/chat", post(ollama::chat))
+            .route("/release", post(release))
             .fallback(not_found)
             .with_state(shared.clone());
         let stop = CancellationToken::new();
@@ -340,6 +355,11 @@ impl ScriptedLlm {
     /// `http://127.0.0.1:PORT/v1`, what `OPENAI_BASE_URL` would be.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// Where a POST lets a reply held by [`Reply::hold_after`] go on.
+    pub fn release_url(&self) -> String {
+        format!("http://{}/release", self.addr)
     }
 
     /// `http://127.0.0.1:PORT`, the base URL of an `anthropic` provider.
@@ -521,6 +541,8 @@ fn streamed_response(shared: Arc<Shared>, reply: &Reply, mut frames: Vec<String>
         chunk_delay: reply.chunk_delay,
         started: false,
         stall: reply.stall_after.is_some(),
+        hold_after: reply.hold_after,
+        sent: 0,
         guard: StreamGuard {
             shared,
             completed: false,
@@ -566,6 +588,11 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+async fn release(axum::extract::State(shared): axum::extract::State<Arc<Shared>>) -> StatusCode {
+    shared.release.notify_one();
+    StatusCode::NO_CONTENT
+}
+
 async fn not_found() -> Response {
     let body = json!({"error": {"message": "not found", "type": "invalid_request_error"}});
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
@@ -599,6 +626,9 @@ struct SseBody {
     chunk_delay: Duration,
     started: bool,
     stall: bool,
+    /// Frames to send before waiting for a release, and how many were sent.
+    hold_after: Option<usize>,
+    sent: usize,
     guard: StreamGuard,
 }
 
@@ -612,7 +642,11 @@ impl SseBody {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
+        if self.hold_after == Some(self.sent) && !self.frames.is_empty() {
+            self.guard.shared.release.notified().await;
+        }
         self.started = true;
+        self.sent += 1;
         match self.frames.pop_front() {
             Some(frame) => Some(frame),
             None if self.stall => {
