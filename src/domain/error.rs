@@ -62,8 +62,6 @@ error_codes! {
     InternalError = "internal_error", false;
     /// The store could not be read.
     StoreUnavailable = "store_unavailable", false;
-    /// The orchestration type is not available in this build.
-    NotSupported = "not_supported", false;
     // Limits.
     StepLimitExceeded = "step_limit_exceeded", false;
     TokenLimitExceeded = "token_limit_exceeded", false;

@@ -55,6 +55,29 @@ text_enum! {
     }
 }
 
+/// An orchestration that runs a run: what a request names, or what `auto` settles to. Never
+/// `auto`, so an executor exists for every value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Settled {
+    Simple,
+    Fixed,
+    Planner,
+    Reactive,
+}
+
+impl Orchestration {
+    /// The orchestration that runs, unless this is `auto` (still to be settled).
+    pub fn settled(self) -> Option<Settled> {
+        match self {
+            Orchestration::Auto => None,
+            Orchestration::Simple => Some(Settled::Simple),
+            Orchestration::Fixed => Some(Settled::Fixed),
+            Orchestration::Planner => Some(Settled::Planner),
+            Orchestration::Reactive => Some(Settled::Reactive),
+        }
+    }
+}
+
 text_enum! {
     /// Who decided a run's orchestration.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ToSchema)]
@@ -486,6 +509,18 @@ pub fn input_text(input: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every orchestration but `auto` runs as itself; `auto` has to be settled first.
+    #[test]
+    fn every_orchestration_but_auto_is_settled() {
+        for o in Orchestration::ALL {
+            let settled = o.settled();
+            assert_eq!(settled.is_none(), o == Orchestration::Auto, "{o:?}");
+            if let Some(runs) = settled {
+                assert_eq!(format!("{runs:?}").to_lowercase(), o.as_str());
+            }
+        }
+    }
 
     #[test]
     fn statuses_round_trip_and_know_terminality() {

@@ -7,9 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::event::FinalData;
-use crate::domain::{
-    Completion, ErrorCode, Orchestration, Payload, RunError, RunStatus, StepStatus,
-};
+use crate::domain::{Completion, ErrorCode, Payload, RunError, RunStatus, StepStatus};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +23,7 @@ use super::runtime::{queue, slots};
 use super::selector;
 use super::{fixed, planner, reactive, simple};
 use crate::domain::RunId;
+use crate::domain::run::Settled;
 
 /// What the engine shares with its run tasks.
 pub(super) struct Inner {
@@ -178,26 +177,16 @@ async fn execute(ctx: &RunContext) -> Outcome {
         Ok(o) => o,
         Err(e) => return Outcome::Failed(e),
     };
-    match executor_of(orchestration) {
-        Ok(executor) => executor.execute(ctx).await,
-        Err(e) => Outcome::Failed(e),
-    }
+    executor_of(orchestration).execute(ctx).await
 }
 
-/// The executor of a resolved orchestration type.
-fn executor_of(orchestration: Orchestration) -> Result<&'static dyn Executor, RunError> {
+/// The executor of a settled orchestration.
+fn executor_of(orchestration: Settled) -> &'static dyn Executor {
     match orchestration {
-        Orchestration::Simple => Ok(&simple::Simple),
-        Orchestration::Fixed => Ok(&fixed::Fixed),
-        Orchestration::Planner => Ok(&planner::Planner),
-        Orchestration::Reactive => Ok(&reactive::Reactive),
-        Orchestration::Auto => Err(RunError::new(
-            ErrorCode::NotSupported,
-            format!(
-                "orchestration `{}` is not available yet",
-                orchestration.as_str()
-            ),
-        )),
+        Settled::Simple => &simple::Simple,
+        Settled::Fixed => &fixed::Fixed,
+        Settled::Planner => &planner::Planner,
+        Settled::Reactive => &reactive::Reactive,
     }
 }
 

@@ -278,6 +278,21 @@ fn error_codes_are_variants_not_text() {
     );
 }
 
+/// Every `ErrorCode` is in docs/api.md's tables, so a user meeting one can look it up.
+#[test]
+fn every_error_code_is_documented() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md");
+    let docs = std::fs::read_to_string(path).unwrap();
+    let missing: Vec<String> = known_error_codes()
+        .into_iter()
+        .filter(|code| !docs.contains(&format!("`{code}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "error codes docs/api.md does not list: {missing:?}"
+    );
+}
+
 /// The text of every `ErrorCode` variant, read from the `error_codes!` table.
 fn known_error_codes() -> BTreeSet<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/domain/error.rs");

@@ -245,7 +245,14 @@ mod tests {
         }
     }
 
-    fn version(n: u32, ids: &[&str], change: Option<(TriggerKind, bool)>) -> PlanRecord {
+    /// What a re-planned version says it does: the whole task, or stands in for a part.
+    #[derive(Clone, Copy)]
+    enum Covers {
+        TheTask,
+        AStandIn,
+    }
+
+    fn version(n: u32, ids: &[&str], change: Option<(TriggerKind, Covers)>) -> PlanRecord {
         let steps: Vec<Value> = ids.iter().map(|id| json!({ "id": id })).collect();
         let trigger = change.map(|(kind, _)| crate::domain::replan::Trigger {
             kind,
@@ -264,7 +271,7 @@ mod tests {
             explanation: Some("said".into()),
             diff: None,
             restored_version: None,
-            completes_task: change.map(|(_, whole)| whole),
+            completes_task: change.map(|(_, covers)| matches!(covers, Covers::TheTask)),
             created_at: crate::domain::now(),
         }
     }
@@ -302,7 +309,11 @@ mod tests {
             attempt("replanner", 1, Completed),
         ];
         let v1 = version(1, &["a", "b", "c"], None);
-        let stand_in = version(2, &["a", "r"], Some((TriggerKind::StepFailed, false)));
+        let stand_in = version(
+            2,
+            &["a", "r"],
+            Some((TriggerKind::StepFailed, Covers::AStandIn)),
+        );
         let got = account(&[v1.clone(), stand_in.clone()], &attempts);
         let counts = StepCounts {
             completed: 2,
@@ -319,15 +330,23 @@ mod tests {
         );
 
         // The user's word redefines the task.
-        let asked = version(3, &["a", "r"], Some((TriggerKind::User, true)));
+        let asked = version(3, &["a", "r"], Some((TriggerKind::User, Covers::TheTask)));
         let got = account(&[v1.clone(), stand_in.clone(), asked], &attempts);
         assert_eq!(got.short, None);
         // Near a limit, with no failure to name.
-        let wrapped = version(2, &["a", "r"], Some((TriggerKind::LimitNear, false)));
+        let wrapped = version(
+            2,
+            &["a", "r"],
+            Some((TriggerKind::LimitNear, Covers::AStandIn)),
+        );
         let got = account(&[v1.clone(), wrapped], &attempts);
         assert_eq!(got.short.unwrap().code, ErrorCode::TaskIncomplete);
         // A whole-task version after a failure: success, with the failure counted.
-        let whole = version(2, &["a", "r"], Some((TriggerKind::StepFailed, true)));
+        let whole = version(
+            2,
+            &["a", "r"],
+            Some((TriggerKind::StepFailed, Covers::TheTask)),
+        );
         let got = account(&[v1.clone(), whole], &attempts);
         assert_eq!((&got.short, got.counts), (&None, counts));
         assert_eq!(

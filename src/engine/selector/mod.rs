@@ -33,7 +33,7 @@ use super::calls::function_call::{self, FunctionCall};
 use super::calls::model::structured;
 use super::runtime::context::RunContext;
 use super::runtime::sink::EventSink;
-use crate::domain::run::input_text;
+use crate::domain::run::{Settled, input_text};
 
 pub use crate::config::selector::{REQUEST_PLAN, REQUEST_WORKFLOW, Target};
 
@@ -45,9 +45,9 @@ pub const RESPONSE_NAME: &str = "orchestration_type";
 /// it. A choice made here is stored with the run and announced (`status` `running` with
 /// `selected`) before the executor starts. An error only for what ends the run anyway: a limit
 /// passed, a cancel.
-pub async fn settle(ctx: &RunContext) -> Result<Orchestration, RunError> {
+pub async fn settle(ctx: &RunContext) -> Result<Settled, RunError> {
     if let Some(selected) = ctx.run().selected {
-        return Ok(selected.orchestration);
+        return runs_as(selected.orchestration);
     }
     let selection = match ask_model(ctx).await {
         Ok(answer) => judge(ctx, &answer),
@@ -76,7 +76,18 @@ pub async fn settle(ctx: &RunContext) -> Result<Orchestration, RunError> {
         selected: Some(selection),
     };
     ctx.emit(None, announced).await;
-    Ok(orchestration)
+    runs_as(orchestration)
+}
+
+/// What a selection runs as: a selection never names `auto` (intake and [`judge`] choose
+/// among the others), so one that does is a defect, failing the run with its code.
+fn runs_as(orchestration: Orchestration) -> Result<Settled, RunError> {
+    orchestration.settled().ok_or_else(|| {
+        RunError::new(
+            ErrorCode::InternalError,
+            "the run's orchestration was settled as `auto`",
+        )
+    })
 }
 
 /// The model's (schema-valid) answer as a selection: its orchestration when it can run this
