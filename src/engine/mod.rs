@@ -6,7 +6,10 @@
 //! The engine stands on floors (ARCHITECTURE.md, "The engine"): [`runtime`] at the bottom
 //! imports no feature; [`calls`] above it; then the features and executors ([`session`],
 //! [`review`], [`fork`], [`scheduler`], [`simple`], [`fixed`], [`planner`], [`reactive`],
-//! [`selector`]); then [`intake`] and the run task (`run`); `Engine` on top.
+//! [`selector`]); then [`intake`] and the run task (`run`); `Engine` on top (this file: runs
+//! admitted, created, forked, started), with its methods on runs that exist beside it
+//! (`control`: cancel, pause, answer, re-plan; `replica`: resume, leases, notices, the store's
+//! health).
 //!
 //! Reading order: [`intake`] (a run request checked and resolved before it is stored) →
 //! [`Engine`] (this file) → `run` (one run's life) → the executors ([`simple`], [`fixed`] on
@@ -24,12 +27,14 @@
 //!   requests for runs it does not run to the one that does ([`Engine::on_notice`]).
 
 pub mod calls;
+mod control;
 mod error;
 pub mod fixed;
 pub mod fork;
 pub mod intake;
 pub mod planner;
 pub mod reactive;
+mod replica;
 pub mod review;
 mod run;
 pub mod runtime;
@@ -38,22 +43,20 @@ pub mod selector;
 pub mod session;
 pub mod simple;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::domain::quota::Exceeded;
 use crate::domain::run::RunSpec;
-use crate::domain::{Payload, Run, RunId, RunStatus, Tenant};
+use crate::domain::{Run, RunId, Tenant};
 use crate::functions::FunctionRegistry;
 use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
-use crate::store::{self, Idempotency, Inserted, Notice, PauseWrite, StoredRun};
+use crate::store::{self, Idempotency, Inserted, StoredRun};
 use crate::tools::ToolRegistry;
 use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::DeclaredTools;
@@ -459,205 +462,6 @@ impl Engine {
             .await
     }
 
-    /// Takes and resumes the unfinished runs no task runs: on SQLite every one (after a stop,
-    /// a crash, or the store coming back); on Postgres those nobody else holds (their lease
-    /// lapsed, or was handed back) and this replica's own. The number of runs it resumed.
-    pub async fn resume_unfinished(&self) -> Result<usize, Error> {
-        let claim = match self.inner.services.store().shared() {
-            true => store::Claim::FreeAndOwn,
-            false => store::Claim::Every,
-        };
-        self.claim_and_resume(claim).await
-    }
-
-    async fn claim_and_resume(&self, claim: store::Claim) -> Result<usize, Error> {
-        let store = self.inner.services.store();
-        let runs = store.claim_runs(claim, CLAIM_BATCH).await?;
-        let mut n = 0;
-        let mut runs = runs.into_iter();
-        while let Some(stored) = runs.next() {
-            if self.is_live(stored.run.id) {
-                continue;
-            }
-            let last = match store.last_seq(stored.run.id).await {
-                Ok(last) => last,
-                Err(e) => {
-                    // Claimed but not started: handed back, so they are not left leased to a
-                    // replica that does not run them.
-                    let left: Vec<RunId> = std::iter::once(stored.run.id)
-                        .chain(runs.map(|r| r.run.id))
-                        .collect();
-                    if let Err(e) = store.release_runs(&left).await {
-                        tracing::warn!(error = ?e, "could not hand back runs; their leases lapse");
-                    }
-                    return Err(e.into());
-                }
-            };
-            self.spawn(stored, last, None);
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    fn is_live(&self, id: RunId) -> bool {
-        self.inner.live.lock().expect("live lock").contains_key(&id)
-    }
-
-    /// On a shared database, every third of a lease (or at once when another replica hands
-    /// runs back): renews this replica's leases, stops the runs another replica took over,
-    /// honours cancels and answers given through other replicas (whose notices may have been
-    /// lost), then takes over runs whose lease lapsed. Runs until the server stops; the caller
-    /// tracks the task. Does nothing on SQLite.
-    pub async fn keep_leases(self) {
-        let store = self.inner.services.store().clone();
-        if !store.shared() {
-            return;
-        }
-        let every = store.lease_ttl() / 3;
-        let gate = &self.inner.services.lease;
-        loop {
-            tokio::select! {
-                _ = self.inner.shutdown.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
-                _ = self.inner.claim_now.notified() => {}
-                _ = gate.renewal_asked() => {}
-            }
-            if let Err(e) = self.tend_leases().await {
-                tracing::warn!(error = ?e, "tending run leases failed; trying again");
-            }
-        }
-    }
-
-    async fn tend_leases(&self) -> Result<(), Error> {
-        let store = self.inner.services.store();
-        // Only tasks that ran before the renewal can be judged by it: a run created (or
-        // taken) meanwhile is leased here but may be missing from what the renewal saw.
-        let before: Vec<RunId> = {
-            let live = self.inner.live.lock().expect("live lock");
-            live.keys().copied().collect()
-        };
-        // Taken before the renewal is sent: the database dates the lease later than this.
-        let sent = tokio::time::Instant::now();
-        let held = store.renew_leases().await?;
-        let ids: HashSet<RunId> = held.iter().map(|(id, _)| *id).collect();
-        let mut lost = Vec::new();
-        let mut cancels = Vec::new();
-        {
-            let live = self.inner.live.lock().expect("live lock");
-            for id in before.iter().filter(|id| !ids.contains(id)) {
-                if let Some(handles) = live.get(id) {
-                    lost.push((*id, handles.stop.clone()));
-                }
-            }
-            for (id, cancel) in &held {
-                if let Some(h) = live.get(id).filter(|_| *cancel) {
-                    cancels.push(h.cancel.clone());
-                }
-            }
-        }
-        for (id, stop) in lost {
-            // Ended meanwhile (its task is on its way out), or taken over by another replica
-            // after this one's lease lapsed: either way it is not this replica's to run.
-            if !stop.is_cancelled() {
-                tracing::debug!(run_id = %id, "the run's lease is gone: its task stops");
-                stop.cancel();
-            }
-        }
-        for cancel in cancels {
-            cancel.cancel();
-        }
-        // Only now, with the lost runs' tasks stopped, may their gates open again.
-        self.inner.services.lease.renewed(sent);
-        for (id, _) in &held {
-            self.take_stored_answer(*id).await;
-        }
-        let resumed = self.claim_and_resume(store::Claim::Free).await?;
-        if resumed > 0 {
-            tracing::info!(
-                runs = resumed,
-                "took over runs whose lease lapsed or was handed back"
-            );
-        }
-        Ok(())
-    }
-
-    /// Acts on what another replica told this one.
-    pub async fn on_notice(&self, notice: Notice) {
-        match notice {
-            Notice::Events { run, seq } => self.inner.services.hub.stored_elsewhere(run, seq),
-            Notice::Cancel(run) => {
-                let live = self.inner.live.lock().expect("live lock");
-                if let Some(h) = live.get(&run) {
-                    h.cancel.cancel();
-                }
-            }
-            Notice::Input(run) => self.take_stored_answer(run).await,
-            Notice::Replan(run) => self.inner.services.replans.wake(run),
-            Notice::Pause(run) => self.pause_as_stored(run).await,
-            Notice::Released => self.inner.claim_now.notify_one(),
-        }
-    }
-
-    /// Hands a waiting run the answer another replica stored for it, if there is one.
-    async fn take_stored_answer(&self, run: RunId) {
-        let inputs = &self.inner.services.inputs;
-        let Some(key) = inputs.waiting_at(run) else {
-            return;
-        };
-        match self.inner.services.store().answer_for(run, &key).await {
-            Ok(Some(value)) => {
-                if let Some(waiting) = inputs.take_stored(run, &key) {
-                    waiting.deliver(value);
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = ?e, run_id = %run, "reading a stored answer failed"),
-        }
-    }
-
-    /// Watches the store: each time it takes writes again after refusing them (the store
-    /// itself opens fresh connections then, see `Store::renew_connections`), waits until
-    /// everything queued meanwhile is written, then resumes the runs that stopped — tried
-    /// again with backoff until it succeeds, and again whenever a run task that stopped for
-    /// the store ends after that. Runs until the server stops; the caller tracks the task.
-    pub async fn supervise_store(self) {
-        let hub = self.inner.services.hub.clone();
-        let shutdown = &self.inner.shutdown;
-        let mut health = hub.health();
-        loop {
-            let outage = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = health.down() => true,
-                _ = self.inner.resume_now.notified() => !hub.is_healthy(),
-            };
-            if outage {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = health.up() => {}
-                }
-            }
-            hub.flush().await;
-            let mut delay = Duration::from_millis(100);
-            loop {
-                match self.resume_unfinished().await {
-                    Ok(n) => {
-                        tracing::info!(runs = n, "the store is back: stopped runs resume");
-                        break;
-                    }
-                    Err(e) => tracing::warn!(
-                        error = ?e,
-                        "resuming runs after the store came back failed; trying again"
-                    ),
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-
     /// Cancels every run of the session still in progress (for a new run that interrupts
     /// them); their histories stay. A run that ends meanwhile is left as it ended.
     async fn interrupt_session(&self, tenant: &Tenant, session: &str) -> Result<(), Error> {
@@ -674,265 +478,6 @@ impl Engine {
             }
         }
         Ok(())
-    }
-
-    /// Asks a run to stop. Returns the run as it is now.
-    pub async fn cancel(&self, tenant: &Tenant, id: RunId) -> Result<Run, Error> {
-        let store = self.inner.services.store();
-        let mut stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
-        if stored.run.status.is_terminal() {
-            return Err(Error::AlreadyTerminal(stored.run.status.as_str()));
-        }
-        let token = {
-            let live = self.inner.live.lock().expect("live lock");
-            live.get(&id).map(|h| h.cancel.clone())
-        };
-        if let Some(token) = token {
-            token.cancel();
-            return Ok(stored.run);
-        }
-        if store.shared() {
-            // Recorded first, so whichever replica runs it next ends it.
-            store.request_cancel(id).await?;
-            if !store.claim_run(id).await? {
-                store.notify(&Notice::Cancel(id)).await?;
-                return Ok(stored.run);
-            }
-        }
-        // No task holds it (on SQLite it cannot happen after resume_unfinished; on Postgres
-        // nobody held it and now this replica does): start one that ends it at once.
-        let last = store.last_seq(id).await?;
-        let run = stored.run.clone();
-        stored.cancel_requested = true;
-        self.spawn(stored, last, None);
-        Ok(run)
-    }
-
-    /// Pauses ([`Pause::Wanted`]) or resumes ([`Pause::Lifted`]) one of the tenant's runs (see [`pause`]): recorded with the
-    /// run, so whichever replica runs it (now, or after a restart) holds it so, then told to
-    /// the run. A resume lets the run past the breakpoints it is held at in the same write, so
-    /// a kill or a takeover right after it does not stop the run there again. Pausing a
-    /// paused run changes nothing; pausing past the tenant's `paused_runs` quota is
-    /// [`Error::QuotaExceeded`]; resuming one that is not paused is a [`Error::Conflict`], as
-    /// is either for a run that has ended.
-    pub async fn set_paused(&self, tenant: &Tenant, id: RunId, pause: Pause) -> Result<Run, Error> {
-        let services = &self.inner.services;
-        let store = services.store();
-        let stored = store.get_run(tenant, id).await?.ok_or(Error::NotFound)?;
-        if stored.run.status.is_terminal() {
-            return Err(Error::AlreadyTerminal(stored.run.status.as_str()));
-        }
-        if pause == Pause::Lifted
-            && !stored.pause_requested
-            && stored.run.status != RunStatus::Paused
-        {
-            return Err(Error::Conflict("the run is not paused".into()));
-        }
-        let written = if pause == Pause::Wanted {
-            let cap = services.quotas.of(&tenant.0).paused_runs;
-            store.request_pause(tenant, id, cap).await?
-        } else if store.lift_pause(id).await? {
-            PauseWrite::Done
-        } else {
-            PauseWrite::Ended
-        };
-        match written {
-            PauseWrite::Done => {}
-            PauseWrite::Ended => return Err(Error::AlreadyTerminal("finished")),
-            PauseWrite::OverCap { used } => {
-                let cap = services.quotas.of(&tenant.0).paused_runs;
-                services.metrics.quota_refused(&tenant.0, "paused_runs");
-                return Err(Error::QuotaExceeded(Exceeded::paused(cap, used)));
-            }
-        }
-        if !self.tell_pause(id, pause) && store.shared() {
-            store.notify(&Notice::Pause(id)).await?;
-        }
-        Ok(stored.run)
-    }
-
-    /// Tells the run's task here whether to pause; false when no task here runs it.
-    fn tell_pause(&self, id: RunId, pause: Pause) -> bool {
-        let live = self.inner.live.lock().expect("live lock");
-        let Some(handles) = live.get(&id) else {
-            return false;
-        };
-        handles.pause.send_replace(pause == Pause::Wanted);
-        true
-    }
-
-    /// Another replica changed the run's pause: its task here takes the stored word.
-    async fn pause_as_stored(&self, id: RunId) {
-        if !self.is_live(id) {
-            return;
-        }
-        match self.inner.services.store().pause_requested(id).await {
-            Ok(Some(wanted)) => {
-                let pause = if wanted { Pause::Wanted } else { Pause::Lifted };
-                self.tell_pause(id, pause);
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = ?e, run_id = %id, "reading a run's pause failed"),
-        }
-    }
-
-    /// Answers a run's pending `user_input` step.
-    pub async fn submit_input(
-        &self,
-        tenant: &Tenant,
-        id: RunId,
-        step_id: &str,
-        value: Value,
-    ) -> Result<(), SubmitError> {
-        let stored = self
-            .inner
-            .services
-            .store()
-            .get_run(tenant, id)
-            .await
-            .map_err(|e| SubmitError::Engine(e.into()))?
-            .ok_or(SubmitError::Engine(Error::NotFound))?;
-        if stored.run.status.is_terminal() {
-            return Err(SubmitError::Engine(Error::AlreadyTerminal(
-                stored.run.status.as_str(),
-            )));
-        }
-        let inputs = &self.inner.services.inputs;
-        if self.inner.services.store().shared() && !self.is_live(id) {
-            return self.answer_elsewhere(&stored, step_id, value).await;
-        }
-        // Stored before it is delivered: once this returns, the answer survives a crash.
-        let waiting = inputs
-            .take(id, step_id, &value)
-            .map_err(SubmitError::Input)?;
-        let stored = self
-            .inner
-            .services
-            .store()
-            .save_answer(id, &waiting.step, &value)
-            .await;
-        match stored {
-            Ok(()) => {
-                waiting.deliver(value);
-                Ok(())
-            }
-            Err(e) => {
-                inputs.put_back(id, waiting);
-                Err(SubmitError::Engine(e.into()))
-            }
-        }
-    }
-
-    /// Answers a run that another replica runs (or will, once it takes it over): the answer
-    /// is checked against the run's last `input_required` event, stored unless the step has
-    /// one already, and announced to the replica that runs it.
-    async fn answer_elsewhere(
-        &self,
-        stored: &StoredRun,
-        step_id: &str,
-        value: Value,
-    ) -> Result<(), SubmitError> {
-        let store = self.inner.services.store();
-        let id = stored.run.id;
-        let not_waiting =
-            |on: Option<String>| SubmitError::Input(input::InputError::NotWaiting(on));
-        if stored.run.status != RunStatus::WaitingInput {
-            return Err(not_waiting(None));
-        }
-        let request = store
-            .last_input_request(id)
-            .await
-            .map_err(|e| SubmitError::Engine(e.into()))?
-            .ok_or_else(|| not_waiting(None))?;
-        let waits_on = request.step_id.clone().unwrap_or_default();
-        if waits_on != step_id {
-            return Err(not_waiting(Some(waits_on)));
-        }
-        let Payload::InputRequired(data) = &request.data else {
-            let corrupt = store::Error::Corrupt("an input_required event without its data".into());
-            return Err(SubmitError::Engine(corrupt.into()));
-        };
-        if let Some(schema) = &data.schema {
-            let schema = crate::plan::JsonSchema::compile(schema)
-                .map_err(|e| SubmitError::Engine(store::Error::Corrupt(e).into()))?;
-            input::check_answer(&schema, &value).map_err(SubmitError::Input)?;
-        }
-        let Some(key) = request.step() else {
-            return Err(not_waiting(None));
-        };
-        let first = store
-            .save_first_answer(id, &key, &value)
-            .await
-            .map_err(|e| SubmitError::Engine(e.into()))?;
-        if !first {
-            return Err(not_waiting(None));
-        }
-        store
-            .notify(&Notice::Input(id))
-            .await
-            .map_err(|e| SubmitError::Engine(e.into()))?;
-        Ok(())
-    }
-
-    /// Asks a running reactive run for a new plan: the request is stored (once this returns
-    /// it survives a crash), then the run is woken; it re-plans with `message` as the user's
-    /// word, also while it waits for input. With `restore_version` the run goes back to that
-    /// earlier version itself, without asking the re-planner.
-    pub async fn request_replan(
-        &self,
-        tenant: &Tenant,
-        id: RunId,
-        message: &str,
-        restore_version: Option<u32>,
-    ) -> Result<u64, Error> {
-        let stored = self
-            .inner
-            .services
-            .store()
-            .get_run(tenant, id)
-            .await?
-            .ok_or(Error::NotFound)?;
-        if stored.run.status.is_terminal() {
-            return Err(Error::AlreadyTerminal(stored.run.status.as_str()));
-        }
-        if stored.run.orchestration != crate::domain::Orchestration::Reactive {
-            return Err(Error::Conflict(format!(
-                "only reactive runs re-plan; this run is `{}`",
-                stored.run.orchestration.as_str()
-            )));
-        }
-        if let Some(wanted) = restore_version {
-            let current = stored.run.plan_version.unwrap_or(0);
-            if wanted == 0 || wanted >= current {
-                return Err(Error::Invalid(vec![crate::plan::Problem::new(
-                    "/restore_version",
-                    match current {
-                        0 | 1 => format!(
-                            "the run has no plan version before its current one to go back to (it is at version {current})"
-                        ),
-                        _ => format!(
-                            "`restore_version` must be an earlier plan version, 1 to {}",
-                            current - 1
-                        ),
-                    },
-                )]));
-            }
-        }
-        let seq = self
-            .inner
-            .services
-            .store()
-            .save_replan_request(id, message, restore_version)
-            .await?;
-        self.inner.services.replans.wake(id);
-        if !self.is_live(id) {
-            self.inner
-                .services
-                .store()
-                .notify(&Notice::Replan(id))
-                .await?;
-        }
-        Ok(seq)
     }
 
     fn context(

@@ -78,9 +78,12 @@ const ENGINE_FLOORS: &[(&str, u8)] = &[
     ("fixed", 5),
     ("planner", 6),
     ("reactive", 7),
-    // A run's task, then `Engine`.
+    // A run's task, then `Engine`: runs created and resumed, then what a client and the
+    // replica do to the runs it holds.
     ("run", 8),
     ("mod", 9),
+    ("control", 10),
+    ("replica", 10),
 ];
 
 /// The longest a function in `src/` may be, from its signature line to its closing brace.
