@@ -144,7 +144,9 @@ impl Failure {
     }
 }
 
-/// One call to one target, under the alias's settings and deadline.
+/// One call to one target, under the alias's settings and deadline: the request fitted to the
+/// target, its response schema projected for the provider, the call streamed within a trace
+/// span and the target's deadline, and the answer restored to the schema's full shape.
 async fn call_target(
     ctx: &RunContext,
     target: &Target,
@@ -154,18 +156,48 @@ async fn call_target(
     filter: Option<Box<dyn TextFilter>>,
 ) -> Result<ModelReply, Failure> {
     ctx.lease_ready().await;
+    fit_to(target, &mut request).map_err(|error| Failure {
+        error,
+        streamed: false,
+    })?;
+    let projection = project(target, &mut request);
+    let mut streamed = false;
+    let out = Out {
+        step,
+        text_kind,
+        filter,
+        streamed: &mut streamed,
+    };
+    let span = chat_span(ctx, step, target, &request);
+    let call = stream_reply(ctx, &*target.provider, request, out);
+    let call =
+        opentelemetry::context::FutureExt::with_context(call, span.clone().unwrap_or_default());
+    let result = within_deadline(target, call).await;
+    crate::telemetry::end(span, result.as_ref().err());
+    let mut reply = result.map_err(|error| Failure { error, streamed })?;
+    if let Some(text) = projection.and_then(|p| p.restore_text(&reply.text)) {
+        reply.text = text;
+    }
+    Ok(reply)
+}
+
+/// The request as `target` takes it: its model, the alias's settings where the call sets none,
+/// its capabilities; refused if it cannot fit the model's context window.
+fn fit_to(target: &Target, request: &mut ChatRequest) -> Result<(), RunError> {
     request.model = target.model.clone();
     request.temperature = request.temperature.or(target.temperature);
     request.max_tokens = request.max_tokens.or(target.max_tokens);
     request.capabilities = target.capabilities;
-    if let Some(window) = target.capabilities.context_window {
-        fits_window(&request, window, &target.alias).map_err(|error| Failure {
-            error,
-            streamed: false,
-        })?;
+    match target.capabilities.context_window {
+        Some(window) => fits_window(request, window, &target.alias),
+        None => Ok(()),
     }
-    // The schema as this provider takes it; the answer is restored to the full shape below.
-    let projection = request.response_schema.as_mut().map(|asked| {
+}
+
+/// The response schema as this provider takes it (its dialect of structured output); the
+/// projection restores the answer to the full shape afterwards.
+fn project(target: &Target, request: &mut ChatRequest) -> Option<Projection> {
+    request.response_schema.as_mut().map(|asked| {
         let mode = target.capabilities.structured_output;
         let dialect = target.provider.schema_dialect(mode);
         let projection = Projection::new(&asked.schema, dialect);
@@ -181,14 +213,16 @@ async fn call_target(
         asked.schema = projection.schema.clone();
         asked.strict = projection.faithful;
         projection
-    });
-    let mut streamed = false;
-    let out = Out {
-        step,
-        text_kind,
-        filter,
-        streamed: &mut streamed,
-    };
+    })
+}
+
+/// The trace span of one chat call under `step`'s attempt, with the settings it was sent with.
+fn chat_span(
+    ctx: &RunContext,
+    step: &StepPath,
+    target: &Target,
+    request: &ChatRequest,
+) -> Option<opentelemetry::Context> {
     let parent = ctx.trace_parent(Some(step));
     let span =
         (ctx.services.telemetry).start_chat(parent.as_ref(), target.provider.name(), &target.model);
@@ -206,29 +240,29 @@ async fn call_target(
         ));
     }
     crate::telemetry::annotate(span.as_ref(), settings);
-    let call = stream_reply(ctx, &*target.provider, request, out);
-    let call =
-        opentelemetry::context::FutureExt::with_context(call, span.clone().unwrap_or_default());
-    let result = match target.timeout {
-        None => call.await,
-        Some(deadline) => match tokio::time::timeout(deadline, call).await {
-            Ok(result) => result,
-            Err(_) => Err(RunError::new(
+    span
+}
+
+/// `call`, failed as `llm_timeout` past the target's deadline (when it has one).
+async fn within_deadline<T>(
+    target: &Target,
+    call: impl std::future::Future<Output = Result<T, RunError>>,
+) -> Result<T, RunError> {
+    let Some(deadline) = target.timeout else {
+        return call.await;
+    };
+    tokio::time::timeout(deadline, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(RunError::new(
                 ErrorCode::LlmTimeout,
                 format!(
                     "model `{}` did not answer within {} ms",
                     target.alias,
                     deadline.as_millis()
                 ),
-            )),
-        },
-    };
-    crate::telemetry::end(span, result.as_ref().err());
-    let mut reply = result.map_err(|error| Failure { error, streamed })?;
-    if let Some(text) = projection.and_then(|p| p.restore_text(&reply.text)) {
-        reply.text = text;
-    }
-    Ok(reply)
+            ))
+        })
 }
 
 /// Refuses a prompt estimated larger than the model's context window before sending it:
