@@ -89,15 +89,18 @@ async fn max_parallel_steps_covers_the_children_of_a_parallel_step() {
     let events = run_plan(&app, plan).await;
     assert_eq!(final_data(&events)["status"], "succeeded");
     let id = run_id(&events);
+    let time = |v: &Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap())
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    };
     let mut spans = Vec::new();
     for i in 0..4 {
         let a = app.attempts(&id, &format!("w{i}")).await;
-        let start = a[0]["started_at"].as_str().unwrap().to_owned();
-        let end = a[0]["completed_at"].as_str().unwrap().to_owned();
-        spans.push((start, end));
+        spans.push((time(&a[0]["started_at"]), time(&a[0]["completed_at"])));
     }
     spans.sort();
-    // Fixed-width RFC 3339 times compare in time order as strings.
+    // As times, not text: RFC 3339 times drop trailing zeros (`.393Z` beside `.393348Z`).
     for pair in spans.windows(2) {
         assert!(
             pair[1].0 >= pair[0].1,
