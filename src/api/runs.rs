@@ -170,12 +170,7 @@ pub(super) async fn admit_body(
         .admit_body(tenant, body)
         .await
         .map_err(|refused| match refused {
-            Refused::Invalid(problems) => ApiError::validation_many(
-                problems
-                    .into_iter()
-                    .map(|p| FieldError::new(p.pointer, p.message))
-                    .collect(),
-            ),
+            Refused::Invalid(problems) => ApiError::problems(problems),
             Refused::Store(e) => e.into(),
         })
 }

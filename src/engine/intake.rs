@@ -139,11 +139,11 @@ pub async fn admit(
     tenant: &Tenant,
     mut request: RunRequest,
 ) -> Result<Admitted, Refused> {
-    // The tenant's tools as the store has them now; the run keeps the declarations it may
-    // call, so it calls the same tools wherever and whenever it runs.
     let webhook = webhook_of(&services.bodies, tenant, request.webhook.take());
     request.webhook = webhook.as_ref().ok().cloned().flatten();
     let mut problems: Vec<Problem> = webhook.err().into_iter().collect();
+    // The tenant's tools as the store has them now; the run keeps the declarations it may
+    // call, so it calls the same tools wherever and whenever it runs.
     let declared = services.declared_tools(tenant).await?;
     let tenants = services.for_tenant(tenant, &declared);
     problems.extend(named(&tenants, &request));

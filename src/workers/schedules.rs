@@ -331,7 +331,7 @@ async fn start_tick(
             // Every problem with its pointer, as the 422 of `POST /v1/runs` would list them.
             let why = problems
                 .iter()
-                .map(|p| format!("{}: {}", p.pointer, p.message))
+                .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; ");
             return tick_refused(firing, s, tick, &why).await;

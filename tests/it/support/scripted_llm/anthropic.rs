@@ -50,17 +50,15 @@ pub(super) async fn messages(
     if let Kind::Status(status) = reply.kind {
         return anthropic_status(status, &reply);
     }
-    let reply = Reply {
-        stall_after: reply.stall_after.map(|n| match n {
-            0 => 0,
-            n => n + EXTRA_OPENING_FRAMES,
-        }),
-        ..reply
-    };
+    let reply = reply.in_frames(|n| match n {
+        0 => 0,
+        n => n + EXTRA_OPENING_FRAMES,
+    });
     streamed_response(shared, &reply, frames)
 }
 
-/// `stall_after` counts OpenAI's frames (one opening, then one per piece of content).
+/// `stall_after` and `hold_after` count OpenAI's frames (one opening, then one per piece of
+/// content).
 /// Anthropic opens with three (`message_start`, `ping`, the first block's start), so the same
 /// content ends two frames further.
 const EXTRA_OPENING_FRAMES: usize = 2;

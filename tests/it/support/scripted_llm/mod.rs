@@ -237,6 +237,16 @@ impl Reply {
         self
     }
 
+    /// This reply with its frame counts (`stall_after`, `hold_after`, counted in OpenAI's
+    /// frames) turned into another dialect's by `frames`.
+    pub(super) fn in_frames(self, frames: impl Fn(usize) -> usize) -> Reply {
+        Reply {
+            stall_after: self.stall_after.map(&frames),
+            hold_after: self.hold_after.map(&frames),
+            ..self
+        }
+    }
+
     /// Send `frames` frames (counted as [`Self::stall_after`] counts them), then wait until
     /// someone posts to [`ScriptedLlm::release_url`], then send the rest: a client can see a
     /// reply part-way on any machine, however loaded, without a timing to guess.

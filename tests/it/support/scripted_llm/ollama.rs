@@ -43,12 +43,9 @@ pub(super) async fn chat(
         let message = error_message(&reply, status);
         return status_response(status, &reply, json!({"error": message}));
     }
-    // `stall_after` counts OpenAI's frames, whose first only opens the answer: Ollama's lines
-    // all carry content.
-    let reply = Reply {
-        stall_after: reply.stall_after.map(|n| n.saturating_sub(1)),
-        ..reply
-    };
+    // `stall_after` and `hold_after` count OpenAI's frames, whose first only opens the
+    // answer: Ollama's lines all carry content.
+    let reply = reply.in_frames(|n| n.saturating_sub(1));
     let mut response = streamed_response(shared, &reply, lines);
     response.headers_mut().insert(
         header::CONTENT_TYPE,
