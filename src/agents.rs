@@ -17,6 +17,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::domain::Tenant;
+use crate::domain::definition::{DefinitionKind, Pin, digest};
 use crate::plan::agent::{AgentCatalog, items, validate_agent};
 use crate::store::{self, Registry, RegistryRecord, Store};
 
@@ -43,15 +44,16 @@ impl Agents {
         self.store.get_entry(Registry::Agents, tenant, name).await
     }
 
-    /// Creates or replaces the tenant's own agent: whether it is new.
+    /// Creates or replaces the tenant's own agent, as a new version when it changed.
     pub async fn put(
         &self,
         tenant: &Tenant,
         name: &str,
         definition: &Value,
-    ) -> store::Result<bool> {
+        authored: store::Authored<'_>,
+    ) -> store::Result<store::Put> {
         self.store
-            .put_entry(Registry::Agents, tenant, name, definition)
+            .put_entry(Registry::Agents, tenant, name, definition, authored)
             .await
     }
 
@@ -72,8 +74,22 @@ impl Agents {
     }
 
     /// [`resolve_references`] in the registries the tenant reads.
-    pub async fn resolve_references(&self, tenant: &Tenant, doc: &mut Value) -> store::Result<()> {
+    pub async fn resolve_references(
+        &self,
+        tenant: &Tenant,
+        doc: &mut Value,
+    ) -> store::Result<Vec<Pin>> {
         resolve_references(&self.store, tenant, doc).await
+    }
+
+    /// [`resolve_over`] in the registries the tenant reads.
+    pub async fn resolve_over(
+        &self,
+        tenant: &Tenant,
+        doc: &mut Value,
+        overlay: &Overlay,
+    ) -> store::Result<Vec<Pin>> {
+        resolve_over(&self.store, tenant, doc, overlay).await
     }
 }
 
@@ -156,14 +172,35 @@ async fn read_agent(path: &Path) -> anyhow::Result<(String, Value)> {
 /// Copies into the plan document `doc` the registered agents and workflows its steps name
 /// (and those they name in turn: handoff targets, workflow agents, the steps of nested
 /// workflows) that the plan does not define itself, so the run executes — and resumes —
-/// exactly what was validated. Names found nowhere are left for validation to report.
+/// exactly what was validated. Names found nowhere are left for validation to report. Returns
+/// the version of each definition copied in (the latest, when the plan is resolved).
 pub async fn resolve_references(
     store: &Store,
     tenant: &Tenant,
     doc: &mut Value,
-) -> crate::store::Result<()> {
+) -> crate::store::Result<Vec<Pin>> {
+    resolve_over(store, tenant, doc, &Overlay::default()).await
+}
+
+/// Agents and workflows that stand in front of the registries: those of a bundle being
+/// applied, which a definition of the same bundle may name before they are stored.
+#[derive(Debug, Default)]
+pub struct Overlay {
+    pub agents: serde_json::Map<String, Value>,
+    pub workflows: serde_json::Map<String, Value>,
+}
+
+/// [`resolve_references`], taking a name from `overlay` before the registries (no pin is
+/// recorded for those: they are not stored yet).
+pub async fn resolve_over(
+    store: &Store,
+    tenant: &Tenant,
+    doc: &mut Value,
+    overlay: &Overlay,
+) -> crate::store::Result<Vec<Pin>> {
+    let mut pins = Vec::new();
     let Some(members) = doc.as_object_mut() else {
-        return Ok(());
+        return Ok(pins);
     };
     let mut agents = take_map(members, "agents");
     let mut workflows = take_map(members, "workflows");
@@ -178,17 +215,26 @@ pub async fn resolve_references(
             if agents.contains_key(&name) {
                 continue;
             }
-            if let Some(found) = store.get_entry(Registry::Agents, tenant, &name).await? {
+            if let Some(definition) = overlay.agents.get(&name) {
+                wanted.definition(definition);
+                agents.insert(name, definition.clone());
+            } else if let Some(found) = store.get_entry(Registry::Agents, tenant, &name).await? {
                 wanted.definition(&found.definition);
+                pins.push(pin(DefinitionKind::Agent, &found));
                 agents.insert(name, found.definition);
             }
         } else if let Some(name) = wanted.workflows.pop() {
             if workflows.contains_key(&name) {
                 continue;
             }
-            if let Some(found) = store.get_entry(Registry::Workflows, tenant, &name).await? {
+            if let Some(definition) = overlay.workflows.get(&name) {
+                wanted.definition(definition);
+                wanted.steps(definition.get("steps"));
+                workflows.insert(name, definition.clone());
+            } else if let Some(found) = store.get_entry(Registry::Workflows, tenant, &name).await? {
                 wanted.definition(&found.definition);
                 wanted.steps(found.definition.get("steps"));
+                pins.push(pin(DefinitionKind::Workflow, &found));
                 workflows.insert(name, found.definition);
             }
         } else {
@@ -201,7 +247,18 @@ pub async fn resolve_references(
     if !workflows.is_empty() {
         members.insert("workflows".into(), Value::Object(workflows));
     }
-    Ok(())
+    Ok(pins)
+}
+
+/// The pin of a registry entry, at the version it was read at.
+pub fn pin(kind: DefinitionKind, entry: &RegistryRecord) -> Pin {
+    Pin {
+        kind,
+        name: entry.name.clone(),
+        version: entry.version,
+        digest: digest(&entry.definition),
+        shared: entry.shared,
+    }
 }
 
 fn take_map(

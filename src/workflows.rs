@@ -47,14 +47,23 @@ impl Workflows {
         self.store.get_workflow(tenant, name).await
     }
 
-    /// Creates or replaces the tenant's own workflow: whether it is new.
+    /// Creates or replaces the tenant's own workflow, as a new version when it changed.
     pub async fn put(
         &self,
         tenant: &Tenant,
         name: &str,
         definition: &Value,
-    ) -> store::Result<bool> {
-        self.store.put_workflow(tenant, name, definition).await
+        authored: store::Authored<'_>,
+    ) -> store::Result<store::Put> {
+        (self.store)
+            .put_entry(
+                store::Registry::Workflows,
+                tenant,
+                name,
+                definition,
+                authored,
+            )
+            .await
     }
 
     /// Deletes the tenant's own workflow: whether there was one. Shared ones stay.

@@ -14,8 +14,9 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{JsonBody, Path};
+use super::extract::{JsonBody, Path, Query};
 use super::registry::{self, Named, RegistryName, name_from_path, text, valid_name};
+use super::versions::{ChangeNote, KeyId};
 use crate::domain::Tenant;
 use crate::plan::{AgentCatalog, validate_agent};
 use crate::store::RegistryRecord;
@@ -27,6 +28,8 @@ pub struct AgentSummary {
     pub description: Option<String>,
     /// Loaded from the agents directory: readable by every tenant, not deletable.
     pub shared: bool,
+    /// The latest version's number (every change is a version: `GET …/{name}/versions`).
+    pub latest_version: u32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -37,6 +40,8 @@ pub struct AgentDetail {
     pub name: String,
     pub description: Option<String>,
     pub shared: bool,
+    /// The latest version's number (every change is a version: `GET …/{name}/versions`).
+    pub latest_version: u32,
     /// The definition as stored (`schemas/Agent.schema.json`): the `PUT` body, with `name`
     /// filled in.
     #[schema(value_type = Object)]
@@ -84,6 +89,7 @@ impl From<RegistryRecord> for AgentSummary {
             description: text(&a.definition, "description"),
             name: a.name,
             shared: a.shared,
+            latest_version: a.version,
             created_at: a.created_at,
             updated_at: a.updated_at,
         }
@@ -96,6 +102,7 @@ impl From<RegistryRecord> for AgentDetail {
             description: text(&a.definition, "description"),
             name: a.name,
             shared: a.shared,
+            latest_version: a.version,
             definition: a.definition,
             created_at: a.created_at,
             updated_at: a.updated_at,
@@ -143,7 +150,7 @@ pub async fn get_agent(
 /// every one with a JSON Pointer into the body. 201 when created, 200 when replaced.
 #[utoipa::path(
     put, path = "/v1/agents/{name}", tag = "agents",
-    params(("name" = inline(RegistryName), Path, description = "Agent name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit")),
+    params(("name" = inline(RegistryName), Path, description = "Agent name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit"), ChangeNote),
     request_body(content = inline(AgentDefinition), description = "The agent definition"),
     responses(
         (status = 201, description = "Created", body = AgentDetail),
@@ -157,11 +164,14 @@ pub async fn get_agent(
 pub async fn put_agent(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
+    key: Option<Extension<KeyId>>,
     Path(name): Path<String>,
+    Query(note): Query<ChangeNote>,
     JsonBody(mut definition): JsonBody,
 ) -> Result<(StatusCode, Json<AgentDetail>), ApiError> {
     valid_name(&name)?;
     name_from_path(&mut definition, &name)?;
+    let authored = note.authored(key.as_ref().map(|k| &k.0))?;
     let others: HashSet<String> = (state.agents.list(&tenant).await?)
         .into_iter()
         .map(|a| a.name)
@@ -180,8 +190,10 @@ pub async fn put_agent(
     if !problems.is_empty() {
         return Err(ApiError::problems(problems));
     }
-    let created = state.agents.put(&tenant, &name, &definition).await?;
-    let (status, stored) = registry::stored(&state, Named::Agent, &tenant, &name, created).await?;
+    let put = (state.agents)
+        .put(&tenant, &name, &definition, authored)
+        .await?;
+    let (status, stored) = registry::stored(&state, Named::Agent, &tenant, &name, put).await?;
     Ok((status, Json(stored.into())))
 }
 

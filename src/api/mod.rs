@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod agui;
+pub mod apply;
 pub mod console;
 pub mod error;
 pub mod extract;
@@ -19,6 +20,7 @@ pub mod sse;
 pub mod system;
 pub mod tools;
 pub mod usage;
+pub mod versions;
 pub mod webhooks;
 pub mod workflows;
 
@@ -76,6 +78,8 @@ pub struct Handles {
     pub history: History,
     pub workflows: Workflows,
     pub agents: Agents,
+    /// The versions and labels of workflows, agents and declared tools.
+    pub definitions: crate::store::Definitions,
     /// Schedules and their fires.
     pub schedules: crate::store::Schedules,
     /// Sessions: their variables, summaries and runs.
@@ -103,6 +107,7 @@ impl AppState {
             history: History::new(store.clone()),
             workflows: Workflows::new(store.clone()),
             agents: Agents::new(store.clone()),
+            definitions: crate::store::Definitions::new(store.clone()),
             schedules: crate::store::Schedules::new(store.clone()),
             webhooks: crate::store::Webhooks::new(store.clone()),
             sessions: crate::store::Sessions::new(store.clone()),
@@ -136,6 +141,8 @@ impl AppState {
         agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::list_models, system::healthz,
         system::readyz, usage::tenant_usage,
         system::metrics, agui::run_agent,
+        versions::list_versions, versions::get_version, versions::delete_version, versions::diff,
+        versions::put_label, versions::delete_label, apply::apply, apply::export,
     ),
     components(schemas(
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
@@ -145,6 +152,7 @@ impl AppState {
         schedules::Schedule, schedules::ScheduleList, schedules::ScheduleFires, schedules::ScheduleFireRecord,
         webhooks::WebhookDelivery, webhooks::WebhookAttempt,
         sessions::Session, sessions::SessionList, sessions::SessionListItem, sessions::SummaryView, sessions::SessionRunView, sessions::SessionHistory, sessions::TurnView, sessions::UpdateSession,
+        versions::VersionList, versions::VersionSummary, versions::VersionDetail, versions::VersionDiff, versions::LabelBody, versions::LabelDetail, versions::Collection, apply::ApplyRequest, apply::ApplyResult, apply::BundleFile, apply::Bundle, apply::Change, apply::Action, crate::domain::definition::Pin, crate::domain::definition::DefinitionKind,
         schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire, crate::domain::run::ForkOrigin, usage::TenantUsage, crate::domain::quota::Quota, crate::domain::quota::Usage,
     )),
     modifiers(&SecurityAddon),
@@ -156,6 +164,7 @@ impl AppState {
         (name = "schedules", description = "Runs started on a cron expression or an interval"),
         (name = "sessions", description = "What the runs sharing a session_id share: variables, history"),
         (name = "agents", description = "The agent registry"),
+        (name = "definitions", description = "Versions, labels and diffs of workflows, agents and declared tools; applying and exporting them as files"),
         (name = "system", description = "Health, readiness, metrics"),
     )
 )]
@@ -264,6 +273,9 @@ pub fn router(state: AppState) -> Router {
                 .put(tools::put_tool)
                 .delete(tools::delete_tool),
         )
+        .merge(versions::routes())
+        .route("/apply", post(apply::apply))
+        .route("/export", get(apply::export))
         .route("/functions", get(system::list_functions))
         .route("/models", get(system::list_models))
         .route("/agui", post(agui::run_agent));
@@ -355,10 +367,11 @@ async fn authenticate(
     let tenant = if keys.is_empty() {
         Tenant::default_tenant()
     } else {
-        keys.iter()
-            .find(|k| matches(&k.key))
-            .map(|k| Tenant(k.tenant.clone()))
-            .ok_or(ApiError::Unauthorized)?
+        let key = keys.iter().find(|k| matches(&k.key));
+        let key = key.ok_or(ApiError::Unauthorized)?;
+        let id = versions::KeyId::of(key.key.expose());
+        req.extensions_mut().insert(id);
+        Tenant(key.tenant.clone())
     };
     req.extensions_mut().insert(Reader::Tenant(tenant.clone()));
     req.extensions_mut().insert(tenant);

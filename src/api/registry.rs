@@ -83,19 +83,20 @@ pub(super) async fn get(
 }
 
 /// A `PUT`'s answer once the entry is stored: read back rather than rebuilt, so it carries
-/// the stored times (a replacement keeps its `created_at`); 201 when `created`, else 200.
+/// the stored times (a replacement keeps its `created_at`) and version; 201 when created,
+/// else 200.
 pub(super) async fn stored(
     state: &AppState,
     registry: Named,
     tenant: &Tenant,
     name: &str,
-    created: bool,
+    put: store::Put,
 ) -> Result<(StatusCode, RegistryRecord), ApiError> {
     let noun = registry.noun();
     let stored = (registry.get(state, tenant, name).await?)
         .filter(|entry| !entry.shared)
         .ok_or_else(|| ApiError::internal(anyhow::anyhow!("{noun} `{name}` vanished")))?;
-    let status = if created {
+    let status = if put.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
@@ -103,8 +104,8 @@ pub(super) async fn stored(
     Ok((status, stored))
 }
 
-/// `DELETE /v1/{registry}/{name}`: the tenant's own entry. A shared one (from the registry's
-/// directory) cannot be deleted: 409.
+/// `DELETE /v1/{registry}/{name}`: the tenant's own entry with its versions. A shared one
+/// (from the registry's directory) cannot be deleted, nor one a run not yet ended uses: 409.
 pub(super) async fn delete(
     state: &AppState,
     registry: Named,
@@ -112,6 +113,11 @@ pub(super) async fn delete(
     name: &str,
 ) -> Result<StatusCode, ApiError> {
     valid_name(name)?;
+    let kind = match registry {
+        Named::Workflow => store::Registry::Workflows,
+        Named::Agent => store::Registry::Agents,
+    };
+    super::versions::in_use(state, kind, tenant, name, None).await?;
     if registry.delete(state, tenant, name).await? {
         return Ok(StatusCode::NO_CONTENT);
     }

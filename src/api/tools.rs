@@ -13,7 +13,8 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, FieldError};
-use super::extract::{JsonBody, Path, deserialize_located};
+use super::extract::{JsonBody, Path, Query, deserialize_located};
+use super::versions::{ChangeNote, KeyId};
 use crate::domain::Tenant;
 use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::MAX_PER_TENANT;
@@ -78,7 +79,7 @@ fn writable(state: &AppState, name: &str) -> Result<(), ApiError> {
 
 /// Declare (or replace) an HTTP tool; `tools.http_api` must be on.
 #[utoipa::path(put, path = "/v1/tools/{name}", tag = "tools",
-    params(("name" = String, Path)),
+    params(("name" = String, Path), ChangeNote),
     request_body(content = Object, description = "An HTTP tool declaration (schemas/HttpTool.schema.json)"),
     responses((status = 200, description = "Replaced", body = ToolDetail),
         (status = 201, description = "Declared", body = ToolDetail),
@@ -91,10 +92,13 @@ fn writable(state: &AppState, name: &str) -> Result<(), ApiError> {
 pub async fn put_tool(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
+    key: Option<Extension<KeyId>>,
     Path(name): Path<String>,
+    Query(note): Query<ChangeNote>,
     JsonBody(mut body): JsonBody,
 ) -> Result<(StatusCode, Json<ToolDetail>), ApiError> {
     writable(&state, &name)?;
+    let authored = note.authored(key.as_ref().map(|k| &k.0))?;
     if let Some(obj) = body.as_object_mut() {
         match obj.get("name") {
             None => {
@@ -129,8 +133,10 @@ pub async fn put_tool(
             "this tenant has declared {MAX_PER_TENANT} tools, the most it may; delete one first"
         )));
     }
-    let created = state.engine.declare_http_tool(&tenant, &spec).await?;
-    let status = if created {
+    let put = (state.engine)
+        .declare_http_tool(&tenant, &spec, authored)
+        .await?;
+    let status = if put.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
@@ -151,6 +157,8 @@ pub async fn delete_tool(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     writable(&state, &name)?;
+    let registry = crate::store::Registry::HttpTools;
+    super::versions::in_use(&state, registry, &tenant, &name, None).await?;
     if state.engine.remove_http_tool(&tenant, &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -16,8 +16,9 @@ use crate::store::WorkflowRecord;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{JsonBody, Path};
+use super::extract::{JsonBody, Path, Query};
 use super::registry::{self, Named, RegistryName, name_from_path, text, valid_name};
+use super::versions::{ChangeNote, KeyId};
 
 /// A workflow in `GET /v1/workflows`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -27,6 +28,8 @@ pub struct WorkflowSummary {
     pub version: Option<String>,
     /// Loaded from the workflows directory: readable by every tenant, not deletable.
     pub shared: bool,
+    /// The latest version's number (every change is a version: `GET …/{name}/versions`).
+    pub latest_version: u32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -38,6 +41,8 @@ pub struct WorkflowDetail {
     pub description: Option<String>,
     pub version: Option<String>,
     pub shared: bool,
+    /// The latest version's number (every change is a version: `GET …/{name}/versions`).
+    pub latest_version: u32,
     /// The definition as stored: the `PUT` body, with `name` filled in.
     #[schema(value_type = Object)]
     pub definition: Value,
@@ -52,6 +57,7 @@ impl From<WorkflowRecord> for WorkflowSummary {
             version: text(&w.definition, "version"),
             name: w.name,
             shared: w.shared,
+            latest_version: w.version,
             created_at: w.created_at,
             updated_at: w.updated_at,
         }
@@ -65,6 +71,7 @@ impl From<WorkflowRecord> for WorkflowDetail {
             version: text(&w.definition, "version"),
             name: w.name,
             shared: w.shared,
+            latest_version: w.version,
             definition: w.definition,
             created_at: w.created_at,
             updated_at: w.updated_at,
@@ -130,7 +137,7 @@ pub async fn get_workflow(
 /// name is not changed: the caller's own one shadows it for the caller.
 #[utoipa::path(
     put, path = "/v1/workflows/{name}", tag = "workflows",
-    params(("name" = inline(RegistryName), Path, description = "Workflow name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit")),
+    params(("name" = inline(RegistryName), Path, description = "Workflow name: 1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter or digit"), ChangeNote),
     request_body(content = inline(WorkflowDefinition), description = "The workflow definition"),
     responses(
         (status = 201, description = "Created", body = WorkflowDetail),
@@ -144,11 +151,14 @@ pub async fn get_workflow(
 pub async fn put_workflow(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
+    key: Option<Extension<KeyId>>,
     Path(name): Path<String>,
+    Query(note): Query<ChangeNote>,
     JsonBody(mut definition): JsonBody,
 ) -> Result<(StatusCode, Json<WorkflowDetail>), ApiError> {
     valid_name(&name)?;
     name_from_path(&mut definition, &name)?;
+    let authored = note.authored(key.as_ref().map(|k| &k.0))?;
     // Validated with the registered agents and workflows it names; stored as written, so a
     // run uses what they are when it starts.
     let mut resolved = definition.clone();
@@ -158,9 +168,10 @@ pub async fn put_workflow(
         .await?;
     let view = state.engine.tenant_view(&tenant).await?;
     validate_workflow(&resolved, view.catalog()).map_err(ApiError::problems)?;
-    let created = state.workflows.put(&tenant, &name, &definition).await?;
-    let (status, stored) =
-        registry::stored(&state, Named::Workflow, &tenant, &name, created).await?;
+    let put = (state.workflows)
+        .put(&tenant, &name, &definition, authored)
+        .await?;
+    let (status, stored) = registry::stored(&state, Named::Workflow, &tenant, &name, put).await?;
     Ok((status, Json(stored.into())))
 }
 

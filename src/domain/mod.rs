@@ -11,6 +11,7 @@ pub fn now() -> chrono::DateTime<chrono::Utc> {
 }
 
 pub mod attempt_io;
+pub mod definition;
 pub mod error;
 pub mod event;
 pub mod history;

@@ -336,6 +336,11 @@ pub struct RunSpec {
     /// fingerprint, never shown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub declared_tools: Vec<super::http_tool::HttpToolSpec>,
+    /// The exact version of every registered definition the run uses (its workflow, the
+    /// agents and workflows its plan names, the declared tools it may call), recorded when it
+    /// is created. Not part of the request: left out of its fingerprint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub definitions: Vec<super::definition::Pin>,
 }
 
 impl RunSpec {
@@ -364,46 +369,16 @@ impl RunSpec {
         use sha2::{Digest, Sha256};
         let mut request = self.clone();
         request.declared_tools.clear();
+        request.definitions.clear();
         if request.request.workflow.is_some() {
             request.request.plan = None;
         }
         let value = serde_json::to_value(&request).unwrap_or(Value::Null);
         let mut text = String::new();
-        write_canonical(&value, &mut text);
+        super::definition::write_canonical(&value, &mut text);
         let digest = Sha256::digest(text.as_bytes());
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         format!("sha256:{hex}")
-    }
-}
-
-/// JSON text with every object's members in key order, whatever order the map keeps.
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut members: Vec<_> = map.iter().collect();
-            members.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (key, v)) in members.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(v, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(v, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
     }
 }
 
@@ -448,6 +423,10 @@ pub struct Run {
     /// The run and checkpoint this run was forked from; `null` for a run that is no fork.
     pub parent: Option<ForkOrigin>,
     pub plan_version: Option<u32>,
+    /// The version of every registered definition the run uses (see `RunSpec::definitions`):
+    /// what it runs wherever and whenever it resumes.
+    #[serde(default)]
+    pub definitions: Vec<super::definition::Pin>,
     pub usage: Usage,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
@@ -474,6 +453,7 @@ impl Run {
             schedule: spec.schedule.clone(),
             parent: spec.fork.clone(),
             plan_version: None,
+            definitions: spec.definitions.clone(),
             usage: Usage::default(),
             created_at: super::now(),
             started_at: None,

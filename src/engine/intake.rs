@@ -22,6 +22,7 @@
 
 use serde_json::Value;
 
+use crate::domain::definition::{DefinitionKind, Pin, Reference, Version};
 use crate::domain::run::{RunRequest, RunSpec};
 use crate::domain::schedule::ScheduleFire;
 use crate::domain::{Orchestration, SelectedBy, Selection, Tenant};
@@ -144,7 +145,11 @@ pub async fn admit(
     let mut problems: Vec<Problem> = webhook.err().into_iter().collect();
     // The tenant's tools as the store has them now; the run keeps the declarations it may
     // call, so it calls the same tools wherever and whenever it runs.
-    let declared = services.declared_tools(tenant).await?;
+    let (declared, tool_pins): (Vec<_>, Vec<_>) = services
+        .declared_tools_pinned(tenant)
+        .await?
+        .into_iter()
+        .unzip();
     let tenants = services.for_tenant(tenant, &declared);
     problems.extend(named(&tenants, &request));
     let max_priority = services.quotas.of(&tenant.0).max_priority;
@@ -156,16 +161,18 @@ pub async fn admit(
             ),
         ));
     }
-    let (plan, more) = plan_of(&tenants, tenant, &mut request).await?;
+    let mut pins = Vec::new();
+    let (plan, more) = plan_of(&tenants, tenant, &mut request, &mut pins).await?;
     problems.extend(more);
     if !problems.is_empty() {
         return Err(Refused::Invalid(problems));
     }
     let (plan_doc, mut plan) = plan.unzip();
-    let declared_tools = declared
-        .into_iter()
-        .filter(|t| (request.tools.as_ref()).is_none_or(|allowed| allowed.contains(&t.name)))
-        .collect();
+    let may_call = |name: &str| {
+        (request.tools.as_ref()).is_none_or(|allowed| allowed.iter().any(|t| t == name))
+    };
+    pins.extend(tool_pins.into_iter().filter(|p| may_call(&p.name)));
+    let declared_tools = declared.into_iter().filter(|t| may_call(&t.name)).collect();
     request.plan = plan_doc;
     let mut spec = RunSpec {
         declared_tools,
@@ -179,7 +186,10 @@ pub async fn admit(
     .then(|| spec.fingerprint());
     // As the run will see them: only the declared tools it may call.
     let runs = services.for_tenant(tenant, &spec.declared_tools);
-    let selected = select(&runs, tenant, &mut spec, &mut plan).await?;
+    let selected = select(&runs, tenant, &mut spec, &mut plan, &mut pins).await?;
+    pins.sort();
+    pins.dedup();
+    spec.definitions = pins;
     Ok(Admitted {
         spec,
         plan,
@@ -253,6 +263,7 @@ async fn plan_of(
     services: &Services,
     tenant: &Tenant,
     request: &mut RunRequest,
+    pins: &mut Vec<Pin>,
 ) -> store::Result<(Option<Resolved>, Vec<Problem>)> {
     use Orchestration::{Auto, Fixed, Planner, Reactive, Simple};
     let refused = |pointer: &str, message: &str| (None, vec![Problem::new(pointer, message)]);
@@ -261,14 +272,15 @@ async fn plan_of(
             (_, Some(_), Some(_)) => refused("/plan", "send either `workflow` or `plan`, not both"),
             (Auto | Fixed | Reactive, None, Some(_)) => {
                 let mut doc = request.plan.take().unwrap_or_default();
-                crate::agents::resolve_references(services.store(), tenant, &mut doc).await?;
+                let store = services.store();
+                pins.extend(crate::agents::resolve_references(store, tenant, &mut doc).await?);
                 match crate::plan::validate_plan(&doc, services.catalog()) {
                     Ok(valid) => (Some((doc, valid)), Vec::new()),
                     Err(_) => (None, prefixed("/plan", told(services, tenant, &doc).await?)),
                 }
             }
             (Auto | Fixed | Reactive, Some(workflow), None) => {
-                request_workflow(services, tenant, workflow, &request.input).await?
+                request_workflow(services, tenant, workflow, &request.input, pins).await?
             }
             (Fixed, None, None) => refused(
                 "/workflow",
@@ -304,33 +316,76 @@ async fn told(services: &Services, tenant: &Tenant, doc: &Value) -> store::Resul
         .unwrap_or_default())
 }
 
-/// The request's `workflow` (a registered name, or inline) as a plan, with the problems of
-/// the workflow (under `/workflow`) and of the input it refuses (under `/input`).
+/// The request's `workflow` (a registered name at a version, or inline) as a plan, with the
+/// problems of the workflow (under `/workflow`) and of the input it refuses (under `/input`).
 async fn request_workflow(
     services: &Services,
     tenant: &Tenant,
     workflow: &Value,
     input: &Value,
+    pins: &mut Vec<Pin>,
 ) -> store::Result<(Option<Resolved>, Vec<Problem>)> {
     let definition = match workflow {
-        Value::String(name) => {
-            let registry = Workflows::new(services.store().clone());
-            match registry.get(tenant, name).await? {
-                Some(w) => w.definition,
-                None => {
-                    let message = registry.unknown(tenant, name).await?;
-                    return Ok((None, vec![Problem::new("/workflow", message)]));
-                }
+        Value::String(text) => match registered_workflow(services, tenant, text).await? {
+            Ok(found) => {
+                pins.push(crate::agents::pin(DefinitionKind::Workflow, &found));
+                found.definition
             }
-        }
+            Err(message) => return Ok((None, vec![Problem::new("/workflow", message)])),
+        },
         inline => inline.clone(),
     };
     Ok(
-        match workflow_plan(services, tenant, definition, input).await? {
+        match workflow_plan(services, tenant, definition, input, pins).await? {
             Ok((resolved, refused)) => (Some(resolved), prefixed("/input", refused)),
             Err(problems) => (None, prefixed("/workflow", problems)),
         },
     )
+}
+
+/// The registered workflow a reference names (`name`, `name@3`, `name@label`), or what the
+/// caller is told: the nearest name, or the versions and labels the workflow has.
+async fn registered_workflow(
+    services: &Services,
+    tenant: &Tenant,
+    text: &str,
+) -> store::Result<Result<crate::store::RegistryRecord, String>> {
+    let reference = match Reference::parse(text) {
+        Ok(r) => r,
+        Err(message) => return Ok(Err(message)),
+    };
+    let (name, version) = (&reference.name, &reference.version);
+    let store = services.store();
+    let registry = crate::store::Registry::Workflows;
+    if let Some(found) = store.get_entry_at(registry, tenant, name, version).await? {
+        return Ok(Ok(found));
+    }
+    let definitions = crate::store::Definitions::new(store.clone());
+    let Some(owner) = definitions.owner(registry, tenant, name).await? else {
+        let registry = Workflows::new(store.clone());
+        return Ok(Err(registry.unknown(tenant, name).await?));
+    };
+    let versions = definitions.versions(registry, &owner, name).await?;
+    let numbers: Vec<String> = versions
+        .iter()
+        .rev()
+        .map(|v| v.version.to_string())
+        .collect();
+    let labels = definitions.labels(registry, &owner, name).await?;
+    let labels: Vec<String> = labels.into_iter().map(|l| l.label).collect();
+    let what = match version {
+        Version::Label(label) => format!("no label `{label}`"),
+        other => format!("no version {other}"),
+    };
+    Ok(Err(format!(
+        "workflow `{name}` has {what}; its versions: {}; its labels: {} (GET /v1/workflows/{name}/versions)",
+        numbers.join(", "),
+        if labels.is_empty() {
+            "none".to_owned()
+        } else {
+            labels.join(", ")
+        }
+    )))
 }
 
 /// A workflow definition as a plan: with the registered agents and workflows it names copied
@@ -341,8 +396,10 @@ async fn workflow_plan(
     tenant: &Tenant,
     mut definition: Value,
     input: &Value,
+    pins: &mut Vec<Pin>,
 ) -> store::Result<Result<(Resolved, Vec<Problem>), Vec<Problem>>> {
-    crate::agents::resolve_references(services.store(), tenant, &mut definition).await?;
+    let store = services.store();
+    pins.extend(crate::agents::resolve_references(store, tenant, &mut definition).await?);
     let workflow = match crate::plan::validate_workflow(&definition, services.catalog()) {
         Ok(w) => w,
         Err(problems) => return Ok(Err(problems)),
@@ -371,6 +428,7 @@ async fn select(
     tenant: &Tenant,
     spec: &mut RunSpec,
     plan: &mut Option<ValidPlan>,
+    pins: &mut Vec<Pin>,
 ) -> store::Result<Option<Selection>> {
     if spec.request.orchestration != Orchestration::Auto {
         return Ok(Some(Selection {
@@ -407,7 +465,7 @@ async fn select(
             }
             Target::Workflow(name) => name,
         };
-        match rule_workflow(services, tenant, name, &spec.request.input).await? {
+        match rule_workflow(services, tenant, name, &spec.request.input, pins).await? {
             Ok((doc, valid)) => {
                 spec.request.plan = Some(doc);
                 *plan = Some(valid);
@@ -448,25 +506,30 @@ async fn rule_workflow(
     tenant: &Tenant,
     name: &str,
     input: &Value,
+    pins: &mut Vec<Pin>,
 ) -> store::Result<Result<Resolved, String>> {
     let registry = Workflows::new(services.store().clone());
     let Some(record) = registry.get(tenant, name).await? else {
         return Ok(Err(format!("no workflow `{name}` is registered")));
     };
-    Ok(
-        match workflow_plan(services, tenant, record.definition, input).await? {
-            Err(problems) => {
-                let problems = crate::plan::list_problems(&problems);
-                Err(format!("workflow `{name}` is invalid: {problems}"))
-            }
-            Ok((_, refused)) if !refused.is_empty() => {
-                let v = &refused[0];
-                Err(format!(
-                    "workflow `{name}` refuses the input: {} {}",
-                    v.pointer, v.message
-                ))
-            }
-            Ok((resolved, _)) => Ok(resolved),
-        },
-    )
+    // Pinned only if the rule is taken: a rule passed over leaves nothing behind.
+    let mut used = vec![crate::agents::pin(DefinitionKind::Workflow, &record)];
+    let planned = workflow_plan(services, tenant, record.definition, input, &mut used).await?;
+    if matches!(&planned, Ok((_, refused)) if refused.is_empty()) {
+        pins.extend(used);
+    }
+    Ok(match planned {
+        Err(problems) => {
+            let problems = crate::plan::list_problems(&problems);
+            Err(format!("workflow `{name}` is invalid: {problems}"))
+        }
+        Ok((_, refused)) if !refused.is_empty() => {
+            let v = &refused[0];
+            Err(format!(
+                "workflow `{name}` refuses the input: {} {}",
+                v.pointer, v.message
+            ))
+        }
+        Ok((resolved, _)) => Ok(resolved),
+    })
 }

@@ -189,6 +189,13 @@ impl Engine {
         Ok(TenantView { declared, services })
     }
 
+    /// What `tenant` could use with `declared` as its declared HTTP tools (a bundle being
+    /// applied, checked before it is stored).
+    pub fn view_with(&self, tenant: &Tenant, declared: Vec<HttpToolSpec>) -> TenantView {
+        let services = self.inner.services.for_tenant(tenant, &declared);
+        TenantView { declared, services }
+    }
+
     /// The Prometheus text of the engine's metrics, with the run counts by status given.
     pub fn render_metrics(
         &self,
@@ -435,18 +442,19 @@ impl Engine {
     }
 
     /// Declares (or replaces) one of the tenant's HTTP tools, already checked
-    /// ([`DeclaredTools::problems`]): whether it is new. Every replica reads it from the
-    /// store from then on.
+    /// ([`DeclaredTools::problems`]), as a new version when it changed. Every replica reads
+    /// it from the store from then on.
     pub async fn declare_http_tool(
         &self,
         tenant: &Tenant,
         spec: &HttpToolSpec,
-    ) -> Result<bool, store::Error> {
+        authored: store::Authored<'_>,
+    ) -> Result<store::Put, store::Error> {
         let definition =
             serde_json::to_value(spec).map_err(|e| store::Error::Corrupt(e.to_string()))?;
         let registry = store::Registry::HttpTools;
         (self.inner.services.store())
-            .put_entry(registry, tenant, &spec.name, &definition)
+            .put_entry(registry, tenant, &spec.name, &definition, authored)
             .await
     }
 

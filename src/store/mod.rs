@@ -43,13 +43,14 @@ mod sqlite_reader;
 mod sqlite_writer;
 mod statement;
 mod timeline;
+mod versions;
 mod webhooks;
 pub use cluster::{Claim, Listener, Notice, listen};
 pub use history::*;
 pub use pause::PauseWrite;
 pub use quota::Guards;
 pub use reads::{History, RunReads};
-pub use registry::{Registry, RegistryRecord, WorkflowRecord};
+pub use registry::{Authored, Put, Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
 pub use schedules::{Capped, FireOutcome, FireRecord, Fired, ScheduleRecord, Schedules};
 pub use sessions::{
@@ -57,6 +58,7 @@ pub use sessions::{
     Sessions, Turn,
 };
 pub use timeline::RunHistory;
+pub use versions::{Definitions, LabelRecord, Labelled, Owner, VersionRecord};
 pub use webhooks::{
     AtCap, AttemptOutcome, Delivery, DeliveryAttempt, DueDelivery, Outcome, Webhooks,
 };
@@ -456,7 +458,7 @@ impl Store {
                     .await?
             }
         };
-        Ok(Store {
+        let store = Store {
             pool: Arc::new(RwLock::new(pool)),
             url: url.into(),
             max_connections,
@@ -469,7 +471,9 @@ impl Store {
             writes: Default::default(),
             writer,
             reader,
-        })
+        };
+        store.backfill_versions().await?;
+        Ok(store)
     }
 
     /// The connection pool now.
@@ -1171,6 +1175,7 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
         session_id: r.try_get("session_id")?,
         schedule: spec.schedule.clone(),
         parent: spec.fork.clone(),
+        definitions: spec.definitions.clone(),
         plan_version: r
             .try_get::<Option<i64>, _>("plan_version")?
             .map(|v| v as u32),

@@ -12,10 +12,11 @@ use sqlx::any::AnyRow;
 
 use super::{Result, Store, fmt_time, parse_json, parse_time, to_json};
 use crate::domain::Tenant;
+use crate::domain::definition::{DefinitionKind, digest};
 
 /// The tenant under which shared definitions are stored. Configured tenants are never empty
 /// (`config` refuses an API key without one), so no caller can own or delete these rows.
-const SHARED_TENANT: &str = "";
+pub(super) const SHARED_TENANT: &str = "";
 
 /// Which registry: its table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +40,24 @@ impl Registry {
         }
     }
 
-    fn sql(self, template: &str) -> sqlx::AssertSqlSafe<String> {
+    /// The kind of definition it holds, as versions and pins name it.
+    pub fn kind(self) -> DefinitionKind {
+        match self {
+            Registry::Workflows => DefinitionKind::Workflow,
+            Registry::Agents => DefinitionKind::Agent,
+            Registry::HttpTools => DefinitionKind::Tool,
+        }
+    }
+
+    pub fn of_kind(kind: DefinitionKind) -> Registry {
+        match kind {
+            DefinitionKind::Workflow => Registry::Workflows,
+            DefinitionKind::Agent => Registry::Agents,
+            DefinitionKind::Tool => Registry::HttpTools,
+        }
+    }
+
+    pub(super) fn sql(self, template: &str) -> sqlx::AssertSqlSafe<String> {
         sqlx::AssertSqlSafe(template.replace("{table}", self.table()))
     }
 }
@@ -51,27 +69,72 @@ pub struct RegistryRecord {
     pub definition: Value,
     /// Loaded from the configured directory: readable by every tenant, not deletable.
     pub shared: bool,
+    /// Which version of the definition this is (versions count from 1).
+    pub version: u32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// Who changed a definition, and why: what its new version records.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Authored<'a> {
+    /// Who, as the caller says (a person, a CI job).
+    pub author: Option<&'a str>,
+    /// Which API key (its fingerprint, never the key).
+    pub key: Option<&'a str>,
+    pub message: Option<&'a str>,
+}
+
+/// What a put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Put {
+    /// The name was new.
+    pub created: bool,
+    /// A new version was stored (false when the definition equals the latest one).
+    pub changed: bool,
+    /// The latest version after the put.
+    pub version: u32,
 }
 
 /// A stored workflow.
 pub type WorkflowRecord = RegistryRecord;
 
 impl Store {
-    /// Creates or replaces the tenant's definition `name`; true when it was created. A
-    /// replacement keeps the original `created_at`.
+    /// Creates or replaces the tenant's definition `name`, storing it as a new version unless
+    /// it equals the latest one. A replacement keeps the original `created_at`.
     pub async fn put_entry(
         &self,
         registry: Registry,
         tenant: &Tenant,
         name: &str,
         definition: &Value,
-    ) -> Result<bool> {
+        authored: Authored<'_>,
+    ) -> Result<Put> {
         let mut tx = self.pool().begin().await?;
-        let created = upsert(&mut tx, registry, &tenant.0, name, definition).await?;
+        let put = upsert(&mut tx, registry, &tenant.0, name, definition, authored).await?;
         tx.commit().await?;
-        Ok(created)
+        Ok(put)
+    }
+
+    /// Puts `entries` (registry, name, definition) and removes `removed` (registry, name) of
+    /// the tenant's own definitions, all in one transaction: all of it is stored, or none.
+    pub async fn apply_entries(
+        &self,
+        tenant: &Tenant,
+        entries: &[(Registry, String, Value)],
+        removed: &[(Registry, String)],
+        authored: Authored<'_>,
+    ) -> Result<Vec<Put>> {
+        let mut tx = self.pool().begin().await?;
+        let mut puts = Vec::with_capacity(entries.len());
+        for (registry, name, definition) in entries {
+            puts.push(upsert(&mut tx, *registry, &tenant.0, name, definition, authored).await?);
+        }
+        for (registry, name) in removed {
+            remove(&mut tx, *registry, &tenant.0, name).await?;
+        }
+        tx.commit().await?;
+        Ok(puts)
     }
 
     /// Makes the shared definitions exactly `entries` (name, definition), in one transaction:
@@ -79,8 +142,12 @@ impl Store {
     /// being served, and a start that fails part-way changes nothing.
     pub async fn sync_shared(&self, registry: Registry, entries: &[(String, Value)]) -> Result<()> {
         let mut tx = self.pool().begin().await?;
+        let authored = Authored {
+            author: Some("directory"),
+            ..Authored::default()
+        };
         for (name, definition) in entries {
-            upsert(&mut tx, registry, SHARED_TENANT, name, definition).await?;
+            upsert(&mut tx, registry, SHARED_TENANT, name, definition, authored).await?;
         }
         let stored: Vec<String> =
             sqlx::query_scalar(registry.sql("SELECT name FROM {table} WHERE tenant = $1"))
@@ -89,11 +156,7 @@ impl Store {
                 .await?;
         for name in stored {
             if !entries.iter().any(|(n, _)| *n == name) {
-                sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = $1 AND name = $2"))
-                    .bind(SHARED_TENANT)
-                    .bind(&name)
-                    .execute(&mut *tx)
-                    .await?;
+                remove(&mut tx, registry, SHARED_TENANT, &name).await?;
             }
         }
         tx.commit().await?;
@@ -162,12 +225,10 @@ impl Store {
         if tenant.0 == SHARED_TENANT {
             return Ok(false);
         }
-        let res = sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = $1 AND name = $2"))
-            .bind(&tenant.0)
-            .bind(name)
-            .execute(&self.pool())
-            .await?;
-        Ok(res.rows_affected() > 0)
+        let mut tx = self.pool().begin().await?;
+        let removed = remove(&mut tx, registry, &tenant.0, name).await?;
+        tx.commit().await?;
+        Ok(removed)
     }
 
     // The workflow registry by its own names, as most callers use it.
@@ -177,20 +238,23 @@ impl Store {
         tenant: &Tenant,
         name: &str,
         definition: &Value,
-    ) -> Result<bool> {
-        self.put_entry(Registry::Workflows, tenant, name, definition)
+    ) -> Result<Put> {
+        let authored = Authored::default();
+        self.put_entry(Registry::Workflows, tenant, name, definition, authored)
             .await
     }
 
     /// Stores a workflow every tenant can read.
     pub async fn put_shared_workflow(&self, name: &str, definition: &Value) -> Result<()> {
         let mut tx = self.pool().begin().await?;
+        let authored = Authored::default();
         upsert(
             &mut tx,
             Registry::Workflows,
             SHARED_TENANT,
             name,
             definition,
+            authored,
         )
         .await?;
         tx.commit().await?;
@@ -231,43 +295,126 @@ impl Store {
     }
 }
 
-/// Insert-or-update that reports which happened. An upsert's RETURNING cannot tell the two
-/// apart, so try the insert first and update only on conflict; callers run both in one
-/// transaction so a concurrent delete cannot slip between them.
-async fn upsert(
+/// Insert-or-update that stores a new version when the definition changed. The head row is
+/// written first: on PostgreSQL that locks it, so two puts of one name take their version
+/// numbers one after the other (SQLite's writer lock does the same).
+pub(super) async fn upsert(
     conn: &mut AnyConnection,
     registry: Registry,
     tenant: &str,
     name: &str,
     definition: &Value,
-) -> Result<bool> {
+    authored: Authored<'_>,
+) -> Result<Put> {
     let now = fmt_time(Utc::now());
-    let definition = to_json(definition);
-    let inserted = sqlx::query(registry.sql(
-        "INSERT INTO {table} (tenant, name, definition, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, name) DO NOTHING",
+    let digest = digest(definition);
+    let text = to_json(definition);
+    let created = sqlx::query(registry.sql(
+        "INSERT INTO {table} (tenant, name, definition, created_at, updated_at, version)
+         VALUES ($1, $2, $3, $4, $5, 0) ON CONFLICT (tenant, name) DO NOTHING",
     ))
     .bind(tenant)
     .bind(name)
-    .bind(&definition)
+    .bind(&text)
     .bind(&now)
     .bind(&now)
     .execute(&mut *conn)
     .await?
     .rows_affected()
         == 1;
-    if !inserted {
-        sqlx::query(registry.sql(
-            "UPDATE {table} SET definition = $1, updated_at = $2 WHERE tenant = $3 AND name = $4",
-        ))
-        .bind(&definition)
-        .bind(&now)
+    let current: i64 = sqlx::query_scalar(registry.sql(
+        "UPDATE {table} SET version = version WHERE tenant = $1 AND name = $2 RETURNING version",
+    ))
+    .bind(tenant)
+    .bind(name)
+    .fetch_one(&mut *conn)
+    .await?;
+    let kind = registry.kind().as_str();
+    let latest: Option<String> = sqlx::query_scalar(
+        "SELECT digest FROM definition_versions
+         WHERE tenant = $1 AND kind = $2 AND name = $3 AND version = $4",
+    )
+    .bind(tenant)
+    .bind(kind)
+    .bind(name)
+    .bind(current)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if latest.as_deref() == Some(digest.as_str()) {
+        return Ok(Put {
+            created,
+            changed: false,
+            version: current as u32,
+        });
+    }
+    let version: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(MAX(version), 0) + 1 FROM definition_versions
+         WHERE tenant = $1 AND kind = $2 AND name = $3",
+    )
+    .bind(tenant)
+    .bind(kind)
+    .bind(name)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO definition_versions
+            (tenant, kind, name, version, digest, definition, author, api_key, message, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(tenant)
+    .bind(kind)
+    .bind(name)
+    .bind(version)
+    .bind(&digest)
+    .bind(&text)
+    .bind(authored.author)
+    .bind(authored.key)
+    .bind(authored.message)
+    .bind(&now)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(registry.sql(
+        "UPDATE {table} SET definition = $1, updated_at = $2, version = $3
+         WHERE tenant = $4 AND name = $5",
+    ))
+    .bind(&text)
+    .bind(&now)
+    .bind(version)
+    .bind(tenant)
+    .bind(name)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Put {
+        created,
+        changed: true,
+        version: version as u32,
+    })
+}
+
+/// Removes a definition with its versions and labels: whether it was there.
+pub(super) async fn remove(
+    conn: &mut AnyConnection,
+    registry: Registry,
+    tenant: &str,
+    name: &str,
+) -> Result<bool> {
+    let removed = sqlx::query(registry.sql("DELETE FROM {table} WHERE tenant = $1 AND name = $2"))
         .bind(tenant)
         .bind(name)
         .execute(&mut *conn)
-        .await?;
+        .await?
+        .rows_affected()
+        > 0;
+    for table in ["definition_versions", "definition_labels"] {
+        let sql = format!("DELETE FROM {table} WHERE tenant = $1 AND kind = $2 AND name = $3");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(registry.kind().as_str())
+            .bind(name)
+            .execute(&mut *conn)
+            .await?;
     }
-    Ok(inserted)
+    Ok(removed)
 }
 
 fn record_from_row(r: &AnyRow) -> Result<RegistryRecord> {
@@ -275,6 +422,7 @@ fn record_from_row(r: &AnyRow) -> Result<RegistryRecord> {
         name: r.try_get("name")?,
         definition: parse_json(&r.try_get::<String, _>("definition")?)?,
         shared: r.try_get::<String, _>("tenant")? == SHARED_TENANT,
+        version: r.try_get::<i64, _>("version")? as u32,
         created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
         updated_at: parse_time(&r.try_get::<String, _>("updated_at")?)?,
     })

@@ -201,18 +201,18 @@ async fn the_store_scopes_workflows_by_tenant_with_shared_ones_underneath() {
         .put_shared_workflow("common", &json!({ "from": "dir" }))
         .await
         .unwrap();
-    assert!(
-        store
-            .put_workflow(&a, "mine", &json!({ "v": 1 }))
-            .await
-            .unwrap()
-    );
+    let put = store.put_workflow(&a, "mine", &json!({ "v": 1 })).await;
+    let put = put.unwrap();
+    assert!(put.created && put.changed && put.version == 1, "{put:?}");
     let first = store.get_workflow(&a, "mine").await.unwrap().unwrap();
+    let put = store.put_workflow(&a, "mine", &json!({ "v": 2 })).await;
+    let put = put.unwrap();
+    assert!(!put.created && put.changed && put.version == 2, "{put:?}");
+    let again = store.put_workflow(&a, "mine", &json!({ "v": 2 })).await;
+    let again = again.unwrap();
     assert!(
-        !store
-            .put_workflow(&a, "mine", &json!({ "v": 2 }))
-            .await
-            .unwrap()
+        !again.changed && again.version == 2,
+        "an equal put stores no version: {again:?}"
     );
     let second = store.get_workflow(&a, "mine").await.unwrap().unwrap();
     assert_eq!(second.definition, json!({ "v": 2 }));
@@ -239,12 +239,10 @@ async fn the_store_scopes_workflows_by_tenant_with_shared_ones_underneath() {
     );
 
     // A tenant's own workflow shadows the shared one of the same name, for that tenant only.
-    assert!(
-        store
-            .put_workflow(&b, "common", &json!({ "from": "b" }))
-            .await
-            .unwrap()
-    );
+    let put = store
+        .put_workflow(&b, "common", &json!({ "from": "b" }))
+        .await;
+    assert!(put.unwrap().created);
     let own = store.get_workflow(&b, "common").await.unwrap().unwrap();
     assert_eq!(
         (own.shared, own.definition),
@@ -313,6 +311,11 @@ async fn a_workflow_is_created_replaced_read_listed_and_deleted() {
     assert_eq!(status, 200, "{replaced}");
     assert_eq!(replaced["description"], "adds, again");
     assert_eq!(replaced["created_at"], created["created_at"]);
+    assert_eq!(
+        (&created["latest_version"], &replaced["latest_version"]),
+        (&json!(1), &json!(2)),
+        "each change is a version"
+    );
 
     let (status, got) = app.get_json("/v1/workflows/calc").await;
     assert_eq!(status, 200);
@@ -327,6 +330,7 @@ async fn a_workflow_is_created_replaced_read_listed_and_deleted() {
             "description": "adds, again",
             "version": "1.0",
             "shared": false,
+            "latest_version": 2,
             "created_at": created["created_at"],
             "updated_at": replaced["updated_at"],
         }])

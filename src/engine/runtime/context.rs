@@ -5,6 +5,7 @@
 //! Step attempts are recorded through the methods in [`super::attempts`]; events go out
 //! through [`RunContext::emit`] or an [`super::sink::EventSink`].
 
+use crate::domain::definition::{DefinitionKind, Pin};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -159,6 +160,15 @@ impl Services {
         &self,
         tenant: &Tenant,
     ) -> Result<Vec<HttpToolSpec>, crate::store::Error> {
+        let pinned = self.declared_tools_pinned(tenant).await?;
+        Ok(pinned.into_iter().map(|(spec, _)| spec).collect())
+    }
+
+    /// [`Self::declared_tools`], each with the version it is at.
+    pub async fn declared_tools_pinned(
+        &self,
+        tenant: &Tenant,
+    ) -> Result<Vec<(HttpToolSpec, Pin)>, crate::store::Error> {
         if !self.declared.enabled() {
             return Ok(Vec::new());
         }
@@ -168,15 +178,16 @@ impl Services {
             .await?;
         Ok(records
             .into_iter()
-            .filter_map(
-                |r| match serde_json::from_value::<HttpToolSpec>(r.definition) {
-                    Ok(spec) => Some(spec),
+            .filter_map(|r| {
+                let pin = crate::agents::pin(DefinitionKind::Tool, &r);
+                match serde_json::from_value::<HttpToolSpec>(r.definition) {
+                    Ok(spec) => Some((spec, pin)),
                     Err(e) => {
                         tracing::warn!(tool = %r.name, error = %e, "skipping a stored HTTP tool");
                         None
                     }
-                },
-            )
+                }
+            })
             .collect())
     }
 
