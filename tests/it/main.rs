@@ -13,6 +13,7 @@ mod cli;
 mod connections;
 mod console;
 mod context;
+mod definitions;
 mod docs_run;
 mod examples;
 mod finding;
