@@ -22,13 +22,20 @@ use super::extract::{JsonBody, deserialize_located};
 use super::versions::{ChangeNote, Collection, KeyId, changes, in_use};
 use crate::agents::Overlay;
 use crate::domain::Tenant;
-use crate::domain::definition::DefinitionKind;
+use crate::domain::definition::{DefinitionKind, digest};
 use crate::domain::ids::check_name;
 use crate::plan::agent::{AgentCatalog, validate_agent};
 use crate::plan::validate_workflow;
-use crate::store::Registry;
+use crate::store::{Registry, RegistryRecord};
 use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::MAX_PER_TENANT;
+
+pub fn routes() -> axum::Router<AppState> {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/apply", post(apply))
+        .route("/export", get(export))
+}
 
 /// The most files one bundle holds.
 pub const MAX_FILES: usize = 1_000;
@@ -232,7 +239,7 @@ async fn own(
     state: &AppState,
     registry: Registry,
     tenant: &Tenant,
-) -> Result<BTreeMap<String, crate::store::RegistryRecord>, ApiError> {
+) -> Result<BTreeMap<String, RegistryRecord>, ApiError> {
     let list = state.definitions.own_entries(registry, tenant).await?;
     Ok(list.into_iter().map(|e| (e.name.clone(), e)).collect())
 }
@@ -242,7 +249,7 @@ async fn own(
 fn check_tools(
     state: &AppState,
     tools: &mut [&mut Parsed],
-    stored: &BTreeMap<String, crate::store::RegistryRecord>,
+    stored: &BTreeMap<String, RegistryRecord>,
     problems: &mut Vec<FieldError>,
 ) -> Vec<HttpToolSpec> {
     let declared = state.engine.declared_tools();
@@ -355,21 +362,116 @@ pub async fn apply(
     let authored = note.authored(key.as_ref().map(|k| &k.0))?;
     let mut problems = Vec::new();
     let mut parsed = parse(&request.files, &mut problems);
+    let stored = Stored {
+        workflows: own(&state, Registry::Workflows, &tenant).await?,
+        agents: own(&state, Registry::Agents, &tenant).await?,
+        tools: own(&state, Registry::HttpTools, &tenant).await?,
+    };
+    check(
+        &state,
+        &tenant,
+        request.prune,
+        &mut parsed,
+        &stored,
+        &mut problems,
+    )
+    .await?;
+    if !problems.is_empty() {
+        return Err(ApiError::validation_many(problems));
+    }
+    let (mut plan, writes) = plan_of(&parsed, &stored);
+    let mut removed = Vec::new();
+    if request.prune {
+        for (registry, name, record) in stored.unnamed(&parsed) {
+            in_use(&state, registry, &tenant, name, None).await?;
+            removed.push((registry, name.to_owned()));
+            plan.push(Change {
+                kind: registry.kind(),
+                name: name.to_owned(),
+                path: None,
+                action: Action::Deleted,
+                version: None,
+                previous_version: Some(record.version),
+                changes: None,
+            });
+        }
+    }
+    let applied = !request.dry_run;
+    if applied && !(writes.is_empty() && removed.is_empty()) {
+        let puts = (state.definitions)
+            .apply(&tenant, &writes, &removed, authored)
+            .await?;
+        for ((registry, name, _), put) in writes.iter().zip(puts) {
+            let line = plan
+                .iter_mut()
+                .find(|c| c.kind == registry.kind() && c.name == *name);
+            if let Some(line) = line {
+                line.version = Some(put.version);
+            }
+        }
+    }
+    plan.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    Ok(Json(ApplyResult {
+        applied,
+        changes: plan,
+    }))
+}
 
-    let stored_workflows = own(&state, Registry::Workflows, &tenant).await?;
-    let stored_agents = own(&state, Registry::Agents, &tenant).await?;
-    let stored_tools = own(&state, Registry::HttpTools, &tenant).await?;
+/// The tenant's own stored definitions, by kind and name.
+struct Stored {
+    workflows: BTreeMap<String, RegistryRecord>,
+    agents: BTreeMap<String, RegistryRecord>,
+    tools: BTreeMap<String, RegistryRecord>,
+}
 
+impl Stored {
+    fn of(&self, collection: Collection) -> &BTreeMap<String, RegistryRecord> {
+        match collection {
+            Collection::Workflows => &self.workflows,
+            Collection::Agents => &self.agents,
+            Collection::Tools => &self.tools,
+        }
+    }
+
+    /// The stored definitions no file of the bundle names: what `prune` removes.
+    fn unnamed<'a>(
+        &'a self,
+        parsed: &'a [Parsed],
+    ) -> impl Iterator<Item = (Registry, &'a str, &'a RegistryRecord)> + 'a {
+        [Collection::Workflows, Collection::Agents, Collection::Tools]
+            .into_iter()
+            .flat_map(move |collection| {
+                let registry = collection.registry();
+                (self.of(collection).iter())
+                    .filter(move |(name, _)| {
+                        !(parsed.iter())
+                            .any(|p| p.collection.registry() == registry && p.name == **name)
+                    })
+                    .map(move |(name, record)| (registry, name.as_str(), record))
+            })
+    }
+}
+
+/// Checks every definition of the bundle as its `PUT` would, with the bundle's own agents,
+/// workflows and tools in front of the registries (and without those `prune` removes).
+async fn check(
+    state: &AppState,
+    tenant: &Tenant,
+    prune: bool,
+    parsed: &mut [Parsed],
+    stored: &Stored,
+    problems: &mut Vec<FieldError>,
+) -> Result<(), ApiError> {
     // Tools first: the workflows and agents are checked with them.
     let mut tools: Vec<&mut Parsed> = (parsed.iter_mut())
         .filter(|p| matches!(p.collection, Collection::Tools))
         .collect();
-    let bundle_tools = check_tools(&state, &mut tools, &stored_tools, &mut problems);
-    let view = state.engine.tenant_view(&tenant).await?;
+    let bundle_tools = check_tools(state, &mut tools, &stored.tools, problems);
+    let view = state.engine.tenant_view(tenant).await?;
     // The tools the tenant will have: its stored ones the bundle neither replaces nor prunes,
     // and the bundle's.
     let mut declared: Vec<HttpToolSpec> = (view.declared.into_iter())
-        .filter(|d| !request.prune && !bundle_tools.iter().any(|b| b.name == d.name))
+        .filter(|d| !prune && !bundle_tools.iter().any(|b| b.name == d.name))
         .collect();
     declared.extend(bundle_tools);
     if declared.len() > MAX_PER_TENANT {
@@ -381,18 +483,18 @@ pub async fn apply(
             ),
         ));
     }
-    let view = state.engine.view_with(&tenant, declared);
-
+    let view = state.engine.view_with(tenant, declared);
     let overlay = Overlay {
-        agents: of_kind(&parsed, Collection::Agents),
-        workflows: of_kind(&parsed, Collection::Workflows),
+        agents: of_kind(parsed, Collection::Agents),
+        workflows: of_kind(parsed, Collection::Workflows),
     };
-    let mut agent_names: HashSet<String> = (state.agents.list(&tenant).await?)
+    let mut agent_names: HashSet<String> = (state.agents.list(tenant).await?)
         .into_iter()
+        .filter(|a| !(prune && stored.agents.contains_key(&a.name)))
         .map(|a| a.name)
         .collect();
     agent_names.extend(overlay.agents.keys().cloned());
-    for file in &parsed {
+    for file in parsed.iter() {
         let at = |p: &str, m: &str| problem(file.index, &file.path, &format!("/content{p}"), m);
         match file.collection {
             Collection::Agents => {
@@ -407,7 +509,7 @@ pub async fn apply(
             Collection::Workflows => {
                 let mut resolved = file.definition.clone();
                 (state.agents)
-                    .resolve_over(&tenant, &mut resolved, &overlay)
+                    .resolve_over(tenant, &mut resolved, &overlay)
                     .await?;
                 if let Err(found) = validate_workflow(&resolved, view.catalog()) {
                     problems.extend(found.iter().map(|p| at(&p.pointer, &p.message)));
@@ -416,25 +518,18 @@ pub async fn apply(
             Collection::Tools => {}
         }
     }
-    if !problems.is_empty() {
-        return Err(ApiError::validation_many(problems));
-    }
+    Ok(())
+}
 
-    // The plan of changes.
+/// Each file's line of the plan (created, changed with its diff, unchanged), and the
+/// definitions to store.
+fn plan_of(parsed: &[Parsed], stored: &Stored) -> (Vec<Change>, Vec<(Registry, String, Value)>) {
     let mut plan: Vec<Change> = Vec::new();
     let mut writes = Vec::new();
-    for file in &parsed {
+    for file in parsed {
         let registry = file.collection.registry();
-        let stored = match file.collection {
-            Collection::Workflows => &stored_workflows,
-            Collection::Agents => &stored_agents,
-            Collection::Tools => &stored_tools,
-        };
-        let current = stored.get(&file.name);
-        let same = current.is_some_and(|c| {
-            crate::domain::definition::digest(&c.definition)
-                == crate::domain::definition::digest(&file.definition)
-        });
+        let current = stored.of(file.collection).get(&file.name);
+        let same = current.is_some_and(|c| digest(&c.definition) == digest(&file.definition));
         let action = match (current, same) {
             (None, _) => Action::Created,
             (Some(_), true) => Action::Unchanged,
@@ -458,54 +553,7 @@ pub async fn apply(
             changes: diff,
         });
     }
-    let mut removed = Vec::new();
-    if request.prune {
-        for (collection, stored) in [
-            (Collection::Workflows, &stored_workflows),
-            (Collection::Agents, &stored_agents),
-            (Collection::Tools, &stored_tools),
-        ] {
-            let registry = collection.registry();
-            for (name, record) in stored {
-                let named = parsed
-                    .iter()
-                    .any(|p| p.collection.registry() == registry && p.name == *name);
-                if named {
-                    continue;
-                }
-                in_use(&state, registry, &tenant, name, None).await?;
-                removed.push((registry, name.clone()));
-                plan.push(Change {
-                    kind: registry.kind(),
-                    name: name.clone(),
-                    path: None,
-                    action: Action::Deleted,
-                    version: None,
-                    previous_version: Some(record.version),
-                    changes: None,
-                });
-            }
-        }
-    }
-    let applied = !request.dry_run;
-    if applied && !(writes.is_empty() && removed.is_empty()) {
-        let puts = (state.definitions)
-            .apply(&tenant, &writes, &removed, authored)
-            .await?;
-        for ((registry, name, _), put) in writes.iter().zip(puts) {
-            if let Some(line) = plan
-                .iter_mut()
-                .find(|c| c.kind == registry.kind() && c.name == *name)
-            {
-                line.version = Some(put.version);
-            }
-        }
-    }
-    plan.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
-    Ok(Json(ApplyResult {
-        applied,
-        changes: plan,
-    }))
+    (plan, writes)
 }
 
 /// The bundle's definitions of one kind, by name.

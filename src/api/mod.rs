@@ -274,8 +274,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(tools::delete_tool),
         )
         .merge(versions::routes())
-        .route("/apply", post(apply::apply))
-        .route("/export", get(apply::export))
+        .merge(apply::routes())
         .route("/functions", get(system::list_functions))
         .route("/models", get(system::list_models))
         .route("/agui", post(agui::run_agent));
