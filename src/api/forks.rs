@@ -43,6 +43,12 @@ pub struct ForkBody {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub plan: Option<Value>,
+    /// Which versions of the registered definitions the fork runs: the parent's (`parent`,
+    /// the default) or the latest (`current`: the agents and nested workflows its plan names,
+    /// and the declared tools; the run's own workflow stays the parent's). The fork's
+    /// `definitions` says which it got.
+    #[serde(default)]
+    pub definitions: crate::domain::definition::ForkDefinitions,
 }
 
 fn input_schema() -> utoipa::openapi::Object {
@@ -106,6 +112,7 @@ pub async fn fork_run(
         before_step: body.before_step,
         input: body.input,
         plan: body.plan,
+        definitions: body.definitions,
     };
     let forked = state.engine.fork(&tenant, parent, request, key.as_deref());
     let (run, status) = match forked.await {

@@ -21,6 +21,20 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// Which versions of its definitions a fork runs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ToSchema)]
+    pub enum ForkDefinitions {
+        /// The parent's, exactly (the default).
+        #[default]
+        Parent = "parent",
+        /// The latest of the agents and nested workflows its plan names and of the tenant's
+        /// declared tools; the run's own workflow stays the parent's (its checkpoint is of
+        /// those steps).
+        Current = "current",
+    }
+}
+
 /// Which version of a definition a reference asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Version {

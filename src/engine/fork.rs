@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::domain::definition::ForkDefinitions;
 use crate::domain::replan::steps_by_id;
 use crate::domain::run::{ForkOrigin, RunSpec};
 use crate::domain::{ErrorCode, RunError, RunId, StepAttempt, StepPath, StepStatus, Tenant};
@@ -47,6 +48,7 @@ pub struct ForkRequest {
     pub before_step: Option<String>,
     pub input: Option<Value>,
     pub plan: Option<Value>,
+    pub definitions: ForkDefinitions,
 }
 
 /// A fork ready to be stored and started.
@@ -79,7 +81,7 @@ pub(super) async fn prepare(
     services: &Services,
     tenant: &Tenant,
     parent: RunId,
-    request: ForkRequest,
+    mut request: ForkRequest,
     id: RunId,
 ) -> Result<Fork, Error> {
     let store = services.store();
@@ -118,6 +120,18 @@ pub(super) async fn prepare(
         check_input(&input, &point, at)?;
         spec.request.input = input;
     }
+    if request.definitions == ForkDefinitions::Current {
+        let version = match &point {
+            Point::Plan { version, .. } => Some(*version),
+            _ => None,
+        };
+        let doc = version.and_then(|v| plans.iter().find(|p| p.version == v));
+        let doc = request
+            .plan
+            .take()
+            .or_else(|| doc.map(|p| (*p.plan).clone()));
+        request.plan = current_definitions(services, tenant, &mut spec, doc).await?;
+    }
     let mut fork = Fork {
         parent,
         spec,
@@ -146,6 +160,65 @@ pub(super) async fn prepare(
         Point::Start => refuse_plan(&request.plan, &fork.parent, at)?,
     }
     Ok(fork)
+}
+
+/// Takes the latest of the fork's registered definitions (`definitions: "current"`): the
+/// tenant's declared tools now, and in the plan document `doc` the latest of the agents and
+/// nested workflows it names in place of the copies the parent was created with. The run's
+/// own workflow pin stays: its steps are the plan the checkpoint is of. Returns the plan the
+/// fork runs in place of the parent's when it differs (`None`: the same).
+async fn current_definitions(
+    services: &Services,
+    tenant: &Tenant,
+    spec: &mut RunSpec,
+    doc: Option<Value>,
+) -> Result<Option<Value>, Error> {
+    use crate::domain::definition::DefinitionKind;
+    let copied = |kind: DefinitionKind, name: &str| {
+        (spec.definitions.iter()).any(|p| p.kind == kind && p.name == name)
+    };
+    let own = match &spec.request.workflow {
+        Some(Value::String(text)) => crate::domain::definition::Reference::parse(text).ok(),
+        _ => None,
+    };
+    let mut pins: Vec<_> = (spec.definitions.iter())
+        .filter(|p| {
+            p.kind == DefinitionKind::Workflow && own.as_ref().is_some_and(|r| r.name == p.name)
+        })
+        .cloned()
+        .collect();
+    let allowed = spec.request.tools.clone();
+    let may_call = |name: &str| allowed.as_ref().is_none_or(|a| a.iter().any(|t| t == name));
+    let declared = services.declared_tools_pinned(tenant).await?;
+    let (tools, tool_pins): (Vec<_>, Vec<_>) = declared
+        .into_iter()
+        .filter(|(t, _)| may_call(&t.name))
+        .unzip();
+    spec.declared_tools = tools;
+    pins.extend(tool_pins);
+    let changed = match doc {
+        Some(mut doc) => {
+            let before = doc.clone();
+            if let Some(members) = doc.as_object_mut() {
+                for (key, kind) in [
+                    ("agents", DefinitionKind::Agent),
+                    ("workflows", DefinitionKind::Workflow),
+                ] {
+                    if let Some(map) = members.get_mut(key).and_then(Value::as_object_mut) {
+                        map.retain(|name, _| !copied(kind, name));
+                    }
+                }
+            }
+            let store = services.store();
+            pins.extend(crate::agents::resolve_references(store, tenant, &mut doc).await?);
+            (doc != before).then_some(doc)
+        }
+        None => None,
+    };
+    pins.sort();
+    pins.dedup();
+    spec.definitions = pins;
+    Ok(changed)
 }
 
 /// The checkpoint the request names, resolved and checked against the parent's.

@@ -710,3 +710,52 @@ async fn a_run_pins_the_definitions_its_steps_name_at_every_nesting_level() {
         .await;
     assert_eq!(stored["definitions"], run["definitions"]);
 }
+
+#[tokio::test]
+async fn a_fork_keeps_its_parents_versions_or_takes_the_current_ones() {
+    let app = spawn_app(|_| {}).await;
+    let desk = json!({ "steps": [
+        { "id": "ask", "kind": "user_input", "input": { "prompt": "which?" } },
+        { "id": "ag", "kind": "agent", "depends_on": ["ask"], "input": { "agent": "helper", "prompt": "hi" } },
+    ] });
+    let files = json!([
+        file("agents/helper.json", &json!({ "instructions": "Help." })),
+        file("workflows/desk.json", &desk),
+    ]);
+    let (status, applied) = app.post_json("/v1/apply", &json!({ "files": files })).await;
+    assert_eq!(status, 200, "{applied}");
+    let body = json!({ "input": "x", "orchestration": "fixed", "workflow": "desk" });
+    let parent = app.create_run(body).await;
+    let id = parent["id"].as_str().unwrap();
+    let url = app.url(&format!("/v1/runs/{id}"));
+    crate::support::app::poll_json(&app.client, &url, |r| r["status"] == "waiting_input").await;
+    let (status, _) = app
+        .put_json(
+            "/v1/agents/helper",
+            &json!({ "instructions": "Help more." }),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    let fork = format!("/v1/runs/{id}/fork");
+    let (status, kept) = app.post_json(&fork, &json!({})).await;
+    assert_eq!(status, 201, "{kept}");
+    assert_eq!(
+        pins(&kept),
+        ["workflow desk v1", "agent helper v1"],
+        "the parent's, by default"
+    );
+    let (status, current) = app
+        .post_json(&fork, &json!({ "definitions": "current" }))
+        .await;
+    assert_eq!(status, 201, "{current}");
+    assert_eq!(
+        pins(&current),
+        ["workflow desk v1", "agent helper v2"],
+        "{current}"
+    );
+    let (status, refused) = app
+        .post_json(&fork, &json!({ "definitions": "newest" }))
+        .await;
+    assert_eq!(status, 422, "{refused}");
+}
