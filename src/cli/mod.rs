@@ -1,6 +1,9 @@
 //! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, `agents …`,
-//! `schedules …`, `sessions …`, `usage`, talking to a
+//! `tools …` (versions), `schedules …`, `sessions …`, `usage`, `apply`, `export`, talking to a
 //! running server over its public HTTP API only (never the store or the engine).
+//! `workflows`, `agents` and `tools` share their version commands (`versions`, `version`,
+//! `diff`, `label`, `unlabel`, `delete-version`) from [`definitions`], as do `apply DIR` (a
+//! folder of definitions in one request) and `export DIR` (the tenant's definitions as files).
 //!
 //! Exit codes: 0 the run succeeded (or the command did its job), 1 the run ended otherwise
 //! (failed, timed out, cancelled), 2 a usage error, a connection error or an error answer from
@@ -29,6 +32,7 @@ macro_rules! out {
 }
 
 mod client;
+mod definitions;
 mod progress;
 mod review;
 mod schedules;
@@ -68,17 +72,27 @@ pub enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
-    /// Register or list fixed workflows.
+    /// Register or list fixed workflows; their versions, diffs and labels.
     Workflows {
         #[command(subcommand)]
         command: WorkflowsCommand,
     },
     /// Register, list, show or delete agents (for plans' `agent`, `handoff` and `group_chat`
-    /// steps).
+    /// steps); their versions, diffs and labels.
     Agents {
         #[command(subcommand)]
         command: AgentsCommand,
     },
+    /// The versions, diffs and labels of HTTP tools declared through the API.
+    Tools {
+        #[command(subcommand)]
+        command: definitions::VersionsCommand,
+    },
+    /// Send a folder's workflows/, agents/, tools/ and schedules/ files in one request: each
+    /// definition created, changed (a new version) or unchanged; `--prune` deletes the rest.
+    Apply(definitions::ApplyArgs),
+    /// Write the tenant's own definitions as files into a folder (`apply` takes them back).
+    Export(definitions::ExportArgs),
     /// Start runs on a cron expression or an interval: create, list, show (next ticks and
     /// the runs they started), enable, disable, delete.
     Schedules {
@@ -182,7 +196,8 @@ pub enum RunsCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// One run: status, completion and why, step counts, usage, input, output.
+    /// One run: status, completion and why, step counts, usage, input, output, and the
+    /// definition versions it uses.
     Show {
         /// The run's id.
         id: String,
@@ -235,6 +250,8 @@ pub enum AgentsCommand {
         #[arg(long)]
         name: Option<String>,
         #[command(flatten)]
+        version: definitions::VersionNote,
+        #[command(flatten)]
         client: ClientArgs,
     },
     /// Registered agents.
@@ -256,6 +273,8 @@ pub enum AgentsCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    #[command(flatten)]
+    Versions(definitions::VersionsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -268,6 +287,8 @@ pub enum WorkflowsCommand {
         #[arg(long)]
         name: Option<String>,
         #[command(flatten)]
+        version: definitions::VersionNote,
+        #[command(flatten)]
         client: ClientArgs,
     },
     /// Registered workflows.
@@ -275,6 +296,8 @@ pub enum WorkflowsCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    #[command(flatten)]
+    Versions(definitions::VersionsCommand),
 }
 
 const FAILED: u8 = 1;
@@ -301,6 +324,9 @@ async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Runs { command } => runs(command).await,
         Command::Workflows { command } => workflows(command).await,
         Command::Agents { command } => agents(command).await,
+        Command::Tools { command } => definitions::versions(definitions::Kind::Tool, command).await,
+        Command::Apply(args) => definitions::apply(args).await,
+        Command::Export(args) => definitions::export(args).await,
         Command::Schedules { command } => schedules::schedules(command).await,
         Command::Usage { client } => usage(&client).await,
         Command::Sessions { command } => sessions::sessions(command).await,
@@ -432,11 +458,19 @@ async fn pause(id: &str, what: &str, client: &ClientArgs) -> Result<ExitCode, Er
 
 async fn workflows(command: WorkflowsCommand) -> Result<ExitCode, Error> {
     match command {
-        WorkflowsCommand::Put { file, name, client } => {
+        WorkflowsCommand::Put {
+            file,
+            name,
+            version,
+            client,
+        } => {
+            let kind = definitions::Kind::Workflow;
             let (name, definition) = definition_file(&file, name)?;
-            let path = format!("/v1/workflows/{}", encode(&name));
+            let path = version.put_path(kind, &name);
             let body = connect(&client)?.put(&path, &definition).await?;
-            show(client.json, &body, |_| outln!("workflow {name} registered"))
+            show(client.json, &body, |b| {
+                outln!("{}", definitions::registered(kind, &name, b))
+            })
         }
         WorkflowsCommand::List { client } => {
             let body = connect(&client)?.get("/v1/workflows").await?;
@@ -457,6 +491,9 @@ async fn workflows(command: WorkflowsCommand) -> Result<ExitCode, Error> {
                 }
             })
         }
+        WorkflowsCommand::Versions(command) => {
+            definitions::versions(definitions::Kind::Workflow, command).await
+        }
     }
 }
 
@@ -472,11 +509,19 @@ fn key_values(args: &[String]) -> Result<Vec<(String, String)>, Error> {
 
 async fn agents(command: AgentsCommand) -> Result<ExitCode, Error> {
     match command {
-        AgentsCommand::Put { file, name, client } => {
+        AgentsCommand::Put {
+            file,
+            name,
+            version,
+            client,
+        } => {
+            let kind = definitions::Kind::Agent;
             let (name, definition) = definition_file(&file, name)?;
-            let path = format!("/v1/agents/{}", encode(&name));
+            let path = version.put_path(kind, &name);
             let body = connect(&client)?.put(&path, &definition).await?;
-            show(client.json, &body, |_| outln!("agent {name} registered"))
+            show(client.json, &body, |b| {
+                outln!("{}", definitions::registered(kind, &name, b))
+            })
         }
         AgentsCommand::List { client } => {
             let body = connect(&client)?.get("/v1/agents").await?;
@@ -506,6 +551,9 @@ async fn agents(command: AgentsCommand) -> Result<ExitCode, Error> {
             show(client.json, &json!({ "deleted": name }), |_| {
                 outln!("agent {name} deleted")
             })
+        }
+        AgentsCommand::Versions(command) => {
+            definitions::versions(definitions::Kind::Agent, command).await
         }
     }
 }
@@ -1038,6 +1086,9 @@ fn print_run(r: &Value) {
             "schedule",
             r["schedule"]["fire_at"].as_str().unwrap_or("-")
         );
+    }
+    if let Some(definitions) = definitions::run_definitions(r) {
+        outln!("{:<14}{definitions}", "definitions");
     }
     let w = &r["webhook"];
     if let Some(state) = w["state"].as_str() {
