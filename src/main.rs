@@ -1,5 +1,5 @@
 //! The `orca` binary: telemetry, configuration, then one of `serve`, `migrate`, `openapi`, or
-//! a client command (`run`, `runs`, `workflows`, `agents`, `schedules`, `sessions`, `usage`, in
+//! a client command (`run`, `runs`, `workflows`, `agents`, `tools`, `apply`, `export`, `schedules`, `sessions`, `usage`, in
 //! [`cli`]) against a running server.
 
 mod cli;

@@ -759,3 +759,104 @@ async fn a_fork_keeps_its_parents_versions_or_takes_the_current_ones() {
         .await;
     assert_eq!(status, 422, "{refused}");
 }
+
+/// The CLI over a real server: apply a folder (a bad file refused with its name, nothing
+/// applied), the versions, a diff, a label moved back, export and apply again.
+#[tokio::test]
+async fn the_cli_applies_a_folder_and_shows_versions_diffs_and_labels() {
+    let app = spawn_app(|_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_owned();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::create_dir_all(dir.path().join("agents")).unwrap();
+    let write = |path: &str, text: &str| std::fs::write(dir.path().join(path), text).unwrap();
+    write(
+        "workflows/count.yaml",
+        "steps:\n  - id: count\n    kind: tool\n    input:\n      tool: math.calculate\n      arguments: {expression: \"1 + 0\"}\n",
+    );
+    write(
+        "agents/bad.json",
+        r#"{"instructions": "x", "tools": ["no.such.tool"]}"#,
+    );
+    write("notes.txt", "not a definition");
+    let out = app.orca(&["apply", &root], "").await;
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("agents/bad.json") && text.contains("no.such.tool"),
+        "{text}"
+    );
+    let (_, listed) = app.get_json("/v1/workflows").await;
+    assert_eq!(listed, json!([]), "nothing applied");
+
+    std::fs::remove_file(dir.path().join("agents/bad.json")).unwrap();
+    let out = app.orca(&["apply", &root, "-m", "first"], "").await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && text.contains("created") && text.contains("count"),
+        "{text}"
+    );
+    write(
+        "workflows/count.yaml",
+        "steps:\n  - id: count\n    kind: tool\n    input:\n      tool: math.calculate\n      arguments: {expression: \"2 + 0\"}\n",
+    );
+    let out = app.orca(&["apply", &root, "--dry-run"], "").await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("changed")
+            && text.contains("/steps/0/input/arguments/expression")
+            && text.contains("dry run"),
+        "{text}"
+    );
+    let (_, versions) = app.get_json("/v1/workflows/count/versions").await;
+    assert_eq!(versions["latest_version"], 1, "a dry run stores nothing");
+    assert!(
+        app.orca(&["apply", &root, "-m", "second"], "")
+            .await
+            .status
+            .success()
+    );
+
+    let out = app.orca(&["workflows", "versions", "count"], "").await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("second") && text.contains("first"), "{text}");
+    let out = app
+        .orca(&["workflows", "diff", "count", "1", "2"], "")
+        .await;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("replace /steps/0/input/arguments/expression"),
+        "{text}"
+    );
+    for n in ["2", "1"] {
+        let out = app
+            .orca(&["workflows", "label", "count", "production", n], "")
+            .await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (_, versions) = app.get_json("/v1/workflows/count/versions").await;
+    assert_eq!(versions["labels"], json!({ "production": 1 }), "moved back");
+    let out = app
+        .orca(&["workflows", "label", "count", "production", "9"], "")
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+
+    let exported = tempfile::tempdir().unwrap();
+    let target = exported.path().to_str().unwrap();
+    assert!(app.orca(&["export", target], "").await.status.success());
+    let out = app.orca(&["apply", target, "--json"], "").await;
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        answer["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["action"] == "unchanged"),
+        "{answer}"
+    );
+}
