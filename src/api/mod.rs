@@ -152,7 +152,7 @@ impl AppState {
         schedules::Schedule, schedules::ScheduleList, schedules::ScheduleFires, schedules::ScheduleFireRecord,
         webhooks::WebhookDelivery, webhooks::WebhookAttempt,
         sessions::Session, sessions::SessionList, sessions::SessionListItem, sessions::SummaryView, sessions::SessionRunView, sessions::SessionHistory, sessions::TurnView, sessions::UpdateSession,
-        versions::VersionList, versions::VersionSummary, versions::VersionDetail, versions::VersionDiff, versions::LabelBody, versions::LabelDetail, versions::Collection, apply::ApplyRequest, apply::ApplyResult, apply::BundleFile, apply::Bundle, apply::Change, apply::Action, crate::domain::definition::Pin, crate::domain::definition::DefinitionKind, crate::domain::definition::ForkDefinitions,
+        versions::VersionList, versions::VersionSummary, versions::VersionDetail, versions::VersionDiff, versions::LabelBody, versions::LabelDetail, versions::Collection, apply::ApplyRequest, apply::ApplyResult, apply::BundleFile, apply::Bundle, apply::Change, apply::Action, crate::domain::definition::Pin, crate::domain::definition::DefinitionKind, crate::domain::definition::ForkDefinitions, runs::StepView,
         schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire, crate::domain::run::ForkOrigin, usage::TenantUsage, crate::domain::quota::Quota, crate::domain::quota::Usage,
     )),
     modifiers(&SecurityAddon),

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::domain::definition::Pin;
 use crate::domain::run::RunRequest;
 use crate::domain::{Completion, Event, Orchestration, Run, RunId, RunStatus, StepAttempt, Tenant};
 use crate::engine::intake::{Admitted, Refused};
@@ -538,7 +539,7 @@ fn sse(
     get, path = "/v1/runs/{id}/steps", tag = "runs",
     params(("id" = String, Path)),
     responses(
-        (status = 200, body = Vec<StepAttempt>),
+        (status = 200, body = Vec<StepView>),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
@@ -546,9 +547,49 @@ pub async fn run_steps(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-) -> Result<Json<Vec<StepAttempt>>, ApiError> {
-    let id = own_run(&state, &tenant, &id).await?;
-    Ok(Json(state.history.step_attempts(id).await?))
+) -> Result<Json<Vec<StepView>>, ApiError> {
+    let id = parse_run_id(&id)?;
+    let stored = (state.runs.get(&tenant, id).await?)
+        .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
+    let pins = &stored.spec.definitions;
+    let attempts = state.history.step_attempts(id).await?;
+    Ok(Json(
+        (attempts.into_iter())
+            .map(|attempt| StepView {
+                definition: definition_of(&attempt, pins),
+                attempt,
+            })
+            .collect(),
+    ))
+}
+
+/// A step attempt as `GET /v1/runs/{id}/steps` shows it: with the version of the registered
+/// definition it ran, when it ran one.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StepView {
+    #[serde(flatten)]
+    pub attempt: StepAttempt,
+    /// The registered agent, workflow or declared tool the attempt ran, at the version the
+    /// run uses (one of the run's `definitions`); absent for a step that ran none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub definition: Option<Pin>,
+}
+
+/// The pin of the definition an attempt names in its input (`agent`, `workflow`, or the
+/// `tool` of a tool step), if the run uses a registered one of that name.
+fn definition_of(attempt: &StepAttempt, pins: &[Pin]) -> Option<Pin> {
+    use crate::domain::definition::DefinitionKind as Kind;
+    let input = attempt.input.as_ref()?;
+    let named = |key: &str| input.get(key).and_then(Value::as_str);
+    let (kind, name) = match (named("agent"), named("workflow")) {
+        (Some(agent), _) => (Kind::Agent, agent),
+        (None, Some(workflow)) => (Kind::Workflow, workflow),
+        _ if attempt.kind == crate::domain::StepKind::Tool => (Kind::Tool, named("tool")?),
+        _ => return None,
+    };
+    pins.iter()
+        .find(|p| p.kind == kind && p.name == name)
+        .cloned()
 }
 
 /// Cancel a run: it ends `cancelled`; in-flight LLM and tool calls are aborted.

@@ -705,10 +705,32 @@ async fn a_run_pins_the_definitions_its_steps_name_at_every_nesting_level() {
         ],
         "{run}"
     );
-    let (_, stored) = app
-        .get_json(&format!("/v1/runs/{}", run["id"].as_str().unwrap()))
-        .await;
+    let id = run["id"].as_str().unwrap();
+    let (_, stored) = app.get_json(&format!("/v1/runs/{id}")).await;
     assert_eq!(stored["definitions"], run["definitions"]);
+    // Each step that ran a registered definition says which version, at every level.
+    let url = app.url(&format!("/v1/runs/{id}"));
+    crate::support::app::poll_json(&app.client, &url, |r| r["finished_at"].is_string()).await;
+    let (_, steps) = app.get_json(&format!("/v1/runs/{id}/steps")).await;
+    let ran: std::collections::BTreeSet<String> = (steps.as_array().unwrap().iter())
+        .filter(|s| s["definition"].is_object())
+        .map(|s| {
+            let d = &s["definition"];
+            format!(
+                "{} {} v{} at {}",
+                d["kind"].as_str().unwrap(),
+                d["name"].as_str().unwrap(),
+                d["version"],
+                s["step_id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let expected = [
+        "agent helper v2 at ag",
+        "workflow deep v1 at wf",
+        "workflow inner v1 at wf",
+    ];
+    assert_eq!(ran.into_iter().collect::<Vec<_>>(), expected, "{steps}");
 }
 
 #[tokio::test]
