@@ -576,7 +576,8 @@ async fn agents_put_list_show_and_delete_round_trip() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agents/billing.json");
     let out = app.orca(&["agents", "put", file], "").await;
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).trim(), "agent billing registered");
+    let said = text(&out.stdout);
+    assert_eq!(said.trim(), "agent billing registered (latest version v1)");
     let out = app.orca(&["agents", "list"], "").await;
     let table = text(&out.stdout);
     assert!(table.starts_with("NAME"), "{table}");
