@@ -46,6 +46,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("graph.js", JS, include_str!("console/graph.js")),
     ("timeline.js", JS, include_str!("console/timeline.js")),
     ("registry.js", JS, include_str!("console/registry.js")),
+    ("versions.js", JS, include_str!("console/versions.js")),
 ];
 
 const JS: &str = "text/javascript; charset=utf-8";

@@ -10,7 +10,8 @@
 // workflow and an agent edited in place),
 // `runs` (a streamed run appears live, a human-input run is answered from the
 // form, a waiting run is cancelled, a finished run replays, the plan, timeline, steps, list and registries render),
-// `plans` (a re-planned run's versions, trigger and diff), `key` (the console asks for the
+// `plans` (a re-planned run's versions, trigger and diff), `versions` (a workflow's versions,
+// their diff, a label moved to v1 and a run of v1), `key` (the console asks for the
 // API key and works once given the right one) and `papercuts` (CJK font fallbacks, a waiting
 // run's duration ticking, the timeline's axis and 0 ms failures, Run again, the model list,
 // the search box; its argument is JSON naming the runs the test made).
@@ -719,6 +720,54 @@ async function registryScenario(page) {
   report({ ok: 'registry' });
 }
 
+/** A workflow stored twice: its two versions, the diff between them both ways, the label
+ * `production` pointed at v1 (the rollback), and a run of v1 started from its row, whose page
+ * names the version it used. */
+async function versionsScenario(page) {
+  await page.goto(`${base}/#/workflows/approve-spend`);
+  const panel = page.locator('section[data-versions="approve-spend"]');
+  const rows = panel.locator('tr[data-version]');
+  await rows.nth(1).waitFor({ timeout: PATIENCE });
+  const history = await rows.allInnerTexts();
+  expect(history.length === 2, `the history shows ${history.length} versions, not 2`);
+  expect(history[0].startsWith('v2') && history[0].includes('latest'), `the latest is not first and marked: ${history[0]}`);
+  expect(history[0].includes('Say what changed') && history[0].includes('the-test'), `v2's message and author are not shown: ${history[0]}`);
+  const diff = panel.getByRole('region', { name: 'Changes from v1 to v2' });
+  await diff.waitFor({ timeout: PATIENCE });
+  const lines = await diff.locator('div').allInnerTexts();
+  expect(lines.some((l) => l.startsWith('replace /description → "Quote, ask, record: the second version."')), `the diff does not show the description: ${lines.join(' | ')}`);
+  await labelled(page, 'versions');
+  await shot(page, 'versions');
+  await panel.getByLabel('From', { exact: true }).selectOption('2');
+  await panel.getByLabel('To', { exact: true }).selectOption('1');
+  await panel.getByRole('region', { name: 'Changes from v2 to v1' }).locator('div', { hasText: 'Quote an amount with tax' }).waitFor({ timeout: PATIENCE });
+
+  await panel.getByLabel('Label', { exact: true }).fill('production');
+  await panel.getByLabel('Points at').selectOption('1');
+  await panel.getByRole('button', { name: 'Move label' }).click();
+  await panel.locator('tr[data-version="1"] [data-label="production"]').waitFor({ timeout: PATIENCE });
+  const labels = await panel.locator('[data-labels]').innerText();
+  expect(labels.includes('production → v1'), `the labels read: ${labels}`);
+  await shot(page, 'versions-label');
+
+  await panel.getByRole('link', { name: 'Run approve-spend version 1' }).click();
+  await page.waitForURL(/#\/new\?workflow=approve-spend%401$/, { timeout: PATIENCE });
+  expect(await page.getByLabel('Workflow (for fixed)').inputValue() === 'approve-spend@1', 'the form does not pick version 1');
+  expect(await page.getByLabel('Orchestration').inputValue() === 'fixed', 'a version link does not pick fixed');
+  await page.getByLabel('amount (required)').fill('50');
+  await page.getByRole('button', { name: 'Start run' }).click();
+  await page.waitForURL(/#\/runs\/[0-9a-f-]{36}/, { timeout: PATIENCE });
+  const runId = runIdOf(page);
+  const fact = page.locator('[data-fact="definitions"]');
+  await fact.waitFor({ timeout: PATIENCE });
+  const used = await fact.innerText();
+  expect(used.includes('workflow approve-spend v1'), `the run page does not name v1: ${used}`);
+  const link = await fact.getByRole('link', { name: 'approve-spend v1' }).getAttribute('href');
+  expect(link === '#/workflows/approve-spend', `the definition links to ${link}`);
+  await shot(page, 'versions-run');
+  report({ ok: 'versions', run_id: runId, fact: used, diff: lines });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -733,6 +782,8 @@ try {
     await listsAndRegistries(page);
   } else if (scenario === 'plans') {
     await plansScenario(page);
+  } else if (scenario === 'versions') {
+    await versionsScenario(page);
   } else if (scenario === 'key') {
     await keyScenario(page);
   } else if (scenario === 'session') {

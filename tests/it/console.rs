@@ -751,3 +751,46 @@ async fn the_console_edits_a_workflow_and_an_agent_in_place() {
         assert_png(&screenshots().join("registry").join(format!("{page}.png")));
     }
 }
+
+#[tokio::test]
+async fn the_console_shows_versions_diffs_and_moves_a_label() {
+    let app = spawn_app(|_| {}).await;
+    put_workflow(&app, &approve_spend()).await;
+    let mut second = approve_spend();
+    second["description"] = json!("Quote, ask, record: the second version.");
+    let response = app
+        .client
+        .put(app.url("/v1/workflows/approve-spend?message=Say%20what%20changed&author=the-test"))
+        .json(&second)
+        .send()
+        .await
+        .expect("PUT workflow");
+    assert_eq!(response.status(), 200);
+
+    let report = browser("versions", &app.base, None).await;
+    let seen = finding(&report, "versions");
+
+    let (_, versions) = app.get_json("/v1/workflows/approve-spend/versions").await;
+    assert_eq!(
+        versions["labels"],
+        json!({"production": 1}),
+        "the label the browser moved"
+    );
+    assert_eq!(
+        versions["latest_version"], 2,
+        "moving a label stores no version"
+    );
+    let (_, run) = app
+        .get_json(&format!("/v1/runs/{}", seen["run_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(run["request"]["workflow"], "approve-spend@1", "{run}");
+    let pinned: Vec<(&Value, &Value)> = (run["definitions"].as_array().into_iter().flatten())
+        .filter(|d| d["kind"] == "workflow")
+        .map(|d| (&d["name"], &d["version"]))
+        .collect();
+    assert_eq!(pinned, [(&json!("approve-spend"), &json!(1))], "{run}");
+    assert!(seen["fact"].as_str().unwrap().contains("approve-spend v1"));
+    for page in ["versions", "versions-label", "versions-run"] {
+        assert_png(&screenshots().join("versions").join(format!("{page}.png")));
+    }
+}

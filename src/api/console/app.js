@@ -1,5 +1,5 @@
-// The console's entry point: a hash router (#/runs, #/runs/{id}[/tab], #/new, #/workflows,
-// #/agents, #/tools, #/schedules, #/sessions[/{id}]), the navigation's current-page marks and the API-key dialog.
+// The console's entry point: a hash router (#/runs, #/runs/{id}[/tab], #/new, #/workflows[/{name}],
+// #/agents[/{name}], #/tools[/{name}], #/schedules, #/sessions[/{id}]), the navigation's current-page marks and the API-key dialog.
 // Every view gets an AbortSignal that fires when the user leaves it, which ends its streams
 // and timers.
 
@@ -34,7 +34,7 @@ async function route() {
   const { parts, params } = parse(location.hash);
   const [section = 'runs', id, tab] = parts;
   markNav(section === 'runs' && id ? 'runs' : section);
-  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: 'Workflows', agents: 'Agents', tools: 'Tools', schedules: 'Schedules', sessions: id ? `Session ${id}` : 'Sessions' };
+  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: id ? `Workflow ${id}` : 'Workflows', agents: id ? `Agent ${id}` : 'Agents', tools: id ? `Tool ${id}` : 'Tools', schedules: 'Schedules', sessions: id ? `Session ${id}` : 'Sessions' };
   document.title = `${titles[section] || 'Not found'} · orca console`;
   if (section === 'runs' && id) await runView(main, id, tab, signal);
   else if (section === 'runs') await runsView(main, params, signal);
@@ -42,7 +42,7 @@ async function route() {
   else if (section === 'schedules') await schedulesView(main, signal);
   else if (section === 'sessions' && id) await sessionView(main, id, signal);
   else if (section === 'sessions') await sessionsView(main, params, signal);
-  else if (PAGE_SECTIONS.has(section)) await registryView(main, section, signal);
+  else if (PAGE_SECTIONS.has(section)) await registryView(main, section, signal, id);
   else clear(main, h('h1', {}, 'Not found'), empty('This console has no such page.', h('a', { href: '#/runs' }, 'Go to the runs')));
   if (!signal.aborted && document.activeElement === document.body) main.focus({ preventScroll: true });
 }

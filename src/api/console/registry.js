@@ -1,9 +1,12 @@
 // The registries: workflows (with a button that starts a run of one), agents and tools, each
 // with its full definition one click away; the caller's own workflows and agents (not the
-// shared ones, loaded from a directory) are edited in place as JSON and saved with PUT.
+// shared ones, loaded from a directory) are edited in place as JSON and saved with PUT. Each
+// workflow, agent and declared tool has its versions, diffs and labels (`versions.js`) a click
+// away; `#/workflows/{name}` (and the like) opens them.
 
 import { api } from './api.js';
 import { h, clear, json, loading, empty, errorBox, announce } from './ui.js';
+import { versionsPanel } from './versions.js';
 
 const PAGES = {
   workflows: {
@@ -14,6 +17,7 @@ const PAGES = {
     cells: (w) => [h('code', {}, w.name), w.description || '—', w.version ?? '—'],
     detail: (w) => `/v1/workflows/${encodeURIComponent(w.name)}`,
     editable: true,
+    versions: { runnable: true },
     action: (w) => h('a', { class: 'button ghost', href: `#/new?workflow=${encodeURIComponent(w.name)}` }, 'Run it'),
   },
   agents: {
@@ -24,6 +28,7 @@ const PAGES = {
     cells: (a) => [h('code', {}, a.name), a.description || '—', a.kind || a.definition?.kind || 'model'],
     detail: (a) => `/v1/agents/${encodeURIComponent(a.name)}`,
     editable: true,
+    versions: {},
   },
   tools: {
     title: 'Tools',
@@ -32,6 +37,11 @@ const PAGES = {
     columns: ['Name', 'Description'],
     cells: (t) => [h('code', {}, t.name), t.description || '—'],
     detail: null,
+    // The list does not tell a declared tool from one orca started with; its detail does.
+    versions: {
+      versioned: async (t) => ((await api(`/v1/tools/${encodeURIComponent(t.name)}`)).http
+        ? null : 'orca’s own tools keep no versions; tools declared through the API (PUT /v1/tools/{name}) do.'),
+    },
   },
 };
 
@@ -88,12 +98,26 @@ function row(page, item, reload) {
     spot.append(h('td', { colspan: String(page.columns.length + 1) }, editor(page, item, close, reload)));
     tr.after(spot);
   } }, 'Edit') : null;
-  tr.append(h('td', {}, more, page.action ? page.action(item) : null, edit ? ' ' : null, edit));
+  const versions = h('button', { type: 'button', class: 'ghost', 'aria-label': `Versions of ${item.name}`, 'aria-expanded': 'false', onclick: () => toggleVersions(page, item, tr, versions) }, 'Versions');
+  tr.append(h('td', {}, more, page.action ? page.action(item) : null, ' ', versions, edit ? ' ' : null, edit));
   return tr;
 }
 
-/** `#/workflows`, `#/agents`, `#/tools`. */
-export async function registryView(main, which, signal) {
+/** Opens (or closes) a row's versions in a full-width row below it. */
+function toggleVersions(page, item, tr, button) {
+  const open = [...tr.parentElement.children].find((r) => r.dataset.versionsOf === item.name);
+  if (open) { open.remove(); button.setAttribute('aria-expanded', 'false'); return; }
+  const { versioned, runnable } = page.versions;
+  const panel = versionsPanel(page.path.slice('/v1/'.length), item.name, { runnable, versioned: versioned && (() => versioned(item)) });
+  const spot = h('tr', { 'data-versions-of': item.name }, h('td', { colspan: String(page.columns.length + 1) }, panel));
+  // After the editor when one is open, so the two never interleave.
+  (tr.nextElementSibling?.dataset.editing ? tr.nextElementSibling : tr).after(spot);
+  button.setAttribute('aria-expanded', 'true');
+}
+
+/** `#/workflows`, `#/agents`, `#/tools`; with a name (`#/workflows/{name}`), that entry's
+ * versions open. */
+export async function registryView(main, which, signal, name) {
   const page = PAGES[which];
   const body = h('div', {}, loading(page.title.toLowerCase()));
   clear(main, h('h1', {}, page.title), body);
@@ -103,8 +127,18 @@ export async function registryView(main, which, signal) {
     clear(body, h('table', {},
       h('caption', { class: 'sr-only' }, page.title),
       h('thead', {}, h('tr', {}, [...page.columns, ''].map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', {}, items.map((item) => row(page, item, () => registryView(main, which, signal))))));
+      h('tbody', {}, items.map((item) => row(page, item, () => registryView(main, which, signal, name))))));
+    if (name) focusEntry(body, name);
   } catch (err) {
-    if (!signal.aborted) clear(body, errorBox(err, () => registryView(main, which, signal)));
+    if (!signal.aborted) clear(body, errorBox(err, () => registryView(main, which, signal, name)));
   }
+}
+
+/** Opens the versions of the entry `name` and scrolls to them; says so when there is none. */
+function focusEntry(body, name) {
+  const button = [...body.querySelectorAll('tr[data-item]')].find((r) => r.dataset.item === name)
+    ?.querySelector('button[aria-expanded="false"][aria-label^="Versions of"]');
+  if (!button) { body.prepend(errorBox(new Error(`There is no ${name} here (or it belongs to another tenant).`))); return; }
+  button.click();
+  button.closest('tr').nextElementSibling?.scrollIntoView({ block: 'start' });
 }

@@ -10,6 +10,7 @@ import { planPanel } from './graph.js';
 import { timelinePanel } from './timeline.js';
 import { parentFact, familyPanel, forkPanel } from './family.js';
 import { reviewForm } from './review.js';
+import { definitionsFact } from './versions.js';
 
 /** Coalesces calls into one per animation frame. */
 function frame(fn) {
@@ -160,6 +161,7 @@ function facts(run) {
     run.request?.concurrency ? h('li', {}, 'if its session is busy ', h('b', { 'data-fact': 'concurrency' }, run.request.concurrency)) : null,
     run.request?.priority ? h('li', {}, 'priority ', h('b', { 'data-fact': 'priority' }, run.request.priority)) : null,
     parentFact(run),
+    definitionsFact(run),
     run.schedule ? h('li', {}, 'schedule ', h('a', { href: '#/schedules', 'data-fact': 'schedule' }, run.schedule.id.slice(0, 8)), ` (tick ${when(run.schedule.fire_at)})`) : null,
     run.completion ? item('completion', run.completion) : null,
     run.completion_reason ? item('because', run.completion_reason) : null,

@@ -312,11 +312,13 @@ function inputArea(signal) {
     clear(area, h('p', { class: 'hint' }, `The input of workflow `, h('code', {}, name), ', from its input schema:'), form.el, h('div', {}, other));
     read = form.read;
   };
-  /** Shows the form for workflow `name` (the text box for none, or one without a schema). */
+  /** Shows the form for workflow `name` (the text box for none, or one without a schema);
+   * `name@ref` shows the form of that version. */
   const show = async (name) => {
     if (!name) { textBox(null); return; }
     try {
-      const detail = await api(`/v1/workflows/${encodeURIComponent(name)}`, { signal });
+      const [base, ref] = name.split('@');
+      const detail = await api(`/v1/workflows/${encodeURIComponent(base)}${ref ? `/versions/${encodeURIComponent(ref)}` : ''}`, { signal });
       const schema = detail.definition?.input_schema;
       if (schema && typeof schema === 'object' && schema.properties) schemaInput(name, schema);
       else textBox(null);
@@ -348,9 +350,13 @@ export async function newRunView(main, params, signal) {
   if (signal.aborted) return;
   const status = h('div');
   const input = inputArea(signal);
+  const wanted = params.get('workflow');
+  // `name@3` or `name@production` (a registry's *Run this version*) runs that version.
+  const pinned = wanted?.includes('@') ? wanted : null;
   const workflowSelect = h('select', { id: 'n-workflow', name: 'workflow' },
     h('option', { value: '' }, workflows.length ? '(none)' : 'no registered workflows'),
-    workflows.map((w) => h('option', { value: w.name, selected: w.name === params.get('workflow') }, w.name)));
+    pinned ? h('option', { value: pinned, selected: true }, pinned.replace(/@(\d+)$/, ' v$1').replace('@', ' at label ')) : null,
+    workflows.map((w) => h('option', { value: w.name, selected: w.name === wanted }, w.name)));
   const orchestration = h('select', { id: 'n-orch', name: 'orchestration' }, ['auto', 'simple', 'fixed', 'planner', 'reactive']
     .map((o) => h('option', { value: o, selected: o === (params.get('orchestration') || (params.get('workflow') ? 'fixed' : 'auto')) }, o)));
   workflowSelect.addEventListener('change', () => {
