@@ -297,7 +297,11 @@ impl Definitions {
     }
 
     /// Points the label at a version of the tenant's own definition `name`, in one
-    /// transaction with the check that the version exists.
+    /// transaction with the check that the version exists. Its first statement writes (the
+    /// label's row, to itself): on SQLite that takes the write lock before anything is read,
+    /// so a run's history written meanwhile cannot void the transaction (a read transaction
+    /// of WAL mode that then writes fails with `SQLITE_BUSY_SNAPSHOT` if another wrote
+    /// since); on PostgreSQL it locks the label's row.
     pub async fn set_label(
         &self,
         registry: Registry,
@@ -308,6 +312,16 @@ impl Definitions {
     ) -> Result<Labelled> {
         let kind = registry.kind().as_str();
         let mut tx = self.pool().begin().await?;
+        let previous: Option<i64> = sqlx::query_scalar(
+            "UPDATE definition_labels SET version = version
+             WHERE tenant = $1 AND kind = $2 AND name = $3 AND label = $4 RETURNING version",
+        )
+        .bind(&tenant.0)
+        .bind(kind)
+        .bind(name)
+        .bind(label)
+        .fetch_optional(&mut *tx)
+        .await?;
         let known: Vec<i64> = sqlx::query_scalar(
             "SELECT version FROM definition_versions
              WHERE tenant = $1 AND kind = $2 AND name = $3 ORDER BY version",
@@ -322,16 +336,6 @@ impl Definitions {
                 known.into_iter().map(|v| v as u32).collect(),
             ));
         }
-        let previous: Option<i64> = sqlx::query_scalar(
-            "SELECT version FROM definition_labels
-             WHERE tenant = $1 AND kind = $2 AND name = $3 AND label = $4",
-        )
-        .bind(&tenant.0)
-        .bind(kind)
-        .bind(name)
-        .bind(label)
-        .fetch_optional(&mut *tx)
-        .await?;
         let now = Utc::now();
         sqlx::query(
             "INSERT INTO definition_labels (tenant, kind, name, label, version, updated_at)

@@ -611,7 +611,21 @@ async fn moving_a_label_back_rolls_back_new_runs_only() {
 #[tokio::test]
 async fn a_run_started_on_one_replica_while_another_moves_the_label_gets_exactly_one_version() {
     let replicas = TwoReplicas::start(&[("ORCA_LLM__PROVIDER", "offline")]).await;
-    let (a, b) = (&replicas.a, &replicas.b);
+    label_race(&replicas.a, &replicas.b).await;
+}
+
+/// On one SQLite server: a label moved while runs are written keeps every run on one
+/// version, and no move fails for the writes in between.
+#[tokio::test]
+async fn runs_started_while_the_label_moves_get_exactly_one_version_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path()).await;
+    label_race(&server, &server).await;
+}
+
+/// Starts 60 runs of `count@production` on `a` while `b` moves the label back and forth:
+/// each run reports one version and ran it.
+async fn label_race(a: &Server, b: &Server) {
     for n in [1, 2] {
         let (status, _) = send(
             &a.client,
@@ -629,12 +643,12 @@ async fn a_run_started_on_one_replica_while_another_moves_the_label_gets_exactly
     };
     assert_eq!(label(1).await.0, 200);
     let body = json!({ "input": "x", "orchestration": "fixed", "workflow": "count@production" });
-    let starts = (0..40).map(|_| {
+    let starts = (0..60).map(|_| {
         let body = body.clone();
         async move { post(a, "/v1/runs", &body).await }
     });
     let moves = async {
-        for n in [2, 1, 2, 1, 2] {
+        for n in (0..30).map(|i| 1 + i % 2) {
             assert_eq!(label(n).await.0, 200);
             tokio::task::yield_now().await;
         }
