@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{JsonBody, Path, Query, deserialize_located};
-use super::registry::valid_name;
+use super::registry::{RegistryName, valid_name};
 use crate::domain::Tenant;
 use crate::domain::definition::{DefinitionKind, Version, check_label};
 use crate::store::{Authored, Labelled, Owner, Registry, VersionRecord};
@@ -68,6 +68,24 @@ impl Collection {
         self.registry().kind().as_str()
     }
 }
+
+/// A label's name in the OpenAPI document, as [`check_label`] accepts it (not `latest`).
+#[derive(ToSchema)]
+#[schema(
+    description = "1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter; not `latest`",
+    pattern = "^[a-z][a-z0-9_.-]{0,63}$"
+)]
+#[allow(dead_code)] // described, never built
+pub(super) struct LabelName(String);
+
+/// A version as a path or a query names it: a number, a label, or `latest`.
+#[derive(ToSchema)]
+#[schema(
+    description = "A version number (from 1), a label, or `latest`",
+    pattern = "^([1-9][0-9]{0,8}|[a-z][a-z0-9_.-]{0,63})$"
+)]
+#[allow(dead_code)] // described, never built
+pub(super) struct VersionRef(String);
 
 /// The version history of a definition.
 #[derive(Debug, Serialize, ToSchema)]
@@ -130,8 +148,10 @@ pub struct VersionDiff {
 #[into_params(parameter_in = Query)]
 pub struct DiffQuery {
     /// A version number, a label or `latest`.
+    #[param(pattern = "^([1-9][0-9]{0,8}|[a-z][a-z0-9_.-]{0,63})$")]
     pub from: String,
     /// A version number, a label or `latest` (the default).
+    #[param(pattern = "^([1-9][0-9]{0,8}|[a-z][a-z0-9_.-]{0,63})$")]
     pub to: Option<String>,
 }
 
@@ -360,7 +380,7 @@ pub(super) async fn label_map(
     get, path = "/v1/{kind}/{name}/versions", tag = "definitions",
     params(
         ("kind" = Collection, Path, description = "workflows, agents or tools"),
-        ("name" = String, Path, description = "The definition's name"),
+        ("name" = inline(RegistryName), Path, description = "The definition's name"),
     ),
     responses(
         (status = 200, body = VersionList),
@@ -395,8 +415,8 @@ pub async fn list_versions(
     get, path = "/v1/{kind}/{name}/versions/{version}", tag = "definitions",
     params(
         ("kind" = Collection, Path, description = "workflows, agents or tools"),
-        ("name" = String, Path, description = "The definition's name"),
-        ("version" = String, Path, description = "A version number, a label or `latest`"),
+        ("name" = inline(RegistryName), Path, description = "The definition's name"),
+        ("version" = inline(VersionRef), Path, description = "A version number, a label or `latest`"),
     ),
     responses(
         (status = 200, body = VersionDetail),
@@ -428,7 +448,7 @@ pub async fn get_version(
     get, path = "/v1/{kind}/{name}/diff", tag = "definitions",
     params(
         ("kind" = Collection, Path, description = "workflows, agents or tools"),
-        ("name" = String, Path, description = "The definition's name"),
+        ("name" = inline(RegistryName), Path, description = "The definition's name"),
         DiffQuery,
     ),
     responses(
@@ -478,8 +498,8 @@ fn own(owner: &Owner, collection: Collection, name: &str) -> Result<(), ApiError
     delete, path = "/v1/{kind}/{name}/versions/{version}", tag = "definitions",
     params(
         ("kind" = Collection, Path, description = "workflows, agents or tools"),
-        ("name" = String, Path, description = "The definition's name"),
-        ("version" = u32, Path, description = "A version number"),
+        ("name" = inline(RegistryName), Path, description = "The definition's name"),
+        ("version" = u32, Path, minimum = 1, maximum = 999_999_999, description = "A version number"),
     ),
     responses(
         (status = 204, description = "Deleted"),
@@ -569,12 +589,14 @@ pub(super) async fn in_use(
     put, path = "/v1/{kind}/{name}/labels/{label}", tag = "definitions",
     params(
         ("kind" = Collection, Path, description = "workflows, agents or tools"),
-        ("name" = String, Path, description = "The definition's name"),
-        ("label" = String, Path, description = "1-64 of lowercase letters, digits, `_`, `.`, `-`, starting with a letter; not `latest`"),
+        ("name" = inline(RegistryName), Path, description = "The definition's name"),
+        ("label" = inline(LabelName), Path, description = "The label"),
     ),
     request_body = LabelBody,
     responses(
         (status = 200, body = LabelDetail),
+        (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such definition or version", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "A shared definition", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
@@ -619,8 +641,8 @@ pub async fn put_label(
     delete, path = "/v1/{kind}/{name}/labels/{label}", tag = "definitions",
     params(
         ("kind" = Collection, Path, description = "workflows, agents or tools"),
-        ("name" = String, Path, description = "The definition's name"),
-        ("label" = String, Path, description = "The label"),
+        ("name" = inline(RegistryName), Path, description = "The definition's name"),
+        ("label" = inline(LabelName), Path, description = "The label"),
     ),
     responses(
         (status = 204, description = "Removed"),
