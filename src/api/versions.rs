@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, Path, Query, deserialize_located};
 use super::registry::{RegistryName, valid_name};
 use crate::domain::Tenant;
-use crate::domain::definition::{DefinitionKind, Version, check_label};
+use crate::domain::definition::{DefinitionKind, Version, check_label, unknown_version};
 use crate::store::{Authored, Labelled, Owner, Registry, VersionRecord};
 
 pub fn routes() -> axum::Router<AppState> {
@@ -282,26 +282,12 @@ pub(super) async fn version_of(
         return Ok(found);
     }
     let versions = state.definitions.versions(registry, owner, name).await?;
-    let numbers: Vec<String> = versions
-        .iter()
-        .rev()
-        .map(|v| v.version.to_string())
-        .collect();
+    let numbers: Vec<u32> = versions.iter().rev().map(|v| v.version).collect();
     let labels = state.definitions.labels(registry, owner, name).await?;
     let labels: Vec<String> = labels.into_iter().map(|l| l.label).collect();
-    let noun = collection.noun();
-    let what = match version {
-        Version::Label(label) => format!("no label `{label}`"),
-        _ => format!("no version {text}"),
-    };
-    Err(ApiError::NotFound(format!(
-        "{noun} `{name}` has {what}; its versions: {}; its labels: {}",
-        numbers.join(", "),
-        if labels.is_empty() {
-            "none".to_owned()
-        } else {
-            labels.join(", ")
-        }
+    let kind = registry.kind();
+    Err(ApiError::NotFound(unknown_version(
+        kind, name, &version, &numbers, &labels,
     )))
 }
 

@@ -75,6 +75,31 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// What a caller is told of a version `name` does not have: the versions and labels it has.
+pub fn unknown_version(
+    kind: DefinitionKind,
+    name: &str,
+    asked: &Version,
+    versions: &[u32],
+    labels: &[String],
+) -> String {
+    let noun = kind.as_str();
+    let what = match asked {
+        Version::Label(label) => format!("no label `{label}`"),
+        other => format!("no version {other}"),
+    };
+    let versions: Vec<String> = versions.iter().map(u32::to_string).collect();
+    let labels = match labels.is_empty() {
+        true => "none".to_owned(),
+        false => labels.join(", "),
+    };
+    format!(
+        "{noun} `{name}` has {what}; its versions: {}; its labels: {labels} \
+         (GET /v1/{noun}s/{name}/versions)",
+        versions.join(", ")
+    )
+}
+
 /// The word for the latest version; no label may take it.
 pub const LATEST: &str = "latest";
 

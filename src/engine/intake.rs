@@ -22,7 +22,7 @@
 
 use serde_json::Value;
 
-use crate::domain::definition::{DefinitionKind, Pin, Reference, Version};
+use crate::domain::definition::{DefinitionKind, Pin, Reference, unknown_version};
 use crate::domain::run::{RunRequest, RunSpec};
 use crate::domain::schedule::ScheduleFire;
 use crate::domain::{Orchestration, SelectedBy, Selection, Tenant};
@@ -366,26 +366,11 @@ async fn registered_workflow(
         return Ok(Err(registry.unknown(tenant, name).await?));
     };
     let versions = definitions.versions(registry, &owner, name).await?;
-    let numbers: Vec<String> = versions
-        .iter()
-        .rev()
-        .map(|v| v.version.to_string())
-        .collect();
+    let numbers: Vec<u32> = versions.iter().rev().map(|v| v.version).collect();
     let labels = definitions.labels(registry, &owner, name).await?;
     let labels: Vec<String> = labels.into_iter().map(|l| l.label).collect();
-    let what = match version {
-        Version::Label(label) => format!("no label `{label}`"),
-        other => format!("no version {other}"),
-    };
-    Ok(Err(format!(
-        "workflow `{name}` has {what}; its versions: {}; its labels: {} (GET /v1/workflows/{name}/versions)",
-        numbers.join(", "),
-        if labels.is_empty() {
-            "none".to_owned()
-        } else {
-            labels.join(", ")
-        }
-    )))
+    let kind = DefinitionKind::Workflow;
+    Ok(Err(unknown_version(kind, name, version, &numbers, &labels)))
 }
 
 /// A workflow definition as a plan: with the registered agents and workflows it names copied
