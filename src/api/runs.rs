@@ -70,12 +70,16 @@ pub(super) async fn own_run(
 }
 
 async fn load_run(state: &AppState, tenant: &Tenant, id: RunId) -> Result<Run, ApiError> {
-    state
-        .runs
-        .get(tenant, id)
-        .await?
-        .map(|s| s.run)
-        .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))
+    Ok(stored_run(state, tenant, id).await?.run)
+}
+
+/// The tenant's run `id` with its spec, or 404.
+async fn stored_run(
+    state: &AppState,
+    tenant: &Tenant,
+    id: RunId,
+) -> Result<crate::store::StoredRun, ApiError> {
+    (state.runs.get(tenant, id).await?).ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))
 }
 
 /// Create a run.
@@ -549,8 +553,7 @@ pub async fn run_steps(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<StepView>>, ApiError> {
     let id = parse_run_id(&id)?;
-    let stored = (state.runs.get(&tenant, id).await?)
-        .ok_or_else(|| ApiError::NotFound(format!("no run `{id}`")))?;
+    let stored = stored_run(&state, &tenant, id).await?;
     let pins = &stored.spec.definitions;
     let attempts = state.history.step_attempts(id).await?;
     Ok(Json(

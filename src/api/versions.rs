@@ -281,10 +281,7 @@ pub(super) async fn version_of(
     {
         return Ok(found);
     }
-    let versions = state.definitions.versions(registry, owner, name).await?;
-    let numbers: Vec<u32> = versions.iter().rev().map(|v| v.version).collect();
-    let labels = state.definitions.labels(registry, owner, name).await?;
-    let labels: Vec<String> = labels.into_iter().map(|l| l.label).collect();
+    let (numbers, labels) = state.definitions.known(registry, owner, name).await?;
     let kind = registry.kind();
     Err(ApiError::NotFound(unknown_version(
         kind, name, &version, &numbers, &labels,

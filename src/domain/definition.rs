@@ -166,7 +166,7 @@ pub fn digest(definition: &Value) -> String {
 }
 
 /// JSON text with every object's members in key order, whatever order the map keeps.
-pub(crate) fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut String) {
     match value {
         Value::Object(map) => {
             let mut members: Vec<_> = map.iter().collect();

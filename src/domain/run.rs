@@ -366,7 +366,6 @@ impl RunSpec {
     /// a `workflow` is left out: the same request naming a workflow that has since been
     /// replaced is still the same request. The schedule tick and the fork's origin are in it.
     pub fn fingerprint(&self) -> String {
-        use sha2::{Digest, Sha256};
         let mut request = self.clone();
         request.declared_tools.clear();
         request.definitions.clear();
@@ -374,11 +373,7 @@ impl RunSpec {
             request.request.plan = None;
         }
         let value = serde_json::to_value(&request).unwrap_or(Value::Null);
-        let mut text = String::new();
-        super::definition::write_canonical(&value, &mut text);
-        let digest = Sha256::digest(text.as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        format!("sha256:{hex}")
+        super::definition::digest(&value)
     }
 }
 

@@ -365,10 +365,7 @@ async fn registered_workflow(
         let registry = Workflows::new(store.clone());
         return Ok(Err(registry.unknown(tenant, name).await?));
     };
-    let versions = definitions.versions(registry, &owner, name).await?;
-    let numbers: Vec<u32> = versions.iter().rev().map(|v| v.version).collect();
-    let labels = definitions.labels(registry, &owner, name).await?;
-    let labels: Vec<String> = labels.into_iter().map(|l| l.label).collect();
+    let (numbers, labels) = definitions.known(registry, &owner, name).await?;
     let kind = DefinitionKind::Workflow;
     Ok(Err(unknown_version(kind, name, version, &numbers, &labels)))
 }

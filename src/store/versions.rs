@@ -277,6 +277,22 @@ impl Definitions {
         row.as_ref().map(|r| version_from_row(r, true)).transpose()
     }
 
+    /// The version numbers (oldest first) and the label names of `owner`'s definition
+    /// `name`: what a caller asking for one it does not have is told.
+    pub async fn known(
+        &self,
+        registry: Registry,
+        owner: &Owner,
+        name: &str,
+    ) -> Result<(Vec<u32>, Vec<String>)> {
+        let versions = self.versions(registry, owner, name).await?;
+        let labels = self.labels(registry, owner, name).await?;
+        Ok((
+            versions.iter().rev().map(|v| v.version).collect(),
+            labels.into_iter().map(|l| l.label).collect(),
+        ))
+    }
+
     /// The labels of `owner`'s definition `name`, by label.
     pub async fn labels(
         &self,

@@ -160,40 +160,52 @@ impl Services {
         &self,
         tenant: &Tenant,
     ) -> Result<Vec<HttpToolSpec>, crate::store::Error> {
-        let pinned = self.declared_tools_pinned(tenant).await?;
-        Ok(pinned.into_iter().map(|(spec, _)| spec).collect())
+        let records = self.declared_records(tenant).await?;
+        Ok(records.into_iter().filter_map(declared_spec).collect())
     }
 
-    /// [`Self::declared_tools`], each with the version it is at.
+    /// [`Self::declared_tools`], each with the version it is at (its digest computed only
+    /// here, for the runs that record it).
     pub async fn declared_tools_pinned(
         &self,
         tenant: &Tenant,
     ) -> Result<Vec<(HttpToolSpec, Pin)>, crate::store::Error> {
-        if !self.declared.enabled() {
-            return Ok(Vec::new());
-        }
-        let records = self
-            .store()
-            .list_entries(crate::store::Registry::HttpTools, tenant)
-            .await?;
+        let records = self.declared_records(tenant).await?;
         Ok(records
             .into_iter()
             .filter_map(|r| {
                 let pin = crate::agents::pin(DefinitionKind::Tool, &r);
-                match serde_json::from_value::<HttpToolSpec>(r.definition) {
-                    Ok(spec) => Some((spec, pin)),
-                    Err(e) => {
-                        tracing::warn!(tool = %r.name, error = %e, "skipping a stored HTTP tool");
-                        None
-                    }
-                }
+                declared_spec(r).map(|spec| (spec, pin))
             })
             .collect())
+    }
+
+    async fn declared_records(
+        &self,
+        tenant: &Tenant,
+    ) -> Result<Vec<crate::store::RegistryRecord>, crate::store::Error> {
+        if !self.declared.enabled() {
+            return Ok(Vec::new());
+        }
+        let registry = crate::store::Registry::HttpTools;
+        self.store().list_entries(registry, tenant).await
     }
 
     /// The store, for the few reads an executor makes (checkpoints, attempts, session history).
     pub fn store(&self) -> &Store {
         &self.store
+    }
+}
+
+/// A stored declared tool's declaration; one that no longer reads as one is skipped, with a
+/// warning.
+fn declared_spec(record: crate::store::RegistryRecord) -> Option<HttpToolSpec> {
+    match serde_json::from_value::<HttpToolSpec>(record.definition) {
+        Ok(spec) => Some(spec),
+        Err(e) => {
+            tracing::warn!(tool = %record.name, error = %e, "skipping a stored HTTP tool");
+            None
+        }
     }
 }
 
