@@ -209,6 +209,7 @@ fn tool_call(id: &str, call: &str) -> [(Option<String>, Payload); 2] {
         call_id: call.to_owned(),
         tool: "math.calculate".into(),
         result: ToolOutcome::Output(json!({ "expression": "1 + 1", "result": 2 })),
+        task: None,
     };
     [
         (Some(id.to_owned()), call_data.into()),

@@ -78,6 +78,7 @@ impl Demo {
             "fail" => json!({"content": [{"type": "text", "text": "the tool failed on purpose"}],
                 "isError": true}),
             "slow" => {
+                eprintln!("slow: started");
                 ctx.ct.cancelled().await;
                 eprintln!("slow: cancelled");
                 json!({"content": [{"type": "text", "text": "cancelled"}], "isError": true})

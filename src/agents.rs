@@ -9,7 +9,7 @@
 //! checked the same way. Running agents is the engine's business; this module never does IO
 //! but reading the directory and the registry.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -17,7 +17,8 @@ use anyhow::Context;
 use serde_json::Value;
 
 use crate::domain::Tenant;
-use crate::domain::definition::{DefinitionKind, Pin, digest};
+use crate::domain::definition::{DefinitionKind, Pin, Reference, Version, digest, unknown_version};
+use crate::plan::Problem;
 use crate::plan::agent::{AgentCatalog, items, validate_agent};
 use crate::store::{self, Registry, RegistryRecord, Store};
 
@@ -78,7 +79,7 @@ impl Agents {
         &self,
         tenant: &Tenant,
         doc: &mut Value,
-    ) -> store::Result<Vec<Pin>> {
+    ) -> store::Result<Resolution> {
         resolve_references(&self.store, tenant, doc).await
     }
 
@@ -88,7 +89,7 @@ impl Agents {
         tenant: &Tenant,
         doc: &mut Value,
         overlay: &Overlay,
-    ) -> store::Result<Vec<Pin>> {
+    ) -> store::Result<Resolution> {
         resolve_over(&self.store, tenant, doc, overlay).await
     }
 }
@@ -172,14 +173,41 @@ async fn read_agent(path: &Path) -> anyhow::Result<(String, Value)> {
 /// Copies into the plan document `doc` the registered agents and workflows its steps name
 /// (and those they name in turn: handoff targets, workflow agents, the steps of nested
 /// workflows) that the plan does not define itself, so the run executes — and resumes —
-/// exactly what was validated. Names found nowhere are left for validation to report. Returns
-/// the version of each definition copied in (the latest, when the plan is resolved).
+/// exactly what was validated. Names found nowhere are left for validation to report.
+///
+/// A step may name a version (`billing@2`) or a label (`inner@production`): that version is
+/// copied in under the bare name, and the reference is rewritten to the bare name, so the
+/// resolved document names definitions as a plan without versions does (a run resumes from
+/// it, whatever a label points at by then). A run uses one version of each name.
 pub async fn resolve_references(
     store: &Store,
     tenant: &Tenant,
     doc: &mut Value,
-) -> crate::store::Result<Vec<Pin>> {
+) -> crate::store::Result<Resolution> {
     resolve_over(store, tenant, doc, &Overlay::default()).await
+}
+
+/// What resolving a plan's references did: the version of each registered definition copied
+/// in (the latest, or the one a reference names), and the references refused, each with a
+/// pointer into the document (an unknown version or label, two versions of one name, a
+/// version of a name the plan defines itself). A caller refuses the document when there are
+/// any.
+#[derive(Debug, Default)]
+pub struct Resolution {
+    pub pins: Vec<Pin>,
+    pub problems: Vec<Problem>,
+}
+
+impl Resolution {
+    /// Every problem of a document resolved then validated: the references' own, then
+    /// validation's but those at a refused reference (validation saw it as the bare name it
+    /// was rewritten to, or as the text it could not parse, and says less).
+    pub fn with(&self, validation: Vec<Problem>) -> Vec<Problem> {
+        let refused = |p: &Problem| self.problems.iter().any(|r| r.pointer == p.pointer);
+        let mut all = self.problems.clone();
+        all.extend(validation.into_iter().filter(|p| !refused(p)));
+        all
+    }
 }
 
 /// Agents and workflows that stand in front of the registries: those of a bundle being
@@ -188,58 +216,83 @@ pub async fn resolve_references(
 pub struct Overlay {
     pub agents: serde_json::Map<String, Value>,
     pub workflows: serde_json::Map<String, Value>,
+    /// The tenant's own definitions the apply removes (`prune`): absent, not read from the
+    /// store.
+    pub removed: HashSet<(DefinitionKind, String)>,
+    /// The declared tools the tenant will have, for a run body checked over the bundle.
+    pub tools: Option<Vec<crate::domain::DeclaredTool>>,
+    /// The declared functions the tenant will have, likewise.
+    pub functions: Option<Vec<crate::functions::FunctionSpec>>,
+}
+
+impl Overlay {
+    /// Whether the apply removes the tenant's definition `name` of `kind`.
+    pub fn removes(&self, kind: DefinitionKind, name: &str) -> bool {
+        self.removed.contains(&(kind, name.to_owned()))
+    }
 }
 
 /// [`resolve_references`], taking a name from `overlay` before the registries (no pin is
-/// recorded for those: they are not stored yet).
+/// recorded for those: they are not stored yet). A reference with a version names a stored
+/// version, even of a name the bundle defines.
 pub async fn resolve_over(
     store: &Store,
     tenant: &Tenant,
     doc: &mut Value,
     overlay: &Overlay,
-) -> crate::store::Result<Vec<Pin>> {
-    let mut pins = Vec::new();
+) -> crate::store::Result<Resolution> {
     let Some(members) = doc.as_object_mut() else {
-        return Ok(pins);
+        return Ok(Resolution::default());
     };
     let mut agents = take_map(members, "agents");
     let mut workflows = take_map(members, "workflows");
-    let mut wanted = Wanted::default();
-    wanted.steps(members.get("steps"));
-    for definition in agents.values().chain(workflows.values()) {
-        wanted.definition(definition);
+    let mut uses = Uses::default();
+    uses.steps(members.get_mut("steps"), "/steps");
+    for (name, definition) in &agents {
+        uses.definition(definition, &member("/agents", name));
     }
+    for (name, definition) in &mut workflows {
+        uses.workflow(definition, &member("/workflows", name));
+    }
+    let own = Own {
+        agents: agents.keys().cloned().collect(),
+        workflows: workflows.keys().cloned().collect(),
+    };
+    let mut copier = Copier {
+        store,
+        tenant,
+        overlay,
+        found: HashMap::new(),
+        chosen: HashMap::new(),
+        pins: Vec::new(),
+    };
     // Bounded by the schema's limits on both maps: past them, validation reports the plan.
     while agents.len() <= 64 && workflows.len() <= 32 {
-        if let Some(name) = wanted.agents.pop() {
-            if agents.contains_key(&name) {
-                continue;
-            }
-            if let Some(definition) = overlay.agents.get(&name) {
-                wanted.definition(definition);
-                agents.insert(name, definition.clone());
-            } else if let Some(found) = store.get_entry(Registry::Agents, tenant, &name).await? {
-                wanted.definition(&found.definition);
-                pins.push(pin(DefinitionKind::Agent, &found));
-                agents.insert(name, found.definition);
-            }
-        } else if let Some(name) = wanted.workflows.pop() {
-            if workflows.contains_key(&name) {
-                continue;
-            }
-            if let Some(definition) = overlay.workflows.get(&name) {
-                wanted.definition(definition);
-                wanted.steps(definition.get("steps"));
-                workflows.insert(name, definition.clone());
-            } else if let Some(found) = store.get_entry(Registry::Workflows, tenant, &name).await? {
-                wanted.definition(&found.definition);
-                wanted.steps(found.definition.get("steps"));
-                pins.push(pin(DefinitionKind::Workflow, &found));
-                workflows.insert(name, found.definition);
-            }
-        } else {
+        let Some(used) = uses.list.pop_front() else {
             break;
+        };
+        if own.defines(&used) {
+            if used.reference.version != Version::Latest {
+                uses.problems.push(own.refused(&used));
+            }
+            continue;
         }
+        let Some(mut definition) = copier.copy(&used, &mut uses.problems).await? else {
+            continue;
+        };
+        let name = used.reference.name;
+        uses.within = copier.within(used.kind, &name);
+        match used.kind {
+            DefinitionKind::Agent => {
+                uses.definition(&definition, &member("/agents", &name));
+                agents.insert(name, definition);
+            }
+            _ => {
+                uses.workflow(&mut definition, &member("/workflows", &name));
+                workflows.insert(name, definition);
+            }
+        }
+        uses.within = None;
     }
     if !agents.is_empty() {
         members.insert("agents".into(), Value::Object(agents));
@@ -247,7 +300,18 @@ pub async fn resolve_over(
     if !workflows.is_empty() {
         members.insert("workflows".into(), Value::Object(workflows));
     }
-    Ok(pins)
+    // Declared functions named at a version, in the plan and in what was copied in.
+    let calls = crate::functions::resolve_versions(store, tenant, doc).await?;
+    let mut pins = copier.pins;
+    pins.extend(
+        calls
+            .chosen
+            .iter()
+            .map(|r| pin(DefinitionKind::Function, r)),
+    );
+    let mut problems = uses.problems;
+    problems.extend(calls.problems);
+    Ok(Resolution { pins, problems })
 }
 
 /// The pin of a registry entry, at the version it was read at.
@@ -276,63 +340,323 @@ fn take_map(
     }
 }
 
-/// Agent and workflow names still to look up.
-#[derive(Default)]
-struct Wanted {
-    agents: Vec<String>,
-    workflows: Vec<String>,
+fn member(map: &str, name: &str) -> String {
+    format!("{map}/{}", crate::schema::escape_pointer(name))
 }
 
-impl Wanted {
-    /// The names steps use, children included.
-    fn steps(&mut self, steps: Option<&Value>) {
-        for step in steps.and_then(Value::as_array).into_iter().flatten() {
-            let input = step.get("input");
-            let text = |k: &str| input.and_then(|i| i.get(k)).and_then(Value::as_str);
-            let list = |k: &str| {
-                input
-                    .and_then(|i| i.get(k))
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect::<Vec<_>>()
+/// One name a plan uses for an agent or a workflow, and where.
+struct Use {
+    kind: DefinitionKind,
+    reference: Reference,
+    /// As written (`billing@2`), for messages.
+    written: String,
+    /// Where, in the resolved document.
+    pointer: String,
+    /// The registered definition it is written in, when not in the plan itself: a message
+    /// about it says so, since its pointer is into the definition as copied in.
+    within: Option<String>,
+}
+
+impl Use {
+    fn problem(&self, message: String) -> Problem {
+        match &self.within {
+            Some(within) => Problem::new(&self.pointer, format!("{message} (in {within})")),
+            None => Problem::new(&self.pointer, message),
+        }
+    }
+}
+
+/// The names still to look up, in the order the document uses them, and the references
+/// refused so far.
+#[derive(Default)]
+struct Uses {
+    list: VecDeque<Use>,
+    problems: Vec<Problem>,
+    /// See [`Use::within`]: set while a copied definition is read.
+    within: Option<String>,
+}
+
+impl Uses {
+    /// The names steps use, children included; a reference with a version is rewritten to
+    /// the bare name.
+    fn steps(&mut self, steps: Option<&mut Value>, at: &str) {
+        let Some(steps) = steps.and_then(Value::as_array_mut) else {
+            return;
+        };
+        for (i, step) in steps.iter_mut().enumerate() {
+            let kind = step.get("kind").and_then(Value::as_str).map(str::to_owned);
+            let Some(input) = step.get_mut("input") else {
+                continue;
             };
-            match step.get("kind").and_then(Value::as_str) {
+            let at = format!("{at}/{i}/input");
+            let agent = DefinitionKind::Agent;
+            match kind.as_deref() {
                 Some("agent") => {
-                    self.agents.extend(text("agent").map(str::to_owned));
-                    self.agents.extend(list("spokes"));
+                    self.one(agent, input, "agent", &at);
+                    self.each(agent, input, "spokes", &at);
                 }
-                Some("handoff") => self.agents.extend(text("start").map(str::to_owned)),
-                Some("group_chat") => self.agents.extend(list("participants")),
-                Some("workflow") => self.workflows.extend(text("workflow").map(str::to_owned)),
-                _ => self.steps(input.and_then(|i| i.get("steps"))),
+                Some("handoff") => self.one(agent, input, "start", &at),
+                Some("group_chat") => self.each(agent, input, "participants", &at),
+                Some("workflow") => self.one(DefinitionKind::Workflow, input, "workflow", &at),
+                _ => self.steps(input.get_mut("steps"), &format!("{at}/steps")),
             }
         }
     }
 
+    fn one(&mut self, kind: DefinitionKind, input: &mut Value, key: &str, at: &str) {
+        if let Some(value) = input.get_mut(key) {
+            self.name(kind, value, format!("{at}/{key}"));
+        }
+    }
+
+    fn each(&mut self, kind: DefinitionKind, input: &mut Value, key: &str, at: &str) {
+        let values = input.get_mut(key).and_then(Value::as_array_mut);
+        for (j, value) in values.into_iter().flatten().enumerate() {
+            self.name(kind, value, format!("{at}/{key}/{j}"));
+        }
+    }
+
+    /// One reference of a step: `name`, or `name@version` rewritten to `name`. Anything else
+    /// (not a string, not a valid name) is left for validation to report.
+    fn name(&mut self, kind: DefinitionKind, value: &mut Value, pointer: String) {
+        let Some(text) = value.as_str() else {
+            return;
+        };
+        let written = text.to_owned();
+        let reference = match Reference::parse(text) {
+            Ok(r) => r,
+            Err(message) if text.contains('@') => {
+                let noun = match kind {
+                    DefinitionKind::Agent => "an agent",
+                    _ => "a workflow",
+                };
+                let message = format!("`{text}` is not a reference to {noun}: {message}");
+                self.problems.push(Problem::new(pointer, message));
+                return;
+            }
+            Err(_) => Reference {
+                name: written.clone(),
+                version: Version::Latest,
+            },
+        };
+        if text.contains('@') {
+            *value = Value::String(reference.name.clone());
+        }
+        self.list.push_back(Use {
+            kind,
+            reference,
+            written,
+            pointer,
+            within: self.within.clone(),
+        });
+    }
+
+    /// A workflow's names: its steps' and those of its own agents and workflows.
+    fn workflow(&mut self, definition: &mut Value, at: &str) {
+        self.definition(definition, at);
+        self.steps(definition.get_mut("steps"), &format!("{at}/steps"));
+    }
+
     /// The names an agent definition uses (handoff targets, its workflow), or a workflow's
-    /// own agents and workflows.
-    fn definition(&mut self, definition: &Value) {
-        for (_, item) in items(definition, "handoffs") {
+    /// own agents and workflows, as written: only steps name versions.
+    fn definition(&mut self, definition: &Value, at: &str) {
+        let mut bare = |kind: DefinitionKind, name: &str, pointer: String| {
+            self.list.push_back(Use {
+                kind,
+                reference: Reference {
+                    name: name.to_owned(),
+                    version: Version::Latest,
+                },
+                written: name.to_owned(),
+                pointer,
+                within: self.within.clone(),
+            });
+        };
+        for (i, item) in items(definition, "handoffs") {
             let target = item
                 .as_str()
                 .or_else(|| item.get("to").and_then(Value::as_str));
-            self.agents.extend(target.map(str::to_owned));
+            if let Some(target) = target {
+                bare(DefinitionKind::Agent, target, format!("{at}/handoffs/{i}"));
+            }
         }
         if let Some(w) = definition.get("workflow").and_then(Value::as_str) {
-            self.workflows.push(w.to_owned());
+            bare(DefinitionKind::Workflow, w, format!("{at}/workflow"));
         }
         for key in ["agents", "workflows"] {
-            for inner in definition
+            for (name, inner) in definition
                 .get(key)
                 .and_then(Value::as_object)
                 .into_iter()
                 .flatten()
             {
-                self.definition(inner.1);
+                self.definition(inner, &member(&format!("{at}/{key}"), name));
             }
         }
+    }
+}
+
+/// The names a plan defines itself, before any is copied in.
+struct Own {
+    agents: HashSet<String>,
+    workflows: HashSet<String>,
+}
+
+impl Own {
+    fn defines(&self, used: &Use) -> bool {
+        let names = match used.kind {
+            DefinitionKind::Agent => &self.agents,
+            _ => &self.workflows,
+        };
+        names.contains(&used.reference.name)
+    }
+
+    fn refused(&self, used: &Use) -> Problem {
+        let (noun, name) = (used.kind.as_str(), &used.reference.name);
+        used.problem(format!(
+            "`{}` names a version of a registered {noun}, but the plan defines its own {noun} \
+             `{name}` (in its `{noun}s`); name it without a version, or rename one of them",
+            used.written
+        ))
+    }
+}
+
+/// What a reference names, as looked up once.
+#[derive(Clone)]
+enum Lookup {
+    /// The bundle's definition, not stored yet.
+    Bundle(Value),
+    Stored(RegistryRecord),
+    /// No definition of that name: left for validation to report.
+    Unknown,
+    /// The name has no such version: what the caller is told.
+    NoVersion(String),
+}
+
+/// Looks references up and copies in one version of each name.
+struct Copier<'a> {
+    store: &'a Store,
+    tenant: &'a Tenant,
+    overlay: &'a Overlay,
+    /// Each reference looked up, by kind, name and version asked.
+    found: HashMap<(DefinitionKind, String, String), Lookup>,
+    /// The definition copied in for each name, and the first reference that named it.
+    chosen: HashMap<(DefinitionKind, String), (Option<u32>, String)>,
+    pins: Vec<Pin>,
+}
+
+impl Copier<'_> {
+    /// The definition to copy in for `used`, if it is the first use of its name; a problem
+    /// when the name has no such version, or when an earlier use took another version.
+    async fn copy(
+        &mut self,
+        used: &Use,
+        problems: &mut Vec<Problem>,
+    ) -> crate::store::Result<Option<Value>> {
+        let lookup = self.look_up(used.kind, &used.reference).await?;
+        let (definition, version) = match &lookup {
+            Lookup::Unknown => return Ok(None),
+            Lookup::NoVersion(message) => {
+                problems.push(used.problem(message.clone()));
+                return Ok(None);
+            }
+            Lookup::Bundle(definition) => (definition.clone(), None),
+            Lookup::Stored(found) => (found.definition.clone(), Some(found.version)),
+        };
+        let key = (used.kind, used.reference.name.clone());
+        if let Some((first, written)) = self.chosen.get(&key) {
+            if *first != version {
+                let (noun, name) = (used.kind.as_str(), &used.reference.name);
+                problems.push(used.problem(format!(
+                    "{noun} `{name}` is named as {} and as {}; a run uses one version of each \
+                     {noun}: name the same one everywhere",
+                    described(written, *first),
+                    described(&used.written, version),
+                )));
+            }
+            return Ok(None);
+        }
+        self.chosen.insert(key, (version, used.written.clone()));
+        if let Lookup::Stored(found) = &lookup {
+            self.pins.push(pin(used.kind, found));
+        }
+        Ok(Some(definition))
+    }
+
+    async fn look_up(
+        &mut self,
+        kind: DefinitionKind,
+        reference: &Reference,
+    ) -> crate::store::Result<Lookup> {
+        let key = (kind, reference.name.clone(), reference.version.to_string());
+        if let Some(hit) = self.found.get(&key) {
+            return Ok(hit.clone());
+        }
+        let (registry, bundle) = match kind {
+            DefinitionKind::Agent => (Registry::Agents, &self.overlay.agents),
+            _ => (Registry::Workflows, &self.overlay.workflows),
+        };
+        let (name, version) = (&reference.name, &reference.version);
+        let lookup = match bundle.get(name) {
+            Some(definition) if *version == Version::Latest => Lookup::Bundle(definition.clone()),
+            // Pruned by the apply being checked: gone with its versions.
+            None if self.overlay.removes(kind, name) => Lookup::Unknown,
+            _ => match (self.store)
+                .get_entry_at(registry, self.tenant, name, version)
+                .await?
+            {
+                Some(found) => Lookup::Stored(found),
+                None => {
+                    self.missing(registry, reference, bundle.contains_key(name))
+                        .await?
+                }
+            },
+        };
+        self.found.insert(key, lookup.clone());
+        Ok(lookup)
+    }
+
+    /// Why a reference found nothing: no such name (validation tells), or no such version.
+    async fn missing(
+        &self,
+        registry: Registry,
+        reference: &Reference,
+        in_bundle: bool,
+    ) -> crate::store::Result<Lookup> {
+        let (name, version) = (&reference.name, &reference.version);
+        let kind = registry.kind();
+        let definitions = store::Definitions::new(self.store.clone());
+        if let Some(owner) = definitions.owner(registry, self.tenant, name).await? {
+            let (numbers, labels) = definitions.known(registry, &owner, name).await?;
+            return Ok(Lookup::NoVersion(unknown_version(
+                kind, name, version, &numbers, &labels,
+            )));
+        }
+        Ok(match in_bundle {
+            true => Lookup::NoVersion(format!(
+                "{} `{name}` is not stored yet (this bundle creates it), so it has no version \
+                 {version}; name it without a version",
+                kind.as_str()
+            )),
+            false => Lookup::Unknown,
+        })
+    }
+
+    /// How a message names a definition copied in.
+    fn within(&self, kind: DefinitionKind, name: &str) -> Option<String> {
+        let key = (kind, name.to_owned());
+        let version = self.chosen.get(&key).and_then(|(v, _)| *v);
+        Some(match version {
+            Some(v) => format!("{} `{name}` version {v}", kind.as_str()),
+            None => format!("the bundle's {} `{name}`", kind.as_str()),
+        })
+    }
+}
+
+/// A reference and the version it names, for a message.
+fn described(written: &str, version: Option<u32>) -> String {
+    match version {
+        Some(v) => format!("`{written}` (version {v})"),
+        None => format!("`{written}` (the bundle's definition)"),
     }
 }

@@ -16,6 +16,7 @@ use crate::api::server::ServerLimits;
 use crate::api::{self, AppState};
 use crate::config::selector::Selector;
 use crate::config::{Config, DatabaseConfig};
+use crate::engine::runtime::context::Bodies;
 use crate::engine::runtime::hooks::Hooks;
 use crate::engine::{Engine, Services};
 use crate::functions::FunctionRegistry;
@@ -109,11 +110,9 @@ impl App {
                 webhook_due.clone(),
             )),
             quotas: Arc::new(config.quotas.clone()),
-            bodies: Arc::new(crate::engine::runtime::context::Bodies::new(
-                config.webhooks.clone(),
-                destinations.clone(),
-            )),
+            bodies: Arc::new(Bodies::new(config.webhooks.clone(), destinations.clone())),
             lease: crate::engine::runtime::lease::LeaseGate::for_store(&store),
+            tasks: crate::store::tasks::Tasks::new(store.clone()),
         };
         let engine = start_engine(services, &config.database, &store, &tracker, &shutdown).await?;
         let bind = config.server.bind.clone();
@@ -146,6 +145,8 @@ impl App {
         };
         tracker.spawn(crate::workers::schedules::fire_due(firing));
         tracker.spawn(deliverer.run());
+        let tasks = engine.tasks().clone();
+        tracker.spawn(crate::workers::tasks::sweep_tasks(tasks, shutdown.clone()));
         Ok(App {
             listener,
             router: api::router(state),

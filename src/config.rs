@@ -719,6 +719,9 @@ pub struct ToolsConfig {
     pub mcp: Vec<McpServerConfig>,
     /// HTTP tools declared as data, `[[tools.http]]` (see `schemas/HttpTool.schema.json`).
     pub http: Vec<crate::domain::HttpToolSpec>,
+    /// Tools the tenants' workers serve, `[[tools.worker]]` (`schemas/WorkerTool.schema.json`):
+    /// every tenant may call them, and each tenant's workers serve its own calls.
+    pub worker: Vec<crate::domain::WorkerToolSpec>,
     /// Destinations HTTP tools may reach although they are not public addresses: `host`,
     /// `host:port`, `10.0.0.0/8`. Everything else private, loopback, link-local (cloud
     /// metadata) or reserved is refused.
@@ -856,6 +859,7 @@ impl Default for ToolsConfig {
             fs_read_max_bytes: 1024 * 1024,
             mcp: Vec::new(),
             http: Vec::new(),
+            worker: Vec::new(),
             http_allow: Vec::new(),
             http_allow_private: false,
             http_api: false,
@@ -1252,14 +1256,19 @@ impl Config {
                 &format!("`{bad}` is not an environment variable name (letters, digits, `_`)"),
             ));
         }
-        for (i, spec) in self.tools.http.iter().enumerate() {
-            if let Some((pointer, message)) = spec.problems().into_iter().next() {
+        let http = (self.tools.http.iter()).map(|s| ("http", s.problems()));
+        let worker = (self.tools.worker.iter()).map(|s| ("worker", s.problems()));
+        let mut counts = std::collections::HashMap::new();
+        for (kind, problems) in http.chain(worker) {
+            let i = counts.entry(kind).or_insert(0usize);
+            if let Some((pointer, message)) = problems.into_iter().next() {
                 return Err(Error::Invalid {
-                    key: format!("tools.http[{i}]{}", pointer.replace('/', ".")).into(),
+                    key: format!("tools.{kind}[{i}]{}", pointer.replace('/', ".")).into(),
                     message,
                     set_by: None,
                 });
             }
+            *i += 1;
         }
         Ok(())
     }

@@ -19,8 +19,8 @@ use tracing_subscriber::EnvFilter;
 /// ./config/default.toml when present) < environment (DATABASE_URL, ORCA_BIND, OPENAI_BASE_URL,
 /// OPENAI_API_KEY, ORCA_SECTION__KEY) < these flags. RUST_LOG sets the log filter.
 ///
-/// `run`, `runs`, `workflows`, `agents`, `tools`, `apply`, `export`, `schedules`, `sessions`
-/// and `usage` are clients of a running server: ORCA_URL (default http://127.0.0.1:8080) and ORCA_API_KEY, or --url and
+/// `run`, `runs`, `workflows`, `agents`, `tools`, `functions`, `apply`, `export`, `schedules`,
+/// `sessions` and `usage` are clients of a running server: ORCA_URL (default http://127.0.0.1:8080) and ORCA_API_KEY, or --url and
 /// --api-key. `orca help COMMAND` explains each.
 #[derive(Debug, Parser)]
 #[command(name = "orca", version, about, long_about)]

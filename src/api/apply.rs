@@ -1,14 +1,16 @@
 //! `POST /v1/apply` and `GET /v1/export` (issue 45): definitions as files. An apply takes a
-//! bundle of workflow, agent and tool files (JSON or YAML, the folder saying the kind), checks
-//! every one as its `PUT` would — with the bundle's own agents, workflows and tools in front of
+//! bundle of workflow, agent, tool and function files (JSON or YAML, the folder saying the kind), checks
+//! every one as its `PUT` would — with the bundle's own agents, workflows, tools and functions in front of
 //! the registries, so files may name each other — and reports every problem at once, each
 //! with its file and a pointer into it. Only a bundle without problems is applied, in one
 //! transaction: a new version of each definition that changed, nothing for one that did not,
 //! and (with `prune`) the tenant's definitions no file names removed. `dry_run` shows that
 //! plan of changes and stores nothing. An export writes the tenant's own definitions back as
-//! such files, so an export applied again changes nothing.
+//! such files, so an export applied again changes nothing. A bundle's `schedules/` files are
+//! the tenant's named schedules (`apply_schedules`), written in the same transaction.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::{Extension, Json};
@@ -17,17 +19,19 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::AppState;
+use super::apply_schedules::{self, ScheduleFile};
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, deserialize_located};
 use super::versions::{ChangeNote, Collection, KeyId, changes, in_use};
 use crate::agents::Overlay;
+use crate::domain::DeclaredTool;
 use crate::domain::Tenant;
 use crate::domain::definition::{DefinitionKind, digest};
 use crate::domain::ids::check_name;
+use crate::functions::{FunctionSpec, MAX_DECLARED};
 use crate::plan::agent::{AgentCatalog, validate_agent};
 use crate::plan::validate_workflow;
 use crate::store::{Registry, RegistryRecord};
-use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::MAX_PER_TENANT;
 
 pub fn routes() -> axum::Router<AppState> {
@@ -47,7 +51,8 @@ const HIDDEN: &str = "<hidden>";
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BundleFile {
-    /// `workflows/NAME.json`, `agents/NAME.yaml`, `tools/NAME.yml`: the folder says the kind.
+    /// `workflows/NAME.json`, `agents/NAME.yaml`, `tools/NAME.yml`, `functions/NAME.json`,
+    /// `schedules/NAME.json`: the folder says the kind.
     pub path: String,
     /// The file's text: one definition, as JSON or YAML.
     pub content: String,
@@ -62,7 +67,8 @@ pub struct ApplyRequest {
     /// Show the plan of changes; store nothing.
     #[serde(default)]
     pub dry_run: bool,
-    /// Also remove the tenant's own definitions of the three kinds that no file names.
+    /// Also remove the tenant's own definitions of the four kinds, and its named schedules,
+    /// that no file names (schedules without a name are never removed).
     #[serde(default)]
     pub prune: bool,
     /// Kept with every version the apply stores.
@@ -81,20 +87,43 @@ pub enum Action {
     Deleted,
 }
 
+/// What a line of the plan changes: a definition of a kind, or a schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    Workflow,
+    Agent,
+    Tool,
+    Function,
+    Schedule,
+}
+
+impl From<DefinitionKind> for ChangeKind {
+    fn from(kind: DefinitionKind) -> ChangeKind {
+        match kind {
+            DefinitionKind::Workflow => ChangeKind::Workflow,
+            DefinitionKind::Agent => ChangeKind::Agent,
+            DefinitionKind::Tool => ChangeKind::Tool,
+            DefinitionKind::Function => ChangeKind::Function,
+        }
+    }
+}
+
 /// One line of the plan of changes.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Change {
-    pub kind: DefinitionKind,
+    pub kind: ChangeKind,
     pub name: String,
     /// The file that defines it (`null` for a deletion).
     pub path: Option<String>,
     pub action: Action,
-    /// The version it is at after the apply (`null` on a dry run of a change, and for a
-    /// deletion).
+    /// The version it is at after the apply (`null` on a dry run of a change, for a
+    /// deletion, and for a schedule: schedules keep no versions).
     pub version: Option<u32>,
     /// The version it was at before (`null` when created).
     pub previous_version: Option<u32>,
-    /// RFC 6902 operations from the stored definition to the file's (changed only).
+    /// RFC 6902 operations from the stored definition (or schedule) to the file's (changed
+    /// only).
     #[schema(value_type = Option<Vec<Object>>)]
     pub changes: Option<Value>,
 }
@@ -104,7 +133,7 @@ pub struct Change {
 pub struct ApplyResult {
     /// False on a dry run.
     pub applied: bool,
-    /// By kind (workflow, agent, tool), then name.
+    /// By kind (workflow, agent, tool, function, schedule), then name.
     pub changes: Vec<Change>,
 }
 
@@ -124,15 +153,20 @@ struct Parsed {
 }
 
 /// A problem of file `index`: its pointer inside `/files/{index}`, its message after the path.
-fn problem(index: usize, path: &str, pointer: &str, message: impl std::fmt::Display) -> FieldError {
+pub(super) fn problem(
+    index: usize,
+    path: &str,
+    pointer: &str,
+    message: impl std::fmt::Display,
+) -> FieldError {
     FieldError::new(
         format!("/files/{index}{pointer}"),
         format!("{path}: {message}"),
     )
 }
 
-/// The kind and the stem a bundle path names, or why it names none.
-fn kind_of(path: &str) -> Result<(Collection, &str), String> {
+/// The kind and the stem a bundle path names (no kind: a schedule), or why it names none.
+fn kind_of(path: &str) -> Result<(Option<Collection>, &str), String> {
     let unsafe_path = path.starts_with('/')
         || path.contains('\\')
         || path
@@ -142,15 +176,20 @@ fn kind_of(path: &str) -> Result<(Collection, &str), String> {
         return Err("a relative path of the form FOLDER/FILE, without `.` or `..`".into());
     }
     let Some((folder, file)) = path.split_once('/').filter(|(_, f)| !f.contains('/')) else {
-        return Err("files sit directly in workflows/, agents/ or tools/".into());
+        return Err(
+            "files sit directly in workflows/, agents/, tools/, functions/ or schedules/".into(),
+        );
     };
     let collection = match folder {
-        "workflows" => Collection::Workflows,
-        "agents" => Collection::Agents,
-        "tools" => Collection::Tools,
+        "workflows" => Some(Collection::Workflows),
+        "agents" => Some(Collection::Agents),
+        "tools" => Some(Collection::Tools),
+        "functions" => Some(Collection::Functions),
+        "schedules" => None,
         other => {
             return Err(format!(
-                "`{other}/` is not a folder apply reads; they are workflows/, agents/ and tools/"
+                "`{other}/` is not a folder apply reads; they are workflows/, agents/, tools/, \
+                 functions/ and schedules/"
             ));
         }
     };
@@ -161,8 +200,13 @@ fn kind_of(path: &str) -> Result<(Collection, &str), String> {
     Ok((collection, stem))
 }
 
-/// Reads every file: its kind, name and definition, or its problems.
-fn parse(files: &[BundleFile], problems: &mut Vec<FieldError>) -> Vec<Parsed> {
+/// Reads every file: its kind, name and definition, or its problems; a schedule file's
+/// object goes to `schedules`.
+fn parse(
+    files: &[BundleFile],
+    problems: &mut Vec<FieldError>,
+    schedules: &mut Vec<ScheduleFile>,
+) -> Vec<Parsed> {
     let mut parsed: Vec<Parsed> = Vec::new();
     for (index, file) in files.iter().enumerate() {
         let path = &file.path;
@@ -193,6 +237,15 @@ fn parse(files: &[BundleFile], problems: &mut Vec<FieldError>) -> Vec<Parsed> {
                 problems.push(problem(index, path, "/content", message));
                 continue;
             }
+        };
+        let Some(collection) = collection else {
+            schedules.push(ScheduleFile {
+                index,
+                path: path.clone(),
+                stem: stem.to_owned(),
+                content: definition,
+            });
+            continue;
         };
         let name = match definition.get("name") {
             Some(Value::String(n)) => n.clone(),
@@ -251,7 +304,7 @@ fn check_tools(
     tools: &mut [&mut Parsed],
     stored: &BTreeMap<String, RegistryRecord>,
     problems: &mut Vec<FieldError>,
-) -> Vec<HttpToolSpec> {
+) -> Vec<DeclaredTool> {
     let declared = state.engine.declared_tools();
     let mut specs = Vec::new();
     for file in tools.iter_mut() {
@@ -263,10 +316,12 @@ fn check_tools(
                 message,
             )
         };
-        if !declared.enabled() {
+        let worker = file.definition.get("queue").is_some();
+        if !worker && !declared.enabled() {
             problems.push(at(
                 "",
-                "declaring tools through the API is off on this server (tools.http_api)".into(),
+                "declaring HTTP tools through the API is off on this server (tools.http_api)"
+                    .into(),
             ));
             continue;
         }
@@ -298,7 +353,7 @@ fn check_tools(
                 }
             }
         }
-        let spec: HttpToolSpec = match deserialize_located(file.definition.clone()) {
+        let spec = match super::tools::parse_declared(file.definition.clone()) {
             Ok(spec) => spec,
             Err(ApiError::Validation { errors, .. }) => {
                 problems.extend(errors.into_iter().map(|e| at(&e.pointer, e.message)));
@@ -314,6 +369,45 @@ fn check_tools(
         if let Err(e) = declared.build(&spec) {
             problems.push(at("/input_schema", e.to_string()));
         }
+        match serde_json::to_value(&spec) {
+            Ok(stored_form) => file.definition = stored_form,
+            Err(e) => problems.push(at("", e.to_string())),
+        }
+        specs.push(spec);
+    }
+    specs
+}
+
+/// Checks the bundle's functions as `PUT /v1/functions/{name}` would and puts them in the
+/// form they are stored in.
+fn check_functions(
+    state: &AppState,
+    functions: &mut [&mut Parsed],
+    problems: &mut Vec<FieldError>,
+) -> Vec<FunctionSpec> {
+    let mut specs = Vec::new();
+    for file in functions.iter_mut() {
+        let at = |pointer: &str, message: String| {
+            let pointer = format!("/content{pointer}");
+            problem(file.index, &file.path, &pointer, message)
+        };
+        if state.engine.functions().contains(&file.name) {
+            problems.push(at("/name", super::functions::configured(&file.name)));
+            continue;
+        }
+        let spec: FunctionSpec = match deserialize_located(file.definition.clone()) {
+            Ok(spec) => spec,
+            Err(ApiError::Validation { errors, .. }) => {
+                problems.extend(errors.into_iter().map(|e| at(&e.pointer, e.message)));
+                continue;
+            }
+            Err(other) => {
+                problems.push(at("", other.to_string()));
+                continue;
+            }
+        };
+        let found = super::functions::problems(state, &spec);
+        problems.extend(found.into_iter().map(|(p, m)| at(&p, m)));
         match serde_json::to_value(&spec) {
             Ok(stored_form) => file.definition = stored_form,
             Err(e) => problems.push(at("", e.to_string())),
@@ -361,18 +455,29 @@ pub async fn apply(
     };
     let authored = note.authored(key.as_ref().map(|k| &k.0))?;
     let mut problems = Vec::new();
-    let mut parsed = parse(&request.files, &mut problems);
+    let mut schedule_files = Vec::new();
+    let mut parsed = parse(&request.files, &mut problems, &mut schedule_files);
     let stored = Stored {
         workflows: own(&state, Registry::Workflows, &tenant).await?,
         agents: own(&state, Registry::Agents, &tenant).await?,
         tools: own(&state, Registry::HttpTools, &tenant).await?,
+        functions: own(&state, Registry::Functions, &tenant).await?,
     };
-    check(
+    let overlay = check(
         &state,
         &tenant,
         request.prune,
         &mut parsed,
         &stored,
+        &mut problems,
+    )
+    .await?;
+    let scheduled = apply_schedules::check(
+        &state,
+        &tenant,
+        &schedule_files,
+        Arc::new(overlay),
+        request.prune,
         &mut problems,
     )
     .await?;
@@ -386,7 +491,7 @@ pub async fn apply(
             in_use(&state, registry, &tenant, name, None).await?;
             removed.push((registry, name.to_owned()));
             plan.push(Change {
-                kind: registry.kind(),
+                kind: registry.kind().into(),
                 name: name.to_owned(),
                 path: None,
                 action: Action::Deleted,
@@ -396,15 +501,20 @@ pub async fn apply(
             });
         }
     }
+    plan.extend(scheduled.plan);
     let applied = !request.dry_run;
-    if applied && !(writes.is_empty() && removed.is_empty()) {
+    let schedules = scheduled.changes;
+    if applied && !(writes.is_empty() && removed.is_empty() && schedules.is_empty()) {
         let puts = (state.definitions)
-            .apply(&tenant, &writes, &removed, authored)
+            .apply(&tenant, &writes, &removed, &schedules, authored)
             .await?;
+        if !schedules.is_empty() {
+            state.schedules.touched();
+        }
         for ((registry, name, _), put) in writes.iter().zip(puts) {
             let line = plan
                 .iter_mut()
-                .find(|c| c.kind == registry.kind() && c.name == *name);
+                .find(|c| c.kind == registry.kind().into() && c.name == *name);
             if let Some(line) = line {
                 line.version = Some(put.version);
             }
@@ -422,6 +532,7 @@ struct Stored {
     workflows: BTreeMap<String, RegistryRecord>,
     agents: BTreeMap<String, RegistryRecord>,
     tools: BTreeMap<String, RegistryRecord>,
+    functions: BTreeMap<String, RegistryRecord>,
 }
 
 impl Stored {
@@ -430,6 +541,7 @@ impl Stored {
             Collection::Workflows => &self.workflows,
             Collection::Agents => &self.agents,
             Collection::Tools => &self.tools,
+            Collection::Functions => &self.functions,
         }
     }
 
@@ -438,22 +550,28 @@ impl Stored {
         &'a self,
         parsed: &'a [Parsed],
     ) -> impl Iterator<Item = (Registry, &'a str, &'a RegistryRecord)> + 'a {
-        [Collection::Workflows, Collection::Agents, Collection::Tools]
-            .into_iter()
-            .flat_map(move |collection| {
-                let registry = collection.registry();
-                (self.of(collection).iter())
-                    .filter(move |(name, _)| {
-                        !(parsed.iter())
-                            .any(|p| p.collection.registry() == registry && p.name == **name)
-                    })
-                    .map(move |(name, record)| (registry, name.as_str(), record))
-            })
+        [
+            Collection::Workflows,
+            Collection::Agents,
+            Collection::Tools,
+            Collection::Functions,
+        ]
+        .into_iter()
+        .flat_map(move |collection| {
+            let registry = collection.registry();
+            (self.of(collection).iter())
+                .filter(move |(name, _)| {
+                    !(parsed.iter())
+                        .any(|p| p.collection.registry() == registry && p.name == **name)
+                })
+                .map(move |(name, record)| (registry, name.as_str(), record))
+        })
     }
 }
 
 /// Checks every definition of the bundle as its `PUT` would, with the bundle's own agents,
-/// workflows and tools in front of the registries (and without those `prune` removes).
+/// workflows and tools in front of the registries (and without those `prune` removes): that
+/// overlay, for the bundle's schedules.
 async fn check(
     state: &AppState,
     tenant: &Tenant,
@@ -461,7 +579,7 @@ async fn check(
     parsed: &mut [Parsed],
     stored: &Stored,
     problems: &mut Vec<FieldError>,
-) -> Result<(), ApiError> {
+) -> Result<Overlay, ApiError> {
     // Tools first: the workflows and agents are checked with them.
     let mut tools: Vec<&mut Parsed> = (parsed.iter_mut())
         .filter(|p| matches!(p.collection, Collection::Tools))
@@ -470,8 +588,8 @@ async fn check(
     let view = state.engine.tenant_view(tenant).await?;
     // The tools the tenant will have: its stored ones the bundle neither replaces nor prunes,
     // and the bundle's.
-    let mut declared: Vec<HttpToolSpec> = (view.declared.into_iter())
-        .filter(|d| !prune && !bundle_tools.iter().any(|b| b.name == d.name))
+    let mut declared: Vec<DeclaredTool> = (view.declared.into_iter())
+        .filter(|d| !prune && !bundle_tools.iter().any(|b| b.name() == d.name()))
         .collect();
     declared.extend(bundle_tools);
     if declared.len() > MAX_PER_TENANT {
@@ -483,10 +601,33 @@ async fn check(
             ),
         ));
     }
-    let view = state.engine.view_with(tenant, declared);
+    let mut functions: Vec<&mut Parsed> = (parsed.iter_mut())
+        .filter(|p| matches!(p.collection, Collection::Functions))
+        .collect();
+    let bundle_functions = check_functions(state, &mut functions, problems);
+    let mut own_functions: Vec<FunctionSpec> = (view.functions.into_iter())
+        .filter(|d| !prune && !bundle_functions.iter().any(|b| b.name == d.name))
+        .collect();
+    own_functions.extend(bundle_functions);
+    if own_functions.len() > MAX_DECLARED {
+        problems.push(FieldError::new(
+            "/files",
+            format!(
+                "the tenant would have {} declared functions, more than the {MAX_DECLARED} it may",
+                own_functions.len()
+            ),
+        ));
+    }
+    let view = (state.engine).view_with(tenant, declared.clone(), own_functions.clone());
+    let removed = (stored.unnamed(parsed).filter(|_| prune))
+        .map(|(registry, name, _)| (registry.kind(), name.to_owned()))
+        .collect();
     let overlay = Overlay {
         agents: of_kind(parsed, Collection::Agents),
         workflows: of_kind(parsed, Collection::Workflows),
+        removed,
+        tools: Some(declared),
+        functions: Some(own_functions),
     };
     let mut agent_names: HashSet<String> = (state.agents.list(tenant).await?)
         .into_iter()
@@ -508,17 +649,17 @@ async fn check(
             }
             Collection::Workflows => {
                 let mut resolved = file.definition.clone();
-                (state.agents)
+                let resolution = (state.agents)
                     .resolve_over(tenant, &mut resolved, &overlay)
                     .await?;
-                if let Err(found) = validate_workflow(&resolved, view.catalog()) {
-                    problems.extend(found.iter().map(|p| at(&p.pointer, &p.message)));
-                }
+                let validated = validate_workflow(&resolved, view.catalog()).err();
+                let found = resolution.with(validated.unwrap_or_default());
+                problems.extend(found.iter().map(|p| at(&p.pointer, &p.message)));
             }
-            Collection::Tools => {}
+            Collection::Tools | Collection::Functions => {}
         }
     }
-    Ok(())
+    Ok(overlay)
 }
 
 /// Each file's line of the plan (created, changed with its diff, unchanged), and the
@@ -542,7 +683,7 @@ fn plan_of(parsed: &[Parsed], stored: &Stored) -> (Vec<Change>, Vec<(Registry, S
             writes.push((registry, file.name.clone(), file.definition.clone()));
         }
         plan.push(Change {
-            kind: registry.kind(),
+            kind: registry.kind().into(),
             name: file.name.clone(),
             path: Some(file.path.clone()),
             action,
@@ -564,10 +705,11 @@ fn of_kind(parsed: &[Parsed], collection: Collection) -> Map<String, Value> {
         .collect()
 }
 
-/// Export the tenant's own workflows, agents and declared tools as files `POST /v1/apply`
-/// takes unchanged (applied again, they change nothing). A tool's header values that are
-/// text, not `${VARIABLE}` references, are written as `<hidden>`, which an apply reads as
-/// "keep the stored value".
+/// Export the tenant's own workflows, agents, declared tools and declared functions, and its
+/// named schedules, as files `POST /v1/apply` takes unchanged (applied again, they change
+/// nothing). A tool's header values that are text, not `${VARIABLE}` references, are written
+/// as `<hidden>`, which an apply reads as "keep the stored value". A schedule's file holds its
+/// declarative members only (timing, run, enabled, missed), not its ticks or fires.
 #[utoipa::path(
     get, path = "/v1/export", tag = "definitions",
     responses((status = 200, body = Bundle))
@@ -581,6 +723,7 @@ pub async fn export(
         (Collection::Workflows, "workflows"),
         (Collection::Agents, "agents"),
         (Collection::Tools, "tools"),
+        (Collection::Functions, "functions"),
     ] {
         for record in state
             .definitions
@@ -588,7 +731,9 @@ pub async fn export(
             .await?
         {
             let mut definition = record.definition;
-            if let Some(headers) = definition.get_mut("headers").and_then(Value::as_object_mut) {
+            let headers = (definition.get_mut("headers").and_then(Value::as_object_mut))
+                .filter(|_| matches!(collection, Collection::Tools));
+            if let Some(headers) = headers {
                 for value in headers.values_mut() {
                     if !value.as_str().is_some_and(|v| v.contains("${")) {
                         *value = Value::String(HIDDEN.into());
@@ -604,5 +749,6 @@ pub async fn export(
             });
         }
     }
+    files.extend(apply_schedules::export(&state, &tenant).await?);
     Ok(Json(Bundle { files }))
 }

@@ -33,6 +33,10 @@ pub struct Problem {
     pub code: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
+    /// On a worker's refused report (409): `task_cancelled`, `lease_expired`, `not_yours`
+    /// or `task_finished`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +52,13 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// A worker's report on a task refused (409 `conflict`); `reason` says why
+    /// (`task_cancelled`, `lease_expired`, `not_yours`, `task_finished`).
+    #[error("{detail}")]
+    TaskConflict {
+        reason: &'static str,
+        detail: String,
+    },
     #[error("the body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
     /// A change past a stored limit (a session's variables): the sentence names the limit,
@@ -124,7 +135,9 @@ impl ApiError {
                 "Validation failed",
             ),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
-            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
+            ApiError::Conflict(_) | ApiError::TaskConflict { .. } => {
+                (StatusCode::CONFLICT, "conflict", "Conflict")
+            }
             ApiError::PayloadTooLarge(_) | ApiError::TooLarge(_) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
@@ -198,6 +211,10 @@ impl IntoResponse for ApiError {
             detail: self.to_string(),
             code: code.to_owned(),
             errors,
+            reason: match &self {
+                ApiError::TaskConflict { reason, .. } => Some((*reason).to_owned()),
+                _ => None,
+            },
         };
         let body = serde_json::to_vec(&problem).unwrap_or_default();
         let mut resp = (status, body).into_response();

@@ -4,10 +4,12 @@
 pub mod agents;
 pub mod agui;
 pub mod apply;
+mod apply_schedules;
 pub mod console;
 pub mod error;
 pub mod extract;
 pub mod forks;
+pub mod functions;
 pub mod history;
 pub mod openapi;
 pub mod pause;
@@ -22,6 +24,7 @@ pub mod tools;
 pub mod usage;
 pub mod versions;
 pub mod webhooks;
+pub mod workers;
 pub mod workflows;
 
 use std::sync::Arc;
@@ -138,22 +141,26 @@ impl AppState {
         sessions::list_sessions, sessions::get_session, sessions::update_session, sessions::session_history, sessions::delete_session,
         workflows::list_workflows, workflows::get_workflow, workflows::put_workflow,
         workflows::delete_workflow, agents::list_agents, agents::get_agent, agents::put_agent,
-        agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, system::list_functions, system::list_models, system::healthz,
+        agents::delete_agent, system::list_tools, tools::get_tool, tools::put_tool, tools::delete_tool, functions::list_functions, functions::get_function, functions::put_function, functions::delete_function, system::list_models, system::healthz,
         system::readyz, usage::tenant_usage,
         system::metrics, agui::run_agent,
         versions::list_versions, versions::get_version, versions::delete_version, versions::diff,
         versions::put_label, versions::delete_label, apply::apply, apply::export,
+        workers::poll_tasks, workers::heartbeat_task, workers::complete_task, workers::fail_task, workers::get_task,
+        workers::list_tasks, workers::list_workers,
     ),
     components(schemas(
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
+        crate::domain::event::StatusData, crate::domain::event::PlanData, crate::domain::event::StepData, crate::domain::event::TextData, crate::domain::event::ToolCallData, crate::domain::event::ToolResultData, crate::domain::event::InputRequiredData, crate::domain::event::HandoffData, crate::domain::event::SpeakerData, crate::domain::event::UsageData, crate::domain::event::ErrorData, crate::domain::event::FinalData,
         crate::domain::StepAttempt, crate::domain::RunError, error::Problem, error::FieldError,
-        crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::llm::router::ModelInfo, crate::store::PlanRecord, crate::store::Checkpoint,
+        crate::tools::ToolInfo, crate::functions::FunctionInfo, crate::functions::FunctionSpec, functions::FunctionDetail, crate::llm::router::ModelInfo, crate::store::PlanRecord, crate::store::Checkpoint,
         workflows::WorkflowSummary, workflows::WorkflowDetail, agui::RunAgentInput, tools::ToolDetail, agui::ResumeEntry, agui::ResumeStatus, agents::AgentSummary, agents::AgentDetail, crate::timeline::Timeline,
         schedules::Schedule, schedules::ScheduleList, schedules::ScheduleFires, schedules::ScheduleFireRecord,
         webhooks::WebhookDelivery, webhooks::WebhookAttempt,
         sessions::Session, sessions::SessionList, sessions::SessionListItem, sessions::SummaryView, sessions::SessionRunView, sessions::SessionHistory, sessions::TurnView, sessions::UpdateSession,
-        versions::VersionList, versions::VersionSummary, versions::VersionDetail, versions::VersionDiff, versions::LabelBody, versions::LabelDetail, versions::Collection, apply::ApplyRequest, apply::ApplyResult, apply::BundleFile, apply::Bundle, apply::Change, apply::Action, crate::domain::definition::Pin, crate::domain::definition::DefinitionKind, crate::domain::definition::ForkDefinitions, runs::StepView,
+        versions::VersionList, versions::VersionSummary, versions::VersionDetail, versions::VersionDiff, versions::LabelBody, versions::LabelDetail, versions::Collection, apply::ApplyRequest, apply::ApplyResult, apply::BundleFile, apply::Bundle, apply::Change, apply::ChangeKind, apply::Action, crate::domain::definition::Pin, crate::domain::definition::DefinitionKind, crate::domain::definition::ForkDefinitions, runs::StepView,
         schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire, crate::domain::run::ForkOrigin, usage::TenantUsage, crate::domain::quota::Quota, crate::domain::quota::Usage,
+        workers::TaskView, workers::PollBody, workers::Polled, workers::HeartbeatBody, workers::Lease, workers::CompleteBody, workers::FailBody, workers::TaskList, workers::WorkerView, workers::WorkerList, crate::store::tasks::TaskStatus, crate::store::tasks::TaskError, crate::domain::event::TaskNote,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -164,7 +171,8 @@ impl AppState {
         (name = "schedules", description = "Runs started on a cron expression or an interval"),
         (name = "sessions", description = "What the runs sharing a session_id share: variables, history"),
         (name = "agents", description = "The agent registry"),
-        (name = "definitions", description = "Versions, labels and diffs of workflows, agents and declared tools; applying and exporting them as files"),
+        (name = "definitions", description = "Versions, labels and diffs of workflows, agents, declared tools and declared functions; applying and exporting them as files"),
+        (name = "workers", description = "Tool workers: your own code polls a queue for a run's tool calls, heartbeats and completes them"),
         (name = "system", description = "Health, readiness, metrics"),
     )
 )]
@@ -209,7 +217,13 @@ fn cors_layer(config: &crate::config::CorsConfig) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(origins)
-            .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
+            .allow_methods([
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+            ])
             .allow_headers([
                 header::ACCEPT,
                 header::AUTHORIZATION,
@@ -230,13 +244,13 @@ fn cors_layer(config: &crate::config::CorsConfig) -> Option<CorsLayer> {
 }
 
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.config.server.body_limit_bytes;
+    let (body_limit, stop) = (state.config.server.body_limit_bytes, state.shutdown.clone());
     let body_timeout = std::time::Duration::from_secs(state.config.server.body_read_timeout_secs);
-    let stop = state.shutdown.clone();
     let cors = cors_layer(&state.config.server.cors);
     let v1 = Router::new()
         .route("/runs", post(runs::create_run).get(runs::list_runs))
         .route("/usage", get(usage::tenant_usage))
+        .merge(workers::routes())
         .route("/runs/{id}", get(runs::get_run).delete(runs::delete_run))
         .route("/runs/{id}/events", get(runs::run_events))
         .route("/runs/{id}/steps", get(runs::run_steps))
@@ -275,7 +289,7 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(versions::routes())
         .merge(apply::routes())
-        .route("/functions", get(system::list_functions))
+        .merge(functions::routes())
         .route("/models", get(system::list_models))
         .route("/agui", post(agui::run_agent));
     let protected = Router::new()

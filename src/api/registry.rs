@@ -175,3 +175,13 @@ pub(super) fn text(definition: &Value, key: &str) -> Option<String> {
 )]
 #[allow(dead_code)] // described, never built
 pub(super) struct RegistryName(String);
+
+/// A reference to a registered definition in the OpenAPI document: a name, or a name at a
+/// version or a label ([`crate::domain::definition::Reference`]).
+#[derive(ToSchema)]
+#[schema(
+    description = "A registered name, optionally `@` a version (`@3`), a label (`@production`) or `@latest`",
+    pattern = "^[a-z0-9][a-z0-9_.-]{0,63}(@([1-9][0-9]{0,8}|[a-z][a-z0-9_.-]{0,63}))?$"
+)]
+#[allow(dead_code)] // described, never built
+pub(super) struct RegistryReference(String);

@@ -93,7 +93,7 @@ async fn stored_run(
         description = "Same key (per caller) returns the first run")),
     responses(
         (status = 201, description = "Run created", body = Run),
-        (status = 200, description = "Existing run for this Idempotency-Key, or the event stream (text/event-stream)",
+        (status = 200, description = "Existing run for this Idempotency-Key (JSON), or the event stream (text/event-stream: a new run's, or for a repeated key the first run's from its first event); `Location` names the run either way",
             content((Run = "application/json"), (inline(ServerSentEvents) = "text/event-stream"))),
         (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = super::error::Problem, content_type = "application/problem+json"),
@@ -116,6 +116,8 @@ pub async fn create_run(
         false => Follow::Later,
     };
     let (run, fresh, opened) = start_run(&state, &tenant, body, key, follow).await?;
+    let location =
+        HeaderValue::from_str(&format!("/v1/runs/{}", run.id)).map_err(ApiError::internal)?;
     if follow == Follow::Stream {
         let events = match opened {
             Some(opened) => state
@@ -127,10 +129,12 @@ pub async fn create_run(
                 .follow(run.id, 0, state.shutdown.clone())
                 .right_stream(),
         };
-        return Ok(sse(&state, events));
+        // Where the run lives: a client whose stream drops before the first event resumes
+        // from `GET {location}/events` without asking again.
+        let mut streamed = sse(&state, events);
+        streamed.headers_mut().insert(header::LOCATION, location);
+        return Ok(streamed);
     }
-    let location =
-        HeaderValue::from_str(&format!("/v1/runs/{}", run.id)).map_err(ApiError::internal)?;
     let status = if fresh {
         StatusCode::CREATED
     } else {
@@ -578,8 +582,9 @@ pub struct StepView {
     pub definition: Option<Pin>,
 }
 
-/// The pin of the definition an attempt names in its input (`agent`, `workflow`, or the
-/// `tool` of a tool step), if the run uses a registered one of that name.
+/// The pin of the definition an attempt names in its input (`agent`, `workflow`, the `tool`
+/// of a tool step, the `function` of an llm step), if the run uses a registered one of that
+/// name.
 fn definition_of(attempt: &StepAttempt, pins: &[Pin]) -> Option<Pin> {
     use crate::domain::definition::DefinitionKind as Kind;
     let input = attempt.input.as_ref()?;
@@ -588,6 +593,7 @@ fn definition_of(attempt: &StepAttempt, pins: &[Pin]) -> Option<Pin> {
         (Some(agent), _) => (Kind::Agent, agent),
         (None, Some(workflow)) => (Kind::Workflow, workflow),
         _ if attempt.kind == crate::domain::StepKind::Tool => (Kind::Tool, named("tool")?),
+        _ if attempt.kind == crate::domain::StepKind::Llm => (Kind::Function, named("function")?),
         _ => return None,
     };
     pins.iter()

@@ -12,8 +12,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use std::sync::Arc;
+
+use crate::agents::Overlay;
 use crate::domain::Tenant;
 use crate::domain::schedule::Missed;
+use crate::engine::intake::Refused;
 use crate::store::{Capped, FireRecord, ScheduleRecord};
 
 use super::AppState;
@@ -25,7 +29,7 @@ use super::runs::admit_body;
 const UPCOMING: usize = 5;
 
 /// The longest schedule name, in characters.
-const MAX_NAME_CHARS: usize = 200;
+pub(super) const MAX_NAME_CHARS: usize = 200;
 
 /// The fires a schedule's `/fires` shows, newest first.
 const FIRES_SHOWN: u32 = 100;
@@ -190,6 +194,18 @@ async fn check(
     s: &mut ScheduleRecord,
     now: DateTime<Utc>,
 ) -> Result<(), ApiError> {
+    check_over(state, tenant, s, now, None).await
+}
+
+/// [`check`], the run body checked with `overlay` (a bundle being applied) in front of the
+/// registries when one is given.
+pub(super) async fn check_over(
+    state: &AppState,
+    tenant: &Tenant,
+    s: &mut ScheduleRecord,
+    now: DateTime<Utc>,
+    overlay: Option<Arc<Overlay>>,
+) -> Result<(), ApiError> {
     let mut problems = Vec::new();
     if s.name
         .as_ref()
@@ -223,7 +239,18 @@ async fn check(
                 .map(|(field, message)| FieldError::new(format!("/{field}"), message)),
         ),
     }
-    if let Err(e) = admit_body(state, tenant, s.run.clone()).await {
+    let admitted = match overlay {
+        None => admit_body(state, tenant, s.run.clone()).await.map(drop),
+        Some(overlay) => (state.engine)
+            .admit_body_over(tenant, s.run.clone(), overlay)
+            .await
+            .map(drop)
+            .map_err(|refused| match refused {
+                Refused::Invalid(problems) => ApiError::problems(problems),
+                Refused::Store(e) => e.into(),
+            }),
+    };
+    if let Err(e) = admitted {
         match e {
             ApiError::Validation { errors, .. } => problems.extend(
                 errors

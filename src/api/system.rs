@@ -8,7 +8,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::domain::Tenant;
-use crate::functions::FunctionInfo;
 use crate::llm::router::ModelInfo;
 use crate::metrics::Audience;
 use crate::tools::ToolInfo;
@@ -77,13 +76,6 @@ pub async fn list_tools(
     Ok(Json(
         state.engine.tenant_view(&tenant).await?.tools().list(),
     ))
-}
-
-/// Every named LLM function (plans call them with `kind: "llm", function: NAME`); orca's own
-/// planner, replanner, selector and summarizer are among them.
-#[utoipa::path(get, path = "/v1/functions", tag = "tools", responses((status = 200, body = Vec<FunctionInfo>)))]
-pub async fn list_functions(State(state): State<AppState>) -> Json<Vec<FunctionInfo>> {
-    Json(state.engine.functions().list())
 }
 
 /// Every model alias a run may name as `model`, sorted by name: the provider that answers

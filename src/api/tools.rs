@@ -15,8 +15,8 @@ use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path, Query, deserialize_located};
 use super::versions::{ChangeNote, KeyId};
+use crate::domain::DeclaredTool;
 use crate::domain::Tenant;
-use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::MAX_PER_TENANT;
 
 /// One tool; `http` is its declaration (header values hidden) when it is an HTTP tool declared
@@ -27,8 +27,29 @@ pub struct ToolDetail {
     pub description: String,
     #[schema(value_type = Object)]
     pub input_schema: Value,
+    /// `builtin` for a tool orca was started with (built in, MCP, configured), `http` or
+    /// `worker` for one the tenant declared.
+    #[schema(example = "worker")]
+    pub kind: &'static str,
     #[schema(value_type = Option<Object>)]
     pub http: Option<Value>,
+    /// Its declaration (queue, timeouts, retry) when the tenant's workers serve it.
+    #[schema(value_type = Option<Object>)]
+    pub worker: Option<Value>,
+}
+
+/// A worker tool's declaration as its listing shows it.
+fn worker_view(spec: &crate::domain::WorkerToolSpec) -> Value {
+    serde_json::to_value(spec).unwrap_or(Value::Null)
+}
+
+/// A declared tool from a body: a worker tool when it names a `queue`, else an HTTP tool;
+/// each member checked against its kind, problems located.
+pub(super) fn parse_declared(body: Value) -> Result<DeclaredTool, ApiError> {
+    match body.get("queue") {
+        Some(_) => deserialize_located(body).map(DeclaredTool::Worker),
+        None => deserialize_located(body).map(DeclaredTool::Http),
+    }
 }
 
 async fn detail(state: &AppState, tenant: &Tenant, name: &str) -> Result<ToolDetail, ApiError> {
@@ -37,16 +58,26 @@ async fn detail(state: &AppState, tenant: &Tenant, name: &str) -> Result<ToolDet
         .tools()
         .info(name)
         .ok_or_else(|| ApiError::NotFound(format!("no tool `{name}`")))?;
-    let http = view
+    let declared = view
         .declared
         .iter()
-        .find(|s| s.name == name && !state.engine.tools().is_fixed(name))
-        .map(HttpToolSpec::redacted);
+        .find(|s| s.name() == name && !state.engine.tools().is_fixed(name));
+    let (http, worker) = match declared {
+        Some(DeclaredTool::Http(spec)) => (Some(spec.redacted()), None),
+        Some(DeclaredTool::Worker(spec)) => (None, Some(worker_view(spec))),
+        None => (None, None),
+    };
     Ok(ToolDetail {
         name: info.name,
         description: info.description,
         input_schema: info.input_schema,
+        kind: match (&http, &worker) {
+            (_, Some(_)) => "worker",
+            (Some(_), _) => "http",
+            _ => "builtin",
+        },
         http,
+        worker,
     })
 }
 
@@ -63,12 +94,18 @@ pub async fn get_tool(
     Ok(Json(detail(&state, &tenant, &name).await?))
 }
 
-fn writable(state: &AppState, name: &str) -> Result<(), ApiError> {
-    if !state.engine.declared_tools().enabled() {
+/// Refuses an HTTP tool's declaration or removal while `tools.http_api` is off (worker tools
+/// reach nothing from orca, so tenants may always declare them).
+fn http_allowed(state: &AppState, http: bool) -> Result<(), ApiError> {
+    if http && !state.engine.declared_tools().enabled() {
         return Err(ApiError::Forbidden(
-            "declaring tools through the API is off on this server (tools.http_api)".into(),
+            "declaring HTTP tools through the API is off on this server (tools.http_api)".into(),
         ));
     }
+    Ok(())
+}
+
+fn writable(state: &AppState, name: &str) -> Result<(), ApiError> {
     if state.engine.tools().is_fixed(name) {
         return Err(ApiError::Conflict(format!(
             "`{name}` is a tool orca was started with; it cannot be changed through the API"
@@ -77,10 +114,11 @@ fn writable(state: &AppState, name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Declare (or replace) an HTTP tool; `tools.http_api` must be on.
+/// Declare (or replace) a tool: an HTTP tool (`tools.http_api` must be on) or, with a
+/// `queue`, a worker tool.
 #[utoipa::path(put, path = "/v1/tools/{name}", tag = "tools",
     params(("name" = String, Path), ChangeNote),
-    request_body(content = Object, description = "An HTTP tool declaration (schemas/HttpTool.schema.json)"),
+    request_body(content = Object, description = "An HTTP tool declaration (schemas/HttpTool.schema.json) or a worker tool's (schemas/WorkerTool.schema.json)"),
     responses((status = 200, description = "Replaced", body = ToolDetail),
         (status = 201, description = "Declared", body = ToolDetail),
         (status = 400, description = "Malformed JSON", body = super::error::Problem, content_type = "application/problem+json"),
@@ -113,7 +151,8 @@ pub async fn put_tool(
             }
         }
     }
-    let spec: HttpToolSpec = deserialize_located(body)?;
+    let spec = parse_declared(body)?;
+    http_allowed(&state, matches!(spec, DeclaredTool::Http(_)))?;
     let declared = state.engine.declared_tools();
     let problems = declared.problems(&spec);
     if !problems.is_empty() {
@@ -128,7 +167,7 @@ pub async fn put_tool(
         .build(&spec)
         .map_err(|e| ApiError::validation("/input_schema", e.to_string()))?;
     let view = state.engine.tenant_view(&tenant).await?;
-    if view.declared.len() >= MAX_PER_TENANT && !view.declared.iter().any(|s| s.name == name) {
+    if view.declared.len() >= MAX_PER_TENANT && !view.declared.iter().any(|s| s.name() == name) {
         return Err(ApiError::Conflict(format!(
             "this tenant has declared {MAX_PER_TENANT} tools, the most it may; delete one first"
         )));
@@ -144,7 +183,7 @@ pub async fn put_tool(
     Ok((status, Json(detail(&state, &tenant, &name).await?)))
 }
 
-/// Remove an HTTP tool declared through the API; `tools.http_api` must be on.
+/// Remove a tool declared through the API (an HTTP tool only while `tools.http_api` is on).
 #[utoipa::path(delete, path = "/v1/tools/{name}", tag = "tools",
     params(("name" = String, Path)),
     responses((status = 204, description = "Removed"),
@@ -157,6 +196,10 @@ pub async fn delete_tool(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     writable(&state, &name)?;
+    let view = state.engine.tenant_view(&tenant).await?;
+    let worker =
+        (view.declared.iter()).any(|t| t.name() == name && matches!(t, DeclaredTool::Worker(_)));
+    http_allowed(&state, !worker)?;
     let registry = crate::store::Registry::HttpTools;
     super::versions::in_use(&state, registry, &tenant, &name, None).await?;
     if state.engine.remove_http_tool(&tenant, &name).await? {

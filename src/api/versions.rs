@@ -1,6 +1,6 @@
 //! `/v1/{kind}/{name}/versions`, `/diff` and `/labels` (issue 45): the version history of a
-//! workflow, agent or declared HTTP tool, a diff between any two versions, and labels that
-//! point at one version and move atomically. One set of handlers serves the three kinds; the
+//! workflow, agent, declared HTTP tool or declared LLM function, a diff between any two
+//! versions, and labels that point at one version and move atomically. One set of handlers serves the four kinds; the
 //! path's first segment says which. Every change is stored by the kinds' own `PUT`s (and by
 //! `POST /v1/apply`); here versions are read, labelled and deleted.
 
@@ -42,6 +42,7 @@ pub enum Collection {
     Workflows,
     Agents,
     Tools,
+    Functions,
 }
 
 impl Collection {
@@ -50,8 +51,9 @@ impl Collection {
             "workflows" => Ok(Collection::Workflows),
             "agents" => Ok(Collection::Agents),
             "tools" => Ok(Collection::Tools),
+            "functions" => Ok(Collection::Functions),
             other => Err(ApiError::NotFound(format!(
-                "`/v1/{other}` keeps no versions; workflows, agents and tools do"
+                "`/v1/{other}` keeps no versions; workflows, agents, tools and functions do"
             ))),
         }
     }
@@ -61,6 +63,7 @@ impl Collection {
             Collection::Workflows => Registry::Workflows,
             Collection::Agents => Registry::Agents,
             Collection::Tools => Registry::HttpTools,
+            Collection::Functions => Registry::Functions,
         }
     }
 
@@ -362,7 +365,7 @@ pub(super) async fn label_map(
 #[utoipa::path(
     get, path = "/v1/{kind}/{name}/versions", tag = "definitions",
     params(
-        ("kind" = Collection, Path, description = "workflows, agents or tools"),
+        ("kind" = Collection, Path, description = "workflows, agents, tools or functions"),
         ("name" = inline(RegistryName), Path, description = "The definition's name"),
     ),
     responses(
@@ -397,7 +400,7 @@ pub async fn list_versions(
 #[utoipa::path(
     get, path = "/v1/{kind}/{name}/versions/{version}", tag = "definitions",
     params(
-        ("kind" = Collection, Path, description = "workflows, agents or tools"),
+        ("kind" = Collection, Path, description = "workflows, agents, tools or functions"),
         ("name" = inline(RegistryName), Path, description = "The definition's name"),
         ("version" = inline(VersionRef), Path, description = "A version number, a label or `latest`"),
     ),
@@ -430,7 +433,7 @@ pub async fn get_version(
 #[utoipa::path(
     get, path = "/v1/{kind}/{name}/diff", tag = "definitions",
     params(
-        ("kind" = Collection, Path, description = "workflows, agents or tools"),
+        ("kind" = Collection, Path, description = "workflows, agents, tools or functions"),
         ("name" = inline(RegistryName), Path, description = "The definition's name"),
         DiffQuery,
     ),
@@ -480,7 +483,7 @@ fn own(owner: &Owner, collection: Collection, name: &str) -> Result<(), ApiError
 #[utoipa::path(
     delete, path = "/v1/{kind}/{name}/versions/{version}", tag = "definitions",
     params(
-        ("kind" = Collection, Path, description = "workflows, agents or tools"),
+        ("kind" = Collection, Path, description = "workflows, agents, tools or functions"),
         ("name" = inline(RegistryName), Path, description = "The definition's name"),
         ("version" = u32, Path, minimum = 1, maximum = 999_999_999, description = "A version number"),
     ),
@@ -571,7 +574,7 @@ pub(super) async fn in_use(
 #[utoipa::path(
     put, path = "/v1/{kind}/{name}/labels/{label}", tag = "definitions",
     params(
-        ("kind" = Collection, Path, description = "workflows, agents or tools"),
+        ("kind" = Collection, Path, description = "workflows, agents, tools or functions"),
         ("name" = inline(RegistryName), Path, description = "The definition's name"),
         ("label" = inline(LabelName), Path, description = "The label"),
     ),
@@ -623,7 +626,7 @@ pub async fn put_label(
 #[utoipa::path(
     delete, path = "/v1/{kind}/{name}/labels/{label}", tag = "definitions",
     params(
-        ("kind" = Collection, Path, description = "workflows, agents or tools"),
+        ("kind" = Collection, Path, description = "workflows, agents, tools or functions"),
         ("name" = inline(RegistryName), Path, description = "The definition's name"),
         ("label" = inline(LabelName), Path, description = "The label"),
     ),

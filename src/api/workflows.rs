@@ -159,15 +159,19 @@ pub async fn put_workflow(
     valid_name(&name)?;
     name_from_path(&mut definition, &name)?;
     let authored = note.authored(key.as_ref().map(|k| &k.0))?;
-    // Validated with the registered agents and workflows it names; stored as written, so a
-    // run uses what they are when it starts.
+    // Validated with the registered agents and workflows it names; stored as written (a
+    // step's `agent@2` keeps its version), so a run uses what they are when it starts.
     let mut resolved = definition.clone();
-    state
+    let resolution = state
         .agents
         .resolve_references(&tenant, &mut resolved)
         .await?;
     let view = state.engine.tenant_view(&tenant).await?;
-    validate_workflow(&resolved, view.catalog()).map_err(ApiError::problems)?;
+    let validated = validate_workflow(&resolved, view.catalog()).err();
+    let problems = resolution.with(validated.unwrap_or_default());
+    if !problems.is_empty() {
+        return Err(ApiError::problems(problems));
+    }
     let put = (state.workflows)
         .put(&tenant, &name, &definition, authored)
         .await?;

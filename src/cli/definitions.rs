@@ -1,8 +1,8 @@
 //! Definitions as code (issue 45), the client side: `orca apply DIR` and `orca export DIR`
-//! (`/v1/apply`, `/v1/export`), and the version commands that `orca workflows`, `orca agents`
-//! and `orca tools` share (`/v1/KIND/{name}/versions|diff|labels`).
+//! (`/v1/apply`, `/v1/export`), and the version commands that `orca workflows`, `orca agents`,
+//! `orca tools` and `orca functions` share (`/v1/KIND/{name}/versions|diff|labels`).
 //!
-//! A folder of definitions is the four kind folders of [`FOLDERS`] and their direct files
+//! A folder of definitions is the five kind folders of [`FOLDERS`] and their direct files
 //! ending `.json`, `.yaml` or `.yml`; anything else in it (examples/ also holds programs and
 //! run requests) is not read. Files are sent as text: the server parses them, so YAML needs
 //! nothing here. `export` writes only paths inside its folder, whatever the server sends.
@@ -21,7 +21,7 @@ use super::client::Error;
 use super::{ClientArgs, connect, count, encode, show};
 
 /// The folders of a definitions folder, one per kind the server takes, in its words.
-const FOLDERS: [&str; 4] = ["workflows", "agents", "tools", "schedules"];
+const FOLDERS: [&str; 5] = ["workflows", "agents", "tools", "functions", "schedules"];
 
 /// The file endings `apply` reads (and the server parses).
 const EXTENSIONS: [&str; 3] = ["json", "yaml", "yml"];
@@ -142,6 +142,7 @@ pub enum Kind {
     Workflow,
     Agent,
     Tool,
+    Function,
 }
 
 impl Kind {
@@ -151,6 +152,7 @@ impl Kind {
             Kind::Workflow => "workflows",
             Kind::Agent => "agents",
             Kind::Tool => "tools",
+            Kind::Function => "functions",
         }
     }
 
@@ -160,6 +162,7 @@ impl Kind {
             Kind::Workflow => "workflow",
             Kind::Agent => "agent",
             Kind::Tool => "tool",
+            Kind::Function => "function",
         }
     }
 
@@ -336,7 +339,7 @@ fn bundle(dir: &Path) -> Result<Vec<File>, Error> {
         .collect();
     if folders.is_empty() {
         return Err(Error::Usage(format!(
-            "{} has none of the folders workflows/, agents/, tools/, schedules/: \
+            "{} has none of the folders workflows/, agents/, tools/, functions/, schedules/: \
              nothing to apply",
             dir.display()
         )));
@@ -687,7 +690,9 @@ mod tests {
         let Err(Error::Usage(why)) = bundle(dir.path()) else {
             panic!("expected a usage error");
         };
-        assert!(why.contains("none of the folders workflows/, agents/, tools/, schedules/"));
+        assert!(
+            why.contains("none of the folders workflows/, agents/, tools/, functions/, schedules/")
+        );
         let missing = dir.path().join("nowhere");
         assert!(matches!(bundle(&missing), Err(Error::Usage(_))));
     }

@@ -1,7 +1,7 @@
 //! The client commands of the `orca` binary: `run`, `runs …`, `workflows …`, `agents …`,
-//! `tools …` (versions), `schedules …`, `sessions …`, `usage`, `apply`, `export`, talking to a
+//! `tools …` (versions), `functions …`, `schedules …`, `sessions …`, `usage`, `apply`, `export`, talking to a
 //! running server over its public HTTP API only (never the store or the engine).
-//! `workflows`, `agents` and `tools` share their version commands (`versions`, `version`,
+//! `workflows`, `agents`, `tools` and `functions` share their version commands (`versions`, `version`,
 //! `diff`, `label`, `unlabel`, `delete-version`) from [`definitions`], as do `apply DIR` (a
 //! folder of definitions in one request) and `export DIR` (the tenant's definitions as files).
 //!
@@ -33,6 +33,7 @@ macro_rules! out {
 
 mod client;
 mod definitions;
+mod functions;
 mod progress;
 mod review;
 mod schedules;
@@ -88,7 +89,12 @@ pub enum Command {
         #[command(subcommand)]
         command: definitions::VersionsCommand,
     },
-    /// Send a folder's workflows/, agents/, tools/ and schedules/ files in one request: each
+    /// Declare, list, show or delete named LLM functions; their versions, diffs and labels.
+    Functions {
+        #[command(subcommand)]
+        command: functions::FunctionsCommand,
+    },
+    /// Send a folder's workflows/, agents/, tools/, functions/ and schedules/ files in one request: each
     /// definition created, changed (a new version) or unchanged; `--prune` deletes the rest.
     Apply(definitions::ApplyArgs),
     /// Write the tenant's own definitions as files into a folder (`apply` takes them back).
@@ -325,6 +331,7 @@ async fn dispatch(command: Command) -> Result<ExitCode, Error> {
         Command::Workflows { command } => workflows(command).await,
         Command::Agents { command } => agents(command).await,
         Command::Tools { command } => definitions::versions(definitions::Kind::Tool, command).await,
+        Command::Functions { command } => functions::functions(command).await,
         Command::Apply(args) => definitions::apply(args).await,
         Command::Export(args) => definitions::export(args).await,
         Command::Schedules { command } => schedules::schedules(command).await,
@@ -560,7 +567,10 @@ async fn agents(command: AgentsCommand) -> Result<ExitCode, Error> {
 
 /// Reads a workflow or agent file; the name is `--name` (written into the body, which the server wants
 /// to agree with the path), else the file's `name`, else its stem.
-fn definition_file(file: &std::path::Path, name: Option<String>) -> Result<(String, Value), Error> {
+pub(super) fn definition_file(
+    file: &std::path::Path,
+    name: Option<String>,
+) -> Result<(String, Value), Error> {
     let mut definition = json_file(file)?;
     let name = match name {
         Some(n) => {

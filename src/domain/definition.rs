@@ -18,6 +18,8 @@ text_enum! {
         Agent = "agent",
         /// An HTTP tool declared through the API.
         Tool = "tool",
+        /// A named LLM function declared through the API.
+        Function = "function",
     }
 }
 

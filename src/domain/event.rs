@@ -179,6 +179,7 @@ impl Payload {
             status,
             message: None,
             selected: None,
+            progress: None,
         })
     }
 
@@ -208,7 +209,7 @@ payload_from! {
 }
 
 /// `status`: the run's status changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct StatusData {
     pub status: RunStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,14 +218,20 @@ pub struct StatusData {
     /// run): what was chosen, by whom, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected: Option<Selection>,
+    /// On a `running` event a worker's heartbeat sent while its task runs (the status stays
+    /// `running`): `{call_id, tool, task_id, progress}`, `progress` as the worker gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub progress: Option<serde_json::Value>,
 }
 
 /// `plan`: a plan was made or replaced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PlanData {
     pub version: u32,
     /// `initial`, or what made a new version necessary.
     pub reason: String,
+    #[schema(value_type = Object)]
     pub plan: std::sync::Arc<Value>,
     /// The heaviest chain of dependencies, first step first.
     pub critical_path: Vec<String>,
@@ -236,11 +243,12 @@ pub struct PlanData {
 }
 
 /// `step`: one step attempt changed state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct StepData {
     pub step_id: String,
     /// For a child step: where it sits (see `StepAttempt::path`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     pub path: Option<StepPath>,
     pub name: String,
     pub kind: StepKind,
@@ -298,13 +306,13 @@ impl StepData {
 }
 
 /// `token` and `json_partial`: a piece of model output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TextData {
     pub text: String,
 }
 
 /// `tool_call`: a tool is about to be called.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolCallData {
     pub call_id: String,
     pub tool: String,
@@ -313,16 +321,30 @@ pub struct ToolCallData {
 }
 
 /// `tool_result`: what a tool call gave.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolResultData {
     pub call_id: String,
     pub tool: String,
     #[serde(flatten)]
     pub result: ToolOutcome,
+    /// For a worker tool's call: the task its workers served, how often it was claimed and
+    /// when its last claim began (the time before it waited in the queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskNote>,
+}
+
+/// A worker tool's task, as its call's `tool_result` tells it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TaskNote {
+    pub task_id: String,
+    /// Claims made (1 when the first worker completed it).
+    pub attempts: u32,
+    /// When the claim that ended it began; `null` when no worker ever took it.
+    pub claimed_at: Option<DateTime<Utc>>,
 }
 
 /// A tool call's output, or why it failed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolOutcome {
     Output(Value),
@@ -330,7 +352,7 @@ pub enum ToolOutcome {
 }
 
 /// `input_required`: the run waits for `POST .../input`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct InputRequiredData {
     pub step_id: String,
     pub prompt: String,
@@ -347,7 +369,7 @@ pub struct InputRequiredData {
 }
 
 /// `handoff`: control passed between agents.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct HandoffData {
     pub from: String,
     pub to: String,
@@ -356,21 +378,21 @@ pub struct HandoffData {
 }
 
 /// `speaker`: a group chat chose its next speaker.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SpeakerData {
     pub agent: String,
     pub round: u32,
 }
 
 /// `usage`: one model call's tokens.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct UsageData {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
 }
 
 /// `error`: a failure the run goes on after (a retry, a replan, or a model told of it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorData {
     #[serde(flatten)]
     pub error: RunError,
@@ -379,7 +401,7 @@ pub struct ErrorData {
 }
 
 /// `final`: how the run ended; exactly once, always last.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct FinalData {
     pub status: RunStatus,
     pub completion: Completion,
@@ -434,6 +456,7 @@ mod tests {
             call_id: "c1".into(),
             tool: "fs.read".into(),
             result: ToolOutcome::Error(RunError::new(ErrorCode::FileNotFound, "no such file")),
+            task: None,
         });
         assert_eq!(result.kind(), EventKind::ToolResult);
         assert_eq!(

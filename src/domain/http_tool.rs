@@ -85,20 +85,24 @@ pub(crate) fn placeholders(template: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Whether `name` is a declared tool's name: dotted lowercase words, at most 64 characters.
+pub(crate) fn tool_name_ok(name: &str) -> bool {
+    name.len() <= 64
+        && name.split('.').count() >= 2
+        && name.split('.').all(|part| {
+            part.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+}
+
 impl HttpToolSpec {
     /// Every problem with the declaration, as (JSON Pointer, message).
     pub fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         let mut bad = |p: &str, m: String| out.push((p.to_owned(), m));
-        let name_ok = self.name.len() <= 64
-            && self.name.split('.').count() >= 2
-            && self.name.split('.').all(|part| {
-                part.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-                    && part
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-            });
-        if !name_ok {
+        if !tool_name_ok(&self.name) {
             bad(
                 "/name",
                 "a dotted lowercase name such as `weather.current` (at most 64 characters)".into(),

@@ -14,6 +14,7 @@ pub mod attempt_io;
 pub mod definition;
 pub mod error;
 pub mod event;
+pub mod function;
 pub mod history;
 pub mod http_tool;
 pub mod ids;
@@ -24,6 +25,7 @@ pub mod replan;
 pub mod run;
 pub mod schedule;
 pub(crate) mod text_enum;
+pub mod worker_tool;
 
 pub use attempt_io::AttemptInput;
 pub use error::{ErrorCode, RunError};
@@ -37,3 +39,4 @@ pub use run::{
     Completion, Counters, Limits, Orchestration, Run, RunStatus, SelectedBy, Selection,
     SessionConcurrency, StepCounts, Usage,
 };
+pub use worker_tool::{DeclaredTool, WorkerToolSpec};

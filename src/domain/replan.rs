@@ -134,7 +134,7 @@ impl PlanDiff {
 }
 
 /// Everything a version after the first records about how it came to be.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PlanChange {
     pub trigger: Trigger,
     pub strategy: Strategy,

@@ -335,7 +335,12 @@ pub struct RunSpec {
     /// tenant declares or removes meanwhile. Not part of the request: left out of its
     /// fingerprint, never shown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub declared_tools: Vec<super::http_tool::HttpToolSpec>,
+    pub declared_tools: Vec<super::worker_tool::DeclaredTool>,
+    /// The LLM functions the tenant had declared through the API when the run was created: the
+    /// run calls these, whatever the tenant declares or removes meanwhile. Not part of the
+    /// request: left out of its fingerprint, never shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub declared_functions: Vec<super::function::FunctionSpec>,
     /// The exact version of every registered definition the run uses (its workflow, the
     /// agents and workflows its plan names, the declared tools it may call), recorded when it
     /// is created. Not part of the request: left out of its fingerprint.
@@ -368,6 +373,7 @@ impl RunSpec {
     pub fn fingerprint(&self) -> String {
         let mut request = self.clone();
         request.declared_tools.clear();
+        request.declared_functions.clear();
         request.definitions.clear();
         if request.request.workflow.is_some() {
             request.request.plan = None;

@@ -192,10 +192,17 @@ async fn current_definitions(
     let declared = services.declared_tools_pinned(tenant).await?;
     let (tools, tool_pins): (Vec<_>, Vec<_>) = declared
         .into_iter()
-        .filter(|(t, _)| may_call(&t.name))
+        .filter(|(t, _)| may_call(t.name()))
         .unzip();
     spec.declared_tools = tools;
     pins.extend(tool_pins);
+    let (functions, function_pins) = services
+        .declared_functions(tenant)
+        .await?
+        .into_iter()
+        .unzip();
+    spec.declared_functions = functions;
+    pins.extend::<Vec<_>>(function_pins);
     let changed = match doc {
         Some(mut doc) => {
             let before = doc.clone();
@@ -210,7 +217,14 @@ async fn current_definitions(
                 }
             }
             let store = services.store();
-            pins.extend(crate::agents::resolve_references(store, tenant, &mut doc).await?);
+            let resolution = crate::agents::resolve_references(store, tenant, &mut doc).await?;
+            if !resolution.problems.is_empty() {
+                let at = |p: Problem| Problem::new(format!("/plan{}", p.pointer), p.message);
+                return Err(Error::Invalid(
+                    resolution.problems.into_iter().map(at).collect(),
+                ));
+            }
+            pins.extend(resolution.pins);
             (doc != before).then_some(doc)
         }
         None => None,
@@ -323,7 +337,11 @@ impl PlanPoint {
         let after = match changed {
             Some(doc) => {
                 let tenant = &fork.parent.tenant;
-                let catalog_of = services.for_tenant(tenant, &fork.spec.declared_tools);
+                let catalog_of = services.for_tenant(
+                    tenant,
+                    &fork.spec.declared_tools,
+                    &fork.spec.declared_functions,
+                );
                 let valid = plan::validate_plan(&doc, catalog_of.catalog()).map_err(|p| {
                     Error::Invalid(
                         p.into_iter()

@@ -26,6 +26,7 @@ use crate::domain::definition::{DefinitionKind, Pin, Reference, unknown_version}
 use crate::domain::run::{RunRequest, RunSpec};
 use crate::domain::schedule::ScheduleFire;
 use crate::domain::{Orchestration, SelectedBy, Selection, Tenant};
+use crate::functions::FunctionSpec;
 use crate::plan::{Problem, ValidPlan};
 use crate::store;
 use crate::workflows::Workflows;
@@ -150,7 +151,11 @@ pub async fn admit(
         .await?
         .into_iter()
         .unzip();
-    let tenants = services.for_tenant(tenant, &declared);
+    let (functions, function_pins): (Vec<_>, Vec<_>) =
+        (services.declared_functions(tenant).await?)
+            .into_iter()
+            .unzip();
+    let tenants = services.for_tenant(tenant, &declared, &functions);
     problems.extend(named(&tenants, &request));
     let max_priority = services.quotas.of(&tenant.0).max_priority;
     if let Some(max) = max_priority.filter(|max| request.priority > *max) {
@@ -172,10 +177,20 @@ pub async fn admit(
         (request.tools.as_ref()).is_none_or(|allowed| allowed.iter().any(|t| t == name))
     };
     pins.extend(tool_pins.into_iter().filter(|p| may_call(&p.name)));
-    let declared_tools = declared.into_iter().filter(|t| may_call(&t.name)).collect();
+    let declared_tools = declared
+        .into_iter()
+        .filter(|t| may_call(t.name()))
+        .collect();
+    let chosen = chosen_functions(services, tenant, &pins).await?;
+    pins.retain(|p| p.kind != DefinitionKind::Function);
+    let latest = functions.into_iter().zip(function_pins).collect();
+    let functions = kept_functions(&request, plan_doc.as_ref(), latest, chosen);
+    let (functions, function_pins): (Vec<_>, Vec<_>) = functions.into_iter().unzip();
+    pins.extend(function_pins);
     request.plan = plan_doc;
     let mut spec = RunSpec {
         declared_tools,
+        declared_functions: functions,
         ..RunSpec::new(request)
     };
     // Only an `auto` run without a plan can have a rule's workflow join its spec: its
@@ -185,7 +200,7 @@ pub async fn admit(
         && spec.request.plan.is_none())
     .then(|| spec.fingerprint());
     // As the run will see them: only the declared tools it may call.
-    let runs = services.for_tenant(tenant, &spec.declared_tools);
+    let runs = services.for_tenant(tenant, &spec.declared_tools, &spec.declared_functions);
     let selected = select(&runs, tenant, &mut spec, &mut plan, &mut pins).await?;
     pins.sort();
     pins.dedup();
@@ -253,6 +268,57 @@ fn named(services: &Services, request: &RunRequest) -> Vec<Problem> {
     problems
 }
 
+/// The declared LLM functions a run keeps (copied into its spec and pinned): those its plan
+/// calls when it runs a fixed plan, else all of them (a planner may write a step calling any);
+/// each at the version its plan names (`chosen`), else the latest.
+fn kept_functions(
+    request: &RunRequest,
+    plan: Option<&Value>,
+    latest: Vec<(FunctionSpec, Pin)>,
+    chosen: Vec<(FunctionSpec, Pin)>,
+) -> Vec<(FunctionSpec, Pin)> {
+    let mut all = chosen;
+    let later: Vec<_> = (latest.into_iter())
+        .filter(|(f, _)| !all.iter().any(|(c, _)| c.name == f.name))
+        .collect();
+    all.extend(later);
+    match plan.filter(|_| request.orchestration == Orchestration::Fixed) {
+        Some(doc) => {
+            let mut called = std::collections::BTreeSet::new();
+            crate::plan::functions_called(doc, &mut called);
+            all.into_iter()
+                .filter(|(f, _)| called.contains(&f.name))
+                .collect()
+        }
+        None => all,
+    }
+}
+
+/// The declared functions the plan's steps name at a version (their pins, recorded while the
+/// plan was resolved), read at that version.
+async fn chosen_functions(
+    services: &Services,
+    tenant: &Tenant,
+    pins: &[Pin],
+) -> store::Result<Vec<(FunctionSpec, Pin)>> {
+    let registry = crate::store::Registry::Functions;
+    let mut chosen = Vec::new();
+    for pin in pins.iter().filter(|p| p.kind == DefinitionKind::Function) {
+        let version = crate::domain::definition::Version::Number(pin.version);
+        let store = services.store();
+        let Some(found) = store
+            .get_entry_at(registry, tenant, &pin.name, &version)
+            .await?
+        else {
+            continue;
+        };
+        let spec = serde_json::from_value(found.definition)
+            .map_err(|e| store::Error::Corrupt(format!("function `{}`: {e}", pin.name)))?;
+        chosen.push((spec, pin.clone()));
+    }
+    Ok(chosen)
+}
+
 /// A plan document and the plan validated from it.
 type Resolved = (Value, ValidPlan);
 
@@ -273,10 +339,17 @@ async fn plan_of(
             (Auto | Fixed | Reactive, None, Some(_)) => {
                 let mut doc = request.plan.take().unwrap_or_default();
                 let store = services.store();
-                pins.extend(crate::agents::resolve_references(store, tenant, &mut doc).await?);
+                let overlay = services.bodies.overlay.clone().unwrap_or_default();
+                let resolution =
+                    crate::agents::resolve_over(store, tenant, &mut doc, &overlay).await?;
+                pins.extend(resolution.pins.iter().cloned());
                 match crate::plan::validate_plan(&doc, services.catalog()) {
-                    Ok(valid) => (Some((doc, valid)), Vec::new()),
-                    Err(_) => (None, prefixed("/plan", told(services, tenant, &doc).await?)),
+                    Ok(valid) if resolution.problems.is_empty() => (Some((doc, valid)), Vec::new()),
+                    Ok(_) => (None, prefixed("/plan", resolution.problems)),
+                    Err(_) => {
+                        let problems = resolution.with(told(services, tenant, &doc).await?);
+                        (None, prefixed("/plan", problems))
+                    }
                 }
             }
             (Auto | Fixed | Reactive, Some(workflow), None) => {
@@ -355,6 +428,11 @@ async fn registered_workflow(
         Err(message) => return Ok(Err(message)),
     };
     let (name, version) = (&reference.name, &reference.version);
+    if let Some(overlay) = &services.bodies.overlay
+        && let Some(found) = over_workflow(overlay, name, version)
+    {
+        return Ok(found);
+    }
     let store = services.store();
     let registry = crate::store::Registry::Workflows;
     if let Some(found) = store.get_entry_at(registry, tenant, name, version).await? {
@@ -370,6 +448,35 @@ async fn registered_workflow(
     Ok(Err(unknown_version(kind, name, version, &numbers, &labels)))
 }
 
+/// A bundle's workflow `name` (unstored: version 0), or why none, when the bundle being applied
+/// defines or removes it; `None` leaves it to the store. A version of a bundle's workflow is
+/// a stored one.
+fn over_workflow(
+    overlay: &crate::agents::Overlay,
+    name: &str,
+    version: &crate::domain::definition::Version,
+) -> Option<Result<crate::store::RegistryRecord, String>> {
+    use crate::domain::definition::Version;
+    if overlay.removes(DefinitionKind::Workflow, name) {
+        return Some(Err(format!(
+            "no workflow `{name}`: the apply removes it (prune)"
+        )));
+    }
+    let definition = overlay
+        .workflows
+        .get(name)
+        .filter(|_| *version == Version::Latest)?;
+    let now = crate::domain::now();
+    Some(Ok(crate::store::RegistryRecord {
+        name: name.to_owned(),
+        definition: definition.clone(),
+        shared: false,
+        version: 0,
+        created_at: now,
+        updated_at: now,
+    }))
+}
+
 /// A workflow definition as a plan: with the registered agents and workflows it names copied
 /// in, validated, and the input checked against its `input_schema`. The plan and the input's
 /// problems (pointers into the input), or the workflow's problems.
@@ -381,10 +488,13 @@ async fn workflow_plan(
     pins: &mut Vec<Pin>,
 ) -> store::Result<Result<(Resolved, Vec<Problem>), Vec<Problem>>> {
     let store = services.store();
-    pins.extend(crate::agents::resolve_references(store, tenant, &mut definition).await?);
+    let overlay = services.bodies.overlay.clone().unwrap_or_default();
+    let resolution = crate::agents::resolve_over(store, tenant, &mut definition, &overlay).await?;
+    pins.extend(resolution.pins.iter().cloned());
     let workflow = match crate::plan::validate_workflow(&definition, services.catalog()) {
-        Ok(w) => w,
-        Err(problems) => return Ok(Err(problems)),
+        Ok(w) if resolution.problems.is_empty() => w,
+        Ok(_) => return Ok(Err(resolution.problems)),
+        Err(problems) => return Ok(Err(resolution.with(problems))),
     };
     let refused = (workflow.check_input(input).into_iter())
         .map(|v| Problem::new(v.pointer, v.message))

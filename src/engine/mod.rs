@@ -50,15 +50,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::domain::DeclaredTool;
 use crate::domain::quota::Exceeded;
 use crate::domain::run::RunSpec;
 use crate::domain::{Run, RunId, Tenant};
-use crate::functions::FunctionRegistry;
+use crate::functions::{FunctionRegistry, FunctionSpec};
 use crate::llm::LlmRouter;
 use crate::plan::{Catalog, ValidPlan};
 use crate::store::{self, Idempotency, Inserted, StoredRun};
 use crate::tools::ToolRegistry;
-use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::DeclaredTools;
 
 pub use error::Error;
@@ -86,11 +86,18 @@ pub enum SubmitError {
 /// What one tenant may use: [`Engine::tenant_view`].
 pub struct TenantView {
     /// The tenant's declared HTTP tools, as stored.
-    pub declared: Vec<HttpToolSpec>,
+    pub declared: Vec<DeclaredTool>,
+    /// The tenant's declared LLM functions, as stored.
+    pub functions: Vec<FunctionSpec>,
     services: Services,
 }
 
 impl TenantView {
+    /// Every LLM function the tenant's plans may call: the configured ones and its own.
+    pub fn functions(&self) -> &FunctionRegistry {
+        &self.services.functions
+    }
+
     /// Every tool the tenant may call.
     pub fn tools(&self) -> &ToolRegistry {
         &self.services.tools
@@ -181,19 +188,39 @@ impl Engine {
         &self.inner.services.declared
     }
 
+    /// Worker tools' tasks: what the worker protocol claims, heartbeats and completes.
+    pub fn tasks(&self) -> &crate::store::tasks::Tasks {
+        &self.inner.services.tasks
+    }
+
     /// What `tenant` may use now: the tools orca started with and the tenant's declared ones
     /// (read from the store, so every replica answers the same), with those declarations.
     pub async fn tenant_view(&self, tenant: &Tenant) -> Result<TenantView, store::Error> {
-        let declared = self.inner.services.declared_tools(tenant).await?;
-        let services = self.inner.services.for_tenant(tenant, &declared);
-        Ok(TenantView { declared, services })
+        let services = &self.inner.services;
+        let declared = services.declared_tools(tenant).await?;
+        let functions = (services.declared_functions(tenant).await?.into_iter())
+            .map(|(spec, _)| spec)
+            .collect();
+        Ok(self.view_with(tenant, declared, functions))
     }
 
-    /// What `tenant` could use with `declared` as its declared HTTP tools (a bundle being
-    /// applied, checked before it is stored).
-    pub fn view_with(&self, tenant: &Tenant, declared: Vec<HttpToolSpec>) -> TenantView {
-        let services = self.inner.services.for_tenant(tenant, &declared);
-        TenantView { declared, services }
+    /// What `tenant` could use with `declared` as its declared HTTP tools and `functions` as
+    /// its declared functions (a bundle being applied, checked before it is stored).
+    pub fn view_with(
+        &self,
+        tenant: &Tenant,
+        declared: Vec<DeclaredTool>,
+        functions: Vec<FunctionSpec>,
+    ) -> TenantView {
+        let services = self
+            .inner
+            .services
+            .for_tenant(tenant, &declared, &functions);
+        TenantView {
+            declared,
+            functions,
+            services,
+        }
     }
 
     /// The Prometheus text of the engine's metrics, with the run counts by status given.
@@ -238,6 +265,27 @@ impl Engine {
         body: serde_json::Value,
     ) -> Result<intake::Admitted, intake::Refused> {
         intake::admit_body(&self.inner.services, tenant, body).await
+    }
+
+    /// [`Self::admit_body`] with a bundle being applied in front of the registries (its
+    /// agents, workflows and tools; the definitions it removes absent): whether a schedule of
+    /// the bundle may run the body once the bundle is stored.
+    pub async fn admit_body_over(
+        &self,
+        tenant: &Tenant,
+        body: serde_json::Value,
+        overlay: Arc<crate::agents::Overlay>,
+    ) -> Result<intake::Admitted, intake::Refused> {
+        let services = &self.inner.services;
+        let bodies = runtime::context::Bodies {
+            overlay: Some(overlay),
+            ..(*services.bodies).clone()
+        };
+        let services = runtime::context::Services {
+            bodies: Arc::new(bodies),
+            ..services.clone()
+        };
+        intake::admit_body(&services, tenant, body).await
     }
 
     /// Checks and resolves a typed run request for `tenant` ([`intake::admit`]), as
@@ -447,14 +495,14 @@ impl Engine {
     pub async fn declare_http_tool(
         &self,
         tenant: &Tenant,
-        spec: &HttpToolSpec,
+        spec: &DeclaredTool,
         authored: store::Authored<'_>,
     ) -> Result<store::Put, store::Error> {
         let definition =
             serde_json::to_value(spec).map_err(|e| store::Error::Corrupt(e.to_string()))?;
         let registry = store::Registry::HttpTools;
         (self.inner.services.store())
-            .put_entry(registry, tenant, &spec.name, &definition, authored)
+            .put_entry(registry, tenant, spec.name(), &definition, authored)
             .await
     }
 
@@ -497,10 +545,11 @@ impl Engine {
         stop: CancellationToken,
         pause: Arc<tokio::sync::watch::Sender<bool>>,
     ) -> RunContext {
-        let services = self
-            .inner
-            .services
-            .for_tenant(&stored.tenant, &stored.spec.declared_tools);
+        let services = self.inner.services.for_tenant(
+            &stored.tenant,
+            &stored.spec.declared_tools,
+            &stored.spec.declared_functions,
+        );
         let seed = RunSeed {
             limits: EffectiveLimits::of(&stored.spec, &self.inner.services.config),
             run: stored.run,

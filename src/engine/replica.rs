@@ -148,6 +148,8 @@ impl Engine {
             Notice::Replan(run) => self.inner.services.replans.wake(run),
             Notice::Pause(run) => self.pause_as_stored(run).await,
             Notice::Released => self.inner.claim_now.notify_one(),
+            Notice::TaskChanged(task) => self.inner.services.tasks.hub().changed(&task),
+            Notice::TaskQueued => self.inner.services.tasks.hub().queued(),
         }
     }
 

@@ -75,6 +75,24 @@ impl Problem {
     }
 }
 
+/// Adds to `called` the LLM functions a plan document's `llm` steps call, at any depth
+/// (children, nested workflows): a plain walk over the JSON, so it reads an unvalidated
+/// document too.
+pub fn functions_called(doc: &serde_json::Value, called: &mut std::collections::BTreeSet<String>) {
+    use serde_json::Value;
+    match doc {
+        Value::Object(map) => {
+            let function = (map.get("kind").and_then(Value::as_str) == Some("llm"))
+                .then(|| map.get("input")?.get("function")?.as_str())
+                .flatten();
+            called.extend(function.map(str::to_owned));
+            map.values().for_each(|v| functions_called(v, called));
+        }
+        Value::Array(items) => items.iter().for_each(|v| functions_called(v, called)),
+        _ => {}
+    }
+}
+
 /// Problems as one line: `pointer message; ...`.
 pub fn list_problems(problems: &[Problem]) -> String {
     problems

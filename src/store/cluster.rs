@@ -116,6 +116,10 @@ pub enum Notice {
     Pause(RunId),
     /// A replica handed its runs back: unowned runs are waiting to be taken.
     Released,
+    /// A worker tool's task changed (ended, or was claimed): whoever waits on it looks again.
+    TaskChanged(String),
+    /// A task may be ready for a worker: pollers look again.
+    TaskQueued,
 }
 
 impl Notice {
@@ -126,14 +130,18 @@ impl Notice {
             Notice::Replan(run) => Some(format!("replan {run}")),
             Notice::Pause(run) => Some(format!("pause {run}")),
             Notice::Released => Some("released".into()),
+            Notice::TaskChanged(id) => Some(format!("task {id}")),
+            Notice::TaskQueued => Some("queued".into()),
             Notice::Events { .. } => None,
         }
     }
 
     fn parse_control(payload: &str) -> Option<Notice> {
-        let (kind, run) = payload.split_once(' ').unwrap_or((payload, ""));
-        let run = RunId::parse(run);
+        let (kind, rest) = payload.split_once(' ').unwrap_or((payload, ""));
+        let run = RunId::parse(rest);
         match (kind, run) {
+            ("task", _) if !rest.is_empty() => Some(Notice::TaskChanged(rest.to_owned())),
+            ("queued", _) => Some(Notice::TaskQueued),
             ("cancel", Some(run)) => Some(Notice::Cancel(run)),
             ("input", Some(run)) => Some(Notice::Input(run)),
             ("replan", Some(run)) => Some(Notice::Replan(run)),
@@ -584,6 +592,8 @@ mod tests {
             Notice::Replan(run),
             Notice::Pause(run),
             Notice::Released,
+            Notice::TaskChanged(uuid::Uuid::now_v7().to_string()),
+            Notice::TaskQueued,
         ] {
             let payload = n.control_payload().unwrap();
             assert_eq!(Notice::parse_control(&payload), Some(n));

@@ -42,6 +42,7 @@ mod sessions;
 mod sqlite_reader;
 mod sqlite_writer;
 mod statement;
+pub mod tasks;
 mod timeline;
 mod versions;
 mod webhooks;
@@ -52,7 +53,9 @@ pub use quota::Guards;
 pub use reads::{History, RunReads};
 pub use registry::{Authored, Put, Registry, RegistryRecord, WorkflowRecord};
 pub use retention::RUN_TABLES;
-pub use schedules::{Capped, FireOutcome, FireRecord, Fired, ScheduleRecord, Schedules};
+pub use schedules::{
+    Capped, FireOutcome, FireRecord, Fired, ScheduleChanges, ScheduleRecord, Schedules,
+};
 pub use sessions::{
     Deleted, ListedSession, Refusal, SessionCursor, SessionLimits, SessionRun, SessionSummary,
     Sessions, Turn,

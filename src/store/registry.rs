@@ -1,5 +1,5 @@
-//! The named registries: workflows and agents. Each is a table of definitions by tenant and
-//! name, already validated by their caller. The ones loaded from a configured directory at
+//! The named registries: workflows, agents, declared HTTP tools and named functions. Each is
+//! a table of definitions by tenant and name, already validated by their caller. The ones loaded from a configured directory at
 //! start are stored under the reserved tenant [`SHARED_TENANT`] and are visible to every
 //! tenant, with a tenant's own definition of the same name taking precedence. Like the rest of
 //! the store, this module only persists.
@@ -25,6 +25,8 @@ pub enum Registry {
     Agents,
     /// HTTP tools declared through the API, each under the tenant that declared it.
     HttpTools,
+    /// Named LLM functions declared through the API, each under the tenant that declared it.
+    Functions,
 }
 
 /// The tenant HTTP tools were stored under before they belonged to the declaring tenant
@@ -37,6 +39,7 @@ impl Registry {
             Registry::Workflows => "workflows",
             Registry::Agents => "agents",
             Registry::HttpTools => "http_tools",
+            Registry::Functions => "functions",
         }
     }
 
@@ -46,6 +49,7 @@ impl Registry {
             Registry::Workflows => DefinitionKind::Workflow,
             Registry::Agents => DefinitionKind::Agent,
             Registry::HttpTools => DefinitionKind::Tool,
+            Registry::Functions => DefinitionKind::Function,
         }
     }
 
@@ -54,6 +58,7 @@ impl Registry {
             DefinitionKind::Workflow => Registry::Workflows,
             DefinitionKind::Agent => Registry::Agents,
             DefinitionKind::Tool => Registry::HttpTools,
+            DefinitionKind::Function => Registry::Functions,
         }
     }
 
@@ -117,12 +122,14 @@ impl Store {
     }
 
     /// Puts `entries` (registry, name, definition) and removes `removed` (registry, name) of
-    /// the tenant's own definitions, all in one transaction: all of it is stored, or none.
+    /// the tenant's own definitions, and writes `schedules`' changes of its schedules, all in
+    /// one transaction: all of it is stored, or none.
     pub async fn apply_entries(
         &self,
         tenant: &Tenant,
         entries: &[(Registry, String, Value)],
         removed: &[(Registry, String)],
+        schedules: &super::schedules::ScheduleChanges,
         authored: Authored<'_>,
     ) -> Result<Vec<Put>> {
         let mut tx = self.pool().begin().await?;
@@ -133,6 +140,7 @@ impl Store {
         for (registry, name) in removed {
             remove(&mut tx, *registry, &tenant.0, name).await?;
         }
+        schedules.write(tenant, &mut tx).await?;
         tx.commit().await?;
         Ok(puts)
     }

@@ -22,6 +22,8 @@ pub const RUN_TABLES: &[&str] = &[
     "schedule_fires",
     "webhook_deliveries",
     "webhook_attempts",
+    // A worker tool's tasks go with the run that queued them.
+    "tasks",
 ];
 
 /// The SQL list of terminal statuses, as stored.

@@ -125,7 +125,9 @@ impl Schedules {
         self.changed.notified().await
     }
 
-    fn touched(&self) {
+    /// Wakes the firing loop: schedules were stored, changed or deleted (also by an apply,
+    /// which writes them in its own transaction).
+    pub fn touched(&self) {
         self.changed.notify_one();
     }
 
@@ -140,33 +142,8 @@ impl Schedules {
                 .execute(&mut *tx)
                 .await?;
         }
-        let res = sqlx::query(
-            "INSERT INTO schedules (id, tenant, name, cron, timezone, interval_ms, anchor_at,
-                run, enabled, missed, next_fire_at, last_fire_at, last_run_id, fire_count,
-                created_at, updated_at)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16
-             WHERE $17 = 0 OR (SELECT COUNT(*) FROM schedules WHERE tenant = $2) < $17",
-        )
-        .bind(&s.id)
-        .bind(&s.tenant.0)
-        .bind(s.name.as_deref())
-        .bind(s.cron.as_deref())
-        .bind(&s.timezone)
-        .bind(s.interval_ms.map(|v| v as i64))
-        .bind(fmt_time(s.anchor_at))
-        .bind(to_json(&s.run))
-        .bind(i64::from(s.enabled))
-        .bind(s.missed.as_str())
-        .bind(s.next_fire_at.map(fmt_time))
-        .bind(s.last_fire_at.map(fmt_time))
-        .bind(s.last_run_id.as_deref())
-        .bind(s.fire_count as i64)
-        .bind(fmt_time(s.created_at))
-        .bind(fmt_time(s.updated_at))
-        .bind(cap as i64)
-        .execute(&mut *tx)
-        .await?;
-        if res.rows_affected() == 0 {
+        let res = insert_row(&mut tx, s, cap).await?;
+        if res == 0 {
             let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schedules WHERE tenant = $1")
                 .bind(&s.tenant.0)
                 .fetch_one(&mut *tx)
@@ -183,28 +160,10 @@ impl Schedules {
     /// Replaces what an update may change (name, timing, run, enabled, missed, next tick),
     /// and tries a tick that was waiting to start at once; false if the tenant has no such schedule.
     pub async fn update_schedule(&self, s: &ScheduleRecord) -> Result<bool> {
-        let res = sqlx::query(
-            "UPDATE schedules SET name = $1, cron = $2, timezone = $3, interval_ms = $4,
-                anchor_at = $5, run = $6, enabled = $7, missed = $8, next_fire_at = $9,
-                updated_at = $10, retry_at = NULL, retries = 0, retry_reason = NULL
-             WHERE id = $11 AND tenant = $12",
-        )
-        .bind(s.name.as_deref())
-        .bind(s.cron.as_deref())
-        .bind(&s.timezone)
-        .bind(s.interval_ms.map(|v| v as i64))
-        .bind(fmt_time(s.anchor_at))
-        .bind(to_json(&s.run))
-        .bind(i64::from(s.enabled))
-        .bind(s.missed.as_str())
-        .bind(s.next_fire_at.map(fmt_time))
-        .bind(fmt_time(s.updated_at))
-        .bind(&s.id)
-        .bind(&s.tenant.0)
-        .execute(&self.pool())
-        .await?;
+        let mut conn = self.pool().acquire().await?;
+        let updated = update_row(&mut conn, s, true).await?;
         self.touched();
-        Ok(res.rows_affected() > 0)
+        Ok(updated)
     }
 
     pub async fn get_schedule(&self, tenant: &Tenant, id: &str) -> Result<Option<ScheduleRecord>> {
@@ -229,18 +188,9 @@ impl Schedules {
     /// false if there is no such schedule.
     pub async fn delete_schedule(&self, tenant: &Tenant, id: &str) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
-        let res = sqlx::query("DELETE FROM schedules WHERE id = $1 AND tenant = $2")
-            .bind(id)
-            .bind(&tenant.0)
-            .execute(&mut *tx)
-            .await?;
-        if res.rows_affected() == 0 {
+        if !delete_row(&mut tx, tenant, id).await? {
             return Ok(false);
         }
-        sqlx::query("DELETE FROM schedule_fires WHERE schedule_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         self.touched();
         Ok(true)
@@ -428,6 +378,131 @@ impl Schedules {
             })
             .collect()
     }
+}
+
+/// What an apply does to a tenant's schedules, written in the apply's transaction
+/// ([`Store::apply_entries`]).
+#[derive(Debug, Default)]
+pub struct ScheduleChanges {
+    /// New schedules (no cap: the apply checked it).
+    pub created: Vec<ScheduleRecord>,
+    /// Changed schedules, each with whether its timing starts again (from its `anchor_at`,
+    /// at its `next_fire_at`); one that does not keeps its stored next tick.
+    pub changed: Vec<(ScheduleRecord, bool)>,
+    /// The ids of the schedules removed.
+    pub deleted: Vec<String>,
+}
+
+impl ScheduleChanges {
+    pub fn is_empty(&self) -> bool {
+        self.created.is_empty() && self.changed.is_empty() && self.deleted.is_empty()
+    }
+
+    /// Writes the changes of `tenant`'s schedules in the transaction `conn` is in.
+    pub(super) async fn write(
+        &self,
+        tenant: &Tenant,
+        conn: &mut sqlx::AnyConnection,
+    ) -> Result<()> {
+        for id in &self.deleted {
+            delete_row(conn, tenant, id).await?;
+        }
+        for (s, retimed) in &self.changed {
+            update_row(conn, s, *retimed).await?;
+        }
+        for s in &self.created {
+            insert_row(conn, s, 0).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Inserts schedule `s` unless its tenant has `cap` (0: no cap): the rows inserted.
+async fn insert_row(conn: &mut sqlx::AnyConnection, s: &ScheduleRecord, cap: u64) -> Result<u64> {
+    let res = sqlx::query(
+        "INSERT INTO schedules (id, tenant, name, cron, timezone, interval_ms, anchor_at,
+            run, enabled, missed, next_fire_at, last_fire_at, last_run_id, fire_count,
+            created_at, updated_at)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16
+         WHERE $17 = 0 OR (SELECT COUNT(*) FROM schedules WHERE tenant = $2) < $17",
+    )
+    .bind(&s.id)
+    .bind(&s.tenant.0)
+    .bind(s.name.as_deref())
+    .bind(s.cron.as_deref())
+    .bind(&s.timezone)
+    .bind(s.interval_ms.map(|v| v as i64))
+    .bind(fmt_time(s.anchor_at))
+    .bind(to_json(&s.run))
+    .bind(i64::from(s.enabled))
+    .bind(s.missed.as_str())
+    .bind(s.next_fire_at.map(fmt_time))
+    .bind(s.last_fire_at.map(fmt_time))
+    .bind(s.last_run_id.as_deref())
+    .bind(s.fire_count as i64)
+    .bind(fmt_time(s.created_at))
+    .bind(fmt_time(s.updated_at))
+    .bind(cap as i64)
+    .execute(conn)
+    .await?;
+    Ok(res.rows_affected())
+}
+
+/// Replaces what an update may change (name, timing, run, enabled, missed) and tries a tick
+/// waiting to start at once; `retimed` also sets the anchor and the next tick (otherwise the
+/// stored ones stay, so a tick fired meanwhile is not brought back). False if the tenant has
+/// no such schedule.
+async fn update_row(
+    conn: &mut sqlx::AnyConnection,
+    s: &ScheduleRecord,
+    retimed: bool,
+) -> Result<bool> {
+    let sql = if retimed {
+        "UPDATE schedules SET name = $1, cron = $2, timezone = $3, interval_ms = $4, run = $5,
+            enabled = $6, missed = $7, updated_at = $8, retry_at = NULL, retries = 0,
+            retry_reason = NULL, anchor_at = $11, next_fire_at = $12
+         WHERE id = $9 AND tenant = $10"
+    } else {
+        "UPDATE schedules SET name = $1, cron = $2, timezone = $3, interval_ms = $4, run = $5,
+            enabled = $6, missed = $7, updated_at = $8, retry_at = NULL, retries = 0,
+            retry_reason = NULL
+         WHERE id = $9 AND tenant = $10"
+    };
+    let mut query = sqlx::query(sql)
+        .bind(s.name.as_deref())
+        .bind(s.cron.as_deref())
+        .bind(&s.timezone)
+        .bind(s.interval_ms.map(|v| v as i64))
+        .bind(to_json(&s.run))
+        .bind(i64::from(s.enabled))
+        .bind(s.missed.as_str())
+        .bind(fmt_time(s.updated_at))
+        .bind(&s.id)
+        .bind(&s.tenant.0);
+    if retimed {
+        query = query
+            .bind(fmt_time(s.anchor_at))
+            .bind(s.next_fire_at.map(fmt_time));
+    }
+    let res = query.execute(conn).await?;
+    Ok(res.rows_affected() > 0)
+}
+
+/// Deletes the tenant's schedule and its record of fires: whether there was one.
+async fn delete_row(conn: &mut sqlx::AnyConnection, tenant: &Tenant, id: &str) -> Result<bool> {
+    let res = sqlx::query("DELETE FROM schedules WHERE id = $1 AND tenant = $2")
+        .bind(id)
+        .bind(&tenant.0)
+        .execute(&mut *conn)
+        .await?;
+    if res.rows_affected() == 0 {
+        return Ok(false);
+    }
+    sqlx::query("DELETE FROM schedule_fires WHERE schedule_id = $1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(true)
 }
 
 fn schedule_from_row(r: &AnyRow) -> Result<ScheduleRecord> {

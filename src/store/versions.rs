@@ -100,7 +100,12 @@ impl Store {
     /// Stores as version 1 every definition stored before versions were kept (a head row at
     /// version 0): once, at start, idempotent if replicas start together.
     pub async fn backfill_versions(&self) -> Result<()> {
-        for registry in [Registry::Workflows, Registry::Agents, Registry::HttpTools] {
+        for registry in [
+            Registry::Workflows,
+            Registry::Agents,
+            Registry::HttpTools,
+            Registry::Functions,
+        ] {
             let rows =
                 sqlx::query(registry.sql(
                     "SELECT tenant, name, definition, created_at FROM {table} WHERE version = 0",
@@ -166,17 +171,50 @@ impl Definitions {
         Ok(list.into_iter().filter(|e| !e.shared).collect())
     }
 
-    /// [`Store::apply_entries`]: puts and removals of the tenant's own definitions, in one
-    /// transaction.
+    /// The tenant's own definition `name` (not a shared one).
+    pub async fn own_entry(
+        &self,
+        registry: Registry,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<RegistryRecord>> {
+        let found = self.store.get_entry(registry, tenant, name).await?;
+        Ok(found.filter(|e| !e.shared))
+    }
+
+    /// [`Store::put_entry`]: creates or replaces the tenant's own definition, as a new version
+    /// when it changed.
+    pub async fn put(
+        &self,
+        registry: Registry,
+        tenant: &Tenant,
+        name: &str,
+        definition: &Value,
+        authored: super::Authored<'_>,
+    ) -> Result<super::Put> {
+        (self.store)
+            .put_entry(registry, tenant, name, definition, authored)
+            .await
+    }
+
+    /// [`Store::delete_entry`]: deletes the tenant's own definition with its versions and
+    /// labels; whether there was one.
+    pub async fn delete(&self, registry: Registry, tenant: &Tenant, name: &str) -> Result<bool> {
+        self.store.delete_entry(registry, tenant, name).await
+    }
+
+    /// [`Store::apply_entries`]: puts and removals of the tenant's own definitions, and the
+    /// changes of its schedules, in one transaction.
     pub async fn apply(
         &self,
         tenant: &Tenant,
         entries: &[(Registry, String, Value)],
         removed: &[(Registry, String)],
+        schedules: &super::ScheduleChanges,
         authored: super::Authored<'_>,
     ) -> Result<Vec<super::Put>> {
         (self.store)
-            .apply_entries(tenant, entries, removed, authored)
+            .apply_entries(tenant, entries, removed, schedules, authored)
             .await
     }
 

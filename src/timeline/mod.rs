@@ -137,14 +137,18 @@ pub enum WaitKind {
     /// From a `paused` status event to the next status event: the run was paused (by the
     /// user, or at a breakpoint), then (once resumed) waited for a running slot again.
     Paused,
+    /// From a worker tool's `tool_call` to the claim that ended its task (`tool_result`'s
+    /// `task.claimed_at`): the task waited in its queue for a worker (earlier claims that
+    /// lapsed or failed included); the rest of the call is the worker's work.
+    Worker,
 }
 
 /// A stretch of time the run (or one of its steps) spent waiting.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct Wait {
     pub kind: WaitKind,
-    /// `human_input`: the step that asked; `backoff`: the step being retried; `null` for
-    /// `queue`.
+    /// `human_input`: the step that asked; `backoff`: the step being retried; `worker`: the
+    /// step that called the tool; `null` for `queue`.
     pub step_id: Option<String>,
     /// `backoff`: the span of the attempt that failed; `human_input`: the span of the
     /// attempt that asked (when it is known); `null` for `queue`.
@@ -212,6 +216,8 @@ pub struct Breakdown {
     pub queue_ms: u64,
     /// `paused` waits.
     pub paused_ms: u64,
+    /// `worker` waits: worker tools' tasks waiting for a worker (part of `tools_ms` too).
+    pub worker_queue_ms: u64,
     /// The union of every category above.
     pub accounted_ms: u64,
     /// `total_ms - accounted_ms`: time in none of the categories — the orchestrator's own
@@ -387,11 +393,14 @@ fn breakdown(att: &Attempts<'_>, waits: &[WaitRow], window: Interval) -> Breakdo
     let backoff = waits_of(WaitKind::Backoff);
     let queue = waits_of(WaitKind::Queue);
     let paused = waits_of(WaitKind::Paused);
-    let all: Vec<Interval> = [&model, &tools, &timers, &human, &backoff, &queue, &paused]
-        .into_iter()
-        .flatten()
-        .copied()
-        .collect();
+    let worker = waits_of(WaitKind::Worker);
+    let all: Vec<Interval> = [
+        &model, &tools, &timers, &human, &backoff, &queue, &paused, &worker,
+    ]
+    .into_iter()
+    .flatten()
+    .copied()
+    .collect();
     let total_ms = to_ms(window.len());
     let accounted_ms = to_ms(covered(all));
     Breakdown {
@@ -403,6 +412,7 @@ fn breakdown(att: &Attempts<'_>, waits: &[WaitRow], window: Interval) -> Breakdo
         backoff_ms: to_ms(covered(backoff)),
         queue_ms: to_ms(covered(queue)),
         paused_ms: to_ms(covered(paused)),
+        worker_queue_ms: to_ms(covered(worker)),
         accounted_ms,
         // Subtracted in milliseconds, so the parts add up exactly after rounding.
         orchestrator_ms: total_ms.saturating_sub(accounted_ms),
@@ -708,9 +718,13 @@ fn scan(
     let mut asking: Option<(&str, i64)> = None;
     // Every start announces the selection again; the first announcement is the decision.
     let mut selection_seen = false;
+    // When each tool call was made, by call id: where a worker tool's queue wait starts.
+    let mut calls: std::collections::HashMap<&str, i64> = Default::default();
     for ev in events {
         let at = micros(ev.ts);
         match &ev.data {
+            // A worker's progress is told as a `running` event; the run's status is unchanged.
+            Payload::Status(data) if data.progress.is_some() => {}
             Payload::Status(data) => {
                 waits.extend(current.take().and_then(|c| c.wait(at, false)));
                 // A wait for a human answers the `input_required` just before it.
@@ -735,6 +749,22 @@ fn scan(
                 }
                 if data.message.as_deref().is_some_and(|m| !m.is_empty()) {
                     decisions.push(decision("status", ev, ev.data.to_data()));
+                }
+            }
+            Payload::ToolCall(call) => {
+                calls.insert(call.call_id.as_str(), at);
+            }
+            Payload::ToolResult(done) => {
+                let claimed = done.task.as_ref().and_then(|t| t.claimed_at);
+                if let (Some(claimed), Some(&called)) = (claimed, calls.get(done.call_id.as_str()))
+                {
+                    waits.push(WaitRow {
+                        kind: WaitKind::Worker,
+                        step_id: ev.step_id.clone(),
+                        span: None,
+                        interval: Interval::new(called, micros(claimed).max(called)),
+                        open: false,
+                    });
                 }
             }
             Payload::InputRequired(_) => {

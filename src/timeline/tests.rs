@@ -218,6 +218,7 @@ fn breakdown(
         backoff_ms: backoff,
         queue_ms: queue,
         paused_ms: 0,
+        worker_queue_ms: 0,
         accounted_ms: accounted,
         orchestrator_ms: total - accounted,
     }
@@ -569,6 +570,7 @@ fn decisions_come_from_plans_loop_detection_and_status_messages() {
                 status: RunStatus::Running,
                 message: Some("resumed after a restart".into()),
                 selected: None,
+                progress: None,
             },
         )
         .finish(80);
@@ -605,6 +607,7 @@ fn the_first_announced_selection_is_a_decision() {
         status: RunStatus::Running,
         message: message.map(str::to_owned),
         selected: Some(selected.clone()),
+        progress: None,
     };
     let run = Fixture::new()
         .event(6, None, announce(None))
@@ -682,4 +685,53 @@ fn a_large_run_adds_up() {
         t.breakdown.total_ms
     );
     assert_eq!(t.breakdown.accounted_ms, 4 + 200 * 14);
+}
+
+#[test]
+fn a_worker_tools_call_splits_into_queue_wait_and_work_and_progress_changes_no_status() {
+    use crate::domain::event::{TaskNote, ToolOutcome, ToolResultData};
+    let done = ToolResultData {
+        call_id: "call-10".into(),
+        tool: "test.count".into(),
+        result: ToolOutcome::Output(json!(1)),
+        task: Some(TaskNote {
+            task_id: "t".into(),
+            attempts: 1,
+            claimed_at: Some(at(400)),
+        }),
+    };
+    let progress = crate::domain::event::StatusData {
+        status: RunStatus::Running,
+        message: Some("test.count: half".into()),
+        selected: None,
+        progress: Some(json!({"progress": "half"})),
+    };
+    let run = Fixture::new()
+        .status(0, RunStatus::Running)
+        .ran("work", Tool, 10, 1000)
+        .tool_call(10, "work")
+        .event(500, Some("work"), progress)
+        .event(990, Some("work"), done)
+        .finish(1000);
+    let t = run.timeline();
+    let worker: Vec<&Wait> = t
+        .waits
+        .iter()
+        .filter(|w| w.kind == WaitKind::Worker)
+        .collect();
+    assert_eq!(worker.len(), 1, "{:?}", t.waits);
+    assert_eq!(
+        (worker[0].duration_ms, worker[0].step_id.as_deref()),
+        (390, Some("work"))
+    );
+    assert_eq!(t.breakdown.worker_queue_ms, 390);
+    assert_eq!(
+        t.breakdown.tools_ms, 990,
+        "the queue wait is inside the call"
+    );
+    assert!(
+        !t.decisions.iter().any(|d| d.kind == "status"),
+        "progress is no decision: {:?}",
+        t.decisions
+    );
 }

@@ -6,6 +6,7 @@
 
 pub mod http;
 pub mod registry;
+pub mod worker;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -28,6 +29,10 @@ pub trait Tool: Send + Sync + 'static {
     /// What a call can change: anything outside orca, unless the tool says otherwise.
     fn effects(&self) -> Effects {
         Effects::Outside
+    }
+    /// Its declaration, when the tenant's workers serve it: the engine queues its calls.
+    fn worker(&self) -> Option<&crate::domain::WorkerToolSpec> {
+        None
     }
 }
 

@@ -173,6 +173,11 @@ impl ToolRegistry {
             .map_or(Effects::Outside, |e| e.tool.effects())
     }
 
+    /// The declaration of `name` when it is a worker tool.
+    pub fn worker(&self, name: &str) -> Option<crate::domain::WorkerToolSpec> {
+        self.entry(name).ok().and_then(|e| e.tool.worker().cloned())
+    }
+
     /// Checks arguments against the tool's schema without calling it.
     pub fn validate(&self, name: &str, args: &Value) -> Result<(), ToolError> {
         self.entry(name)?.validate(args)

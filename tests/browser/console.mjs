@@ -765,7 +765,22 @@ async function versionsScenario(page) {
   const link = await fact.getByRole('link', { name: 'approve-spend v1' }).getAttribute('href');
   expect(link === '#/workflows/approve-spend', `the definition links to ${link}`);
   await shot(page, 'versions-run');
-  report({ ok: 'versions', run_id: runId, fact: used, diff: lines });
+
+  // A declared LLM function has versions too; a built-in one says why it has none.
+  await page.goto(`${base}/#/functions/shout`);
+  const fn = page.locator('section[data-versions="shout"]');
+  await fn.locator('tr[data-version]').nth(1).waitFor({ timeout: PATIENCE });
+  // The diff is fetched after the history is drawn: wait for it before reading its lines.
+  const fnRegion = fn.getByRole('region', { name: 'Changes from v1 to v2' });
+  await fnRegion.waitFor({ timeout: PATIENCE });
+  const fnDiff = await fnRegion.locator('div').allInnerTexts();
+  expect(fnDiff.some((l) => l.startsWith('replace /prompt')), `the function's diff: ${fnDiff.join(' | ')}`);
+  const planner = page.locator('tr[data-item="planner"]');
+  expect((await planner.innerText()).includes('built in'), 'the planner is not marked built in');
+  await planner.getByRole('button', { name: 'Versions of planner' }).click();
+  await page.getByText('Configured functions keep no versions').waitFor({ timeout: PATIENCE });
+  await shot(page, 'versions-function');
+  report({ ok: 'versions', run_id: runId, fact: used, diff: lines, function_diff: fnDiff });
 }
 
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });

@@ -766,6 +766,17 @@ async fn the_console_shows_versions_diffs_and_moves_a_label() {
         .await
         .expect("PUT workflow");
     assert_eq!(response.status(), 200);
+    for (word, status) in [("Say", 201), ("Shout", 200)] {
+        let function = json!({ "prompt": format!("{word} {{{{ input.text }}}}") });
+        let response = (app
+            .client
+            .put(app.url("/v1/functions/shout"))
+            .json(&function))
+        .send()
+        .await
+        .expect("PUT function");
+        assert_eq!(response.status(), status);
+    }
 
     let report = browser("versions", &app.base, None).await;
     let seen = finding(&report, "versions");
@@ -790,7 +801,16 @@ async fn the_console_shows_versions_diffs_and_moves_a_label() {
         .collect();
     assert_eq!(pinned, [(&json!("approve-spend"), &json!(1))], "{run}");
     assert!(seen["fact"].as_str().unwrap().contains("approve-spend v1"));
-    for page in ["versions", "versions-label", "versions-run"] {
+    assert!(
+        seen["function_diff"].to_string().contains("Shout"),
+        "{seen}"
+    );
+    for page in [
+        "versions",
+        "versions-label",
+        "versions-run",
+        "versions-function",
+    ] {
         assert_png(&screenshots().join("versions").join(format!("{page}.png")));
     }
 }

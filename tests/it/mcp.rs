@@ -52,7 +52,8 @@ fn stdio_server(name: &str, args: &[&str]) -> McpServerConfig {
 /// The example server over streamable HTTP on a loopback port; it stops when dropped.
 struct HttpServer {
     url: String,
-    /// What the server writes on standard error (`slow: cancelled` when a call was cancelled).
+    /// What the server writes on standard error (`slow: started` when a `slow` call arrives,
+    /// `slow: cancelled` when it was cancelled).
     stderr: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
     _child: Child,
 }
@@ -281,6 +282,12 @@ async fn a_cancelled_call_is_cancelled_on_the_server_too() {
             break;
         }
     }
+    // The call has reached the server: a cancel before it would never be sent at all.
+    let started = tokio::time::timeout(PATIENCE, server.stderr.next_line())
+        .await
+        .expect("the call reaches the server")
+        .unwrap();
+    assert_eq!(started.as_deref(), Some("slow: started"));
     let (status, _) = app
         .post_json(&format!("/v1/runs/{id}/cancel"), &json!({}))
         .await;

@@ -88,7 +88,9 @@ async fn configured_origins_get_cors_headers_and_preflights() {
     let h = preflight.headers();
     assert_eq!(h["access-control-allow-origin"], origin);
     let methods = h["access-control-allow-methods"].to_str().unwrap();
-    assert!(methods.contains("POST"), "{methods}");
+    for method in ["GET", "POST", "PUT", "PATCH", "DELETE"] {
+        assert!(methods.contains(method), "{method} not in {methods}");
+    }
     let headers = h["access-control-allow-headers"]
         .to_str()
         .unwrap()

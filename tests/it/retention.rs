@@ -127,6 +127,19 @@ async fn deleting_a_finished_run_removes_it_and_everything_it_owns() {
             .await
             .unwrap();
     }
+    // As if it had called a worker tool.
+    sqlx::query(
+        "INSERT INTO tasks (id, tenant, queue, tool, run_id, step_id, call_id, call_key,
+            generation, idempotency_key, arguments, status, max_attempts, backoff_ms,
+            max_backoff_ms, schedule_to_start_ms, start_to_close_ms, not_before_ms,
+            start_deadline_ms, created_at_ms)
+         VALUES ('t', 'default', 'q', 'w.t', $1, 's', 's', 'k', 0, 'k', '{}', 'completed', 1, 0,
+            0, 1, 1, 0, 0, 0)",
+    )
+    .bind(&doomed)
+    .execute(&pool)
+    .await
+    .unwrap();
     // As if a schedule's tick had started it.
     sqlx::query(
         "INSERT INTO schedule_fires (schedule_id, fire_at, run_id, fired_at) VALUES ('s', 't', $1, '')",

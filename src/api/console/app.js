@@ -1,5 +1,5 @@
 // The console's entry point: a hash router (#/runs, #/runs/{id}[/tab], #/new, #/workflows[/{name}],
-// #/agents[/{name}], #/tools[/{name}], #/schedules, #/sessions[/{id}]), the navigation's current-page marks and the API-key dialog.
+// #/agents[/{name}], #/tools[/{name}], #/functions[/{name}], #/schedules, #/sessions[/{id}]), the navigation's current-page marks and the API-key dialog.
 // Every view gets an AbortSignal that fires when the user leaves it, which ends its streams
 // and timers.
 
@@ -34,7 +34,7 @@ async function route() {
   const { parts, params } = parse(location.hash);
   const [section = 'runs', id, tab] = parts;
   markNav(section === 'runs' && id ? 'runs' : section);
-  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: id ? `Workflow ${id}` : 'Workflows', agents: id ? `Agent ${id}` : 'Agents', tools: id ? `Tool ${id}` : 'Tools', schedules: 'Schedules', sessions: id ? `Session ${id}` : 'Sessions' };
+  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: id ? `Workflow ${id}` : 'Workflows', agents: id ? `Agent ${id}` : 'Agents', tools: id ? `Tool ${id}` : 'Tools', functions: id ? `Function ${id}` : 'Functions', schedules: 'Schedules', sessions: id ? `Session ${id}` : 'Sessions' };
   document.title = `${titles[section] || 'Not found'} · orca console`;
   if (section === 'runs' && id) await runView(main, id, tab, signal);
   else if (section === 'runs') await runsView(main, params, signal);
@@ -47,7 +47,7 @@ async function route() {
   if (!signal.aborted && document.activeElement === document.body) main.focus({ preventScroll: true });
 }
 
-const PAGE_SECTIONS = new Set(['workflows', 'agents', 'tools']);
+const PAGE_SECTIONS = new Set(['workflows', 'agents', 'tools', 'functions']);
 
 function keyDialog() {
   const dialog = document.getElementById('key-dialog');

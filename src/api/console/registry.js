@@ -1,8 +1,8 @@
-// The registries: workflows (with a button that starts a run of one), agents and tools, each
-// with its full definition one click away; the caller's own workflows and agents (not the
-// shared ones, loaded from a directory) are edited in place as JSON and saved with PUT. Each
-// workflow, agent and declared tool has its versions, diffs and labels (`versions.js`) a click
-// away; `#/workflows/{name}` (and the like) opens them.
+// The registries: workflows (with a button that starts a run of one), agents, tools and LLM
+// functions, each with its full definition one click away; the caller's own workflows and
+// agents (not the shared ones, loaded from a directory) are edited in place as JSON and saved
+// with PUT. Each workflow, agent, declared tool and declared function has its versions, diffs
+// and labels (`versions.js`) a click away; `#/workflows/{name}` (and the like) opens them.
 
 import { api } from './api.js';
 import { h, clear, json, loading, empty, errorBox, announce } from './ui.js';
@@ -41,6 +41,18 @@ const PAGES = {
     versions: {
       versioned: async (t) => ((await api(`/v1/tools/${encodeURIComponent(t.name)}`)).http
         ? null : 'orca’s own tools keep no versions; tools declared through the API (PUT /v1/tools/{name}) do.'),
+    },
+  },
+  functions: {
+    title: 'Functions',
+    path: '/v1/functions',
+    none: 'No LLM functions.',
+    columns: ['Name', 'Description', 'From'],
+    cells: (f) => [h('code', {}, f.name), f.description || '—', f.declared ? 'yours' : f.builtin ? 'built in' : 'configured'],
+    detail: (f) => `/v1/functions/${encodeURIComponent(f.name)}`,
+    versions: {
+      versioned: async (f) => (f.declared
+        ? null : 'Configured functions keep no versions (they change in the configuration); functions declared through the API (PUT /v1/functions/{name}) do.'),
     },
   },
 };
@@ -115,7 +127,7 @@ function toggleVersions(page, item, tr, button) {
   button.setAttribute('aria-expanded', 'true');
 }
 
-/** `#/workflows`, `#/agents`, `#/tools`; with a name (`#/workflows/{name}`), that entry's
+/** `#/workflows`, `#/agents`, `#/tools`, `#/functions`; with a name (`#/workflows/{name}`), that entry's
  * versions open. */
 export async function registryView(main, which, signal, name) {
   const page = PAGES[which];

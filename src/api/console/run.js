@@ -50,6 +50,8 @@ function apply(st, ev) {
       if (d.status !== 'waiting_input') st.pending = null;
       if (d.status === 'running' && !run.started_at) run.started_at = ev.ts;
       if (d.status === 'paused') return note(st, 'note', d.message || 'paused');
+      // A worker's progress on a task: the status stays `running`.
+      if (d.progress) return note(st, 'note', d.message || 'progress');
       return null;
     case 'plan':
       st.plans = st.plans.filter((p) => p.version !== d.version).concat([{ version: d.version, reason: d.reason, plan: d.plan }]);

@@ -72,7 +72,8 @@ function breakdown(b) {
     h('div', { class: 'breakdown', role: 'img', 'aria-label': PARTS.map(([k, n]) => `${n} ${ms(b[k] || 0)}`).join(', ') },
       PARTS.map(([k, , color]) => h('span', { style: { width: `${((b[k] || 0) / total) * 100}%`, background: color } }))),
     h('div', { class: 'legend' }, PARTS.map(([k, n, color]) => h('span', {}, h('i', { style: { background: color } }), `${n} ${ms(b[k] || 0)}`))),
-    h('p', { class: 'hint' }, `Total ${ms(b.total_ms)}; accounted ${ms(b.accounted_ms)}.`));
+    h('p', { class: 'hint' }, `Total ${ms(b.total_ms)}; accounted ${ms(b.accounted_ms)}.`),
+    b.worker_queue_ms ? h('p', { class: 'hint' }, `Of the tools’ time, ${ms(b.worker_queue_ms)} was worker tools’ tasks waiting for a worker.`) : null);
 }
 
 /** Renders a timeline document; `onPick(span)` opens an attempt's details. */
@@ -93,7 +94,8 @@ export function timelinePanel(t, onPick) {
     rows.push(h('div', { class: 'dur' }, ms(sp.duration_ms)));
   }
   for (const w of t.waits) {
-    const label = `${w.kind.replace('_', ' ')}${w.step_id ? ` · ${w.step_id}` : ''}`;
+    const kind = w.kind === 'worker' ? 'worker queue' : w.kind.replace('_', ' ');
+    const label = `${kind}${w.step_id ? ` · ${w.step_id}` : ''}`;
     rows.push(h('div', { class: 'label muted' }, `wait: ${label}`));
     rows.push(h('div', { class: 'track' }, bar(t0, total, w.start, w.end || t.as_of, 'wait', `${label} ${ms(w.duration_ms)}`)));
     rows.push(h('div', { class: 'dur' }, ms(w.duration_ms)));

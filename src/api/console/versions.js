@@ -1,4 +1,4 @@
-// Definitions as code (issue 45) in the console: a workflow's, agent's or declared tool's
+// Definitions as code (issue 45) in the console: a workflow's, agent's, declared tool's or function's
 // version history, the diff between any two of its versions, its labels and the control that
 // moves one (moving a label back is the rollback), a run of one version of a workflow; and on
 // a run's page, the version of every definition the run used. Only the public
@@ -8,7 +8,7 @@ import { api } from './api.js';
 import { h, clear, when, preview, loading, empty, errorBox, announce } from './ui.js';
 
 /** The registry page of each kind a run's `definitions` names. */
-const PAGES = { workflow: 'workflows', agent: 'agents', tool: 'tools' };
+const PAGES = { workflow: 'workflows', agent: 'agents', tool: 'tools', function: 'functions' };
 
 const at = (kind, name) => `/v1/${kind}/${encodeURIComponent(name)}`;
 
@@ -120,7 +120,7 @@ function labelsPart(kind, name, list, reload) {
 }
 
 /**
- * The "Versions" part of a definition's detail. `kind` is `workflows`, `agents` or `tools`;
+ * The "Versions" part of a definition's detail. `kind` is `workflows`, `agents`, `tools` or `functions`;
  * `runnable` adds *Run this version* (workflows); `versioned`, when given, is asked first and
  * answers a sentence when the definition keeps no versions (a tool orca started with).
  */

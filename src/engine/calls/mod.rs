@@ -7,3 +7,4 @@ pub mod converse;
 pub mod function_call;
 pub mod model;
 pub mod tool_call;
+pub mod worker_call;

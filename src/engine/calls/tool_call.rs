@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::domain::event::{ErrorData, ToolCallData, ToolOutcome, ToolResultData};
+use crate::domain::event::{ErrorData, TaskNote, ToolCallData, ToolOutcome, ToolResultData};
 use crate::domain::{ErrorCode, RunError, StepPath};
 
+use super::worker_call::{WorkerCall, call_worker};
 use crate::engine::runtime::context::RunContext;
 use crate::engine::runtime::sink::EventSink;
 
@@ -73,6 +74,7 @@ pub async fn call_tool(
     sink.emit(ctx, Some(call.step), announced).await;
     ctx.count_tool_call();
     let shown_args = call.arguments.shown();
+    let mut task = None;
     let result = match call.arguments {
         ToolArguments::Unparsable { problem, .. } => Err(RunError::new(
             ErrorCode::InvalidToolArguments,
@@ -92,7 +94,14 @@ pub async fn call_tool(
             let parent = ctx.trace_parent(Some(call.step));
             let span =
                 (ctx.services.telemetry).start_tool(parent.as_ref(), call.tool, call.call_id);
-            let result = invoke(ctx, call.tool, args).await;
+            let (result, note) = match ctx.services.tools.worker(call.tool) {
+                Some(spec) => {
+                    let call = (call.step, call.call_id, &spec);
+                    Box::pin(queue_for_workers(ctx, call, args)).await
+                }
+                None => (invoke(ctx, call.tool, args).await, None),
+            };
+            task = note;
             crate::telemetry::end(span, result.as_ref().err());
             result
         }
@@ -105,6 +114,7 @@ pub async fn call_tool(
         call_id: call.call_id.to_owned(),
         tool: call.tool.to_owned(),
         result: outcome,
+        task,
     };
     sink.emit(ctx, Some(call.step), done).await;
     if let Some(looped) = ctx.note_tool_result(call.tool, &shown_args, &result) {
@@ -127,6 +137,26 @@ pub fn may_use(ctx: &RunContext, tool: &str) -> bool {
         .as_ref()
         .is_none_or(|list| list.iter().any(|t| t == tool));
     allowed && ctx.services.tools.contains(tool)
+}
+
+/// A worker tool's call: its arguments checked here (as the registry checks every other
+/// tool's), then queued for the tenant's workers (`worker_call`), with no timeout but the
+/// task's own.
+async fn queue_for_workers(
+    ctx: &RunContext,
+    (step, call_id, spec): (&StepPath, &str, &crate::domain::WorkerToolSpec),
+    arguments: Value,
+) -> (Result<Value, RunError>, Option<TaskNote>) {
+    if let Err(e) = ctx.services.tools.validate(&spec.name, &arguments) {
+        return (Err(e.to_run_error()), None);
+    }
+    let call = WorkerCall {
+        step,
+        call_id,
+        spec,
+        arguments,
+    };
+    call_worker(ctx, call).await
 }
 
 async fn invoke(ctx: &RunContext, tool: &str, args: Value) -> Result<Value, RunError> {

@@ -13,20 +13,20 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::DeclaredTool;
 use crate::domain::event::{InputRequiredData, StatusData};
 use crate::domain::run::RunSpec;
 use crate::domain::{
     Counters, ErrorCode, Event, Payload, Run, RunError, RunId, RunStatus, Selection, StepAttempt,
     StepPath, Tenant, Usage,
 };
-use crate::functions::FunctionRegistry;
+use crate::functions::{FunctionRegistry, FunctionSpec};
 use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
 use crate::plan::{Catalog, JsonSchema, ValidPlan};
 use crate::store::{Record, Store};
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
-use crate::tools::http::HttpToolSpec;
 use crate::tools::http::declared::DeclaredTools;
 
 use super::attempts::AttemptKey;
@@ -89,16 +89,22 @@ pub struct Services {
     /// What a posted run body must be (`schemas/RunRequest.schema.json`), and where its
     /// completion webhook may go (`[webhooks]`, `tools.http_allow*`): `intake`.
     pub bodies: Arc<Bodies>,
+    /// Worker tools' tasks (`store::tasks`), with the hub that wakes a run waiting on one.
+    pub tasks: crate::store::tasks::Tasks,
 }
 
 /// What admitting a run body needs beyond what a run stands on.
+#[derive(Clone)]
 pub struct Bodies {
     /// `schemas/RunRequest.schema.json`, compiled.
-    pub schema: crate::schema::ShippedSchema,
+    pub schema: Arc<crate::schema::ShippedSchema>,
     /// `[webhooks]`: whether this server signs webhooks, and each tenant's default receiver.
     pub webhooks: crate::config::WebhooksConfig,
     /// Where a webhook may be delivered (`tools.http_allow*`).
     pub destinations: Arc<crate::tools::http::guard::Destinations>,
+    /// A bundle being applied, in front of the registries while a schedule's run body is
+    /// checked (`POST /v1/apply`); `None` for the engine's own services.
+    pub overlay: Option<Arc<crate::agents::Overlay>>,
 }
 
 impl Bodies {
@@ -108,11 +114,12 @@ impl Bodies {
         destinations: Arc<crate::tools::http::guard::Destinations>,
     ) -> Bodies {
         Bodies {
-            schema: crate::schema::ShippedSchema::compile(include_str!(
+            schema: Arc::new(crate::schema::ShippedSchema::compile(include_str!(
                 "../../../schemas/RunRequest.schema.json"
-            )),
+            ))),
             webhooks,
             destinations,
+            overlay: None,
         }
     }
 }
@@ -147,21 +154,66 @@ impl Services {
     }
 
     /// These services as one tenant's run sees them: `declared` (the tenant's own HTTP tools)
-    /// beside the tools orca started with.
-    pub fn for_tenant(&self, tenant: &Tenant, declared: &[HttpToolSpec]) -> Services {
+    /// beside the tools orca started with, and `functions` (its own LLM functions) beside the
+    /// configured ones.
+    pub fn for_tenant(
+        &self,
+        tenant: &Tenant,
+        declared: &[DeclaredTool],
+        functions: &[FunctionSpec],
+    ) -> Services {
         let mut services = self.clone();
         services.tools = self.declared.view(&self.tools, &tenant.0, declared);
+        let llm = &self.llm;
+        services.functions = (self.functions).with_declared(functions, |a| llm.has_alias(a));
         services
     }
 
-    /// The HTTP tools `tenant` has declared now, read from the store (so every replica sees
-    /// the same); none while `tools.http_api` is off.
+    /// The LLM functions `tenant` has declared now, read from the store, each with the
+    /// version it is at.
+    pub async fn declared_functions(
+        &self,
+        tenant: &Tenant,
+    ) -> Result<Vec<(FunctionSpec, Pin)>, crate::store::Error> {
+        if let Some(functions) = self
+            .bodies
+            .overlay
+            .as_ref()
+            .and_then(|o| o.functions.as_ref())
+        {
+            return Ok(functions
+                .iter()
+                .map(|f| (f.clone(), unstored_function(f)))
+                .collect());
+        }
+        let registry = crate::store::Registry::Functions;
+        let records = self.store().list_entries(registry, tenant).await?;
+        Ok(records
+            .into_iter()
+            .filter_map(|r| {
+                let pin = crate::agents::pin(DefinitionKind::Function, &r);
+                match serde_json::from_value::<FunctionSpec>(r.definition) {
+                    Ok(spec) => Some((spec, pin)),
+                    Err(e) => {
+                        tracing::warn!(function = %r.name, error = %e, "skipping a stored function");
+                        None
+                    }
+                }
+            })
+            .collect())
+    }
+
+    /// The tools `tenant` has declared now, read from the store (so every replica sees the
+    /// same): its worker tools, and its HTTP tools unless `tools.http_api` is off.
     pub async fn declared_tools(
         &self,
         tenant: &Tenant,
-    ) -> Result<Vec<HttpToolSpec>, crate::store::Error> {
+    ) -> Result<Vec<DeclaredTool>, crate::store::Error> {
         let records = self.declared_records(tenant).await?;
-        Ok(records.into_iter().filter_map(declared_spec).collect())
+        let http = self.declared.enabled();
+        Ok((records.into_iter().filter_map(declared_spec))
+            .filter(|t| http || matches!(t, DeclaredTool::Worker(_)))
+            .collect())
     }
 
     /// [`Self::declared_tools`], each with the version it is at (its digest computed only
@@ -169,7 +221,10 @@ impl Services {
     pub async fn declared_tools_pinned(
         &self,
         tenant: &Tenant,
-    ) -> Result<Vec<(HttpToolSpec, Pin)>, crate::store::Error> {
+    ) -> Result<Vec<(DeclaredTool, Pin)>, crate::store::Error> {
+        if let Some(tools) = self.bodies.overlay.as_ref().and_then(|o| o.tools.as_ref()) {
+            return Ok(tools.iter().map(|t| (t.clone(), unstored(t))).collect());
+        }
         let records = self.declared_records(tenant).await?;
         Ok(records
             .into_iter()
@@ -177,6 +232,7 @@ impl Services {
                 let pin = crate::agents::pin(DefinitionKind::Tool, &r);
                 declared_spec(r).map(|spec| (spec, pin))
             })
+            .filter(|(t, _)| self.declared.enabled() || matches!(t, DeclaredTool::Worker(_)))
             .collect())
     }
 
@@ -184,9 +240,6 @@ impl Services {
         &self,
         tenant: &Tenant,
     ) -> Result<Vec<crate::store::RegistryRecord>, crate::store::Error> {
-        if !self.declared.enabled() {
-            return Ok(Vec::new());
-        }
         let registry = crate::store::Registry::HttpTools;
         self.store().list_entries(registry, tenant).await
     }
@@ -197,13 +250,37 @@ impl Services {
     }
 }
 
+/// The pin of a bundle's tool, not stored yet (version 0): only checked, never run.
+fn unstored(tool: &DeclaredTool) -> Pin {
+    Pin {
+        kind: DefinitionKind::Tool,
+        name: tool.name().to_owned(),
+        version: 0,
+        digest: crate::domain::definition::digest(&serde_json::to_value(tool).unwrap_or_default()),
+        shared: false,
+    }
+}
+
+/// The pin of a bundle's function, not stored yet (version 0): only checked, never run.
+fn unstored_function(function: &FunctionSpec) -> Pin {
+    Pin {
+        kind: DefinitionKind::Function,
+        name: function.name.clone(),
+        version: 0,
+        digest: crate::domain::definition::digest(
+            &serde_json::to_value(function).unwrap_or_default(),
+        ),
+        shared: false,
+    }
+}
+
 /// A stored declared tool's declaration; one that no longer reads as one is skipped, with a
 /// warning.
-fn declared_spec(record: crate::store::RegistryRecord) -> Option<HttpToolSpec> {
-    match serde_json::from_value::<HttpToolSpec>(record.definition) {
+fn declared_spec(record: crate::store::RegistryRecord) -> Option<DeclaredTool> {
+    match serde_json::from_value::<DeclaredTool>(record.definition) {
         Ok(spec) => Some(spec),
         Err(e) => {
-            tracing::warn!(tool = %record.name, error = %e, "skipping a stored HTTP tool");
+            tracing::warn!(tool = %record.name, error = %e, "skipping a stored declared tool");
             None
         }
     }
@@ -500,6 +577,7 @@ impl RunContext {
             status,
             message: message.map(str::to_owned),
             selected,
+            progress: None,
         };
         self.emit(None, data).await;
     }
@@ -582,6 +660,16 @@ impl RunContext {
         self.slot.take_back().await;
         self.set_status(RunStatus::Running, None).await;
         Ok(value)
+    }
+
+    /// Awaits `wait` without the run's running slot (lent meanwhile, as a wait for a person
+    /// lends it; taken back, at the run's priority, after): for a wait on work done outside
+    /// orca, such as a worker tool's task. The run's status stays `running`.
+    pub async fn without_slot<T>(&self, wait: impl std::future::Future<Output = T>) -> T {
+        self.slot.lend();
+        let out = wait.await;
+        self.slot.take_back().await;
+        out
     }
 
     /// Ends a wait for input whose step was cut off (its future dropped before the answer

@@ -137,6 +137,7 @@ async fn services(config: &Config) -> Services {
         tools: ToolRegistry::with_builtins(&config.tools),
         functions: Default::default(),
         hub,
+        tasks: crate::store::tasks::Tasks::new(store.clone()),
         store,
         metrics: crate::metrics::Metrics::new(),
         inputs: Default::default(),

@@ -74,6 +74,7 @@ pub async fn settle(ctx: &RunContext) -> Result<Settled, RunError> {
         status: RunStatus::Running,
         message: None,
         selected: Some(selection),
+        progress: None,
     };
     ctx.emit(None, announced).await;
     runs_as(orchestration)

@@ -13,10 +13,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::guard::Destinations;
-use super::{EnvAccess, HttpTool, HttpToolSpec, destinations};
+use super::{EnvAccess, HttpTool, destinations};
 use crate::config::ToolsConfig;
+use crate::domain::DeclaredTool;
 use crate::tools::ToolRegistry;
 use crate::tools::registry::Declared;
+use crate::tools::worker::WorkerTool;
 
 /// The most tools one tenant may declare: more than a model is offered in one request.
 pub const MAX_PER_TENANT: usize = 128;
@@ -32,7 +34,7 @@ struct Inner {
     policy: Arc<Destinations>,
     env: EnvAccess,
     /// A std mutex: lookups and inserts only, never across an await.
-    built: Mutex<HashMap<(String, String), (HttpToolSpec, Declared)>>,
+    built: Mutex<HashMap<(String, String), (DeclaredTool, Declared)>>,
 }
 
 impl DeclaredTools {
@@ -58,32 +60,41 @@ impl DeclaredTools {
 
     /// Every problem with a tenant's declaration: the spec's own, and headers that read
     /// variables outside `tools.http_api_env`.
-    pub fn problems(&self, spec: &HttpToolSpec) -> Vec<(String, String)> {
+    pub fn problems(&self, spec: &DeclaredTool) -> Vec<(String, String)> {
         let mut out = spec.problems();
-        out.extend(spec.env_problems(&self.inner.env));
+        if let DeclaredTool::Http(http) = spec {
+            out.extend(http.env_problems(&self.inner.env));
+        }
         out
     }
 
     /// Builds one declared tool, to check that it can be built before it is stored.
-    pub fn build(&self, spec: &HttpToolSpec) -> anyhow::Result<Declared> {
-        let tool = HttpTool::new(
-            spec.clone(),
-            self.inner.policy.clone(),
-            self.inner.env.clone(),
-        )?;
-        Declared::new(Arc::new(tool)).map_err(anyhow::Error::msg)
+    pub fn build(&self, spec: &DeclaredTool) -> anyhow::Result<Declared> {
+        match spec {
+            DeclaredTool::Http(http) => {
+                let tool = HttpTool::new(
+                    http.clone(),
+                    self.inner.policy.clone(),
+                    self.inner.env.clone(),
+                )?;
+                Declared::new(Arc::new(tool)).map_err(anyhow::Error::msg)
+            }
+            DeclaredTool::Worker(worker) => {
+                WorkerTool::declared(worker.clone()).map_err(anyhow::Error::msg)
+            }
+        }
     }
 
     fn built(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (HttpToolSpec, Declared)>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (DeclaredTool, Declared)>> {
         // A poisoned lock only means a panic elsewhere mid-insert; the map is still whole.
         self.inner.built.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// `base` with the tenant's declared tools beside its own. A declaration that cannot be
     /// built (stored by an older version, say) is logged and left out.
-    pub fn view(&self, base: &ToolRegistry, tenant: &str, specs: &[HttpToolSpec]) -> ToolRegistry {
+    pub fn view(&self, base: &ToolRegistry, tenant: &str, specs: &[DeclaredTool]) -> ToolRegistry {
         if specs.is_empty() {
             return base.clone();
         }
@@ -94,8 +105,8 @@ impl DeclaredTools {
         base.with_declared(tools)
     }
 
-    fn cached(&self, tenant: &str, spec: &HttpToolSpec) -> Option<Declared> {
-        let key = (tenant.to_owned(), spec.name.clone());
+    fn cached(&self, tenant: &str, spec: &DeclaredTool) -> Option<Declared> {
+        let key = (tenant.to_owned(), spec.name().to_owned());
         if let Some((cached, tool)) = self.built().get(&key)
             && cached == spec
         {
@@ -107,7 +118,7 @@ impl DeclaredTools {
                 Some(tool)
             }
             Err(e) => {
-                tracing::warn!(tool = %spec.name, tenant, error = %e, "a declared HTTP tool cannot be built; left out");
+                tracing::warn!(tool = %spec.name(), tenant, error = %e, "a declared HTTP tool cannot be built; left out");
                 None
             }
         }

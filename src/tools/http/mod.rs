@@ -331,7 +331,8 @@ pub fn destinations(config: &crate::config::ToolsConfig) -> anyhow::Result<Arc<D
         .map_err(|m| anyhow::anyhow!("tools.http_allow: {m}"))
 }
 
-/// Registers the `[[tools.http]]` tools; a name already taken stops the start.
+/// Registers the `[[tools.http]]` and `[[tools.worker]]` tools; a name already taken, or a
+/// schema that does not compile, stops the start.
 pub fn register_configured(
     config: &crate::config::ToolsConfig,
     registry: &mut super::ToolRegistry,
@@ -346,6 +347,15 @@ pub fn register_configured(
             policy.clone(),
             EnvAccess::Any,
         )?));
+    }
+    for spec in &config.worker {
+        if registry.contains(&spec.name) {
+            anyhow::bail!("tools.worker: `{}` is already a tool", spec.name);
+        }
+        let tool = super::worker::WorkerTool::new(spec.clone());
+        tool.check_schema()
+            .map_err(|e| anyhow::anyhow!("tools.worker: `{}`: {e}", spec.name))?;
+        registry.register(Arc::new(tool));
     }
     Ok(())
 }

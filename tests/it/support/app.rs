@@ -302,7 +302,15 @@ impl TestApp {
             resp.headers()["content-type"].to_str().unwrap(),
             "text/event-stream"
         );
-        SseReader::new(resp).read_to_final().await
+        let location = resp.headers()["location"].to_str().unwrap().to_owned();
+        let events = SseReader::new(resp).read_to_final().await;
+        let run_id = events[0].json()["run_id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            location,
+            format!("/v1/runs/{run_id}"),
+            "Location names the run"
+        );
+        events
     }
 
     /// Opens a run's event stream from its first event.

@@ -68,7 +68,9 @@ pub(crate) async fn call(
     let Some(f) = ctx.services.functions.get(function) else {
         return Err(RunError::new(
             ErrorCode::InvalidStep,
-            format!("no LLM function `{function}` is configured"),
+            format!(
+                "no LLM function `{function}`: not configured, nor declared by the tenant when the run was created"
+            ),
         ));
     };
     // The function's prompt sees the arguments as `input`, and nothing of the run.
