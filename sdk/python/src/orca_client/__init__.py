@@ -2,7 +2,7 @@
 
 `Client` (synchronous) and `AsyncClient` (asyncio) have the same resources: `runs`,
 `workflows`, `agents`, `tools`, `functions`, `schedules`, `sessions`, `usage`, `models`,
-`definitions`. Request and response types are in `orca_client.models`, generated from
+`definitions`, `workers`, `tasks`. Request and response types are in `orca_client.models`, generated from
 openapi.yaml.
 """
 
