@@ -722,6 +722,10 @@ pub struct ToolsConfig {
     /// Tools the tenants' workers serve, `[[tools.worker]]` (`schemas/WorkerTool.schema.json`):
     /// every tenant may call them, and each tenant's workers serve its own calls.
     pub worker: Vec<crate::domain::WorkerToolSpec>,
+    /// The most worker long polls (`POST /v1/workers/poll`) one tenant may hold open on one
+    /// server; past it a poll is 429 with `Retry-After`, so one tenant's workers cannot take
+    /// every connection.
+    pub worker_max_polls_per_tenant: usize,
     /// Destinations HTTP tools may reach although they are not public addresses: `host`,
     /// `host:port`, `10.0.0.0/8`. Everything else private, loopback, link-local (cloud
     /// metadata) or reserved is refused.
@@ -860,6 +864,7 @@ impl Default for ToolsConfig {
             mcp: Vec::new(),
             http: Vec::new(),
             worker: Vec::new(),
+            worker_max_polls_per_tenant: 64,
             http_allow: Vec::new(),
             http_allow_private: false,
             http_api: false,
@@ -1254,6 +1259,12 @@ impl Config {
             return Err(invalid(
                 "tools.http_api_env",
                 &format!("`{bad}` is not an environment variable name (letters, digits, `_`)"),
+            ));
+        }
+        if self.tools.worker_max_polls_per_tenant == 0 {
+            return Err(invalid(
+                "tools.worker_max_polls_per_tenant",
+                "must be at least 1",
             ));
         }
         let http = (self.tools.http.iter()).map(|s| ("http", s.problems()));

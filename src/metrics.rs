@@ -27,6 +27,11 @@ pub struct QuotaLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabel {
     pub r#type: String,
 }
@@ -51,6 +56,8 @@ pub struct Scrape<'a> {
     pub store_commits: u64,
     /// By tenant: runs in progress, tokens of the runs created today (UTC).
     pub tenants: &'a [(String, u64, u64)],
+    /// Worker tools' queues by tenant: depth and the age of the oldest task.
+    pub task_queues: &'a [crate::store::tasks::QueueDepth],
 }
 
 #[derive(Clone)]
@@ -66,6 +73,7 @@ struct Inner {
     tokens: Family<TokenLabel, Counter>,
     quota_refusals: Family<QuotaLabel, Counter>,
     session_variable_bytes: Counter,
+    tasks_finished: Family<OutcomeLabel, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -115,8 +123,15 @@ impl Metrics {
             "Bytes of session variables runs read from the store (only the names their plans read)",
             session_variable_bytes.clone(),
         );
+        let tasks_finished = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "tasks_finished",
+            "Worker-tool tasks whose end a run took, by outcome (completed, failed, timed_out, cancelled)",
+            tasks_finished.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
+                tasks_finished,
                 session_variable_bytes,
                 registry,
                 runs_finished,
@@ -141,6 +156,17 @@ impl Metrics {
     /// A run read `bytes` of its session's variables.
     pub fn session_variables_read(&self, bytes: u64) {
         self.inner.session_variable_bytes.inc_by(bytes);
+    }
+
+    /// A worker tool's task ended as its run saw it: `completed`, `failed`, `timed_out`
+    /// (`tool_timeout`: not taken, or out of attempts after lapsed claims) or `cancelled`.
+    pub fn task_finished(&self, outcome: &str) {
+        self.inner
+            .tasks_finished
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     pub fn run_finished(&self, status: &str) {
@@ -193,6 +219,7 @@ impl Metrics {
             store_statements,
             store_commits,
             tenants,
+            task_queues,
         } = *now;
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -265,8 +292,38 @@ impl Metrics {
                 out.push_str(&format!("{name}{{tenant=\"{tenant}\"}} {}\n", value(t)));
             }
         }
+        render_task_queues(&mut out, task_queues);
         let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
+    }
+}
+
+/// `orca_tasks_queued` and `orca_task_queue_oldest_seconds`, labelled with tenant and queue
+/// (a tenant's scrape keeps its own queues only: queue names are the tenant's).
+fn render_task_queues(out: &mut String, queues: &[crate::store::tasks::QueueDepth]) {
+    type Read = fn(&crate::store::tasks::QueueDepth) -> String;
+    let series: [(&str, &str, Read); 2] = [
+        (
+            "orca_tasks_queued",
+            "Worker-tool tasks queued (ready, or waiting out a retry's backoff), by tenant and queue.",
+            |q| q.depth.to_string(),
+        ),
+        (
+            "orca_task_queue_oldest_seconds",
+            "Age of the oldest queued task, by tenant and queue.",
+            |q| format!("{:.3}", q.oldest_seconds),
+        ),
+    ];
+    for (name, help, value) in series {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for q in queues {
+            out.push_str(&format!(
+                "{name}{{tenant=\"{}\",queue=\"{}\"}} {}\n",
+                escape_label(&q.tenant),
+                escape_label(&q.queue),
+                value(q)
+            ));
+        }
     }
 }
 
@@ -313,7 +370,15 @@ mod tests {
         metrics.quota_refused("ab", "running_runs");
         metrics.quota_refused("b\"x", "tokens_per_day");
         let tenants = [("a".to_owned(), 1, 2), ("ab".to_owned(), 3, 4)];
+        let queue = |tenant: &str, depth| crate::store::tasks::QueueDepth {
+            tenant: tenant.to_owned(),
+            queue: "billing".to_owned(),
+            depth,
+            oldest_seconds: 1.5,
+        };
+        let task_queues = [queue("a", 7), queue("ab", 9)];
         let scrape = Scrape {
+            task_queues: &task_queues,
             runs_by_status: &[],
             open_streams: 0,
             run_tasks: 0,
@@ -333,6 +398,13 @@ mod tests {
         );
         assert!(
             mine.contains(r#"orca_quota_refusals_total{tenant="a",quota="running_runs"} 1"#),
+            "{mine}"
+        );
+        assert!(
+            mine.contains(r#"orca_tasks_queued{tenant="a",queue="billing"} 7"#)
+                && mine.contains(
+                    r#"orca_task_queue_oldest_seconds{tenant="a",queue="billing"} 1.500"#
+                ),
             "{mine}"
         );
         assert!(

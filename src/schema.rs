@@ -222,9 +222,17 @@ pub fn parse_checked<T: serde::de::DeserializeOwned>(
 pub fn deserialize_located<T: serde::de::DeserializeOwned>(
     value: Value,
 ) -> Result<T, SchemaViolation> {
-    serde_path_to_error::deserialize(value).map_err(|e| SchemaViolation {
-        pointer: pointer_of(e.path()),
-        message: e.into_inner().to_string(),
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut pointer = pointer_of(e.path());
+        let message = e.into_inner().to_string();
+        // serde names a missing member from the object that lacks it: point at the member.
+        if let Some(rest) = message.strip_prefix("missing field `")
+            && let Some(field) = rest.strip_suffix('`')
+        {
+            pointer.push('/');
+            pointer.push_str(&escape_pointer(field));
+        }
+        SchemaViolation { pointer, message }
     })
 }
 
@@ -249,6 +257,26 @@ pub fn pointer_of(path: &serde_path_to_error::Path) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_missing_member_is_pointed_at_where_serde_names_its_parent() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Inner {
+            code: String,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Outer {
+            worker_id: String,
+            error: Option<Inner>,
+        }
+        let top = deserialize_located::<Outer>(json!({})).unwrap_err();
+        assert_eq!(top.pointer, "/worker_id");
+        let nested =
+            deserialize_located::<Outer>(json!({"worker_id": "w", "error": {}})).unwrap_err();
+        assert_eq!(nested.pointer, "/error/code");
+    }
 
     #[test]
     fn missing_and_unknown_members_are_pointed_at() {

@@ -49,11 +49,14 @@ pub async fn metrics(
 ) -> Result<Response, ApiError> {
     let by_status = state.runs.count_by_status().await?;
     let tenants = state.runs.usage_by_tenant().await?;
+    let task_queues = state.engine.tasks().queue_depths().await?;
     let audience = match &reader {
         super::Reader::Operator => Audience::Operator,
         super::Reader::Tenant(t) => Audience::Tenant(&t.0),
     };
-    let text = state.engine.render_metrics(&by_status, &tenants, audience);
+    let text = state
+        .engine
+        .render_metrics(&by_status, &tenants, &task_queues, audience);
     Ok((
         StatusCode::OK,
         [(

@@ -25,8 +25,6 @@ use crate::store::tasks::{
 const MAX_WAIT_MS: u64 = 30_000;
 /// How often a waiting poll looks again although no bell rang (a backoff that ran out).
 const RECHECK: Duration = Duration::from_secs(1);
-/// The most long polls one tenant may hold open on one replica.
-pub const MAX_POLLERS_PER_TENANT: usize = 64;
 /// How recently a worker polled to be listed.
 const SEEN_WITHIN_MS: i64 = 5 * 60 * 1000;
 
@@ -199,10 +197,12 @@ pub async fn poll_tasks(
         return Err(ApiError::validation_many(problems));
     }
     let tasks = state.engine.tasks();
-    let Some(_held) = tasks.hub().enter_poll(&tenant.0, MAX_POLLERS_PER_TENANT) else {
+    let cap = state.config.tools.worker_max_polls_per_tenant;
+    let Some(_held) = tasks.hub().enter_poll(&tenant.0, cap) else {
         return Err(ApiError::TooManyRequests {
             message: format!(
-                "this tenant already holds {MAX_POLLERS_PER_TENANT} polls open on this server"
+                "this tenant already holds {cap} polls open on this server \
+                 (tools.worker_max_polls_per_tenant)"
             ),
             retry_after_secs: 1,
         });

@@ -228,6 +228,7 @@ impl Engine {
         &self,
         runs_by_status: &[(String, i64)],
         tenants: &[(String, u64, u64)],
+        task_queues: &[crate::store::tasks::QueueDepth],
         audience: crate::metrics::Audience<'_>,
     ) -> String {
         let services = &self.inner.services;
@@ -242,6 +243,7 @@ impl Engine {
                 store_statements: writes.statements,
                 store_commits: writes.commits,
                 tenants,
+                task_queues,
             },
             audience,
         )

@@ -888,13 +888,14 @@ impl Tasks {
         Ok(seen)
     }
 
-    /// Each queue's ready depth and the age of its oldest queued task, in seconds (every
-    /// tenant's; the 50 deepest), for `/metrics`.
-    pub async fn queue_depths(&self) -> Result<Vec<(String, u64, f64)>> {
+    /// Each tenant's queues: the tasks ready or backing off there and the age of the oldest,
+    /// in seconds (the 200 deepest), for `/metrics`. Reads the queued tasks only (an index).
+    pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>> {
         let now = self.now();
         let sql = format!(
-            "SELECT queue, COUNT(*) AS depth, {now} - MIN(created_at_ms) AS oldest
-             FROM tasks WHERE status = 'queued' GROUP BY queue ORDER BY depth DESC LIMIT 50"
+            "SELECT tenant, queue, COUNT(*) AS depth, {now} - MIN(created_at_ms) AS oldest
+             FROM tasks WHERE status = 'queued' GROUP BY tenant, queue
+             ORDER BY depth DESC LIMIT 200"
         );
         let rows = sqlx::query(AssertSqlSafe(sql))
             .fetch_all(&self.pool())
@@ -902,14 +903,25 @@ impl Tasks {
         rows.iter()
             .map(|r| {
                 let oldest: i64 = r.try_get("oldest")?;
-                Ok((
-                    r.try_get("queue")?,
-                    unsigned(r.try_get("depth")?),
-                    oldest.max(0) as f64 / 1000.0,
-                ))
+                Ok(QueueDepth {
+                    tenant: r.try_get("tenant")?,
+                    queue: r.try_get("queue")?,
+                    depth: unsigned(r.try_get("depth")?),
+                    oldest_seconds: oldest.max(0) as f64 / 1000.0,
+                })
             })
             .collect()
     }
+}
+
+/// One tenant's queue as `/metrics` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueDepth {
+    pub tenant: String,
+    pub queue: String,
+    /// Queued tasks (ready, or waiting out a retry's backoff).
+    pub depth: u64,
+    pub oldest_seconds: f64,
 }
 
 /// The SQL list of terminal run statuses, as stored.

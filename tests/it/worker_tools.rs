@@ -522,3 +522,374 @@ async fn two_replicas_share_one_queue_and_lose_or_double_no_task() {
         HashMap::from([("succeeded".into(), 40)])
     );
 }
+
+/// A client of `base` with `key`, as tenant's workers and callers use it.
+fn keyed(key: &str) -> reqwest::Client {
+    crate::support::app::bearer_client(key)
+}
+
+async fn send(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let resp = request.send().await.expect("the server answers");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Starts a run of one `text.shout` call for the caller of `client`.
+async fn run_with(client: &reqwest::Client, base: &str, text: &str) -> String {
+    let body = fixed(json!({"steps": [shout("s", text)]}));
+    let (status, run) = send(client.post(format!("{base}/v1/runs")).json(&body)).await;
+    assert_eq!(status, 201, "{run}");
+    run["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn tenants_see_only_their_own_tasks_workers_and_queues() {
+    const OPERATOR: &str = "operator-key-0123456789";
+    let app = spawn_app(|c| {
+        crate::support::app::two_tenants(c, ["key-a-0123456789", "key-b-0123456789"]);
+        c.auth.operator_keys = vec![orca::config::Secret::new(OPERATOR)];
+    })
+    .await;
+    let (a, b) = (keyed("key-a-0123456789"), keyed("key-b-0123456789"));
+    // The same tool name and queue in both tenants: two tools, two queues.
+    declare(&a, &app.base, shout_tool(None)).await;
+    declare(&b, &app.base, shout_tool(None)).await;
+    let run_a = run_with(&a, &app.base, "from a").await;
+    let run_b = run_with(&b, &app.base, "from b").await;
+    let worker_a = Worker {
+        client: a.clone(),
+        ..Worker::new(&app.base, "w-a")
+    };
+    let mut got = Vec::new();
+    while got.is_empty() {
+        got = worker_a.poll("shouts", 8, 5000).await;
+    }
+    assert_eq!(got.len(), 1, "a's worker gets a's task only: {got:?}");
+    assert_eq!(got[0]["run_id"], json!(run_a));
+    let task_a = got[0]["id"].as_str().unwrap().to_owned();
+
+    // b cannot see, heartbeat, complete or fail a's task: it does not exist for b.
+    let url = |path: &str| format!("{}{path}", app.base);
+    let (status, _) = send(b.get(url(&format!("/v1/tasks/{task_a}")))).await;
+    assert_eq!(status, 404);
+    for action in ["heartbeat", "complete", "fail"] {
+        let body = match action {
+            "complete" => json!({"worker_id": "w-a", "output": "stolen"}),
+            "fail" => json!({"worker_id": "w-a", "error": {"code": "x", "message": "y"}}),
+            _ => json!({"worker_id": "w-a"}),
+        };
+        let (status, answer) = send(
+            b.post(url(&format!("/v1/tasks/{task_a}/{action}")))
+                .json(&body),
+        )
+        .await;
+        assert_eq!(status, 404, "{action}: {answer}");
+    }
+    let (_, listed) = send(b.get(url("/v1/tasks"))).await;
+    let listed = listed["tasks"].as_array().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["run_id"], json!(run_b));
+    let (_, workers) = send(b.get(url("/v1/workers"))).await;
+    assert_eq!(workers["workers"], json!([]), "b sees no worker of a's");
+
+    // Queue depth: b's task is queued; a's scrape shows only a's series.
+    let metrics_url = format!("{}/metrics", app.base);
+    let scrape = |client: reqwest::Client| {
+        let url = metrics_url.clone();
+        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let operator = scrape(keyed(OPERATOR)).await;
+    assert!(
+        operator.contains(r#"orca_tasks_queued{tenant="b",queue="shouts"} 1"#),
+        "{operator}"
+    );
+    let mine = scrape(a.clone()).await;
+    assert!(!mine.contains(r#"tenant="b""#), "{mine}");
+    assert!(
+        !mine.contains(r#"orca_tasks_queued{tenant="a""#),
+        "a's only task is claimed: {mine}"
+    );
+
+    // a's worker completes its task; the run ends and the outcome is counted.
+    let (status, _) = worker_a.complete(&task_a, json!({"text": "FROM A"})).await;
+    assert_eq!(status, 200);
+    let reader = app.events_with_key(&run_a, "key-a-0123456789").await;
+    assert_eq!(final_data(&to_final(reader).await)["status"], "succeeded");
+    let mine = scrape(a.clone()).await;
+    assert!(
+        mine.contains(r#"orca_tasks_finished_total{outcome="completed"} 1"#),
+        "{mine}"
+    );
+}
+
+#[tokio::test]
+async fn bad_worker_requests_are_422_with_pointers_and_task_pages_hold() {
+    let app = spawn_app(|_| {}).await;
+    declare(&app.client, &app.base, shout_tool(None)).await;
+    let worker = Worker::new(&app.base, "w-1");
+    let bad_poll = json!({"worker_id": "has space", "queue": "", "tools": ["a b"],
+                          "max_tasks": 0, "wait_ms": 30001});
+    let (status, problem) = worker.post("/v1/workers/poll", bad_poll).await;
+    assert_eq!(status, 422, "{problem}");
+    let pointers: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        pointers,
+        ["/worker_id", "/queue", "/tools/0", "/max_tasks", "/wait_ms"]
+    );
+    let (status, problem) = worker
+        .post(
+            "/v1/workers/poll",
+            json!({"queue": "shouts", "surprise": 1}),
+        )
+        .await;
+    assert_eq!(status, 422, "{problem}");
+
+    let ids: Vec<String> = {
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            ids.push(run_with(&app.client, &app.base, &format!("t{i}")).await);
+        }
+        ids
+    };
+    let mut claimed = Vec::new();
+    while claimed.len() < 2 {
+        claimed.extend(worker.poll("shouts", 2 - claimed.len() as u32, 5000).await);
+    }
+    let (status, problem) = worker
+        .post(
+            &format!("/v1/tasks/{}/complete", claimed[0]["id"].as_str().unwrap()),
+            json!({"output": 1}),
+        )
+        .await;
+    assert_eq!(
+        (status, problem["errors"][0]["pointer"].as_str()),
+        (422, Some("/worker_id")),
+        "{problem}"
+    );
+    let (status, problem) = worker
+        .post(
+            &format!("/v1/tasks/{}/fail", claimed[0]["id"].as_str().unwrap()),
+            json!({"worker_id": "w-1", "error": {"code": "", "message": "m"}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{problem}");
+
+    // Pages of two over five tasks: each task once, newest first, the filters kept.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/tasks?limit=2&cursor={c}"),
+            None => "/v1/tasks?limit=2".to_owned(),
+        };
+        let (_, page) = app.get_json(&path).await;
+        let tasks = page["tasks"].as_array().unwrap();
+        assert!(tasks.len() <= 2);
+        seen.extend(
+            tasks
+                .iter()
+                .map(|t| t["run_id"].as_str().unwrap().to_owned()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(seen, expected, "every task once, newest first");
+    let (_, queued) = app.get_json("/v1/tasks?status=queued&limit=200").await;
+    assert_eq!(queued["tasks"].as_array().unwrap().len(), 3);
+    let (_, one) = app.get_json(&format!("/v1/tasks?run_id={}", ids[4])).await;
+    assert_eq!(one["tasks"].as_array().unwrap().len(), 1);
+    let (_, none) = app.get_json("/v1/tasks?tool=other.tool").await;
+    assert_eq!(none["tasks"], json!([]));
+    for bad in ["limit=0", "limit=201", "cursor=nonsense", "status=bogus"] {
+        let resp = app.client.get(app.url(&format!("/v1/tasks?{bad}"))).send();
+        assert_eq!(resp.await.unwrap().status(), 422, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn a_tenants_polls_are_capped_and_a_dropped_poll_frees_its_place() {
+    let app = spawn_app(|c| {
+        crate::support::app::two_tenants(c, ["key-a-0123456789", "key-b-0123456789"]);
+        c.tools.worker_max_polls_per_tenant = 2;
+    })
+    .await;
+    let a = Worker {
+        client: keyed("key-a-0123456789"),
+        ..Worker::new(&app.base, "w-a1")
+    };
+    let held: Vec<_> = ["w-a1", "w-a2"]
+        .into_iter()
+        .map(|id| {
+            let w = Worker {
+                id: id.to_owned(),
+                ..a.clone()
+            };
+            tokio::spawn(async move { w.poll("q", 1, 30_000).await })
+        })
+        .collect();
+    // Both long polls are open once both workers are listed.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, listed) = send(a.client.get(format!("{}/v1/workers", app.base))).await;
+        if listed["workers"].as_array().is_some_and(|w| w.len() == 2) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{listed}");
+    }
+    let body = json!({"worker_id": "w-a3", "queue": "q", "wait_ms": 0});
+    let (status, problem) = a.post("/v1/workers/poll", body.clone()).await;
+    assert_eq!(status, 429, "{problem}");
+    // Another tenant is not held back by a's polls.
+    let b = Worker {
+        client: keyed("key-b-0123456789"),
+        ..Worker::new(&app.base, "w-b")
+    };
+    assert_eq!(b.post("/v1/workers/poll", body.clone()).await.0, 200);
+    // A worker that goes away frees its place.
+    for poll in held {
+        poll.abort();
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while a.post("/v1/workers/poll", body.clone()).await.0 != 200 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the places stay taken"
+        );
+    }
+}
+
+/// `text.shout` with `retry` and `schedule_to_start_ms` as given.
+fn strict_tool(max_attempts: u32, schedule_to_start_ms: Option<u64>) -> Value {
+    let mut tool = shout_tool(None);
+    tool["retry"] = json!({"max_attempts": max_attempts, "backoff_ms": 10});
+    if let Some(ms) = schedule_to_start_ms {
+        tool["schedule_to_start_ms"] = json!(ms);
+    }
+    tool
+}
+
+#[tokio::test]
+async fn failures_use_the_retry_policy_and_an_untaken_task_times_out() {
+    let app = spawn_app(|_| {}).await;
+    declare(&app.client, &app.base, strict_tool(2, None)).await;
+    let worker = Worker::new(&app.base, "w-1");
+    let fail = |task: &Value, retryable: bool| {
+        let path = format!("/v1/tasks/{}/fail", task["id"].as_str().unwrap());
+        let body = json!({"worker_id": "w-1", "retryable": retryable,
+                          "error": {"code": "card_declined", "message": "no funds"}});
+        let worker = worker.clone();
+        async move { worker.post(&path, body).await }
+    };
+    // Retryable: offered again (attempt 2, same key), then out of attempts: failed.
+    let (id, reader, first) = one_claimed(&app, &worker).await;
+    assert_eq!(fail(&first, true).await.0, 200);
+    let mut again = Vec::new();
+    while again.is_empty() {
+        again = worker.poll("shouts", 1, 5000).await;
+    }
+    assert_eq!(
+        (&again[0]["id"], &again[0]["attempt"]),
+        (&first["id"], &json!(2))
+    );
+    assert_eq!(again[0]["idempotency_key"], first["idempotency_key"]);
+    assert_eq!(fail(&again[0], true).await.0, 200);
+    let fin = final_data(&to_final(reader).await).clone();
+    assert_eq!(fin["status"], "failed", "{fin}");
+    let message = fin["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("after 2 attempt(s)") && message.contains("no funds"),
+        "{fin}"
+    );
+    let (_, task) = app
+        .get_json(&format!("/v1/tasks/{}", first["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(
+        (&task["status"], &task["attempt"]),
+        (&json!("failed"), &json!(2))
+    );
+    let _ = id;
+
+    // Not retryable: failed at the first attempt.
+    let (_, reader, task) = one_claimed(&app, &worker).await;
+    assert_eq!(fail(&task, false).await.0, 200);
+    assert_eq!(final_data(&to_final(reader).await)["status"], "failed");
+    let (_, task) = app
+        .get_json(&format!("/v1/tasks/{}", task["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(
+        (&task["status"], &task["attempt"]),
+        (&json!("failed"), &json!(1))
+    );
+
+    // No worker takes it within schedule_to_start_ms: tool_timeout.
+    let put = app.client.put(app.url("/v1/tools/text.shout"));
+    let (status, _) = send(put.json(&strict_tool(3, Some(200)))).await;
+    assert_eq!(status, 200, "replaced");
+    let id = run_with(&app.client, &app.base, "nobody").await;
+    let fin = final_data(&to_final(app.events(&id).await).await).clone();
+    assert_eq!(fin["status"], "failed", "{fin}");
+    assert_eq!(fin["error"]["code"], "tool_timeout", "{fin}");
+    let metrics = app.metrics().await;
+    for (outcome, n) in [("failed", 2), ("timed_out", 1)] {
+        let line = format!("orca_tasks_finished_total{{outcome=\"{outcome}\"}} {n}");
+        assert!(metrics.contains(&line), "{line}: {metrics}");
+    }
+}
+
+#[tokio::test]
+async fn a_call_cut_off_by_its_step_timeout_cancels_its_task_while_the_run_goes_on() {
+    let app = spawn_app(|_| {}).await;
+    declare(&app.client, &app.base, shout_tool(None)).await;
+    // Nested, as users write it: the timed-out step sits inside a sequential step, and its
+    // retry makes a new call (a new task with its own idempotency key).
+    let mut timed = shout("s", "slow");
+    // Long enough for the retry to be claimed and completed on a loaded machine.
+    timed["timeout_ms"] = json!(2000);
+    timed["retry_policy"] = json!({"max_attempts": 2, "initial_delay_ms": 1,
+                                   "retryable_errors": ["step_timeout"]});
+    let plan = json!({"steps": [{"id": "seq", "kind": "sequential", "input": {"steps": [timed]}}]});
+    let run = app.create_run(fixed(plan)).await;
+    let id = run["id"].as_str().unwrap().to_owned();
+    let worker = Worker::new(&app.base, "w-1");
+    let mut first = Vec::new();
+    while first.is_empty() {
+        first = worker.poll("shouts", 1, 5000).await;
+    }
+    let first = first.remove(0);
+    // The step times out: the cut-off call cancels its task at once, while the run is
+    // still running its retry (so no end-of-run sweep did it).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let refused = loop {
+        let (status, answer) = worker
+            .heartbeat(first["id"].as_str().unwrap(), json!("working"))
+            .await;
+        if status != 200 {
+            break answer;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still claimed");
+    };
+    assert_eq!(refused["reason"], "task_cancelled", "{refused}");
+    let (_, now) = app.get_json(&format!("/v1/runs/{id}")).await;
+    assert_eq!(now["status"], "running", "{now}");
+    let mut second = Vec::new();
+    while second.is_empty() {
+        second = worker.poll("shouts", 1, 5000).await;
+    }
+    assert_ne!(second[0]["id"], first["id"]);
+    assert_ne!(second[0]["idempotency_key"], first["idempotency_key"]);
+    let (status, _) = worker
+        .complete(second[0]["id"].as_str().unwrap(), json!({"text": "SLOW"}))
+        .await;
+    assert_eq!(status, 200);
+    let events = to_final(app.events(&id).await).await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+}

@@ -67,6 +67,7 @@ async fn queue_and_wait(
     orphan.task = None;
     match ended {
         Waited::Ended(task) => {
+            ctx.services.metrics.task_finished(outcome_label(&task));
             *note = Some(TaskNote {
                 task_id: task.id.clone(),
                 attempts: task.attempt,
@@ -75,6 +76,7 @@ async fn queue_and_wait(
             outcome(&task)
         }
         Waited::Cancelled(id) => {
+            ctx.services.metrics.task_finished("cancelled");
             if let Err(e) = tasks.cancel(&id).await {
                 tracing::warn!(error = ?e, task = %id, "cancelling a run's task failed");
             }
@@ -215,6 +217,22 @@ fn outcome(task: &Task) -> Result<Value, RunError> {
                 ),
             ))
         }
+    }
+}
+
+/// How `orca_tasks_finished_total` names a task's end.
+fn outcome_label(task: &Task) -> &'static str {
+    match task.status {
+        TaskStatus::Completed => "completed",
+        TaskStatus::Cancelled => "cancelled",
+        _ if task
+            .error
+            .as_ref()
+            .is_some_and(|e| e.code == "tool_timeout") =>
+        {
+            "timed_out"
+        }
+        _ => "failed",
     }
 }
 
