@@ -39,6 +39,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("runs.js", JS, include_str!("console/runs.js")),
     ("run.js", JS, include_str!("console/run.js")),
     ("schedules.js", JS, include_str!("console/schedules.js")),
+    ("workers.js", JS, include_str!("console/workers.js")),
     ("sessions.js", JS, include_str!("console/sessions.js")),
     ("family.js", JS, include_str!("console/family.js")),
     ("review.js", JS, include_str!("console/review.js")),

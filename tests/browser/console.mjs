@@ -14,7 +14,8 @@
 // their diff, a label moved to v1 and a run of v1), `key` (the console asks for the
 // API key and works once given the right one) and `papercuts` (CJK font fallbacks, a waiting
 // run's duration ticking, the timeline's axis and 0 ms failures, Run again, the model list,
-// the search box; its argument is JSON naming the runs the test made).
+// the search box; its argument is JSON naming the runs the test made), `tasks` (the workers
+// and tasks page: a worker, a claimed task's progress, the status filter, a task's run).
 // Prints one JSON line per finding; exits 1 on the first failed expectation.
 
 import { chromium } from 'playwright-core';
@@ -783,6 +784,37 @@ async function versionsScenario(page) {
   report({ ok: 'versions', run_id: runId, fact: used, diff: lines, function_diff: fnDiff });
 }
 
+/** Workers and tasks: the worker that polled, a claimed task with its progress and a queued
+ * one, the status filter, a task's details, and its run's page. */
+async function tasksScenario(page) {
+  const [queuedId, claimedId, runId] = arg.split(',');
+  await page.goto(`${base}/#/workers`);
+  const worker = page.locator('tr[data-worker="w-console"]');
+  await worker.waitFor({ timeout: PATIENCE });
+  const inFlight = await worker.locator('td[data-in-flight]').innerText();
+  expect(inFlight === '1', `the worker's tasks in flight: ${inFlight}`);
+  const claimed = page.locator(`tr[data-task="${claimedId}"]`);
+  await claimed.waitFor({ timeout: PATIENCE });
+  await page.locator(`tr[data-task="${queuedId}"][data-task-status="queued"]`).waitFor({ timeout: PATIENCE });
+  const progress = await claimed.locator('[data-progress]').innerText();
+  expect(progress.includes('"done":1'), `the claimed task's progress: ${progress}`);
+  expect((await claimed.innerText()).includes('1 of 3'), 'the attempt is not shown as 1 of 3');
+  await labelled(page, 'workers');
+  await shot(page, 'tasks');
+  // Only the claimed ones: the filter goes to the URL and back into the form.
+  await page.getByLabel('Status').selectOption('claimed');
+  await page.getByRole('button', { name: 'Show tasks' }).click();
+  await page.locator(`tr[data-task="${queuedId}"]`).waitFor({ state: 'detached', timeout: PATIENCE });
+  expect(page.url().includes('status=claimed'), `the filter is not in the URL: ${page.url()}`);
+  expect(await page.getByLabel('Status').inputValue() === 'claimed', 'the form forgot the filter');
+  await claimed.getByText('details').click();
+  const args = await claimed.locator('pre.json').first().innerText();
+  expect(args.includes('"text"'), `the task's arguments: ${args}`);
+  await claimed.getByRole('link').first().click();
+  await page.waitForURL(`**/#/runs/${runId}`, { timeout: PATIENCE });
+  report({ ok: 'tasks', progress });
+}
+
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
 const problems = [];
@@ -813,6 +845,8 @@ try {
     await forkScenario(page);
   } else if (scenario === 'schedules') {
     await schedulesScenario(page);
+  } else if (scenario === 'tasks') {
+    await tasksScenario(page);
   } else if (scenario === 'partial') {
     await partialScenario(page);
   } else if (scenario === 'batch') {

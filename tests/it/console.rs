@@ -814,3 +814,48 @@ async fn the_console_shows_versions_diffs_and_moves_a_label() {
         assert_png(&screenshots().join("versions").join(format!("{page}.png")));
     }
 }
+
+#[tokio::test]
+async fn the_console_shows_workers_and_their_tasks_and_filters_them() {
+    let app = spawn_app(|_| {}).await;
+    let tool = json!({"queue": "shouts", "input_schema": {"type": "object", "required": ["text"],
+                      "properties": {"text": {"type": "string"}}}});
+    let resp = app.client.put(app.url("/v1/tools/text.shout")).json(&tool);
+    assert_eq!(resp.send().await.unwrap().status(), 201);
+    let call = |text: &str| {
+        json!({"input": "x", "orchestration": "fixed", "plan": {"steps": [{"id": "s", "kind": "tool",
+               "input": {"tool": "text.shout", "arguments": {"text": text}}}]}})
+    };
+    let first = app.create_run(call("claimed")).await;
+    let poll = json!({"worker_id": "w-console", "queue": "shouts", "wait_ms": 5000});
+    let mut tasks = Vec::new();
+    while tasks.is_empty() {
+        let resp = app.client.post(app.url("/v1/workers/poll")).json(&poll);
+        let got: Value = resp.send().await.unwrap().json().await.unwrap();
+        tasks = got["tasks"].as_array().cloned().unwrap_or_default();
+    }
+    let claimed = tasks[0]["id"].as_str().unwrap().to_owned();
+    let beat = json!({"worker_id": "w-console", "progress": {"done": 1, "of": 2}});
+    let resp = app
+        .client
+        .post(app.url(&format!("/v1/tasks/{claimed}/heartbeat")));
+    assert_eq!(resp.json(&beat).send().await.unwrap().status(), 200);
+    let second = app.create_run(call("queued")).await;
+    let second = second["id"].as_str().unwrap();
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+    let queued = loop {
+        let (_, listed) = app.get_json(&format!("/v1/tasks?run_id={second}")).await;
+        if let Some(id) = listed["tasks"][0]["id"].as_str() {
+            break id.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second run queued no task"
+        );
+    };
+    let run_id = first["id"].as_str().unwrap();
+    let arg = format!("{queued},{claimed},{run_id}");
+    let report = browser("tasks", &app.base, Some(&arg)).await;
+    finding(&report, "tasks");
+    assert_png(&screenshots().join("tasks").join("tasks.png"));
+}

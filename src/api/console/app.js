@@ -1,5 +1,5 @@
 // The console's entry point: a hash router (#/runs, #/runs/{id}[/tab], #/new, #/workflows[/{name}],
-// #/agents[/{name}], #/tools[/{name}], #/functions[/{name}], #/schedules, #/sessions[/{id}]), the navigation's current-page marks and the API-key dialog.
+// #/agents[/{name}], #/tools[/{name}], #/functions[/{name}], #/schedules, #/workers, #/sessions[/{id}]), the navigation's current-page marks and the API-key dialog.
 // Every view gets an AbortSignal that fires when the user leaves it, which ends its streams
 // and timers.
 
@@ -9,6 +9,7 @@ import { runsView, newRunView } from './runs.js';
 import { runView } from './run.js';
 import { registryView } from './registry.js';
 import { schedulesView } from './schedules.js';
+import { workersView } from './workers.js';
 import { sessionView, sessionsView } from './sessions.js';
 
 let current = null;
@@ -34,12 +35,13 @@ async function route() {
   const { parts, params } = parse(location.hash);
   const [section = 'runs', id, tab] = parts;
   markNav(section === 'runs' && id ? 'runs' : section);
-  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: id ? `Workflow ${id}` : 'Workflows', agents: id ? `Agent ${id}` : 'Agents', tools: id ? `Tool ${id}` : 'Tools', functions: id ? `Function ${id}` : 'Functions', schedules: 'Schedules', sessions: id ? `Session ${id}` : 'Sessions' };
+  const titles = { runs: id ? `Run ${id.slice(0, 8)}` : 'Runs', new: 'New run', workflows: id ? `Workflow ${id}` : 'Workflows', agents: id ? `Agent ${id}` : 'Agents', tools: id ? `Tool ${id}` : 'Tools', functions: id ? `Function ${id}` : 'Functions', schedules: 'Schedules', workers: 'Workers and tasks', sessions: id ? `Session ${id}` : 'Sessions' };
   document.title = `${titles[section] || 'Not found'} · orca console`;
   if (section === 'runs' && id) await runView(main, id, tab, signal);
   else if (section === 'runs') await runsView(main, params, signal);
   else if (section === 'new') await newRunView(main, params, signal);
   else if (section === 'schedules') await schedulesView(main, signal);
+  else if (section === 'workers') await workersView(main, params, signal);
   else if (section === 'sessions' && id) await sessionView(main, id, signal);
   else if (section === 'sessions') await sessionsView(main, params, signal);
   else if (PAGE_SECTIONS.has(section)) await registryView(main, section, signal, id);
