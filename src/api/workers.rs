@@ -183,7 +183,8 @@ fn checked<T: serde::de::DeserializeOwned>(body: Value) -> Result<T, ApiError> {
 #[utoipa::path(post, path = "/v1/workers/poll", tag = "workers",
     request_body = PollBody,
     responses((status = 200, body = Polled),
-        (status = 400, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 429, description = "The tenant holds too many polls open", body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn poll_tasks(
@@ -304,10 +305,12 @@ fn worker_ok(worker: &str) -> Result<(), ApiError> {
 
 /// Extend the claim's lease, optionally with progress.
 #[utoipa::path(post, path = "/v1/tasks/{id}/heartbeat", tag = "workers",
-    params(("id" = String, Path)), request_body = HeartbeatBody,
+    params(("id" = String, Path, format = Uuid)), request_body = HeartbeatBody,
     responses((status = 200, body = Lease),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "Refused: `reason` says why", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn heartbeat_task(
     State(state): State<AppState>,
@@ -315,6 +318,7 @@ pub async fn heartbeat_task(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<Lease>, ApiError> {
+    task_id_ok(&id)?;
     let body: HeartbeatBody = checked(body)?;
     worker_ok(&body.worker_id)?;
     let tasks = state.engine.tasks();
@@ -327,10 +331,12 @@ pub async fn heartbeat_task(
 
 /// Complete the claimed task with its output: accepted once.
 #[utoipa::path(post, path = "/v1/tasks/{id}/complete", tag = "workers",
-    params(("id" = String, Path)), request_body = CompleteBody,
+    params(("id" = String, Path, format = Uuid)), request_body = CompleteBody,
     responses((status = 200, body = TaskView),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "Refused: `reason` says why", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn complete_task(
     State(state): State<AppState>,
@@ -338,6 +344,7 @@ pub async fn complete_task(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<TaskView>, ApiError> {
+    task_id_ok(&id)?;
     let body: CompleteBody = checked(body)?;
     worker_ok(&body.worker_id)?;
     let tasks = state.engine.tasks();
@@ -350,10 +357,12 @@ pub async fn complete_task(
 /// Fail the claimed task: offered again after its backoff while attempts remain and
 /// `retryable`, else failed (and so the step that called it).
 #[utoipa::path(post, path = "/v1/tasks/{id}/fail", tag = "workers",
-    params(("id" = String, Path)), request_body = FailBody,
+    params(("id" = String, Path, format = Uuid)), request_body = FailBody,
     responses((status = 200, body = TaskView),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "Refused: `reason` says why", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not JSON", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn fail_task(
     State(state): State<AppState>,
@@ -361,6 +370,7 @@ pub async fn fail_task(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Json<TaskView>, ApiError> {
+    task_id_ok(&id)?;
     let body: FailBody = checked(body)?;
     worker_ok(&body.worker_id)?;
     let code_ok = (1..=64).contains(&body.error.code.len())
@@ -390,7 +400,7 @@ pub async fn fail_task(
 
 /// One task of the caller's tenant.
 #[utoipa::path(get, path = "/v1/tasks/{id}", tag = "workers",
-    params(("id" = String, Path)),
+    params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = TaskView),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json")))]
 pub async fn get_task(
@@ -398,6 +408,7 @@ pub async fn get_task(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> Result<Json<TaskView>, ApiError> {
+    task_id_ok(&id)?;
     let task = state.engine.tasks().get_for(&tenant, &id).await?;
     task.map(|t| Json(t.into()))
         .ok_or_else(|| ApiError::NotFound(format!("no task `{id}`")))
@@ -407,13 +418,19 @@ pub async fn get_task(
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct TaskQuery {
+    #[param(value_type = Option<TaskStatus>)]
     pub status: Option<String>,
+    #[param(pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
     pub queue: Option<String>,
+    #[param(pattern = "^[A-Za-z0-9_.:-]{1,64}$")]
     pub tool: Option<String>,
+    #[param(format = Uuid)]
     pub run_id: Option<String>,
     /// At most 200; 50 by default.
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page.
+    #[param(pattern = "^[0-9]{1,15}:[0-9a-f-]{36}$")]
     pub cursor: Option<String>,
 }
 
@@ -442,6 +459,20 @@ pub async fn list_tasks(
         })?),
         None => None,
     };
+    for (name, value) in [("queue", &q.queue), ("tool", &q.tool)] {
+        if value.as_deref().is_some_and(|v| !id_ok(v, 64)) {
+            return Err(ApiError::validation(
+                &format!("/query/{name}"),
+                "1 to 64 of letters, digits, `_`, `.`, `:` and `-`",
+            ));
+        }
+    }
+    if q.run_id
+        .as_deref()
+        .is_some_and(|r| uuid::Uuid::parse_str(r).is_err())
+    {
+        return Err(ApiError::validation("/query/run_id", "not a run id"));
+    }
     let limit = q.limit.unwrap_or(50);
     if !(1..=200).contains(&limit) {
         return Err(ApiError::validation("/query/limit", "between 1 and 200"));
@@ -470,6 +501,17 @@ pub async fn list_tasks(
     };
     let tasks = tasks.into_iter().map(TaskView::from).collect();
     Ok(Json(TaskList { tasks, next_cursor }))
+}
+
+/// Task ids are UUIDs: anything else is no task (and never reaches the store).
+fn task_id_ok(id: &str) -> Result<(), ApiError> {
+    match uuid::Uuid::parse_str(id) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(ApiError::NotFound(format!(
+            "no task `{}`",
+            id.escape_debug()
+        ))),
+    }
 }
 
 fn parse_cursor(cursor: &str) -> Result<(i64, String), ApiError> {

@@ -5331,7 +5331,7 @@ export interface operations {
                 limit?: number | null;
                 queue?: string | null;
                 run_id?: string | null;
-                status?: string | null;
+                status?: components["schemas"]["TaskStatus"] | null;
                 tool?: string | null;
             };
             header?: never;
@@ -5410,6 +5410,15 @@ export interface operations {
                     "application/json": components["schemas"]["TaskView"];
                 };
             };
+            /** @description Not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5420,6 +5429,15 @@ export interface operations {
             };
             /** @description Refused: `reason` says why */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body was not sent as application/json */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5460,6 +5478,15 @@ export interface operations {
                     "application/json": components["schemas"]["TaskView"];
                 };
             };
+            /** @description Not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5470,6 +5497,15 @@ export interface operations {
             };
             /** @description Refused: `reason` says why */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body was not sent as application/json */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5510,6 +5546,15 @@ export interface operations {
                     "application/json": components["schemas"]["Lease"];
                 };
             };
+            /** @description Not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5520,6 +5565,15 @@ export interface operations {
             };
             /** @description Refused: `reason` says why */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body was not sent as application/json */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5780,7 +5834,17 @@ export interface operations {
                     "application/json": components["schemas"]["Polled"];
                 };
             };
+            /** @description Not JSON */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body was not sent as application/json */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
