@@ -173,6 +173,8 @@ export class Worker {
   private readonly tools = new Map<string, Registered>();
   private readonly running = new Map<string, Running>();
   private stopping = false;
+  /** When stopping: past this time (the grace, then {@link REPORT_AFTER_GRACE_MS}) reports are given up. */
+  private stopDeadline = Infinity;
   private readonly stopController = new AbortController();
   private slotFreed: (() => void) | undefined;
   private runPromise: Promise<void> | undefined;
@@ -258,11 +260,17 @@ export class Worker {
    */
   async stop(): Promise<void> {
     if (!this.stopping) {
-      this.stopping = true;
+      this.beginStopping();
       this.stopController.abort(new WorkerShutdownError("worker stopping"));
       this.slotFreed?.();
     }
     await this.runPromise?.catch(() => undefined);
+  }
+
+  private beginStopping(): void {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.stopDeadline = Date.now() + this.grace + REPORT_AFTER_GRACE_MS;
   }
 
   private async loop(): Promise<void> {
@@ -432,7 +440,9 @@ export class Worker {
 
   /**
    * Completes or fails a task, retrying connection errors and 429/5xx until an answer (or, when
-   * shutting down, until the grace is long past). A 409 is logged and dropped.
+   * shutting down, until the grace is long past). A 409 is logged and dropped. A completion
+   * refused for its output (413 over the server's body limit, 400/422) fails the task instead,
+   * not retryable: the same output would be refused on every attempt.
    */
   private async report(task: TaskInfo, kind: "complete" | "fail", body: Record<string, unknown>): Promise<void> {
     const full = { worker_id: this.workerId, ...body } as never;
@@ -447,10 +457,23 @@ export class Worker {
           return;
         }
         if (!transient(error)) {
+          if (kind === "complete" && error instanceof APIError && [400, 413, 422].includes(error.status)) {
+            const code = error.status === 413 ? "output_too_large" : "output_rejected";
+            this.log.error(`completion of task ${task.id} refused (${describe(error)}); failing it with ${code}`);
+            await this.report(task, "fail", {
+              error: { code, message: `the server refused the output: ${describe(error)}`.slice(0, 4000) },
+              retryable: false,
+            });
+            return;
+          }
           this.log.error(`${kind} of task ${task.id} refused: ${describe(error)}; dropped`);
           return;
         }
         const wait = this.backoff(attempt);
+        if (this.stopping && Date.now() + wait > this.stopDeadline) {
+          this.log.error(`${kind} of task ${task.id} failed (${describe(error)}); given up: the worker is stopping`);
+          return;
+        }
         this.log.warn(`${kind} of task ${task.id} failed (${describe(error)}); again in ${wait} ms`);
         await sleep(wait);
       }
@@ -459,7 +482,7 @@ export class Worker {
 
   /** After the poll loop: wait up to `grace` for tasks in flight, then hand back the rest. */
   private async shutdown(): Promise<void> {
-    this.stopping = true;
+    this.beginStopping();
     const pending = [...this.running.values()];
     if (pending.length === 0) return;
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -480,8 +503,14 @@ export class Worker {
         });
       }),
     );
-    // Reports in progress for tasks that did finish (a completion being retried) are awaited too.
-    await Promise.race([Promise.all([...this.running.values()].map((r) => r.done)), sleep(1_000)]);
+    // Reports in progress for tasks that did finish (a completion being retried) are awaited too,
+    // for a second at most (a timer cleared after, so that it does not hold the process open).
+    const pause = new AbortController();
+    await Promise.race([
+      Promise.all([...this.running.values()].map((r) => r.done)),
+      sleep(1_000, pause.signal).catch(() => undefined),
+    ]);
+    pause.abort();
   }
 
   private backoff(attempt: number): number {
@@ -489,6 +518,9 @@ export class Worker {
     return Math.round(ceiling * (0.5 + Math.random() / 2));
   }
 }
+
+/** How long past the grace a stopping worker keeps retrying a completion or hand-back the server did not answer. */
+const REPORT_AFTER_GRACE_MS = 5_000;
 
 interface NodeLikeProcess {
   on(event: string, listener: (signal: string) => void): unknown;
