@@ -10,11 +10,13 @@ tool; a SIGTERM handing a task back after the grace, or letting it finish within
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, TypedDict
@@ -24,7 +26,7 @@ import pytest
 import orca_client
 from orca_client.worker import TaskContext, Worker, schema_from_hints
 
-from conftest import OrcaServer, wait_for
+from conftest import DEADLINE, OrcaServer, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "workers" / "python" / "worker.py"
 
@@ -276,3 +278,53 @@ def test_schemas_from_hints_cover_the_common_types():
     worker = Worker(queue="q")
     with pytest.raises(ValueError, match="dotted lowercase"):
         worker.tool(name="NoDots")(lambda: None)
+
+
+async def test_an_output_the_server_refuses_fails_the_task_at_once(orca):
+    """An output over the server's body limit would be refused on every attempt: the task fails
+    at once (`output_too_large`), not left claimed to lapse and run again."""
+    from orca_client.worker import Retry
+
+    async with orca_client.AsyncClient(orca.url) as client:
+        worker = Worker(queue="big", client=client, grace=1)
+
+        @worker.tool(name="big.blob", retry=Retry(max_attempts=3, backoff_ms=10))
+        def blob(n: int) -> str:
+            return "x" * n
+
+        await worker.adeclare()
+        serving = asyncio.ensure_future(worker.arun())
+        run = await client.runs.create(input="x", orchestration="fixed", plan={"steps": [call("b", "big.blob", n=2_000_000)]})
+        ended = await asyncio.wait_for(client.runs.join(run.id).final_run(), DEADLINE)
+        assert ended.status == "failed"
+        tasks = [t async for t in client.tasks.list(run_id=run.id)]
+        assert [(t.status, t.attempt, t.error.code if t.error else None) for t in tasks] == [
+            ("failed", 1, "output_too_large")
+        ]
+        worker.stop()
+        await asyncio.wait_for(serving, DEADLINE)
+
+
+async def test_a_stopping_worker_gives_up_its_reports_when_orca_is_unreachable(orca):
+    """orca killed while a task runs: the hand-back cannot be delivered, and the worker still
+    ends within its grace plus 5 s instead of retrying forever."""
+    client = orca_client.AsyncClient(orca.url, max_retries=0)
+    worker = Worker(queue="gone", client=client, grace=0.3)
+    started = asyncio.Event()
+
+    @worker.tool(name="gone.wait")
+    async def wait(ctx: TaskContext) -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return "late"
+
+    await worker.adeclare()
+    serving = asyncio.ensure_future(worker.arun())
+    await client.runs.create(input="x", orchestration="fixed", plan={"steps": [call("w", "gone.wait")]})
+    await asyncio.wait_for(started.wait(), DEADLINE)
+    orca.kill()
+    began = time.monotonic()
+    worker.stop()
+    await asyncio.wait_for(serving, DEADLINE)
+    assert time.monotonic() - began < 0.3 + 5 + 3
+    await client.close()

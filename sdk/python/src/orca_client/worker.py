@@ -65,6 +65,9 @@ __all__ = [
 
 log = logging.getLogger("orca_client.worker")
 
+# How long past the grace a stopping worker keeps retrying a report orca does not answer.
+_REPORT_AFTER_GRACE = 5.0
+
 _F = typing.TypeVar("_F", bound=Callable[..., Any])
 
 _TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
@@ -233,6 +236,8 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None
         self._chores: set[asyncio.Task[Any]] = set()
         self._active: AsyncClient | None = None
+        # Once stopping: past this loop time, reports orca does not answer are given up.
+        self._give_up_at = float("inf")
 
     # ----- registering -----
 
@@ -337,6 +342,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._stopping = False
+        self._give_up_at = float("inf")
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="orca-worker")
         installed = self._install_signals() if handle_signals else []
         try:
@@ -366,7 +372,7 @@ class Worker:
     def _begin_stop(self) -> None:
         if self._stopping:
             return
-        self._stopping = True
+        self._mark_stopping()
         log.info("worker %s stopping (grace %ss)", self.worker_id, self.grace)
         if self._poll is not None:
             self._poll.cancel()
@@ -571,16 +577,35 @@ class Worker:
                 return
             except OrcaError as error:
                 if not _transient(error):
+                    if kind == "complete" and error.status in (400, 413, 422):
+                        # The same output would be refused on every attempt: fail the task now
+                        # rather than leave it claimed to lapse and run again.
+                        code = "output_too_large" if error.status == 413 else "output_rejected"
+                        log.error("completion of task %s refused (%s); failing it with %s", task.id, error, code)
+                        message = f"the server refused the output: {error}"[:4000]
+                        await self._report_failure(client, task, code, message, False)
+                        return
                     log.error("%s of task %s refused: %s; dropped", kind, task.id, error)
                     return
                 pause = self._backoff(attempt)
                 attempt += 1
+                if self._stopping and self._loop is not None and self._loop.time() + pause > self._give_up_at:
+                    log.error("%s of task %s failed (%s); given up: the worker is stopping", kind, task.id, error)
+                    return
                 log.warning("%s of task %s failed (%s); again in %.2fs", kind, task.id, error, pause)
                 await asyncio.sleep(pause)
 
+    def _mark_stopping(self) -> None:
+        """Stops taking tasks; reports still unanswered 5 s past the grace are given up (orca
+        unreachable must not keep a stopping worker alive)."""
+        if not self._stopping:
+            self._stopping = True
+            assert self._loop is not None
+            self._give_up_at = self._loop.time() + self.grace + _REPORT_AFTER_GRACE
+
     async def _shutdown(self) -> None:
         """After the poll loop: tasks in flight get `grace` seconds, then the rest are handed back."""
-        self._stopping = True
+        self._mark_stopping()
         jobs = [r.job for r in self._running.values() if r.job is not None]
         if jobs:
             _, late = await asyncio.wait(jobs, timeout=self.grace)
