@@ -43,6 +43,16 @@ pub enum Audience<'a> {
     Tenant(&'a str),
 }
 
+/// One tenant's worker-tool queue as `/metrics` shows it (`store::tasks` reads them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueDepth {
+    pub tenant: String,
+    pub queue: String,
+    /// Queued tasks (ready, or waiting out a retry's backoff).
+    pub depth: u64,
+    pub oldest_seconds: f64,
+}
+
 /// What [`Metrics::render`] reads at scrape time, beside the registry's own metrics.
 #[derive(Debug, Clone, Copy)]
 pub struct Scrape<'a> {
@@ -57,7 +67,7 @@ pub struct Scrape<'a> {
     /// By tenant: runs in progress, tokens of the runs created today (UTC).
     pub tenants: &'a [(String, u64, u64)],
     /// Worker tools' queues by tenant: depth and the age of the oldest task.
-    pub task_queues: &'a [crate::store::tasks::QueueDepth],
+    pub task_queues: &'a [QueueDepth],
 }
 
 #[derive(Clone)]
@@ -300,8 +310,8 @@ impl Metrics {
 
 /// `orca_tasks_queued` and `orca_task_queue_oldest_seconds`, labelled with tenant and queue
 /// (a tenant's scrape keeps its own queues only: queue names are the tenant's).
-fn render_task_queues(out: &mut String, queues: &[crate::store::tasks::QueueDepth]) {
-    type Read = fn(&crate::store::tasks::QueueDepth) -> String;
+fn render_task_queues(out: &mut String, queues: &[QueueDepth]) {
+    type Read = fn(&QueueDepth) -> String;
     let series: [(&str, &str, Read); 2] = [
         (
             "orca_tasks_queued",
@@ -370,7 +380,7 @@ mod tests {
         metrics.quota_refused("ab", "running_runs");
         metrics.quota_refused("b\"x", "tokens_per_day");
         let tenants = [("a".to_owned(), 1, 2), ("ab".to_owned(), 3, 4)];
-        let queue = |tenant: &str, depth| crate::store::tasks::QueueDepth {
+        let queue = |tenant: &str, depth| QueueDepth {
             tenant: tenant.to_owned(),
             queue: "billing".to_owned(),
             depth,

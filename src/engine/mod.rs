@@ -228,7 +228,7 @@ impl Engine {
         &self,
         runs_by_status: &[(String, i64)],
         tenants: &[(String, u64, u64)],
-        task_queues: &[crate::store::tasks::QueueDepth],
+        task_queues: &[crate::metrics::QueueDepth],
         audience: crate::metrics::Audience<'_>,
     ) -> String {
         let services = &self.inner.services;

@@ -890,7 +890,7 @@ impl Tasks {
 
     /// Each tenant's queues: the tasks ready or backing off there and the age of the oldest,
     /// in seconds (the 200 deepest), for `/metrics`. Reads the queued tasks only (an index).
-    pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>> {
+    pub async fn queue_depths(&self) -> Result<Vec<crate::metrics::QueueDepth>> {
         let now = self.now();
         let sql = format!(
             "SELECT tenant, queue, COUNT(*) AS depth, {now} - MIN(created_at_ms) AS oldest
@@ -903,7 +903,7 @@ impl Tasks {
         rows.iter()
             .map(|r| {
                 let oldest: i64 = r.try_get("oldest")?;
-                Ok(QueueDepth {
+                Ok(crate::metrics::QueueDepth {
                     tenant: r.try_get("tenant")?,
                     queue: r.try_get("queue")?,
                     depth: unsigned(r.try_get("depth")?),
@@ -912,16 +912,6 @@ impl Tasks {
             })
             .collect()
     }
-}
-
-/// One tenant's queue as `/metrics` shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueDepth {
-    pub tenant: String,
-    pub queue: String,
-    /// Queued tasks (ready, or waiting out a retry's backoff).
-    pub depth: u64,
-    pub oldest_seconds: f64,
 }
 
 /// The SQL list of terminal run statuses, as stored.

@@ -228,7 +228,7 @@ fn outcome_label(task: &Task) -> &'static str {
         _ if task
             .error
             .as_ref()
-            .is_some_and(|e| e.code == "tool_timeout") =>
+            .is_some_and(|e| ErrorCode::parse(&e.code) == ErrorCode::ToolTimeout) =>
         {
             "timed_out"
         }
