@@ -466,18 +466,21 @@ impl Tasks {
                 format!(" AND tool IN ({})", list.join(", "))
             }
         };
-        let lock = match self.store.backend {
-            Backend::Sqlite => "",
-            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        // PostgreSQL: the ids are picked once, as an array (an InitPlan). Under `IN (SELECT …
+        // LIMIT n FOR UPDATE SKIP LOCKED)` the planner may rescan the subquery, and each rescan
+        // skips the rows the last one locked and returns others: a poll for 1 task claimed 3.
+        let (open, close) = match self.store.backend {
+            Backend::Sqlite => ("IN (", ")"),
+            Backend::Postgres => ("= ANY(ARRAY(", " FOR UPDATE SKIP LOCKED))"),
         };
         let sql = format!(
             "UPDATE tasks SET status = 'claimed', worker_id = $1, attempts = attempts + 1,
                 claimed_at_ms = {now}, claim_deadline_ms = {now} + start_to_close_ms,
                 lease_until_ms = {now} + {least}(COALESCE(heartbeat_ms, start_to_close_ms),
                     start_to_close_ms)
-             WHERE id IN (SELECT id FROM tasks WHERE tenant = $2 AND queue = $3
+             WHERE id {open}SELECT id FROM tasks WHERE tenant = $2 AND queue = $3
                 AND status = 'queued' AND not_before_ms <= {now}{tools}
-                ORDER BY not_before_ms, created_at_ms LIMIT $4{lock})
+                ORDER BY not_before_ms, created_at_ms LIMIT $4{close}
                 AND status = 'queued'
              RETURNING {COLUMNS}"
         );

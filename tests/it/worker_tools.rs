@@ -542,6 +542,20 @@ async fn run_with(client: &reqwest::Client, base: &str, text: &str) -> String {
     run["id"].as_str().unwrap().to_owned()
 }
 
+/// The caller's tasks listed by `GET /v1/tasks?{query}`, once there are `n` (a run queues
+/// its call in its own time, after the POST that created it answered).
+async fn listed(client: &reqwest::Client, base: &str, query: &str, n: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, page) = send(client.get(format!("{base}/v1/tasks?{query}"))).await;
+        let tasks = page["tasks"].as_array().cloned().unwrap_or_default();
+        if tasks.len() >= n {
+            return tasks;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{n} tasks: {page}");
+    }
+}
+
 #[tokio::test]
 async fn tenants_see_only_their_own_tasks_workers_and_queues() {
     const OPERATOR: &str = "operator-key-0123456789";
@@ -585,10 +599,9 @@ async fn tenants_see_only_their_own_tasks_workers_and_queues() {
         .await;
         assert_eq!(status, 404, "{action}: {answer}");
     }
-    let (_, listed) = send(b.get(url("/v1/tasks"))).await;
-    let listed = listed["tasks"].as_array().unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0]["run_id"], json!(run_b));
+    let seen = listed(&b, &app.base, "", 1).await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["run_id"], json!(run_b));
     let (_, workers) = send(b.get(url("/v1/workers"))).await;
     assert_eq!(workers["workers"], json!([]), "b sees no worker of a's");
 
@@ -656,9 +669,13 @@ async fn bad_worker_requests_are_422_with_pointers_and_task_pages_hold() {
         }
         ids
     };
+    // Two claims (a poll never hands out more than it asked for).
     let mut claimed = Vec::new();
     while claimed.len() < 2 {
-        claimed.extend(worker.poll("shouts", 2 - claimed.len() as u32, 5000).await);
+        let want = 2 - claimed.len();
+        let got = worker.poll("shouts", want as u32, 5000).await;
+        assert!(got.len() <= want, "asked for {want}, got {}", got.len());
+        claimed.extend(got);
     }
     let (status, problem) = worker
         .post(
@@ -680,6 +697,7 @@ async fn bad_worker_requests_are_422_with_pointers_and_task_pages_hold() {
     assert_eq!(status, 422, "{problem}");
 
     // Pages of two over five tasks: each task once, newest first, the filters kept.
+    listed(&app.client, &app.base, "limit=200", 5).await;
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -700,14 +718,25 @@ async fn bad_worker_requests_are_422_with_pointers_and_task_pages_hold() {
         }
     }
     // Newest first by the task's creation (the runs queue their calls in their own time).
-    assert!(seen.windows(2).all(|w| w[0].0 >= w[1].0), "{seen:?}");
+    let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).expect("a time");
+    assert!(
+        seen.windows(2).all(|w| at(&w[0].0) >= at(&w[1].0)),
+        "{seen:?}"
+    );
     let mut runs: Vec<String> = seen.into_iter().map(|(_, run)| run).collect();
     runs.sort();
     let mut expected = ids.clone();
     expected.sort();
     assert_eq!(runs, expected, "every task once");
     let (_, queued) = app.get_json("/v1/tasks?status=queued&limit=200").await;
-    assert_eq!(queued["tasks"].as_array().unwrap().len(), 3);
+    let (_, all) = app.get_json("/v1/tasks?limit=200").await;
+    let statuses: Vec<&Value> = all["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["status"])
+        .collect();
+    assert_eq!(queued["tasks"].as_array().unwrap().len(), 3, "{statuses:?}");
     let (_, one) = app.get_json(&format!("/v1/tasks?run_id={}", ids[4])).await;
     assert_eq!(one["tasks"].as_array().unwrap().len(), 1);
     let (_, none) = app.get_json("/v1/tasks?tool=other.tool").await;
