@@ -545,15 +545,12 @@ async fn run_with(client: &reqwest::Client, base: &str, text: &str) -> String {
 /// The caller's tasks listed by `GET /v1/tasks?{query}`, once there are `n` (a run queues
 /// its call in its own time, after the POST that created it answered).
 async fn listed(client: &reqwest::Client, base: &str, query: &str, n: usize) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let (_, page) = send(client.get(format!("{base}/v1/tasks?{query}"))).await;
-        let tasks = page["tasks"].as_array().cloned().unwrap_or_default();
-        if tasks.len() >= n {
-            return tasks;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{n} tasks: {page}");
-    }
+    let url = format!("{base}/v1/tasks?{query}");
+    let page = crate::support::app::poll_json(client, &url, |page| {
+        page["tasks"].as_array().is_some_and(|t| t.len() >= n)
+    })
+    .await;
+    page["tasks"].as_array().cloned().unwrap_or_default()
 }
 
 #[tokio::test]
