@@ -24,6 +24,7 @@ use crate::llm::LlmRouter;
 use crate::metrics::Metrics;
 use crate::plan::Catalog;
 use crate::store::Store;
+use crate::store::memory::Memory;
 use crate::stream::EventHub;
 use crate::tools::ToolRegistry;
 use crate::workers::retention::{RetentionHandle, Sweeper};
@@ -84,10 +85,7 @@ impl App {
             registered_agents: &[],
         };
         load_shared_definitions(&config, &store, catalog).await?;
-        let telemetry = Arc::new(
-            crate::telemetry::Telemetry::from_config(&config.telemetry)
-                .context("starting the trace exporter (telemetry)")?,
-        );
+        let telemetry = telemetry(&config)?;
         let (hub, writer) = EventHub::start(store.clone(), config.engine.event_buffer);
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -113,6 +111,7 @@ impl App {
             bodies: Arc::new(Bodies::new(config.webhooks.clone(), destinations.clone())),
             lease: crate::engine::runtime::lease::LeaseGate::for_store(&store),
             tasks: crate::store::tasks::Tasks::new(store.clone()),
+            memory: Memory::new(store.clone(), Arc::new(config.memory.clone())),
         };
         let engine = start_engine(services, &config.database, &store, &tracker, &shutdown).await?;
         let bind = config.server.bind.clone();
@@ -465,6 +464,13 @@ fn bind_error(bind: &str, e: std::io::Error) -> anyhow::Error {
     } else {
         anyhow::Error::new(e).context(format!("binding {bind} (server.bind)"))
     }
+}
+
+/// The trace exporter `[telemetry]` asks for (a no-op without an endpoint).
+fn telemetry(config: &Config) -> anyhow::Result<Arc<crate::telemetry::Telemetry>> {
+    let telemetry = crate::telemetry::Telemetry::from_config(&config.telemetry)
+        .context("starting the trace exporter (telemetry)")?;
+    Ok(Arc::new(telemetry))
 }
 
 #[cfg(test)]

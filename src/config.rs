@@ -64,6 +64,35 @@ pub struct Config {
     pub webhooks: WebhooksConfig,
     /// What each tenant's runs may take: runs in progress, runs per minute, tokens per day.
     pub quotas: QuotasConfig,
+    /// Memory beyond one session: size limits per item, namespace and tenant.
+    pub memory: MemoryConfig,
+}
+
+/// `[memory]`: the limits of memory items (`/v1/memory`, the `memory.*` tools). Past one, a
+/// put is refused with 413 `payload_too_large` (a tool call fails with
+/// `memory_limit_exceeded`) and nothing is stored. 0 is no limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Bytes of one item's value, as JSON text.
+    pub max_item_bytes: u64,
+    /// Items in one namespace (its own, not those below it).
+    pub max_namespace_items: u64,
+    /// Bytes of all of one tenant's items together.
+    pub max_tenant_bytes: u64,
+    /// Items a search returns at most (`limit` is capped to it).
+    pub max_search_results: u32,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            max_item_bytes: 64 * 1024,
+            max_namespace_items: 100_000,
+            max_tenant_bytes: 1024 * 1024 * 1024,
+            max_search_results: 100,
+        }
+    }
 }
 
 /// `[quotas]`: per-tenant limits, checked when a run is created (429 `quota_exceeded` with
@@ -284,6 +313,10 @@ pub struct AuthConfig {
 pub struct ApiKey {
     pub key: Secret,
     pub tenant: String,
+    /// The user of the tenant this key is bound to: its runs are that user's, and it sees
+    /// only that user's runs, sessions and memory (plus the tenant's shared memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1245,6 +1278,7 @@ impl Config {
         self.validate_run_limits()?;
         self.validate_auth()?;
         self.validate_quotas()?;
+        self.validate_memory()?;
         self.validate_webhooks()?;
         self.validate_llm()?;
         self.validate_selector()
@@ -1414,6 +1448,17 @@ impl Config {
         Ok(())
     }
 
+    /// `[memory]`: a search returns 1-1000 items.
+    fn validate_memory(&self) -> Result<(), Error> {
+        if !(1..=1000).contains(&self.memory.max_search_results) {
+            return Err(invalid(
+                "memory.max_search_results",
+                "must be from 1 to 1000",
+            ));
+        }
+        Ok(())
+    }
+
     /// `[auth]`: every API key long enough and with a tenant.
     fn validate_auth(&self) -> Result<(), Error> {
         for k in &self.auth.api_keys {
@@ -1425,6 +1470,11 @@ impl Config {
             }
             if k.tenant.is_empty() {
                 return Err(invalid("auth.api_keys", "every key needs a tenant"));
+            }
+            if let Some(user) = &k.user
+                && let Err(problem) = crate::domain::memory::check_user_id(user)
+            {
+                return Err(invalid("auth.api_keys", &format!("`user`: {problem}")));
             }
         }
         for k in &self.auth.operator_keys {

@@ -16,6 +16,15 @@ use super::error::{ApiError, FieldError};
 use super::extract::{Path, Query};
 use super::runs::{own_run, parse_run_id};
 
+/// What runs recorded, under `/v1`: plan versions, checkpoints, the timeline.
+pub fn routes() -> axum::Router<AppState> {
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/runs/{id}/plans", get(run_plans))
+        .route("/runs/{id}/checkpoints", get(run_checkpoints))
+        .route("/runs/{id}/timeline", get(run_timeline))
+}
+
 /// Every plan version of a run, oldest first, with the reason it was made (`initial`, or the
 /// replan trigger). Empty for runs that do not plan.
 #[utoipa::path(

@@ -11,6 +11,7 @@ pub mod extract;
 pub mod forks;
 pub mod functions;
 pub mod history;
+pub mod memory;
 pub mod openapi;
 pub mod pause;
 mod registry;
@@ -22,6 +23,7 @@ pub mod sse;
 pub mod system;
 pub mod tools;
 pub mod usage;
+pub mod users;
 pub mod versions;
 pub mod webhooks;
 pub mod workers;
@@ -148,6 +150,7 @@ impl AppState {
         versions::put_label, versions::delete_label, apply::apply, apply::export,
         workers::poll_tasks, workers::heartbeat_task, workers::complete_task, workers::fail_task, workers::get_task,
         workers::list_tasks, workers::list_workers,
+        memory::put_item, memory::get_item, memory::delete_item, memory::list_items, memory::search,
     ),
     components(schemas(
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
@@ -161,6 +164,7 @@ impl AppState {
         versions::VersionList, versions::VersionSummary, versions::VersionDetail, versions::VersionDiff, versions::LabelBody, versions::LabelDetail, versions::Collection, apply::ApplyRequest, apply::ApplyResult, apply::BundleFile, apply::Bundle, apply::Change, apply::ChangeKind, apply::Action, crate::domain::definition::Pin, crate::domain::definition::DefinitionKind, crate::domain::definition::ForkDefinitions, runs::StepView,
         schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire, crate::domain::run::ForkOrigin, usage::TenantUsage, crate::domain::quota::Quota, crate::domain::quota::Usage,
         workers::TaskView, workers::PollBody, workers::Polled, workers::HeartbeatBody, workers::Lease, workers::CompleteBody, workers::FailBody, workers::TaskList, workers::WorkerView, workers::WorkerList, crate::store::tasks::TaskStatus, crate::store::tasks::TaskError, crate::domain::event::TaskNote,
+        memory::PutItem, memory::SearchBody, memory::SearchResult, memory::MemoryList, crate::domain::memory::MemoryItem, crate::domain::memory::SearchMode,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -172,6 +176,7 @@ impl AppState {
         (name = "sessions", description = "What the runs sharing a session_id share: variables, history"),
         (name = "agents", description = "The agent registry"),
         (name = "definitions", description = "Versions, labels and diffs of workflows, agents, declared tools and declared functions; applying and exporting them as files"),
+        (name = "memory", description = "Memory beyond one session: items by namespace and key, searched by text or meaning"),
         (name = "workers", description = "Tool workers: your own code polls a queue for a run's tool calls, heartbeats and completes them"),
         (name = "system", description = "Health, readiness, metrics"),
     )
@@ -260,11 +265,10 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/fork", post(forks::fork_run))
         .route("/runs/{id}/pause", post(pause::pause_run))
         .route("/runs/{id}/resume", post(pause::resume_run))
-        .route("/runs/{id}/plans", get(history::run_plans))
-        .route("/runs/{id}/checkpoints", get(history::run_checkpoints))
-        .route("/runs/{id}/timeline", get(history::run_timeline))
+        .merge(history::routes())
         .merge(schedules::routes())
         .merge(sessions::routes())
+        .merge(memory::routes())
         .route("/runs/{id}/webhook", get(webhooks::run_webhook))
         .route("/workflows", get(workflows::list_workflows))
         .route(
@@ -356,6 +360,7 @@ async fn authenticate(
     if keys.is_empty() && auth.operator_keys.is_empty() {
         req.extensions_mut().insert(Tenant::default_tenant());
         req.extensions_mut().insert(Reader::Operator);
+        req.extensions_mut().insert(users::BoundUser::default());
         return Ok(next.run(req).await);
     }
     let headers = req.headers();
@@ -377,15 +382,19 @@ async fn authenticate(
         req.extensions_mut().insert(Reader::Operator);
         return Ok(next.run(req).await);
     }
-    let tenant = if keys.is_empty() {
-        Tenant::default_tenant()
+    let (tenant, user) = if keys.is_empty() {
+        (Tenant::default_tenant(), None)
     } else {
         let key = keys.iter().find(|k| matches(&k.key));
         let key = key.ok_or(ApiError::Unauthorized)?;
         let id = versions::KeyId::of(key.key.expose());
         req.extensions_mut().insert(id);
-        Tenant(key.tenant.clone())
+        (Tenant(key.tenant.clone()), key.user.clone())
     };
+    if let Some(me) = &user {
+        users::confine(&state, &tenant, me, req.method(), req.uri().path()).await?;
+    }
+    req.extensions_mut().insert(users::BoundUser(user));
     req.extensions_mut().insert(Reader::Tenant(tenant.clone()));
     req.extensions_mut().insert(tenant);
     Ok(next.run(req).await)

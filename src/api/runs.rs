@@ -25,6 +25,7 @@ use crate::stream::Opened;
 use super::AppState;
 use super::error::{ApiError, FieldError};
 use super::extract::{JsonBody, Path, Query, deserialize_located};
+use super::users::BoundUser;
 
 /// `GET /v1/runs` answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -107,9 +108,11 @@ async fn stored_run(
 pub async fn create_run(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
+    Extension(bound): Extension<BoundUser>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody,
+    JsonBody(mut body): JsonBody,
 ) -> Result<Response, ApiError> {
+    bound.stamp(&mut body)?;
     let key = idempotency_key(&headers)?;
     let follow = match wants_sse(&headers) {
         true => Follow::Stream,
@@ -328,6 +331,7 @@ fn search_text(v: &str) -> Result<Option<String>, String> {
         ("completion" = Option<Completion>, Query, description = "Only runs that ended with this completion; `partial`: succeeded with only part of the task done"),
         ("orchestration" = Option<Orchestration>, Query),
         ("session_id" = Option<String>, Query, min_length = 1, max_length = 200, description = "Only the runs of this session"),
+        ("user_id" = Option<String>, Query, pattern = "^[A-Za-z0-9_.:@~-]{1,128}$", description = "Only the runs of this user (a key bound to a user sees only its own)"),
         ("created_after" = Option<String>, Query, format = DateTime),
         ("created_before" = Option<String>, Query, format = DateTime),
         // The handler refuses a NUL (PostgreSQL text cannot hold one) as it refuses a long `q`.
@@ -344,9 +348,11 @@ fn search_text(v: &str) -> Result<Option<String>, String> {
 pub async fn list_runs(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
+    Extension(bound): Extension<BoundUser>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<RunList>, ApiError> {
     let mut filter = filter_of(&params)?;
+    filter.user_id = bound.narrow(filter.user_id)?;
     let limit = filter.limit;
     filter.limit += 1; // one more tells whether a next page exists
     let mut runs = state.runs.list(&tenant, &filter).await?;
@@ -365,6 +371,7 @@ const RUN_LIST_PARAMETERS: &[&str] = &[
     "completion",
     "orchestration",
     "session_id",
+    "user_id",
     "parent_id",
     "created_after",
     "created_before",
@@ -408,6 +415,10 @@ fn filter_of(params: &[(String, String)]) -> Result<RunFilter, ApiError> {
             "session_id" => match v.chars().count() {
                 1..=200 => filter.session_id = Some(v.clone()),
                 _ => refuse("a session id is 1-200 characters".into()),
+            },
+            "user_id" => match crate::domain::memory::check_user_id(v) {
+                Ok(()) => filter.user_id = Some(v.clone()),
+                Err(message) => refuse(message),
             },
             "created_after" => match time(v) {
                 Ok(t) => filter.created_after = Some(t),

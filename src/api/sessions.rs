@@ -194,7 +194,7 @@ async fn session(state: &AppState, tenant: &Tenant, id: &str) -> Result<Option<S
 }
 
 /// The query parameters `GET /v1/sessions` knows.
-const LIST_PARAMETERS: &[&str] = &["limit", "cursor"];
+const LIST_PARAMETERS: &[&str] = &["limit", "cursor", "user_id"];
 
 /// A page cursor of `GET /v1/sessions`: the newest run of the page's last session (`-` for
 /// none), a dot, and its id in hex (a session id may hold any character).
@@ -225,8 +225,10 @@ fn decode_cursor(text: &str) -> Option<SessionCursor> {
 }
 
 /// `limit` (default 50) and `cursor` of `GET /v1/sessions`, every problem at once.
-fn page_of(params: &[(String, String)]) -> Result<(u32, Option<SessionCursor>), ApiError> {
-    let (mut limit, mut cursor) = (50, None);
+type PageQuery = (u32, Option<SessionCursor>, Option<String>);
+
+fn page_of(params: &[(String, String)]) -> Result<PageQuery, ApiError> {
+    let (mut limit, mut cursor, mut user) = (50, None, None);
     let mut errors = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (k, v) in params {
@@ -244,11 +246,15 @@ fn page_of(params: &[(String, String)]) -> Result<(u32, Option<SessionCursor>), 
                 Some(c) => cursor = Some(c),
                 None => errors.push(FieldError::new(pointer, "not a cursor from this API")),
             },
+            "user_id" => match crate::domain::memory::check_user_id(v) {
+                Ok(()) => user = Some(v.clone()),
+                Err(message) => errors.push(FieldError::new(pointer, message)),
+            },
             _ => errors.push(super::extract::unknown_parameter(k, LIST_PARAMETERS)),
         }
     }
     if errors.is_empty() {
-        Ok((limit, cursor))
+        Ok((limit, cursor, user))
     } else {
         Err(ApiError::validation_many(errors))
     }
@@ -274,6 +280,7 @@ struct SessionPageCursor(String);
     params(
         ("limit" = Option<u32>, Query, maximum = 200, minimum = 1),
         ("cursor" = inline(Option<SessionPageCursor>), Query),
+        ("user_id" = Option<String>, Query, pattern = "^[A-Za-z0-9_.:@~-]{1,128}$", description = "Only the sessions of this user (a key bound to a user sees only its own)"),
     ),
     responses(
         (status = 200, body = SessionList),
@@ -283,13 +290,15 @@ struct SessionPageCursor(String);
 pub async fn list_sessions(
     State(state): State<AppState>,
     Extension(tenant): Extension<Tenant>,
+    Extension(bound): Extension<super::users::BoundUser>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<SessionList>, ApiError> {
-    let (limit, cursor) = page_of(&params)?;
+    let (limit, cursor, user) = page_of(&params)?;
+    let user = bound.narrow(user)?;
     // One more than asked tells whether a next page exists.
     let mut page = state
         .sessions
-        .list(&tenant, cursor.as_ref(), limit + 1)
+        .list(&tenant, cursor.as_ref(), user.as_deref(), limit + 1)
         .await?;
     let next_cursor = if page.len() > limit as usize {
         page.truncate(limit as usize);

@@ -115,6 +115,12 @@ error_codes! {
     ToolNotFound = "tool_not_found", false;
     InvalidToolArguments = "invalid_tool_arguments", false;
     ToolTimeout = "tool_timeout", true;
+    /// A `memory.*` tool asked for a scope the run does not have (`user` without a
+    /// `user_id`, `session` without a `session_id`) or may not write (`shared` for a run of
+    /// a user).
+    MemoryScopeUnavailable = "memory_scope_unavailable", false;
+    /// A memory write past `[memory]`'s limits (item, namespace or tenant size).
+    MemoryLimitExceeded = "memory_limit_exceeded", false;
     PathOutsideWorkspace = "path_outside_workspace", false;
     FileNotFound = "file_not_found", false;
     NotAFile = "not_a_file", false;

@@ -18,6 +18,7 @@ pub mod function;
 pub mod history;
 pub mod http_tool;
 pub mod ids;
+pub mod memory;
 pub mod path;
 pub mod plan;
 pub mod quota;

@@ -255,6 +255,10 @@ pub struct RunRequest {
     /// person's review before it runs: an `input_required` of kind `plan_review`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub review_plans: bool,
+    /// The user of the tenant the run is for: its memory (`user/ID/…`), its quota, its
+    /// sessions. A key bound to a user sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -419,6 +423,9 @@ pub struct Run {
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
     pub session_id: Option<String>,
+    /// The user of the tenant the run is for; `null` for a run of no user.
+    #[serde(default)]
+    pub user_id: Option<String>,
     /// The schedule and tick that started the run; `null` for a run started by a request.
     pub schedule: Option<ScheduleFire>,
     /// The run and checkpoint this run was forked from; `null` for a run that is no fork.
@@ -451,6 +458,7 @@ impl Run {
             error: None,
             metadata: spec.request.metadata.clone(),
             session_id: spec.request.session_id.clone(),
+            user_id: spec.request.user_id.clone(),
             schedule: spec.schedule.clone(),
             parent: spec.fork.clone(),
             plan_version: None,

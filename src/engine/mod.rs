@@ -193,6 +193,11 @@ impl Engine {
         &self.inner.services.tasks
     }
 
+    /// Memory items: what `/v1/memory` reads and writes, with the same limits as runs.
+    pub fn memory(&self) -> &crate::store::memory::Memory {
+        &self.inner.services.memory
+    }
+
     /// What `tenant` may use now: the tools orca started with and the tenant's declared ones
     /// (read from the store, so every replica answers the same), with those declarations.
     pub async fn tenant_view(&self, tenant: &Tenant) -> Result<TenantView, store::Error> {
@@ -420,6 +425,7 @@ impl Engine {
                 .as_deref()
                 .filter(|_| policy == Some(Reject)),
             quota: self.inner.services.quotas.of(&tenant.0),
+            user: spec.request.user_id.as_deref(),
         };
         let inserted = store
             .insert_run(tenant, &run, &spec, idempotency, guards, &history)
@@ -432,6 +438,12 @@ impl Engine {
         if let Inserted::SessionDeleted = inserted {
             return Err(Error::Conflict(format!(
                 "the session `{}` was deleted; a deleted session's id is not used again",
+                spec.request.session_id.as_deref().unwrap_or_default()
+            )));
+        }
+        if let Inserted::SessionOfAnotherUser = inserted {
+            return Err(Error::Conflict(format!(
+                "the session `{}` is another user's: a session's runs are all one user's",
                 spec.request.session_id.as_deref().unwrap_or_default()
             )));
         }

@@ -32,6 +32,7 @@ use crate::domain::{
 
 mod cluster;
 mod history;
+pub mod memory;
 mod pause;
 mod quota;
 mod reads;
@@ -198,6 +199,8 @@ pub struct RunFilter {
     pub parent: Option<RunId>,
     /// Only the runs of this session.
     pub session_id: Option<String>,
+    /// Only the runs of this user.
+    pub user_id: Option<String>,
     /// Only the runs that ended with this completion (`partial`: succeeded, but only part of
     /// the task was done).
     pub completion: Option<Completion>,
@@ -319,6 +322,8 @@ pub enum Inserted {
     SessionBusy,
     /// Its session was deleted: no run is created in it again.
     SessionDeleted,
+    /// Its session's runs are another user's (or no user's, for a run of a user).
+    SessionOfAnotherUser,
     /// The tenant already used this idempotency key: here is that run.
     Existing(Box<StoredRun>),
     /// The tenant is at one of its quotas.
@@ -621,9 +626,9 @@ impl Store {
         let now = self.backend.now_ms_sql();
         let values = format!(
             "$1, $2, $3, NULL, $4, $5, $6, $7, NULL, NULL, $8, $9, $10, $11, $12, $13,
-                $14, {now} + $15, $16"
+                $14, {now} + $15, $16, $17"
         );
-        let guard = guards.sql(self.backend, tenant, 17, run.created_at, fork_bytes);
+        let guard = guards.sql(self.backend, tenant, 18, run.created_at, fork_bytes);
         let rows = match guard.conditions.is_empty() {
             true => format!("VALUES ({values})"),
             false => format!("SELECT {values} WHERE {}", guard.conditions.join(" AND ")),
@@ -631,7 +636,7 @@ impl Store {
         let sql = format!(
             "INSERT INTO runs (id, tenant, status, completion, orchestration, selection, spec,
                 input, output, error, metadata, session_id, plan_version, idempotency_key,
-                idempotency_hash, created_at, owner, lease_expires_at, parent_run_id)
+                idempotency_hash, created_at, owner, lease_expires_at, parent_run_id, user_id)
              {rows} ON CONFLICT DO NOTHING"
         );
         let mut params: Vec<Param> = vec![
@@ -654,6 +659,7 @@ impl Store {
             (*self.replica).into(),
             self.lease_ttl_ms().into(),
             spec.fork.as_ref().map(|f| f.run_id.to_string()).into(),
+            run.user_id.as_deref().into(),
         ];
         params.extend(guard.params);
         // PostgreSQL checks a guard without locking what is not there yet: two inserts for
@@ -715,6 +721,14 @@ impl Store {
             && self.session_deleted(tenant, session).await?
         {
             return Ok(Inserted::SessionDeleted);
+        }
+        if let Some(session) = guards.session
+            && self
+                .session_user(tenant, session)
+                .await?
+                .is_some_and(|u| u.as_deref() != guards.user)
+        {
+            return Ok(Inserted::SessionOfAnotherUser);
         }
         if let Some(session) = guards.session_idle
             && !self
@@ -830,6 +844,9 @@ impl Store {
         if f.session_id.is_some() {
             sql.push_str(&format!(" AND session_id = {}", param()));
         }
+        if f.user_id.is_some() {
+            sql.push_str(&format!(" AND user_id = {}", param()));
+        }
         if f.completion.is_some() {
             sql.push_str(&format!(" AND completion = {}", param()));
         }
@@ -865,6 +882,9 @@ impl Store {
         }
         if let Some(session) = &f.session_id {
             q = q.bind(session.clone());
+        }
+        if let Some(user) = &f.user_id {
+            q = q.bind(user.clone());
         }
         if let Some(c) = f.completion {
             q = q.bind(c.as_str());
@@ -1176,6 +1196,7 @@ fn stored_run_from_row(r: &AnyRow) -> Result<StoredRun> {
         error: parse_opt_json::<RunError>(r.try_get("error")?)?,
         metadata,
         session_id: r.try_get("session_id")?,
+        user_id: r.try_get("user_id")?,
         schedule: spec.schedule.clone(),
         parent: spec.fork.clone(),
         definitions: spec.definitions.clone(),

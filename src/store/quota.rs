@@ -30,6 +30,8 @@ pub struct Guards<'a> {
     pub session_idle: Option<&'a str>,
     /// Its tenant's quota.
     pub quota: Quota,
+    /// Its user (`None`: no user): a session's runs are all one user's, or no user's.
+    pub user: Option<&'a str>,
 }
 
 /// The guards as SQL: conditions over parameters numbered from `first`, and the locks to take
@@ -41,6 +43,29 @@ pub(super) struct GuardSql {
 }
 
 impl Guards<'_> {
+    /// The condition that `session`'s runs are all of this run's user (or of no user, as it).
+    fn session_of_its_user(
+        &self,
+        out: &mut GuardSql,
+        tenant: &Tenant,
+        session: &str,
+        first: usize,
+    ) {
+        let mut param = |p: Param| {
+            out.params.push(p);
+            format!("${}", first + out.params.len() - 1)
+        };
+        let (t, s) = (param(tenant.0.as_str().into()), param(session.into()));
+        let other_user = match self.user {
+            Some(user) => format!("(user_id IS NULL OR user_id <> {})", param(user.into())),
+            None => "user_id IS NOT NULL".to_owned(),
+        };
+        out.conditions.push(format!(
+            "NOT EXISTS (SELECT 1 FROM runs WHERE tenant = {t} AND session_id = {s}
+                AND {other_user})"
+        ));
+    }
+
     /// `fork_bytes`: the bytes of history the new run copies when it is a fork.
     pub(super) fn sql(
         &self,
@@ -77,6 +102,9 @@ impl Guards<'_> {
             out.conditions.push(format!(
                 "NOT EXISTS (SELECT 1 FROM deleted_sessions WHERE tenant = {t} AND session_id = {s})"
             ));
+        }
+        if let Some(session) = self.session {
+            self.session_of_its_user(&mut out, tenant, session, first);
         }
         if let Some(session) = self.session_idle {
             let (t, s) = (

@@ -352,6 +352,24 @@ impl Store {
 
 impl Store {
     /// The session's runs in progress (created before `before`, when given), oldest first.
+    /// The user of a session's runs: `None` when it has no run, `Some(None)` when they are
+    /// of no user.
+    pub async fn session_user(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+    ) -> Result<Option<Option<String>>> {
+        let row =
+            sqlx::query("SELECT user_id FROM runs WHERE tenant = $1 AND session_id = $2 LIMIT 1")
+                .bind(&tenant.0)
+                .bind(session_id)
+                .fetch_optional(&self.pool())
+                .await?;
+        row.map(|r| r.try_get::<Option<String>, _>("user_id"))
+            .transpose()
+            .map_err(Into::into)
+    }
+
     pub async fn session_unfinished(
         &self,
         tenant: &Tenant,
@@ -578,17 +596,34 @@ impl Sessions {
         &self,
         tenant: &Tenant,
         cursor: Option<&SessionCursor>,
+        user: Option<&str>,
         limit: u32,
     ) -> Result<Vec<ListedSession>> {
-        let (after, limit_at) = match cursor {
-            Some(_) => (
-                " WHERE s.last_run < $2 OR (s.last_run = $2 AND s.session_id < $3)",
-                "$4",
-            ),
-            None => ("", "$2"),
+        let mut conditions = Vec::new();
+        let mut n = 1;
+        let mut param = || {
+            n += 1;
+            format!("${n}")
+        };
+        if cursor.is_some() {
+            let (last, id) = (param(), param());
+            conditions.push(format!(
+                "(s.last_run < {last} OR (s.last_run = {last} AND s.session_id < {id}))"
+            ));
+        }
+        if user.is_some() {
+            conditions.push(format!(
+                "s.session_id IN (SELECT session_id FROM runs WHERE tenant = $1 AND user_id = {})",
+                param()
+            ));
+        }
+        let filter = match conditions.is_empty() {
+            true => String::new(),
+            false => format!(" WHERE {}", conditions.join(" AND ")),
         };
         let sql = format!(
-            "{LISTED_SESSIONS}{after} ORDER BY s.last_run DESC, s.session_id DESC LIMIT {limit_at}"
+            "{LISTED_SESSIONS}{filter} ORDER BY s.last_run DESC, s.session_id DESC LIMIT {}",
+            param()
         );
         // The statement is made of constants only; every value is bound.
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&tenant.0);
@@ -596,8 +631,17 @@ impl Sessions {
             let last = c.last_run.map_or_else(String::new, |id| id.to_string());
             q = q.bind(last).bind(c.id.clone());
         }
+        if let Some(user) = user {
+            q = q.bind(user.to_owned());
+        }
         let rows = q.bind(i64::from(limit)).fetch_all(&self.0.pool()).await?;
         rows.iter().map(listed_session).collect()
+    }
+
+    /// The user of the session's runs: `None` when it has no run, `Some(None)` when they are
+    /// of no user.
+    pub async fn user(&self, tenant: &Tenant, id: &str) -> Result<Option<Option<String>>> {
+        self.0.session_user(tenant, id).await
     }
 
     /// The ids of the session's runs that have not finished.

@@ -99,3 +99,4 @@ pub mod clock;
 pub mod fs;
 pub mod math;
 pub mod mcp;
+pub mod memory;

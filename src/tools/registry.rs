@@ -97,6 +97,9 @@ impl ToolRegistry {
         registry.register(Arc::new(ClockNow::new()));
         registry.register(Arc::new(Calculate));
         registry.register(Arc::new(FsRead::new(config)));
+        for op in super::memory::MemoryOp::ALL {
+            registry.register(Arc::new(super::memory::MemoryTool(op)));
+        }
         registry
     }
 

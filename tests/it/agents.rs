@@ -184,10 +184,12 @@ async fn tenants_see_and_hand_off_to_their_own_agents_only() {
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![
             ApiKey {
+                user: None,
                 key: Secret::new(KEY_A),
                 tenant: "a".into(),
             },
             ApiKey {
+                user: None,
                 key: Secret::new(KEY_B),
                 tenant: "b".into(),
             },

@@ -224,6 +224,7 @@ async fn the_client_sends_the_api_key_and_is_refused_without_it() {
     const KEY: &str = "agui-test-key-0123456789";
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![ApiKey {
+            user: None,
             key: Secret::new(KEY),
             tenant: "a".into(),
         }];

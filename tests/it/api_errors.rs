@@ -176,10 +176,12 @@ async fn api_keys_gate_access_and_tenants_are_isolated() {
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![
             ApiKey {
+                user: None,
                 key: orca::config::Secret::new(key_a),
                 tenant: "a".into(),
             },
             ApiKey {
+                user: None,
                 key: orca::config::Secret::new(key_b),
                 tenant: "b".into(),
             },
@@ -495,6 +497,7 @@ async fn errors_teach_what_is_right() {
     let key = "k-0123456789abcdef";
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![ApiKey {
+            user: None,
             key: orca::config::Secret::new(key),
             tenant: "a".into(),
         }];

@@ -408,6 +408,7 @@ async fn the_api_key_comes_from_orca_api_key_or_the_flag() {
     const KEY: &str = "orca-cli-test-key-0123456789";
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![ApiKey {
+            user: None,
             key: Secret::new(KEY),
             tenant: "cli".into(),
         }];

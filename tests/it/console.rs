@@ -302,6 +302,7 @@ async fn the_console_asks_for_the_api_key_and_uses_it() {
     const KEY: &str = "console-test-key-0123456789";
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![ApiKey {
+            user: None,
             key: Secret::new(KEY),
             tenant: "a".into(),
         }];

@@ -236,10 +236,12 @@ async fn session_variables_persist_within_a_session_and_tenant_only() {
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![
             ApiKey {
+                user: None,
                 key: Secret::new(a),
                 tenant: "a".into(),
             },
             ApiKey {
+                user: None,
                 key: Secret::new(b),
                 tenant: "b".into(),
             },

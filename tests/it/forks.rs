@@ -603,6 +603,7 @@ fn three_tenants(c: &mut orca::config::Config) {
         .iter()
         .zip(["a", "b", "c"])
         .map(|(key, tenant)| orca::config::ApiKey {
+            user: None,
             key: orca::config::Secret::new(*key),
             tenant: tenant.into(),
         })

@@ -149,6 +149,7 @@ async fn runs_are_searched_by_their_input_text_within_the_callers_tenant() {
     let app = spawn_app(|c| {
         c.auth.api_keys = [(key_a, "a"), (key_b, "b")]
             .map(|(key, tenant)| ApiKey {
+                user: None,
                 key: Secret::new(key),
                 tenant: tenant.into(),
             })
@@ -488,7 +489,17 @@ async fn health_readiness_tools_and_metrics() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["clock.now", "fs.read", "math.calculate"]);
+    assert_eq!(
+        names,
+        [
+            "clock.now",
+            "fs.read",
+            "math.calculate",
+            "memory.get",
+            "memory.put",
+            "memory.search"
+        ]
+    );
     for t in tools.as_array().unwrap() {
         assert_eq!(t["input_schema"]["type"], "object");
         assert!(!t["description"].as_str().unwrap().is_empty());

@@ -513,6 +513,7 @@ fn two_tenants(c: &mut Config, addr: &str, env: &[&str]) {
     c.auth.api_keys = [("a", KEY_A), ("b", KEY_B)]
         .into_iter()
         .map(|(tenant, key)| ApiKey {
+            user: None,
             key: Secret::new(key),
             tenant: tenant.into(),
         })

@@ -28,6 +28,7 @@ mod kept_outputs;
 mod llm_provider;
 mod loops;
 mod mcp;
+mod memory;
 mod migrations;
 mod models;
 mod offline_samples;

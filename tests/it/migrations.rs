@@ -3,6 +3,9 @@
 //! indexes by name. The store writes each statement once for both backends, so a column one
 //! dialect's migrations forgot is a failure on that backend only, found late.
 //!
+//! Full-text search is each database's own and left out: SQLite's FTS5 virtual tables (with
+//! their shadow tables), PostgreSQL's `tsvector` columns and GIN indexes.
+//!
 //! Always: both dialects' migration files are read (their CREATE/ALTER/DROP statements
 //! replayed in order) and compared, and the SQLite result is checked against a real SQLite
 //! database the SQLite migrations built, so the reading is held to the real thing. With
@@ -33,7 +36,8 @@ impl TypeClass {
         let declared = declared.trim().to_ascii_uppercase();
         match declared.as_str() {
             "TEXT" | "VARCHAR" | "CHARACTER VARYING" | "CHAR" | "CHARACTER" => TypeClass::Text,
-            "INTEGER" | "BIGINT" | "INT" | "SMALLINT" | "INT8" | "INT4" => TypeClass::Integer,
+            "INTEGER" | "BIGINT" | "INT" | "SMALLINT" | "INT8" | "INT4" | "BIGSERIAL"
+            | "SERIAL" => TypeClass::Integer,
             "REAL" | "DOUBLE PRECISION" | "FLOAT" | "NUMERIC" => TypeClass::Real,
             "JSON" | "JSONB" => TypeClass::Json,
             "BLOB" | "BYTEA" => TypeClass::Bytes,
@@ -198,6 +202,9 @@ async fn sqlite_schema() -> Schema {
         "SELECT m.name, p.name, p.type, p.\"notnull\", p.pk \
          FROM sqlite_master m JOIN pragma_table_info(m.name) p \
          WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations' \
+           AND NOT EXISTS (SELECT 1 FROM sqlite_master v \
+                           WHERE v.sql LIKE 'CREATE VIRTUAL TABLE%' \
+                             AND (m.name = v.name OR m.name LIKE v.name || '\\_%' ESCAPE '\\')) \
          ORDER BY m.name, p.pk, p.cid",
     )
     .fetch_all(&mut conn)
@@ -235,7 +242,8 @@ async fn postgres_schema(url: &str) -> Schema {
     let columns: Vec<(String, String, String, String)> = sqlx::query_as(
         "SELECT table_name::text, column_name::text, data_type::text, is_nullable::text \
          FROM information_schema.columns \
-         WHERE table_schema = current_schema() AND table_name <> '_sqlx_migrations'",
+         WHERE table_schema = current_schema() AND table_name <> '_sqlx_migrations' \
+           AND data_type <> 'tsvector'",
     )
     .fetch_all(&mut conn)
     .await
@@ -269,7 +277,9 @@ async fn postgres_schema(url: &str) -> Schema {
          JOIN pg_class i ON i.oid = x.indexrelid \
          JOIN pg_class t ON t.oid = x.indrelid \
          JOIN pg_namespace n ON n.oid = t.relnamespace \
+         JOIN pg_am a ON a.oid = i.relam \
          WHERE n.nspname = current_schema() AND t.relname <> '_sqlx_migrations' \
+           AND a.amname <> 'gin' \
            AND NOT EXISTS (SELECT 1 FROM pg_constraint c \
                            WHERE c.conindid = x.indexrelid AND c.contype IN ('p', 'u', 'x'))",
     )
@@ -410,8 +420,15 @@ fn apply(schema: &mut Schema, statement: &str) -> Result<(), String> {
         let name = &t[at];
         schema.tables.remove(name);
         schema.indexes.retain(|_, table| table != name);
+    } else if skip(&["CREATE", "VIRTUAL", "TABLE"], &mut at) {
+        // Full-text search (SQLite's FTS5): the database's own, not compared.
     } else if skip(&["CREATE", "INDEX"], &mut at) || skip(&["CREATE", "UNIQUE", "INDEX"], &mut at) {
         skip(&["IF", "NOT", "EXISTS"], &mut at);
+        if t.windows(2)
+            .any(|w| is(Some(&w[0]), "USING") && is(Some(&w[1]), "GIN"))
+        {
+            return Ok(()); // PostgreSQL's full-text index
+        }
         if !is(t.get(at + 1), "ON") {
             return Err("an index without a name".into());
         }
@@ -474,6 +491,9 @@ fn table_item(table: &mut Table, item: &[String]) -> Result<(), String> {
     let constraints = ["UNIQUE", "CONSTRAINT", "FOREIGN", "CHECK"];
     if constraints.iter().any(|w| is(first, w)) {
         return Ok(());
+    }
+    if is(item.get(1), "tsvector") {
+        return Ok(()); // PostgreSQL's full-text column
     }
     let (name, column) = column(item)?;
     let inline_key = item

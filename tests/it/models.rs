@@ -128,6 +128,7 @@ async fn the_models_endpoint_lists_each_alias_and_where_it_goes_without_secrets(
     let app = spawn_app(|c| {
         configure(c, llm);
         c.auth.api_keys = vec![ApiKey {
+            user: None,
             key: Secret::new("models-key-0123456789"),
             tenant: "a".into(),
         }];

@@ -29,6 +29,7 @@ async fn a_public_bind_without_api_keys_is_refused_at_start() {
 
     // API keys make the same address acceptable. Port 0 of the loopback-only test machine.
     config.auth.api_keys = vec![ApiKey {
+        user: None,
         key: Secret::new("a-key-for-tests-0123456789"),
         tenant: "t".into(),
     }];

@@ -189,10 +189,12 @@ async fn only_a_finished_run_of_the_caller_can_be_deleted() {
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![
             ApiKey {
+                user: None,
                 key: Secret::new(KEY_A),
                 tenant: "a".into(),
             },
             ApiKey {
+                user: None,
                 key: Secret::new(KEY_B),
                 tenant: "b".into(),
             },

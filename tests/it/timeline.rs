@@ -365,10 +365,12 @@ async fn another_tenants_run_is_not_found() {
     let app = spawn_app(|c| {
         c.auth.api_keys = vec![
             ApiKey {
+                user: None,
                 key: Secret::new(key_a),
                 tenant: "a".into(),
             },
             ApiKey {
+                user: None,
                 key: Secret::new(key_b),
                 tenant: "b".into(),
             },

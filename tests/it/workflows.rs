@@ -36,10 +36,12 @@ fn two_step(description: &str) -> Value {
 fn with_keys(c: &mut orca::config::Config) {
     c.auth.api_keys = vec![
         ApiKey {
+            user: None,
             key: Secret::new(KEY_A),
             tenant: "a".into(),
         },
         ApiKey {
+            user: None,
             key: Secret::new(KEY_B),
             tenant: "b".into(),
         },

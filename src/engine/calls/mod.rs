@@ -5,6 +5,7 @@
 
 pub mod converse;
 pub mod function_call;
+pub mod memory_call;
 pub mod model;
 pub mod tool_call;
 pub mod worker_call;

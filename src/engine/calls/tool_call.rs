@@ -9,9 +9,11 @@ use serde_json::Value;
 use crate::domain::event::{ErrorData, TaskNote, ToolCallData, ToolOutcome, ToolResultData};
 use crate::domain::{ErrorCode, RunError, StepPath};
 
+use super::memory_call::call_memory;
 use super::worker_call::{WorkerCall, call_worker};
 use crate::engine::runtime::context::RunContext;
 use crate::engine::runtime::sink::EventSink;
+use crate::tools::memory::MemoryOp;
 
 /// The arguments of a call as they were given.
 #[derive(Debug, Clone)]
@@ -94,12 +96,14 @@ pub async fn call_tool(
             let parent = ctx.trace_parent(Some(call.step));
             let span =
                 (ctx.services.telemetry).start_tool(parent.as_ref(), call.tool, call.call_id);
-            let (result, note) = match ctx.services.tools.worker(call.tool) {
-                Some(spec) => {
+            let memory = MemoryOp::of(call.tool).filter(|_| ctx.services.tools.is_fixed(call.tool));
+            let (result, note) = match (ctx.services.tools.worker(call.tool), memory) {
+                (Some(spec), _) => {
                     let call = (call.step, call.call_id, &spec);
                     Box::pin(queue_for_workers(ctx, call, args)).await
                 }
-                None => (invoke(ctx, call.tool, args).await, None),
+                (None, Some(op)) => (call_memory(ctx, call.step, op, args).await, None),
+                (None, None) => (invoke(ctx, call.tool, args).await, None),
             };
             task = note;
             crate::telemetry::end(span, result.as_ref().err());

@@ -91,6 +91,8 @@ pub struct Services {
     pub bodies: Arc<Bodies>,
     /// Worker tools' tasks (`store::tasks`), with the hub that wakes a run waiting on one.
     pub tasks: crate::store::tasks::Tasks,
+    /// Memory items (`store::memory`), with `[memory]`'s limits: the `memory.*` tools'.
+    pub memory: crate::store::memory::Memory,
 }
 
 /// What admitting a run body needs beyond what a run stands on.

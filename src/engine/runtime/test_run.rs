@@ -105,6 +105,7 @@ impl TestRun {
             session: None,
             session_idle: None,
             quota: services.quotas.of(&tenant.0),
+            user: None,
         };
         (services.store)
             .insert_run(&tenant, &run, &spec, None, guards, &[])
@@ -138,6 +139,7 @@ async fn services(config: &Config) -> Services {
         functions: Default::default(),
         hub,
         tasks: crate::store::tasks::Tasks::new(store.clone()),
+        memory: crate::store::memory::Memory::new(store.clone(), Arc::new(config.memory.clone())),
         store,
         metrics: crate::metrics::Metrics::new(),
         inputs: Default::default(),

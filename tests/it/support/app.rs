@@ -54,6 +54,7 @@ pub fn bearer_client(key: &str) -> reqwest::Client {
 pub fn two_tenants(c: &mut Config, [key_a, key_b]: [&str; 2]) {
     c.auth.api_keys = [(key_a, "a"), (key_b, "b")]
         .map(|(key, tenant)| orca::config::ApiKey {
+            user: None,
             key: Secret::new(key),
             tenant: tenant.into(),
         })

@@ -546,6 +546,68 @@ class Limits(BaseModel):
     max_tokens: Annotated[int | None, Field(ge=0)] = None
 
 
+class MemoryItem(BaseModel):
+    """
+    A stored item, as the API shows it.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    created_at: AwareDatetime
+    expires_at: Annotated[
+        AwareDatetime | None,
+        Field(description="When it is forgotten, if it was put with a TTL."),
+    ] = None
+    key: str
+    namespace: str
+    revision: Annotated[
+        int,
+        Field(
+            description="Counts the writes the item has had (1 for its first).", ge=0
+        ),
+    ]
+    score: Annotated[
+        float | None,
+        Field(
+            description="Its rank in a search (higher is closer); absent outside searches."
+        ),
+    ] = None
+    session_id: Annotated[
+        str | None,
+        Field(
+            description="The session whose memory it is, for `session/…` items written by a run."
+        ),
+    ] = None
+    size: Annotated[int, Field(description="Bytes of its value as JSON text.", ge=0)]
+    updated_at: AwareDatetime
+    user_id: Annotated[
+        str | None,
+        Field(
+            description="The user it belongs to, when it is a user's (its namespace, or its session's user)."
+        ),
+    ] = None
+    value: dict[str, Any]
+    written_by_run: Annotated[
+        str | None, Field(description="The run whose step wrote it last, if a run did.")
+    ] = None
+
+
+class MemoryList(BaseModel):
+    """
+    A page of items.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    items: list[MemoryItem]
+    next_cursor: Annotated[
+        str | None,
+        Field(description="Pass as `cursor` for the next page; `null` on the last."),
+    ] = None
+
+
 Missed = TypeAliasType(
     "Missed",
     Annotated[
@@ -687,6 +749,30 @@ class Problem(BaseModel):
     status: Annotated[int, Field(ge=0)]
     title: str
     type: str
+
+
+class PutItem(BaseModel):
+    """
+    A put's body.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    ttl_seconds: Annotated[
+        int | None,
+        Field(
+            description="Forget the item this many seconds from now (1 to ten years); none: kept until deleted.",
+            ge=1,
+            le=316224000,
+        ),
+    ] = None
+    value: Annotated[
+        dict[str, Any],
+        Field(
+            description="Any JSON value (at most `memory.max_item_bytes` as JSON text)."
+        ),
+    ]
 
 
 class Quota(BaseModel):
@@ -953,6 +1039,13 @@ class RunRequest(BaseModel):
             max_length=100,
         ),
     ] = None
+    user_id: Annotated[
+        str | None,
+        Field(
+            description="The user of the tenant the run is for: its memory (`user/ID/…`), sessions and quota are that user's. A key bound to a user sets it (a different value is refused).",
+            pattern="^[A-Za-z0-9_.:@~-]{1,128}$",
+        ),
+    ] = None
     webhook: Annotated[
         Webhook | None,
         Field(
@@ -1118,6 +1211,29 @@ class ScheduleList(BaseModel):
         extra="allow",
     )
     schedules: list[Schedule]
+
+
+SearchMode = TypeAliasType(
+    "SearchMode",
+    Annotated[
+        Literal["auto", "text", "meaning"],
+        Field(description="How a search ranks items."),
+    ],
+)
+
+
+class SearchResult(BaseModel):
+    """
+    What a search found, best first.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    items: list[MemoryItem]
+    mode: Annotated[
+        SearchMode, Field(description="How they were ranked: `text` or `meaning`.")
+    ]
 
 
 SelectedBy = TypeAliasType(
@@ -2397,6 +2513,12 @@ class Run(BaseModel):
     status: RunStatus
     step_counts: StepCounts | None = None
     usage: Usage
+    user_id: Annotated[
+        str | None,
+        Field(
+            description="The user of the tenant the run is for; `null` for a run of no user."
+        ),
+    ] = None
 
 
 class RunAgentInput(BaseModel):
@@ -2475,6 +2597,29 @@ class RunList(BaseModel):
     )
     next_cursor: str | None = None
     runs: list[Run]
+
+
+class SearchBody(BaseModel):
+    """
+    A search's body.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    limit: Annotated[
+        int | None,
+        Field(
+            description="Items at most (1 to `memory.max_search_results`, default 10).",
+            ge=1,
+            le=1000,
+        ),
+    ] = None
+    mode: SearchMode | None = None
+    namespace: Annotated[
+        str, Field(description="Where to search: this namespace and those below it.")
+    ]
+    query: Annotated[str, Field(description="What to look for (1-2,000 characters).")]
 
 
 class Session(BaseModel):

@@ -293,6 +293,73 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/memory": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the items of a namespace and the namespaces below it, by namespace then key.
+         * @description `key_prefix` keeps the keys that start with it; `limit` (1-200, default 50); `cursor` from
+         *     the previous page. Expired items are not listed.
+         */
+        get: operations["list_items"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/memory/{namespace}/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get an item (404 when it is missing, expired, or another user's). */
+        get: operations["get_item"];
+        /**
+         * Put an item: its value under a key in a namespace, replacing what was there.
+         * @description 201 when the key was new, 200 when it replaced a value (`revision` counts the writes).
+         *     Past `memory.max_item_bytes`, the namespace's `memory.max_namespace_items` or the tenant's
+         *     `memory.max_tenant_bytes`: 413 `payload_too_large`, and nothing is stored.
+         */
+        put: operations["put_item"];
+        post?: never;
+        /** Delete an item (404 when there is none). */
+        delete: operations["delete_item"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/memory/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Search a namespace (and those below it) for the items closest to a query, best first.
+         * @description `mode`: `text` (full-text, stemmed English words: items sharing more, and rarer, words
+         *     first), `meaning` (cosine similarity of embeddings; needs `memory.embedding_model`), or
+         *     `auto` (meaning when an embedding model is configured, else text).
+         */
+        post: operations["search"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/models": {
         parameters: {
             query?: never;
@@ -1560,6 +1627,48 @@ export interface components {
             /** Format: int64 */
             max_tokens?: number | null;
         };
+        /** @description A stored item, as the API shows it. */
+        MemoryItem: {
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When it is forgotten, if it was put with a TTL.
+             */
+            expires_at?: string | null;
+            key: string;
+            namespace: string;
+            /**
+             * Format: int64
+             * @description Counts the writes the item has had (1 for its first).
+             */
+            revision: number;
+            /**
+             * Format: double
+             * @description Its rank in a search (higher is closer); absent outside searches.
+             */
+            score?: number | null;
+            /** @description The session whose memory it is, for `session/…` items written by a run. */
+            session_id?: string | null;
+            /**
+             * Format: int64
+             * @description Bytes of its value as JSON text.
+             */
+            size: number;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description The user it belongs to, when it is a user's (its namespace, or its session's user). */
+            user_id?: string | null;
+            value: Record<string, unknown>;
+            /** @description The run whose step wrote it last, if a run did. */
+            written_by_run?: string | null;
+        };
+        /** @description A page of items. */
+        MemoryList: {
+            items: components["schemas"]["MemoryItem"][];
+            /** @description Pass as `cursor` for the next page; `null` on the last. */
+            next_cursor?: string | null;
+        };
         /**
          * @description What a schedule does about a tick it missed.
          * @enum {string}
@@ -1771,6 +1880,16 @@ export interface components {
             title: string;
             type: string;
         };
+        /** @description A put's body. */
+        PutItem: {
+            /**
+             * Format: int64
+             * @description Forget the item this many seconds from now (1 to ten years); none: kept until deleted.
+             */
+            ttl_seconds?: number | null;
+            /** @description Any JSON value (at most `memory.max_item_bytes` as JSON text). */
+            value: Record<string, unknown>;
+        };
         /** @description What one tenant may use; 0 is no limit. */
         Quota: {
             /**
@@ -1939,6 +2058,8 @@ export interface components {
             status: components["schemas"]["RunStatus"];
             step_counts?: components["schemas"]["StepCounts"] | null;
             usage: components["schemas"]["Usage"];
+            /** @description The user of the tenant the run is for; `null` for a run of no user. */
+            user_id?: string | null;
         };
         /**
          * @description An AG-UI `RunAgentInput`. Fields orca does not use (`tools`, `context`, `state`,
@@ -2029,6 +2150,8 @@ export interface components {
             session_id?: string;
             /** @description Allow-list of tool names this run may use; all tools when absent. */
             tools?: string[];
+            /** @description The user of the tenant the run is for: its memory (`user/ID/…`), sessions and quota are that user's. A key bound to a user sets it (a different value is refused). */
+            user_id?: string;
             /** @description Where orca POSTs the run's summary, signed, once it ends (docs/webhooks.md). Needs `webhooks.secret` in the server's configuration; the destination rules of HTTP tools apply. */
             webhook?: {
                 url: string;
@@ -2127,6 +2250,30 @@ export interface components {
         /** @description `GET /v1/schedules` answer. */
         ScheduleList: {
             schedules: components["schemas"]["Schedule"][];
+        };
+        /** @description A search's body. */
+        SearchBody: {
+            /**
+             * Format: int32
+             * @description Items at most (1 to `memory.max_search_results`, default 10).
+             */
+            limit?: number | null;
+            mode?: components["schemas"]["SearchMode"];
+            /** @description Where to search: this namespace and those below it. */
+            namespace: string;
+            /** @description What to look for (1-2,000 characters). */
+            query: string;
+        };
+        /**
+         * @description How a search ranks items.
+         * @enum {string}
+         */
+        SearchMode: "auto" | "text" | "meaning";
+        /** @description What a search found, best first. */
+        SearchResult: {
+            items: components["schemas"]["MemoryItem"][];
+            /** @description How they were ranked: `text` or `meaning`. */
+            mode: components["schemas"]["SearchMode"];
         };
         /**
          * @description Who decided a run's orchestration.
@@ -3032,6 +3179,8 @@ export type LabelBody = components['schemas']['LabelBody'];
 export type LabelDetail = components['schemas']['LabelDetail'];
 export type Lease = components['schemas']['Lease'];
 export type Limits = components['schemas']['Limits'];
+export type MemoryItem = components['schemas']['MemoryItem'];
+export type MemoryList = components['schemas']['MemoryList'];
 export type Missed = components['schemas']['Missed'];
 export type ModelInfo = components['schemas']['ModelInfo'];
 export type Orchestration = components['schemas']['Orchestration'];
@@ -3046,6 +3195,7 @@ export type PlanRecord = components['schemas']['PlanRecord'];
 export type PollBody = components['schemas']['PollBody'];
 export type Polled = components['schemas']['Polled'];
 export type Problem = components['schemas']['Problem'];
+export type PutItem = components['schemas']['PutItem'];
 export type Quota = components['schemas']['Quota'];
 export type QuotaUsage = components['schemas']['QuotaUsage'];
 export type ReplanRequest = components['schemas']['ReplanRequest'];
@@ -3063,6 +3213,9 @@ export type ScheduleFire = components['schemas']['ScheduleFire'];
 export type ScheduleFireRecord = components['schemas']['ScheduleFireRecord'];
 export type ScheduleFires = components['schemas']['ScheduleFires'];
 export type ScheduleList = components['schemas']['ScheduleList'];
+export type SearchBody = components['schemas']['SearchBody'];
+export type SearchMode = components['schemas']['SearchMode'];
+export type SearchResult = components['schemas']['SearchResult'];
 export type SelectedBy = components['schemas']['SelectedBy'];
 export type Selection = components['schemas']['Selection'];
 export type Session = components['schemas']['Session'];
@@ -4039,6 +4192,281 @@ export interface operations {
             };
         };
     };
+    list_items: {
+        parameters: {
+            query: {
+                /** @description `next_cursor` of the previous page */
+                cursor?: string;
+                key_prefix?: string;
+                limit?: number;
+                /** @description Segments joined by `/` */
+                namespace: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryList"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_item: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                key: string;
+                /** @description Segments joined by `/` */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryItem"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    put_item: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                key: string;
+                /** @description 1-8 segments joined by `/` (letters, digits, `_ - . : @ ~`): `user/ID/…` is a user's, `session/ID/…` a session's, anything else the tenant's */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PutItem"];
+            };
+        };
+        responses: {
+            /** @description Replaced */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryItem"];
+                };
+            };
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryItem"];
+                };
+            };
+            /** @description Not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A key bound to a user writing the tenant's memory */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another user's memory (a key bound to a user) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Past a memory limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body was not sent as application/json */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    delete_item: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                key: string;
+                /** @description Segments joined by `/` */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    search: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SearchBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SearchResult"];
+                };
+            };
+            /** @description Not JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another user's memory (a key bound to a user) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body was not sent as application/json */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     list_models: {
         parameters: {
             query?: never;
@@ -4075,6 +4503,8 @@ export interface operations {
                 /** @description Only the runs of this session */
                 session_id?: string;
                 status?: components["schemas"]["RunStatus"];
+                /** @description Only the runs of this user (a key bound to a user sees only its own) */
+                user_id?: string;
             };
             header?: never;
             path?: never;
@@ -5105,6 +5535,8 @@ export interface operations {
             query?: {
                 cursor?: string;
                 limit?: number;
+                /** @description Only the sessions of this user (a key bound to a user sees only its own) */
+                user_id?: string;
             };
             header?: never;
             path?: never;

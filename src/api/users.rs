@@ -1,0 +1,134 @@
+//! Users within a tenant (issue 48). A key may be bound to a user (`[[auth.api_keys]]` with
+//! `user`): its runs are that user's, its lists hold only that user's runs and sessions, and
+//! it reaches no other user's run, session or memory. [`confine`] holds a bound key to its
+//! user's part of `/v1`, once, before any handler: a run or session of another user is 404 (as
+//! if it did not exist), and what is the tenant's to manage (definitions, schedules, workers,
+//! apply) is 403 to it.
+
+use axum::http::Method;
+use serde_json::Value;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::domain::memory::{Namespace, Owner};
+use crate::domain::{RunId, Tenant};
+
+/// The user the caller's key is bound to, if it is (`None`: a tenant's key, or no keys).
+#[derive(Debug, Clone, Default)]
+pub struct BoundUser(pub Option<String>);
+
+impl BoundUser {
+    /// The user filter a list applies: the one asked for, and a bound key's own user (asking
+    /// for another user's is 403).
+    pub fn narrow(&self, asked: Option<String>) -> Result<Option<String>, ApiError> {
+        match (&self.0, asked) {
+            (Some(me), Some(asked)) if asked != *me => Err(not_yours(me)),
+            (Some(me), _) => Ok(Some(me.clone())),
+            (None, asked) => Ok(asked),
+        }
+    }
+
+    /// Gives a run body a bound key's user (`user_id`); another user's id in it is 403.
+    pub fn stamp(&self, body: &mut Value) -> Result<(), ApiError> {
+        let (Some(me), Some(body)) = (&self.0, body.as_object_mut()) else {
+            return Ok(());
+        };
+        match body.get("user_id") {
+            Some(Value::String(given)) if given != me => Err(not_yours(me)),
+            _ => {
+                body.insert("user_id".into(), Value::String(me.clone()));
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether the caller may read (`write`: change) what is under `namespace`: a user's
+    /// memory is that user's, a session's is its user's, and the tenant's namespaces are
+    /// everyone's to read but only a tenant key's to change. An unbound key may do anything.
+    pub async fn may_use(
+        &self,
+        state: &AppState,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        write: bool,
+    ) -> Result<(), ApiError> {
+        let Some(me) = &self.0 else { return Ok(()) };
+        let allowed = match namespace.owner() {
+            Owner::User(user) => user == me,
+            Owner::Session(session) => {
+                let owner = state.sessions.user(tenant, session).await?;
+                owner.flatten().as_deref() == Some(me.as_str())
+            }
+            Owner::Tenant if write => {
+                return Err(ApiError::Forbidden(format!(
+                    "a key bound to the user `{me}` changes only `user/{me}/…` and its \
+                     sessions' memory; `{}` is the tenant's",
+                    namespace.as_str()
+                )));
+            }
+            Owner::Tenant => true,
+        };
+        match allowed {
+            true => Ok(()),
+            false => Err(ApiError::NotFound(format!(
+                "no memory namespace `{}`",
+                namespace.as_str()
+            ))),
+        }
+    }
+}
+
+fn not_yours(me: &str) -> ApiError {
+    ApiError::Forbidden(format!(
+        "this key is bound to the user `{me}`; it reaches only that user's runs, sessions and \
+         memory"
+    ))
+}
+
+/// Holds a key bound to `me` to its user's part of `/v1` (see the module's doc): `Ok` lets
+/// the request through to its handler.
+pub(super) async fn confine(
+    state: &AppState,
+    tenant: &Tenant,
+    me: &str,
+    method: &Method,
+    path: &str,
+) -> Result<(), ApiError> {
+    let Some(rest) = path.strip_prefix("/v1/") else {
+        return Ok(());
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    let read = *method == Method::GET || *method == Method::HEAD;
+    match parts[..] {
+        ["runs"] | ["sessions"] | ["memory", ..] => Ok(()),
+        ["runs", id, ..] => {
+            let Some(id) = RunId::parse(id) else {
+                return Ok(()); // the handler's own 404
+            };
+            let owner = state.runs.get(tenant, id).await?;
+            match owner {
+                Some(run) if run.run.user_id.as_deref() != Some(me) => {
+                    Err(ApiError::NotFound(format!("no run with id {id}")))
+                }
+                _ => Ok(()),
+            }
+        }
+        ["sessions", id, ..] => {
+            let owner = state.sessions.user(tenant, id).await?;
+            match owner.flatten().as_deref() == Some(me) {
+                true => Ok(()),
+                false => Err(ApiError::NotFound(format!("no session `{id}`"))),
+            }
+        }
+        ["users", id, ..] if id == me => Ok(()),
+        ["users", ..] => Err(not_yours(me)),
+        [
+            "workflows" | "agents" | "tools" | "functions" | "models" | "usage",
+            ..,
+        ] if read => Ok(()),
+        _ => Err(ApiError::Forbidden(format!(
+            "this key is bound to the user `{me}`: it reaches its runs, sessions and memory, \
+             and reads definitions; `{method} {path}` needs a tenant's key"
+        ))),
+    }
+}

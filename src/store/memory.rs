@@ -1,0 +1,606 @@
+//! Memory items (issue 48): JSON values under a key in a namespace, per tenant, found again by
+//! key, by namespace prefix or by search. Full-text search is the database's own (SQLite FTS5
+//! over `memory_fts`, PostgreSQL's `tsvector` column `tsv`, both with English stemming); a
+//! search by meaning ranks the stored embeddings exactly, by cosine similarity, over every
+//! item of the namespace (a linear scan; see `docs/memory.md` for where it stops being fast).
+//!
+//! A put is one transaction that writes first and checks the limits after (items in its
+//! namespace, bytes of its tenant, kept per namespace by triggers in `memory_usage`), and
+//! rolls back past one. A run's write carries what identifies it (`written_by`: the run, its
+//! step, the key and the value): the same write again, by a resumed run, finds itself stored
+//! and changes nothing, so no write is applied twice.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::any::AnyRow;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::{Backend, Result, Store, fmt_time, parse_json, parse_time, to_json};
+use crate::config::MemoryConfig;
+use crate::domain::memory::{MemoryItem, Namespace, query_words, searchable_text};
+use crate::domain::{RunId, Tenant};
+
+/// A run's write: the run, and a digest of its step, key and value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOp {
+    pub run: RunId,
+    pub step: String,
+}
+
+impl WriteOp {
+    /// What the row keeps: `RUN#DIGEST`, the digest over the step, namespace, key and value.
+    fn stamp(&self, namespace: &Namespace, key: &str, value: &Value) -> String {
+        let what = serde_json::json!([self.step, namespace.as_str(), key, value]);
+        let digest = crate::domain::definition::digest(&what);
+        format!("{}#{}", self.run, &digest["sha256:".len()..])
+    }
+}
+
+/// One item to put.
+#[derive(Debug, Clone)]
+pub struct NewItem<'a> {
+    pub namespace: &'a Namespace,
+    pub key: &'a str,
+    pub value: &'a Value,
+    /// Forgotten this many seconds from now.
+    pub ttl_secs: Option<u64>,
+    pub user_id: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    /// The run's write that puts it, when a run does.
+    pub written_by: Option<&'a WriteOp>,
+    /// Its embedding and the model that made it.
+    pub embedding: Option<(&'a [f32], &'a str)>,
+}
+
+/// What a put did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Put {
+    /// Stored: `true` when the key was new.
+    Stored(MemoryItem, bool),
+    /// The same write of the same run was stored before: nothing changed.
+    Replayed(MemoryItem),
+    /// Past a limit (the sentence names it, its value and what the put would use); nothing
+    /// changed.
+    TooLarge(String),
+}
+
+/// A page of items.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    pub items: Vec<MemoryItem>,
+    /// The last item's namespace and key, when more may follow.
+    pub next: Option<(String, String)>,
+}
+
+/// The memory store's handle, with the configured limits.
+#[derive(Clone)]
+pub struct Memory {
+    store: Store,
+    limits: std::sync::Arc<MemoryConfig>,
+}
+
+const COLUMNS: &str = "namespace, key, value, revision, user_id, session_id, size, created_at,
+    updated_at, expires_at_ms, written_by";
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// Rows not yet expired, for a table aliased `m`.
+const LIVE: &str = "(m.expires_at_ms IS NULL OR m.expires_at_ms > $NOW)";
+
+impl Memory {
+    pub fn new(store: Store, limits: std::sync::Arc<MemoryConfig>) -> Memory {
+        Memory { store, limits }
+    }
+
+    pub fn limits(&self) -> &MemoryConfig {
+        &self.limits
+    }
+
+    fn backend(&self) -> Backend {
+        self.store.backend
+    }
+
+    /// Puts an item, within the limits, unless it is a run's write stored before.
+    pub async fn put(&self, tenant: &Tenant, item: NewItem<'_>) -> Result<Put> {
+        let value_text = to_json(item.value);
+        let size = value_text.len() as u64;
+        let max = self.limits.max_item_bytes;
+        if max > 0 && size > max {
+            return Ok(Put::TooLarge(format!(
+                "the value is {size} bytes as JSON; memory.max_item_bytes is {max}"
+            )));
+        }
+        let stamp = (item.written_by).map(|w| w.stamp(item.namespace, item.key, item.value));
+        let now = now_ms();
+        // SQLite: the write lock from the start, so a put waits for another (busy timeout)
+        // instead of failing as a reader that wants to write.
+        let mut tx = match self.backend() {
+            Backend::Sqlite => self.store.pool().begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.store.pool().begin().await?,
+        };
+        if let Some(op) = item.written_by {
+            self.store.fence(&mut tx, op.run).await?;
+        }
+        if self.backend() == Backend::Postgres {
+            // A tenant's puts one at a time, so its limits hold exactly.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(format!("memory:{}", tenant.0))
+                .execute(&mut *tx)
+                .await?;
+        }
+        // Writes first (SQLite then holds the write lock), expired items of the namespace
+        // forgotten before they count.
+        sqlx::query(
+            "DELETE FROM memory_items WHERE tenant = $1 AND namespace = $2
+                AND expires_at_ms IS NOT NULL AND expires_at_ms <= $3",
+        )
+        .bind(&tenant.0)
+        .bind(item.namespace.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let existing = self
+            .read_one(&mut tx, tenant, item.namespace, item.key, now)
+            .await?;
+        if let (Some(stamp), Some((found, Some(written)))) = (&stamp, &existing)
+            && stamp == written
+        {
+            let found = found.clone();
+            tx.commit().await?;
+            return Ok(Put::Replayed(found));
+        }
+        let time = fmt_time(Utc::now());
+        let expires = item
+            .ttl_secs
+            .map(|s| now.saturating_add((s as i64).saturating_mul(1000)));
+        let (embedding, model) = match item.embedding {
+            Some((v, m)) => (Some(vector_bytes(v)), Some(m.to_owned())),
+            None => (None, None),
+        };
+        sqlx::query(
+            "INSERT INTO memory_items (tenant, namespace, key, value, text, size, revision,
+                user_id, session_id, written_by, embedding, embedding_model, expires_at_ms,
+                created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $10, $11, $12, $13, $13)
+             ON CONFLICT (tenant, namespace, key) DO UPDATE SET
+                value = excluded.value, text = excluded.text, size = excluded.size,
+                revision = memory_items.revision + 1, user_id = excluded.user_id,
+                session_id = excluded.session_id, written_by = excluded.written_by,
+                embedding = excluded.embedding, embedding_model = excluded.embedding_model,
+                expires_at_ms = excluded.expires_at_ms, updated_at = excluded.updated_at",
+        )
+        .bind(&tenant.0)
+        .bind(item.namespace.as_str())
+        .bind(item.key)
+        .bind(&value_text)
+        .bind(format!("{} {}", item.key, searchable_text(item.value)))
+        .bind(size as i64)
+        .bind(item.user_id)
+        .bind(item.session_id)
+        .bind(stamp.as_deref())
+        .bind(embedding)
+        .bind(model)
+        .bind(expires)
+        .bind(&time)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(refused) = self.over_limits(&mut tx, tenant, item.namespace).await? {
+            tx.rollback().await?;
+            return Ok(Put::TooLarge(refused));
+        }
+        let (stored, _) = self
+            .read_one(&mut tx, tenant, item.namespace, item.key, now)
+            .await?
+            .ok_or_else(|| super::Error::Corrupt("a memory item vanished in its put".into()))?;
+        tx.commit().await?;
+        Ok(Put::Stored(stored, existing.is_none()))
+    }
+
+    /// The limit a put just went past, if it did.
+    async fn over_limits(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        tenant: &Tenant,
+        namespace: &Namespace,
+    ) -> Result<Option<String>> {
+        let max_items = self.limits.max_namespace_items;
+        if max_items > 0 {
+            let items: i64 =
+                sqlx::query("SELECT items FROM memory_usage WHERE tenant = $1 AND namespace = $2")
+                    .bind(&tenant.0)
+                    .bind(namespace.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .map_or(Ok(0), |r| r.try_get("items"))?;
+            if items as u64 > max_items {
+                return Ok(Some(format!(
+                    "the namespace `{}` holds {max_items} items, memory.max_namespace_items; \
+                     delete some first",
+                    namespace.as_str()
+                )));
+            }
+        }
+        let max_bytes = self.limits.max_tenant_bytes;
+        if max_bytes > 0 {
+            let bytes: i64 = sqlx::query(
+                "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM memory_usage
+                 WHERE tenant = $1",
+            )
+            .bind(&tenant.0)
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("bytes")?;
+            if bytes as u64 > max_bytes {
+                return Ok(Some(format!(
+                    "the tenant's memory would take {bytes} bytes; memory.max_tenant_bytes is \
+                     {max_bytes}"
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn read_one(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        key: &str,
+        now: i64,
+    ) -> Result<Option<(MemoryItem, Option<String>)>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM memory_items m
+             WHERE m.tenant = $1 AND m.namespace = $2 AND m.key = $3 AND {}",
+            LIVE.replace("$NOW", "$4")
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(&tenant.0)
+            .bind(namespace.as_str())
+            .bind(key)
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await?;
+        row.map(|r| Ok((item_of(&r, None)?, r.try_get("written_by")?)))
+            .transpose()
+    }
+
+    /// One item, unless it is missing or expired.
+    pub async fn get(
+        &self,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        key: &str,
+    ) -> Result<Option<MemoryItem>> {
+        let mut conn = self.store.pool().acquire().await?;
+        let found = self
+            .read_one(&mut conn, tenant, namespace, key, now_ms())
+            .await?;
+        Ok(found.map(|(item, _)| item))
+    }
+
+    /// Deletes one item; whether there was one.
+    pub async fn delete(&self, tenant: &Tenant, namespace: &Namespace, key: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "DELETE FROM memory_items WHERE tenant = $1 AND namespace = $2 AND key = $3",
+        )
+        .bind(&tenant.0)
+        .bind(namespace.as_str())
+        .bind(key)
+        .execute(&self.store.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The items of `namespace` and the namespaces below it whose key starts with
+    /// `key_prefix`, by namespace then key, after the cursor `after`.
+    pub async fn list(
+        &self,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        key_prefix: &str,
+        after: Option<(&str, &str)>,
+        limit: u32,
+    ) -> Result<Page> {
+        let mut sql = format!(
+            "SELECT {COLUMNS} FROM memory_items m WHERE m.tenant = $1 AND {} AND {}
+                AND substr(m.key, 1, CAST($5 AS INTEGER)) = $6",
+            within("$2", "$3", "$4"),
+            LIVE.replace("$NOW", "$7")
+        );
+        // Without a cursor both are empty, which every item comes after.
+        sql.push_str(" AND (m.namespace > $8 OR (m.namespace = $8 AND m.key > $9))");
+        sql.push_str(" ORDER BY m.namespace, m.key LIMIT $10");
+        let (ns, below) = (namespace.as_str(), format!("{}/", namespace.as_str()));
+        let q = sqlx::query(AssertSqlSafe(sql))
+            .bind(&tenant.0)
+            .bind(ns)
+            .bind(below.len() as i64)
+            .bind(&below)
+            .bind(key_prefix.len() as i64)
+            .bind(key_prefix)
+            .bind(now_ms());
+        let (a_ns, a_key) = after.unwrap_or(("", ""));
+        let rows = q
+            .bind(a_ns)
+            .bind(a_key)
+            .bind(i64::from(limit) + 1)
+            .fetch_all(&self.store.pool())
+            .await?;
+        let mut items = rows
+            .iter()
+            .map(|r| item_of(r, None))
+            .collect::<Result<Vec<_>>>()?;
+        let more = items.len() > limit as usize;
+        items.truncate(limit as usize);
+        let next = match (more, items.last()) {
+            (true, Some(last)) => Some((last.namespace.clone(), last.key.clone())),
+            _ => None,
+        };
+        Ok(Page { items, next })
+    }
+
+    /// The items of `namespace` (and below) that share words with `query`, best first: items
+    /// matching more, and rarer, words rank higher (BM25 on SQLite, `ts_rank_cd` on
+    /// PostgreSQL). Words are stemmed (English), so `prefers` finds `prefer`.
+    pub async fn search_text(
+        &self,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        query: &str,
+        limit: u32,
+    ) -> Result<Vec<MemoryItem>> {
+        let words = query_words(query);
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (matches, from, score) = match self.backend() {
+            Backend::Sqlite => (
+                words
+                    .iter()
+                    .map(|w| format!("\"{w}\""))
+                    .collect::<Vec<_>>()
+                    .join(" OR "),
+                "memory_fts JOIN memory_items m ON m.id = memory_fts.rowid",
+                "memory_fts MATCH $1",
+            ),
+            Backend::Postgres => (
+                words.join(" | "),
+                "memory_items m, to_tsquery('english', $1) q",
+                "m.tsv @@ q",
+            ),
+        };
+        let rank = match self.backend() {
+            Backend::Sqlite => "-bm25(memory_fts)",
+            Backend::Postgres => "CAST(ts_rank_cd(m.tsv, q) AS DOUBLE PRECISION)",
+        };
+        let sql = format!(
+            "SELECT {COLUMNS}, {rank} AS score FROM {from}
+             WHERE {score} AND m.tenant = $2 AND {} AND {}
+             ORDER BY score DESC, m.updated_at DESC LIMIT $7",
+            within("$3", "$4", "$5"),
+            LIVE.replace("$NOW", "$6")
+        );
+        let below = format!("{}/", namespace.as_str());
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(matches)
+            .bind(&tenant.0)
+            .bind(namespace.as_str())
+            .bind(below.len() as i64)
+            .bind(&below)
+            .bind(now_ms())
+            .bind(i64::from(limit))
+            .fetch_all(&self.store.pool())
+            .await?;
+        rows.iter()
+            .map(|r| item_of(r, Some(r.try_get::<f64, _>("score")?)))
+            .collect()
+    }
+
+    /// The items of `namespace` (and below) with an embedding of `model`, ranked by cosine
+    /// similarity to `vector`, best first: every such item is compared (an exact ranking).
+    pub async fn search_vector(
+        &self,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        (vector, model): (&[f32], &str),
+        limit: u32,
+    ) -> Result<Vec<MemoryItem>> {
+        let sql = format!(
+            "SELECT m.id, m.embedding FROM memory_items m
+             WHERE m.tenant = $1 AND {} AND {} AND m.embedding_model = $6",
+            within("$2", "$3", "$4"),
+            LIVE.replace("$NOW", "$5")
+        );
+        let below = format!("{}/", namespace.as_str());
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(&tenant.0)
+            .bind(namespace.as_str())
+            .bind(below.len() as i64)
+            .bind(&below)
+            .bind(now_ms())
+            .bind(model)
+            .fetch_all(&self.store.pool())
+            .await?;
+        let query_norm = norm(vector);
+        let mut ranked: Vec<(f64, i64)> = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let bytes: Vec<u8> = r.try_get("embedding")?;
+            let id: i64 = r.try_get("id")?;
+            ranked.push((cosine(vector, query_norm, &bytes), id));
+        }
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        ranked.truncate(limit as usize);
+        let mut items = Vec::with_capacity(ranked.len());
+        for (score, id) in ranked {
+            let sql = format!("SELECT {COLUMNS} FROM memory_items m WHERE m.id = $1");
+            let row = sqlx::query(AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(&self.store.pool())
+                .await?;
+            if let Some(row) = row {
+                items.push(item_of(&row, Some(score))?);
+            }
+        }
+        Ok(items)
+    }
+
+    /// Forgets the items past their TTL, everywhere; how many.
+    pub async fn purge_expired(&self) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM memory_items WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= $1",
+        )
+        .bind(now_ms())
+        .execute(&self.store.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// A tenant's items and bytes, live or not yet purged.
+    pub async fn usage(&self, tenant: &Tenant) -> Result<(u64, u64)> {
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(items), 0) AS BIGINT) AS items,
+                    CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes
+             FROM memory_usage WHERE tenant = $1",
+        )
+        .bind(&tenant.0)
+        .fetch_one(&self.store.pool())
+        .await?;
+        let items: i64 = row.try_get("items")?;
+        let bytes: i64 = row.try_get("bytes")?;
+        Ok((items.max(0) as u64, bytes.max(0) as u64))
+    }
+}
+
+/// `m.namespace` is `ns` or below it (`below` is `ns/`, of `len` characters).
+fn within(ns: &str, len: &str, below: &str) -> String {
+    format!("(m.namespace = {ns} OR substr(m.namespace, 1, CAST({len} AS INTEGER)) = {below})")
+}
+
+fn item_of(r: &AnyRow, score: Option<f64>) -> Result<MemoryItem> {
+    let expires: Option<i64> = r.try_get("expires_at_ms")?;
+    let written_by: Option<String> = r.try_get("written_by")?;
+    Ok(MemoryItem {
+        namespace: r.try_get("namespace")?,
+        key: r.try_get("key")?,
+        value: parse_json(&r.try_get::<String, _>("value")?)?,
+        revision: r.try_get::<i64, _>("revision")? as u64,
+        user_id: r.try_get("user_id")?,
+        session_id: r.try_get("session_id")?,
+        size: r.try_get::<i64, _>("size")? as u64,
+        created_at: parse_time(&r.try_get::<String, _>("created_at")?)?,
+        updated_at: parse_time(&r.try_get::<String, _>("updated_at")?)?,
+        expires_at: expires.and_then(DateTime::<Utc>::from_timestamp_millis),
+        written_by_run: written_by.and_then(|w| w.split('#').next().map(str::to_owned)),
+        score,
+    })
+}
+
+/// A vector as stored: little-endian f32s.
+pub fn vector_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn norm(v: &[f32]) -> f64 {
+    v.iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt()
+}
+
+/// The cosine similarity of `query` (of norm `query_norm`) and a stored vector; 0 when either
+/// is zero or their lengths differ.
+fn cosine(query: &[f32], query_norm: f64, stored: &[u8]) -> f64 {
+    if stored.len() != query.len() * 4 || query_norm == 0.0 {
+        return 0.0;
+    }
+    let (mut dot, mut sq) = (0.0f64, 0.0f64);
+    for (q, chunk) in query.iter().zip(stored.chunks_exact(4)) {
+        let s = f64::from(f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]));
+        dot += f64::from(*q) * s;
+        sq += s * s;
+    }
+    if sq == 0.0 {
+        return 0.0;
+    }
+    dot / (query_norm * sq.sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn memory() -> Memory {
+        let name = uuid::Uuid::now_v7().simple();
+        let url = format!("sqlite:file:orca-memory-{name}?mode=memory&cache=shared");
+        let store = Store::connect(&url, 4).await.expect("a store");
+        Memory::new(store, std::sync::Arc::new(MemoryConfig::default()))
+    }
+
+    #[tokio::test]
+    async fn a_runs_write_made_again_is_found_stored_and_not_applied_twice() {
+        let memory = memory().await;
+        let tenant = Tenant("t".into());
+        let ns = Namespace::of_user("alice", None).unwrap();
+        let op = WriteOp {
+            run: RunId::new(),
+            step: "note/tool-1-1".into(),
+        };
+        let value = serde_json::json!("likes sencha");
+        let item = |value, op| NewItem {
+            namespace: &ns,
+            key: "tea",
+            value,
+            ttl_secs: None,
+            user_id: Some("alice"),
+            session_id: None,
+            written_by: op,
+            embedding: None,
+        };
+        let first = memory.put(&tenant, item(&value, Some(&op))).await.unwrap();
+        assert!(
+            matches!(&first, Put::Stored(i, true) if i.revision == 1),
+            "{first:?}"
+        );
+        let again = memory.put(&tenant, item(&value, Some(&op))).await.unwrap();
+        assert!(
+            matches!(&again, Put::Replayed(i) if i.revision == 1),
+            "{again:?}"
+        );
+        // Another value from the same step, or the same value from another run, is a write.
+        let other = serde_json::json!("likes matcha");
+        let changed = memory.put(&tenant, item(&other, Some(&op))).await.unwrap();
+        assert!(
+            matches!(&changed, Put::Stored(i, false) if i.revision == 2),
+            "{changed:?}"
+        );
+        let another = WriteOp {
+            run: RunId::new(),
+            ..op.clone()
+        };
+        let by_other = memory
+            .put(&tenant, item(&other, Some(&another)))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&by_other, Put::Stored(i, false) if i.revision == 3),
+            "{by_other:?}"
+        );
+        let by_api = memory.put(&tenant, item(&other, None)).await.unwrap();
+        assert!(
+            matches!(&by_api, Put::Stored(i, false) if i.revision == 4),
+            "{by_api:?}"
+        );
+    }
+
+    #[test]
+    fn cosine_of_stored_vectors() {
+        let a = [1.0f32, 0.0, 0.0];
+        let same = vector_bytes(&[2.0, 0.0, 0.0]);
+        let orthogonal = vector_bytes(&[0.0, 3.0, 0.0]);
+        assert!((cosine(&a, norm(&a), &same) - 1.0).abs() < 1e-9);
+        assert!(cosine(&a, norm(&a), &orthogonal).abs() < 1e-9);
+        assert_eq!(cosine(&a, norm(&a), &vector_bytes(&[1.0])), 0.0);
+    }
+}
