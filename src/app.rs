@@ -86,6 +86,7 @@ impl App {
         };
         load_shared_definitions(&config, &store, catalog).await?;
         let telemetry = telemetry(&config)?;
+        let embedder = embedder(&config, &llm)?;
         let (hub, writer) = EventHub::start(store.clone(), config.engine.event_buffer);
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
@@ -111,7 +112,7 @@ impl App {
             bodies: Arc::new(Bodies::new(config.webhooks.clone(), destinations.clone())),
             lease: crate::engine::runtime::lease::LeaseGate::for_store(&store),
             tasks: crate::store::tasks::Tasks::new(store.clone()),
-            memory: Memory::new(store.clone(), Arc::new(config.memory.clone())),
+            memory: Memory::new(store.clone(), Arc::new(config.memory.clone()), embedder),
         };
         let engine = start_engine(services, &config.database, &store, &tracker, &shutdown).await?;
         let bind = config.server.bind.clone();
@@ -464,6 +465,20 @@ fn bind_error(bind: &str, e: std::io::Error) -> anyhow::Error {
     } else {
         anyhow::Error::new(e).context(format!("binding {bind} (server.bind)"))
     }
+}
+
+/// The model `memory.embedding_model` names, if it names one.
+fn embedder(
+    config: &Config,
+    llm: &LlmRouter,
+) -> anyhow::Result<Option<crate::llm::embed::Embedder>> {
+    let alias = &config.memory.embedding_model;
+    if alias.is_empty() {
+        return Ok(None);
+    }
+    let embedder = crate::llm::embed::Embedder::new(llm, alias)
+        .map_err(|e| anyhow::anyhow!("memory.embedding_model: {e} (llm.models)"))?;
+    Ok(Some(embedder))
 }
 
 /// The trace exporter `[telemetry]` asks for (a no-op without an endpoint).

@@ -82,6 +82,9 @@ pub struct MemoryConfig {
     pub max_tenant_bytes: u64,
     /// Items a search returns at most (`limit` is capped to it).
     pub max_search_results: u32,
+    /// The model alias (`llm.models`) that embeds items and queries, for search by meaning;
+    /// empty: search by text only.
+    pub embedding_model: String,
 }
 
 impl Default for MemoryConfig {
@@ -91,6 +94,7 @@ impl Default for MemoryConfig {
             max_namespace_items: 100_000,
             max_tenant_bytes: 1024 * 1024 * 1024,
             max_search_results: 100,
+            embedding_model: String::new(),
         }
     }
 }

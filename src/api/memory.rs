@@ -18,7 +18,7 @@ use super::extract::{JsonBody, Path, Query, deserialize_located};
 use super::users::BoundUser;
 use crate::domain::Tenant;
 use crate::domain::memory::{MemoryItem, Namespace, Owner, SearchMode, check_key};
-use crate::store::memory::{NewItem, Put};
+use crate::store::memory::{NewItem, Put, Searched};
 
 /// The longest TTL a put may ask: ten years, in seconds.
 const MAX_TTL_SECS: u64 = 10 * 366 * 24 * 3600;
@@ -39,7 +39,6 @@ pub fn routes() -> axum::Router<AppState> {
 #[serde(deny_unknown_fields)]
 pub struct PutItem {
     /// Any JSON value (at most `memory.max_item_bytes` as JSON text).
-    #[schema(value_type = Object)]
     pub value: Value,
     /// Forget the item this many seconds from now (1 to ten years); none: kept until deleted.
     #[schema(minimum = 1, maximum = 316224000)]
@@ -109,8 +108,8 @@ fn item_path(path: &str) -> Result<(Namespace, String), ApiError> {
 /// `memory.max_tenant_bytes`: 413 `payload_too_large`, and nothing is stored.
 #[utoipa::path(put, path = "/v1/memory/{namespace}/{key}", tag = "memory",
     params(
-        ("namespace" = String, Path, description = "1-8 segments joined by `/` (letters, digits, `_ - . : @ ~`): `user/ID/…` is a user's, `session/ID/…` a session's, anything else the tenant's"),
-        ("key" = String, Path, min_length = 1, max_length = 256),
+        ("namespace" = String, Path, pattern = "^[A-Za-z0-9_.:@~-]{1,128}(/[A-Za-z0-9_.:@~-]{1,128}){0,7}$", description = "1-8 segments joined by `/` (letters, digits, `_ - . : @ ~`): `user/ID/…` is a user's, `session/ID/…` a session's, anything else the tenant's"),
+        ("key" = String, Path, pattern = "^[A-Za-z0-9_.:@~-]{1,256}$"),
     ),
     request_body = PutItem,
     responses(
@@ -122,6 +121,7 @@ fn item_path(path: &str) -> Result<(Namespace, String), ApiError> {
         (status = 413, description = "Past a memory limit", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The embedding model failed", body = super::error::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn put_item(
@@ -132,6 +132,12 @@ pub async fn put_item(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let (namespace, key) = item_path(&path)?;
+    if !body.is_object() {
+        return Err(ApiError::validation(
+            "",
+            "the body is a JSON object: {\"value\": …}",
+        ));
+    }
     let body: PutItem = deserialize_located(body)?;
     if let Some(ttl) = body.ttl_seconds
         && !(1..=MAX_TTL_SECS).contains(&ttl)
@@ -148,8 +154,10 @@ pub async fn put_item(
             let user = state.sessions.user(&tenant, session).await?.flatten();
             (user, Some(session.to_owned()))
         }
-        Owner::Tenant => (None, None),
+        Owner::Tenant | Owner::Everyone => (None, None),
     };
+    let memory = state.engine.memory();
+    let embedding = (memory.embedding_of(&key, &body.value).await).map_err(embedding_failed)?;
     let item = NewItem {
         namespace: &namespace,
         key: &key,
@@ -158,9 +166,9 @@ pub async fn put_item(
         user_id: user_id.as_deref(),
         session_id: session_id.as_deref(),
         written_by: None,
-        embedding: None,
+        embedding: embedding.as_ref().map(|(v, m)| (v.as_slice(), m.as_str())),
     };
-    match state.engine.memory().put(&tenant, item).await? {
+    match memory.put(&tenant, item).await? {
         Put::Stored(item, true) => Ok((StatusCode::CREATED, Json(item)).into_response()),
         Put::Stored(item, false) | Put::Replayed(item) => Ok(Json(item).into_response()),
         Put::TooLarge(why) => Err(ApiError::TooLarge(why)),
@@ -170,8 +178,8 @@ pub async fn put_item(
 /// Get an item (404 when it is missing, expired, or another user's).
 #[utoipa::path(get, path = "/v1/memory/{namespace}/{key}", tag = "memory",
     params(
-        ("namespace" = String, Path, description = "Segments joined by `/`"),
-        ("key" = String, Path, min_length = 1, max_length = 256),
+        ("namespace" = String, Path, pattern = "^[A-Za-z0-9_.:@~-]{1,128}(/[A-Za-z0-9_.:@~-]{1,128}){0,7}$", description = "Segments joined by `/`"),
+        ("key" = String, Path, pattern = "^[A-Za-z0-9_.:@~-]{1,256}$"),
     ),
     responses(
         (status = 200, body = MemoryItem),
@@ -201,8 +209,8 @@ fn no_item(namespace: &Namespace, key: &str) -> ApiError {
 /// Delete an item (404 when there is none).
 #[utoipa::path(delete, path = "/v1/memory/{namespace}/{key}", tag = "memory",
     params(
-        ("namespace" = String, Path, description = "Segments joined by `/`"),
-        ("key" = String, Path, min_length = 1, max_length = 256),
+        ("namespace" = String, Path, pattern = "^[A-Za-z0-9_.:@~-]{1,128}(/[A-Za-z0-9_.:@~-]{1,128}){0,7}$", description = "Segments joined by `/`"),
+        ("key" = String, Path, pattern = "^[A-Za-z0-9_.:@~-]{1,256}$"),
     ),
     responses(
         (status = 204, description = "Deleted"),
@@ -236,7 +244,7 @@ pub async fn delete_item(
 /// the previous page. Expired items are not listed.
 #[utoipa::path(get, path = "/v1/memory", tag = "memory",
     params(
-        ("namespace" = String, Query, description = "Segments joined by `/`"),
+        ("namespace" = String, Query, pattern = "^[A-Za-z0-9_.:@~-]{1,128}(/[A-Za-z0-9_.:@~-]{1,128}){0,7}$", description = "Segments joined by `/`"),
         ("key_prefix" = Option<String>, Query, max_length = 256),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200),
         ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{2})+$", description = "`next_cursor` of the previous page"),
@@ -291,17 +299,19 @@ fn encode_cursor(namespace: &str, key: &str) -> String {
         .collect()
 }
 
+/// Any even run of hex digits is a place to start after: a cursor not made here starts
+/// wherever its text sorts.
 fn decode_cursor(text: &str) -> Option<(String, String)> {
-    if !text.len().is_multiple_of(2) {
+    if text.is_empty() || !text.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..text.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
         .collect();
-    let text = String::from_utf8(bytes?).ok()?;
-    let (namespace, key) = text.split_once('\n')?;
-    Some((namespace.to_owned(), key.to_owned()))
+    let text = String::from_utf8_lossy(&bytes?).into_owned();
+    let (namespace, key) = text.split_once('\n').unwrap_or((&text, ""));
+    Some((namespace.replace('\0', ""), key.replace('\0', "")))
 }
 
 /// Search a namespace (and those below it) for the items closest to a query, best first.
@@ -313,6 +323,7 @@ fn decode_cursor(text: &str) -> Option<(String, String)> {
     request_body = SearchBody,
     responses(
         (status = 200, body = SearchResult),
+        (status = 503, description = "The embedding model failed", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 400, description = "Not JSON", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Another user's memory (a key bound to a user)", body = super::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body was not sent as application/json", body = super::error::Problem, content_type = "application/problem+json"),
@@ -341,21 +352,24 @@ pub async fn search(
             format!("a limit is 1 to {max} (memory.max_search_results)"),
         ));
     }
-    if body.mode == SearchMode::Meaning {
-        errors.push(FieldError::new(
-            "/mode",
-            "no embedding model is configured (memory.embedding_model); search by `text`",
-        ));
-    }
     let Some(namespace) = namespace.filter(|_| errors.is_empty()) else {
         return Err(ApiError::validation_many(errors));
     };
     bound.may_use(&state, &tenant, &namespace, false).await?;
-    let items = (state.engine.memory())
-        .search_text(&tenant, &namespace, &body.query, limit)
+    let searched = (state.engine.memory())
+        .search(&tenant, &namespace, &body.query, limit, body.mode)
         .await?;
-    Ok(Json(SearchResult {
-        items,
-        mode: SearchMode::Text,
-    }))
+    match searched {
+        Searched::Found(items, mode) => Ok(Json(SearchResult { items, mode })),
+        Searched::NoEmbedder => Err(ApiError::validation(
+            "/mode",
+            "no embedding model is configured (memory.embedding_model); search by `text`",
+        )),
+        Searched::Embedding(e) => Err(embedding_failed(e)),
+    }
+}
+
+/// The embedding model failing: 503, the caller may try again.
+fn embedding_failed(e: crate::llm::Error) -> ApiError {
+    ApiError::Unavailable(format!("the embedding model failed: {e}"))
 }

@@ -59,6 +59,7 @@ impl BoundUser {
                 let owner = state.sessions.user(tenant, session).await?;
                 owner.flatten().as_deref() == Some(me.as_str())
             }
+            Owner::Everyone => false,
             Owner::Tenant if write => {
                 return Err(ApiError::Forbidden(format!(
                     "a key bound to the user `{me}` changes only `user/{me}/…` and its \

@@ -5,6 +5,7 @@
 //! Provider wire shapes stay inside `providers/*`: everything that leaves this module is one of
 //! the types below, so runs and history never store a provider's JSON.
 
+pub mod embed;
 pub mod providers;
 pub mod router;
 pub mod schema;
@@ -202,6 +203,16 @@ pub trait LlmProvider: Send + Sync + 'static {
         request: ChatRequest,
         cancel: CancellationToken,
     ) -> Result<LlmStream, Error>;
+
+    /// The embeddings of `texts` by `model`, in their order (memory searched by meaning). A
+    /// provider without an embeddings API refuses (`Error::Status` 400).
+    async fn embed(&self, model: &str, texts: &[String]) -> Result<Vec<Vec<f32>>, Error> {
+        let _ = (model, texts);
+        Err(Error::Status {
+            status: 400,
+            message: format!("the provider `{}` has no embeddings API", self.name()),
+        })
+    }
 }
 
 /// Everything that can go wrong talking to a model.

@@ -17,8 +17,9 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::{Backend, Result, Store, fmt_time, parse_json, parse_time, to_json};
 use crate::config::MemoryConfig;
-use crate::domain::memory::{MemoryItem, Namespace, query_words, searchable_text};
+use crate::domain::memory::{MemoryItem, Namespace, SearchMode, query_words, searchable_text};
 use crate::domain::{RunId, Tenant};
+use crate::llm::embed::Embedder;
 
 /// A run's write: the run, and a digest of its step, key and value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,11 +73,23 @@ pub struct Page {
     pub next: Option<(String, String)>,
 }
 
-/// The memory store's handle, with the configured limits.
+/// The memory store's handle, with the configured limits and embedding model.
 #[derive(Clone)]
 pub struct Memory {
     store: Store,
     limits: std::sync::Arc<MemoryConfig>,
+    embedder: Option<Embedder>,
+}
+
+/// What a search found.
+#[derive(Debug)]
+pub enum Searched {
+    /// The items, best first, and how they were ranked.
+    Found(Vec<MemoryItem>, SearchMode),
+    /// A search by meaning, with no embedding model configured.
+    NoEmbedder,
+    /// The embedding model failed to embed the query.
+    Embedding(crate::llm::Error),
 }
 
 const COLUMNS: &str = "namespace, key, value, revision, user_id, session_id, size, created_at,
@@ -90,8 +103,57 @@ fn now_ms() -> i64 {
 const LIVE: &str = "(m.expires_at_ms IS NULL OR m.expires_at_ms > $NOW)";
 
 impl Memory {
-    pub fn new(store: Store, limits: std::sync::Arc<MemoryConfig>) -> Memory {
-        Memory { store, limits }
+    pub fn new(
+        store: Store,
+        limits: std::sync::Arc<MemoryConfig>,
+        embedder: Option<Embedder>,
+    ) -> Memory {
+        Memory {
+            store,
+            limits,
+            embedder,
+        }
+    }
+
+    /// The embedding of what search reads of an item (its key and value) and the model's
+    /// name, when an embedding model is configured.
+    pub async fn embedding_of(
+        &self,
+        key: &str,
+        value: &Value,
+    ) -> std::result::Result<Option<(Vec<f32>, String)>, crate::llm::Error> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(None);
+        };
+        let text = format!("{key} {}", searchable_text(value));
+        Ok(Some((embedder.embed(&text).await?, embedder.model_id())))
+    }
+
+    /// The items of `namespace` (and below) closest to `query`, best first, ranked as `mode`
+    /// asks: `auto` is by meaning when an embedding model is configured, else by text.
+    pub async fn search(
+        &self,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        query: &str,
+        limit: u32,
+        mode: SearchMode,
+    ) -> Result<Searched> {
+        let embedder = match (mode, &self.embedder) {
+            (SearchMode::Text, _) | (SearchMode::Auto, None) => {
+                let items = self.search_text(tenant, namespace, query, limit).await?;
+                return Ok(Searched::Found(items, SearchMode::Text));
+            }
+            (SearchMode::Meaning, None) => return Ok(Searched::NoEmbedder),
+            (_, Some(embedder)) => embedder,
+        };
+        let vector = match embedder.embed(query).await {
+            Ok(v) => v,
+            Err(e) => return Ok(Searched::Embedding(e)),
+        };
+        let model = embedder.model_id();
+        let items = (self.search_vector(tenant, namespace, (&vector, &model), limit)).await?;
+        Ok(Searched::Found(items, SearchMode::Meaning))
     }
 
     pub fn limits(&self) -> &MemoryConfig {
@@ -535,7 +597,7 @@ mod tests {
         let name = uuid::Uuid::now_v7().simple();
         let url = format!("sqlite:file:orca-memory-{name}?mode=memory&cache=shared");
         let store = Store::connect(&url, 4).await.expect("a store");
-        Memory::new(store, std::sync::Arc::new(MemoryConfig::default()))
+        Memory::new(store, std::sync::Arc::new(MemoryConfig::default()), None)
     }
 
     #[tokio::test]

@@ -236,11 +236,7 @@ async fn limits_answer_413_and_422_and_store_nothing() {
             json!({ "value": 1 }),
             "/path/namespace",
         ),
-        (
-            "/v1/memory/user/k",
-            json!({ "value": 1 }),
-            "/path/namespace",
-        ),
+        ("/v1/memory/kb/k", json!([1, 2]), ""),
         (
             "/v1/memory/onlykey",
             json!({ "value": 1 }),
@@ -431,6 +427,7 @@ async fn two_users_with_bound_keys_see_only_their_own_runs_sessions_and_memory()
         (Method::DELETE, "/v1/memory/user/alice/notes/tea", None),
         (Method::GET, "/v1/memory/session/s-alice/topic", None),
         (Method::GET, "/v1/memory?namespace=user/alice", None),
+        (Method::GET, "/v1/memory?namespace=user", None),
         (
             Method::POST,
             "/v1/memory/search",
@@ -680,4 +677,156 @@ async fn a_kill_9_between_a_memory_write_and_its_steps_end_does_not_write_twice(
         .await
         .unwrap();
     assert_eq!(item["revision"], 1, "written once: {item}");
+}
+
+/// Items of Alice's written by one run, in session `monday`.
+async fn alices_facts(app: &TestApp) {
+    let plan = json!({ "steps": [
+        put_step("pet", "pet", "Alice has a cat called Miso"),
+        put_step("tea", "tea", "Alice drinks sencha every morning"),
+        put_step("city", "city", "Alice lives in Lisbon"),
+    ]});
+    let events = app
+        .stream_run(
+            json!({ "input": "remember", "orchestration": "fixed", "plan": plan,
+            "session_id": "monday", "user_id": "alice" }),
+        )
+        .await;
+    assert_eq!(
+        final_data(&events)["status"],
+        "succeeded",
+        "{:?}",
+        final_data(&events)
+    );
+}
+
+/// What a run of Alice's in session `tuesday` finds for `query` with `memory.search`.
+async fn alice_recalls(app: &TestApp, query: &str) -> Vec<Value> {
+    let body = json!({ "input": "recall", "orchestration": "fixed", "session_id": "tuesday",
+        "user_id": "alice", "plan": { "steps": [ { "id": "find", "kind": "tool", "input": {
+            "tool": "memory.search", "arguments": { "query": query, "namespace": "facts", "limit": 1 } } } ],
+            "output": "{{ steps.find.output }}" } });
+    let fin = final_data(&app.stream_run(body).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+    fin["output"]["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_run_recalls_by_meaning_through_an_embeddings_server_as_strict_as_openais() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| {
+        crate::support::app::use_scripted_openai(c, &llm);
+        let alias = orca::config::ModelAlias::new("openai", "text-embedding-3-small");
+        c.llm.models.insert("embedder".into(), alias);
+        c.memory.embedding_model = "embedder".into();
+    })
+    .await;
+    alices_facts(&app).await;
+    // No word of the query is in the item: only its meaning is.
+    let found = alice_recalls(&app, "a feline companion").await;
+    assert_eq!(found[0]["key"], "pet", "{found:?}");
+    let found = alice_recalls(&app, "which instrument... no: what is her drink, matcha?").await;
+    assert_eq!(found[0]["key"], "tea", "{found:?}");
+    let embedded = llm.embedded();
+    assert!(
+        embedded.contains(&"pet Alice has a cat called Miso".to_owned()),
+        "{embedded:?}"
+    );
+    assert!(
+        embedded.contains(&"a feline companion".to_owned()),
+        "{embedded:?}"
+    );
+    // Over HTTP: `text` finds nothing for it, `meaning` (and `auto`) finds the cat.
+    let search = |mode: &str| json!({ "namespace": "user/alice", "query": "feline companion", "mode": mode });
+    let (_, by_text) = app.post_json("/v1/memory/search", &search("text")).await;
+    assert_eq!(by_text["items"], json!([]), "{by_text}");
+    for mode in ["meaning", "auto"] {
+        let (status, found) = app.post_json("/v1/memory/search", &search(mode)).await;
+        assert_eq!(status, 200, "{found}");
+        assert_eq!(found["mode"], "meaning");
+        assert_eq!(found["items"][0]["key"], "pet", "{found}");
+        let score = |i: usize| found["items"][i]["score"].as_f64().unwrap();
+        assert!(score(0) > 0.2 && score(1) < 0.01, "{found}");
+    }
+}
+
+#[tokio::test]
+async fn ollama_embeds_too_and_a_failing_embedding_model_stores_nothing() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| {
+        crate::support::app::use_scripted_openai(c, &llm);
+        let provider = orca::config::ProviderConfig {
+            kind: orca::config::ProviderKind::Ollama,
+            max_retries: 0,
+            ..orca::config::ProviderConfig::openai(llm.ollama_base_url())
+        };
+        c.llm.providers.insert("local".into(), provider);
+        let alias = orca::config::ModelAlias::new("local", "nomic-embed-text");
+        c.llm.models.insert("embedder".into(), alias);
+        c.memory.embedding_model = "embedder".into();
+    })
+    .await;
+    alices_facts(&app).await;
+    let found = alice_recalls(&app, "kitten").await;
+    assert_eq!(found[0]["key"], "pet", "{found:?}");
+    let embedded = llm.embedded();
+    assert!(embedded.contains(&"kitten".to_owned()), "{embedded:?}");
+
+    // An embedding model that cannot be reached: the put is 503 and stores nothing.
+    let app = spawn_app(|c| {
+        crate::support::app::use_scripted_openai(c, &llm);
+        let down = orca::config::ProviderConfig {
+            max_retries: 0,
+            connect_timeout_ms: 500,
+            ..orca::config::ProviderConfig::openai("http://127.0.0.1:9/v1")
+        };
+        c.llm.providers.insert("down".into(), down);
+        let alias = orca::config::ModelAlias::new("down", "text-embedding-3-small");
+        c.llm.models.insert("embedder".into(), alias);
+        c.memory.embedding_model = "embedder".into();
+    })
+    .await;
+    let (status, body) = app
+        .put_json("/v1/memory/kb/hours", &json!({ "value": "9 to 5" }))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("embedding model"),
+        "{body}"
+    );
+    let (status, _) = app.get_json("/v1/memory/kb/hours").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn the_offline_provider_embeds_without_a_key_and_an_unknown_embedding_model_stops_the_start()
+{
+    let app = spawn_app(|c| c.memory.embedding_model = "default".into()).await;
+    alices_facts(&app).await;
+    let found = alice_recalls(&app, "does she keep cats?").await;
+    assert_eq!(found[0]["key"], "pet", "{found:?}");
+    assert!(found[0]["score"].as_f64().unwrap() > 0.1, "{found:?}");
+    let (_, found) = app
+        .post_json(
+            "/v1/memory/search",
+            &json!({ "namespace": "user/alice", "query": "sencha" }),
+        )
+        .await;
+    assert_eq!(found["mode"], "meaning", "{found}");
+    assert_eq!(found["items"][0]["key"], "tea", "{found}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::app::test_config(&dir);
+    config.memory.embedding_model = "no-such-alias".into();
+    let refused = orca::app::App::build(config)
+        .await
+        .err()
+        .expect("the start is refused");
+    assert!(
+        refused.to_string().contains("memory.embedding_model"),
+        "{refused}"
+    );
 }

@@ -8,10 +8,10 @@
 
 use serde_json::{Value, json};
 
-use crate::domain::memory::{MemoryItem, Namespace, check_key};
+use crate::domain::memory::{MemoryItem, Namespace, SearchMode, check_key};
 use crate::domain::{ErrorCode, RunError, StepPath};
 use crate::engine::runtime::context::RunContext;
-use crate::store::memory::{NewItem, Put, WriteOp};
+use crate::store::memory::{NewItem, Put, Searched, WriteOp};
 use crate::tools::memory::MemoryOp;
 
 /// Items a search returns unless it asks.
@@ -70,11 +70,14 @@ pub async fn search(
     query: &str,
     limit: u32,
 ) -> Result<Vec<MemoryItem>, RunError> {
-    let limit = limit.min(ctx.services.memory.limits().max_search_results);
-    (ctx.services.memory)
-        .search_text(&ctx.tenant, namespace, query, limit)
-        .await
-        .map_err(unavailable)
+    let memory = &ctx.services.memory;
+    let limit = limit.min(memory.limits().max_search_results);
+    let searched = (memory.search(&ctx.tenant, namespace, query, limit, SearchMode::Auto)).await;
+    match searched.map_err(unavailable)? {
+        Searched::Found(items, _) => Ok(items),
+        Searched::Embedding(e) => Err(e.to_run_error()),
+        Searched::NoEmbedder => Ok(Vec::new()), // `auto` never asks for meaning without one
+    }
 }
 
 async fn put(
@@ -90,6 +93,8 @@ async fn put(
         step: step.to_string(),
     };
     let session = matches!(namespace.owner(), crate::domain::memory::Owner::Session(_));
+    let memory = &ctx.services.memory;
+    let embedding = (memory.embedding_of(key, &value).await).map_err(|e| e.to_run_error())?;
     let item = NewItem {
         namespace,
         key,
@@ -98,9 +103,9 @@ async fn put(
         user_id: request.user_id.as_deref(),
         session_id: request.session_id.as_deref().filter(|_| session),
         written_by: Some(&op),
-        embedding: None,
+        embedding: embedding.as_ref().map(|(v, m)| (v.as_slice(), m.as_str())),
     };
-    let put = (ctx.services.memory.put(&ctx.tenant, item).await).map_err(unavailable)?;
+    let put = (memory.put(&ctx.tenant, item).await).map_err(unavailable)?;
     match put {
         Put::Stored(item, _) => Ok(json!({ "stored": true, "item": shown(&item) })),
         Put::Replayed(item) => Ok(json!({ "stored": true, "item": shown(&item) })),
@@ -176,6 +181,6 @@ pub fn namespace_of(
 fn unavailable(e: crate::store::Error) -> RunError {
     RunError::new(
         ErrorCode::StoreUnavailable,
-        format!("the memory store failed: {e:?}"),
+        format!("the memory store failed: {e}"),
     )
 }

@@ -139,7 +139,11 @@ async fn services(config: &Config) -> Services {
         functions: Default::default(),
         hub,
         tasks: crate::store::tasks::Tasks::new(store.clone()),
-        memory: crate::store::memory::Memory::new(store.clone(), Arc::new(config.memory.clone())),
+        memory: crate::store::memory::Memory::new(
+            store.clone(),
+            Arc::new(config.memory.clone()),
+            None,
+        ),
         store,
         metrics: crate::metrics::Metrics::new(),
         inputs: Default::default(),

@@ -658,6 +658,40 @@ pub(crate) fn schema_in_prompt(
     (request, mode == StructuredOutput::JsonObject)
 }
 
+/// The JSON answer to `body` sent to `endpoint` (with its retries), read within its read
+/// timeout: what a non-streamed call (embeddings) gets back.
+pub(crate) async fn json_answer(endpoint: &Endpoint, body: &Value) -> Result<Value, Error> {
+    let response = endpoint
+        .send(body, "application/json")
+        .await
+        .map_err(|f| f.error)?;
+    let read = tokio::time::timeout(endpoint.read_timeout, response.bytes());
+    let bytes = read
+        .await
+        .map_err(|_| Error::Timeout("the answer did not arrive in time".into()))?
+        .map_err(|e| Error::Malformed(format!("the answer could not be read: {e}")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::Malformed(format!("the answer is not JSON: {e}")))
+}
+
+/// A JSON array of numbers as a vector; `None` for anything else.
+pub(crate) fn vector_of(value: &Value) -> Option<Vec<f32>> {
+    let items = value.as_array()?;
+    items.iter().map(|x| x.as_f64().map(|f| f as f32)).collect()
+}
+
+/// The vectors, when there is one per text.
+pub(crate) fn one_each(texts: &[String], vectors: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, Error> {
+    if vectors.len() != texts.len() || vectors.iter().any(Vec::is_empty) {
+        return Err(Error::Malformed(format!(
+            "{} texts were sent and {} vectors came back",
+            texts.len(),
+            vectors.len()
+        )));
+    }
+    Ok(vectors)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

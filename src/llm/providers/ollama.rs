@@ -32,6 +32,8 @@ pub struct OllamaProvider {
     name: String,
     /// `{base}/api/chat`.
     endpoint: Endpoint,
+    /// `{base}/api/embed`.
+    embeddings: Endpoint,
 }
 
 impl OllamaProvider {
@@ -41,9 +43,11 @@ impl OllamaProvider {
     pub fn named(name: &str, cfg: &OpenAiConfig) -> Result<Self, String> {
         let key = format!("llm.providers.{name}");
         let endpoint = Endpoint::new(&key, &cfg.base_url, "/api/chat", cfg, Auth::Bearer)?;
+        let embeddings = Endpoint::new(&key, &cfg.base_url, "/api/embed", cfg, Auth::Bearer)?;
         Ok(OllamaProvider {
             name: name.to_owned(),
             endpoint,
+            embeddings,
         })
     }
 }
@@ -52,6 +56,16 @@ impl OllamaProvider {
 impl LlmProvider for OllamaProvider {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// `POST /api/embed` (`{model, input: [texts]}`): the vectors of `embeddings`, in order.
+    async fn embed(&self, model: &str, texts: &[String]) -> Result<Vec<Vec<f32>>, Error> {
+        let body = serde_json::json!({ "model": model, "input": texts });
+        let answer = super::http::json_answer(&self.embeddings, &body).await?;
+        let vectors = answer.get("embeddings").and_then(Value::as_array);
+        let vectors: Option<Vec<Vec<f32>>> =
+            vectors.map(|all| all.iter().filter_map(super::http::vector_of).collect());
+        super::http::one_each(texts, vectors.unwrap_or_default())
     }
 
     async fn stream(

@@ -34,6 +34,8 @@ pub struct OpenAiProvider {
     name: String,
     /// `{base}/chat/completions`.
     endpoint: Endpoint,
+    /// `{base}/embeddings`.
+    embeddings: Endpoint,
     /// Structured-output modes a model refused with a 400, by model: the weaker mode it takes
     /// instead, for the life of the process.
     downgraded: Mutex<HashMap<String, StructuredOutput>>,
@@ -56,6 +58,7 @@ impl OpenAiProvider {
         Ok(OpenAiProvider {
             name: name.to_owned(),
             endpoint: Endpoint::new(key, base, "/chat/completions", cfg, Auth::Bearer)?,
+            embeddings: Endpoint::new(key, base, "/embeddings", cfg, Auth::Bearer)?,
             downgraded: Mutex::new(HashMap::new()),
         })
     }
@@ -144,6 +147,30 @@ fn refuses_response_format(failure: &Failure) -> bool {
 impl LlmProvider for OpenAiProvider {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// `POST /embeddings` (`{model, input: [texts], encoding_format: "float"}`): the vectors
+    /// of `data`, put back in the order of `index`.
+    async fn embed(&self, model: &str, texts: &[String]) -> Result<Vec<Vec<f32>>, Error> {
+        let body =
+            serde_json::json!({ "model": model, "input": texts, "encoding_format": "float" });
+        let answer = super::http::json_answer(&self.embeddings, &body).await?;
+        let data = answer.get("data").and_then(Value::as_array);
+        let mut indexed: Vec<(u64, Vec<f32>)> = Vec::new();
+        for item in data.into_iter().flatten() {
+            let index = item.get("index").and_then(Value::as_u64);
+            let vector = item.get("embedding").and_then(super::http::vector_of);
+            match (index, vector) {
+                (Some(i), Some(v)) => indexed.push((i, v)),
+                _ => {
+                    return Err(Error::Malformed(
+                        "an embedding without its index or vector".into(),
+                    ));
+                }
+            }
+        }
+        indexed.sort_by_key(|(i, _)| *i);
+        super::http::one_each(texts, indexed.into_iter().map(|(_, v)| v).collect())
     }
 
     fn schema_dialect(&self, mode: StructuredOutput) -> SchemaDialect {

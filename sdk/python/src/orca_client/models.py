@@ -587,7 +587,7 @@ class MemoryItem(BaseModel):
             description="The user it belongs to, when it is a user's (its namespace, or its session's user)."
         ),
     ] = None
-    value: dict[str, Any]
+    value: Annotated[Any, Field(description="Any JSON value.")]
     written_by_run: Annotated[
         str | None, Field(description="The run whose step wrote it last, if a run did.")
     ] = None
@@ -768,7 +768,7 @@ class PutItem(BaseModel):
         ),
     ] = None
     value: Annotated[
-        dict[str, Any],
+        Any,
         Field(
             description="Any JSON value (at most `memory.max_item_bytes` as JSON text)."
         ),

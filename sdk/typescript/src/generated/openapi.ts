@@ -1659,7 +1659,8 @@ export interface components {
             updated_at: string;
             /** @description The user it belongs to, when it is a user's (its namespace, or its session's user). */
             user_id?: string | null;
-            value: Record<string, unknown>;
+            /** @description Any JSON value. */
+            value: unknown;
             /** @description The run whose step wrote it last, if a run did. */
             written_by_run?: string | null;
         };
@@ -1888,7 +1889,7 @@ export interface components {
              */
             ttl_seconds?: number | null;
             /** @description Any JSON value (at most `memory.max_item_bytes` as JSON text). */
-            value: Record<string, unknown>;
+            value: unknown;
         };
         /** @description What one tenant may use; 0 is no limit. */
         Quota: {
@@ -4361,6 +4362,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The embedding model failed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     delete_item: {
@@ -4458,6 +4468,15 @@ export interface operations {
                 };
             };
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The embedding model failed */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

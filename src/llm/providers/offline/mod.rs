@@ -77,6 +77,13 @@ impl LlmProvider for OfflineProvider {
         MODEL
     }
 
+    async fn embed(&self, _model: &str, texts: &[String]) -> Result<Vec<Vec<f32>>, Error> {
+        Ok(texts
+            .iter()
+            .map(|t| crate::llm::embed::offline(t))
+            .collect())
+    }
+
     async fn stream(
         &self,
         request: ChatRequest,

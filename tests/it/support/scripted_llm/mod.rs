@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod anthropic;
+mod embeddings;
 mod ollama;
 mod openai;
 
@@ -314,6 +315,8 @@ struct Script {
     completed_streams: usize,
     next_call_id: u64,
     next_completion_id: u64,
+    /// Every text an embeddings request carried, in order.
+    embedded: Vec<String>,
 }
 
 impl ScriptedLlm {
@@ -335,6 +338,7 @@ impl ScriptedLlm {
                 completed_streams: 0,
                 next_call_id: 1,
                 next_completion_id: 1,
+                embedded: Vec::new(),
             }),
             requests_changed: Notify::new(),
             streams_changed: Notify::new(),
@@ -344,6 +348,8 @@ impl ScriptedLlm {
             .route("/v1/chat/completions", post(openai::chat_completions))
             .route("/v1/messages", post(anthropic::messages))
             .route("/api/chat", post(ollama::chat))
+            .route("/v1/embeddings", post(embeddings::openai_embeddings))
+            .route("/api/embed", post(embeddings::ollama_embed))
             .route("/release", post(release))
             .fallback(not_found)
             .with_state(shared.clone());
@@ -438,6 +444,11 @@ impl ScriptedLlm {
     pub fn expect_refusals(&self) -> &Self {
         self.shared.lock().refusals_expected = true;
         self
+    }
+
+    /// Every text an embeddings request carried, in order.
+    pub fn embedded(&self) -> Vec<String> {
+        self.shared.lock().embedded.clone()
     }
 
     pub fn request_count(&self) -> usize {
