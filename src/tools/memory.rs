@@ -108,7 +108,8 @@ impl Tool for MemoryTool {
                 "additionalProperties": false,
                 "required": ["query"],
                 "properties": {
-                    "query": { "type": "string", "minLength": 1, "maxLength": 2000 },
+                    "query": { "type": "string", "minLength": 1, "maxLength": 2000,
+                        "description": "What to look for, in words." },
                     "scope": scope_schema(),
                     "namespace": namespace_schema(),
                     "limit": { "type": "integer", "minimum": 1, "maximum": 20,
