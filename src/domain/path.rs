@@ -54,6 +54,12 @@ pub enum Segment<'a> {
     ModelRound(u32),
     /// Tool call `k` (from 1) the model asked for in round `n` (`tool-<n>-<k>`).
     ToolCall(u32, usize),
+    /// An agent's recall from memory before its turn (`recall`).
+    Recall,
+    /// An agent's summary written to memory after its turn (`remember`), and its write
+    /// (`remember-put`).
+    Remember,
+    RememberPut,
 }
 
 impl StepPath {
@@ -111,6 +117,9 @@ impl StepPath {
             Segment::ToolCall(n, k) => {
                 let _ = write!(s, "tool-{n}-{k}");
             }
+            Segment::Recall => s.push_str("recall"),
+            Segment::Remember => s.push_str("remember"),
+            Segment::RememberPut => s.push_str("remember-put"),
         }
         StepPath(s)
     }

@@ -56,6 +56,34 @@ pub struct AgentSpec {
     pub middleware: Vec<MiddlewareSpec>,
     /// A workflow acting as this agent (`kind: "workflow"`).
     pub workflow: Option<String>,
+    /// What it recalls from memory before its turn and writes there after (`memory`).
+    pub memory: Option<AgentMemory>,
+}
+
+/// An agent's memory settings (`memory` in its definition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentMemory {
+    /// Items recalled for its turn's request and put before it (0: none).
+    pub recall: u32,
+    /// Whose memory: `user` (the default), `session` or `shared`.
+    pub scope: String,
+    /// A namespace below the scope.
+    pub namespace: Option<String>,
+    /// Writes a summary of its conversation to memory (key `session-<id>`) when its turn ends.
+    pub remember: bool,
+}
+
+impl AgentMemory {
+    fn of(definition: Option<&Value>) -> Option<AgentMemory> {
+        let m = definition?;
+        let text = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
+        Some(AgentMemory {
+            recall: m.get("recall").and_then(Value::as_u64).unwrap_or(0) as u32,
+            scope: text("scope").unwrap_or_else(|| "user".into()),
+            namespace: text("namespace"),
+            remember: m.get("remember").and_then(Value::as_bool).unwrap_or(false),
+        })
+    }
 }
 
 /// One edge of the handoff graph: whom control may pass to, with which context.
@@ -388,6 +416,7 @@ pub fn compile_agent(name: &str, definition: &Value) -> Option<AgentSpec> {
         workflow: (text("kind").as_deref() == Some("workflow"))
             .then(|| text("workflow"))
             .flatten(),
+        memory: AgentMemory::of(definition.get("memory")),
     })
 }
 

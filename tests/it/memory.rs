@@ -830,3 +830,115 @@ async fn the_offline_provider_embeds_without_a_key_and_an_unknown_embedding_mode
         "{refused}"
     );
 }
+
+/// An agent that recalls for its turn and remembers after it, in a team step nested in a
+/// `sequential` one.
+fn keeper(memory: Value) -> Value {
+    json!({ "agents": { "keeper": { "description": "Keeps notes.",
+            "instructions": "You are agent keeper.", "memory": memory } },
+        "steps": [ { "id": "seq", "kind": "sequential", "input": { "steps": [
+            { "id": "talk", "kind": "agent", "input": { "agent": "keeper", "prompt": "{{ input }}" } } ] } } ] })
+}
+
+#[tokio::test]
+async fn an_agent_remembers_a_session_and_recalls_it_in_another() {
+    let llm = ScriptedLlm::start().await;
+    let app = spawn_app(|c| crate::support::app::use_scripted_openai(c, &llm)).await;
+    llm.push_for("agent keeper", Reply::text("Noted: sencha it is."));
+    // The summarizer's reply: what is written to memory.
+    llm.push_for(
+        "Summarise the conversation",
+        Reply::text("Alice prefers sencha tea, brewed cool."),
+    );
+    let run = |input: &str, session: &str, user: &str, memory: Value| {
+        json!({ "input": input,
+        "orchestration": "fixed", "plan": keeper(memory), "session_id": session, "user_id": user })
+    };
+    let events = app
+        .stream_run(run(
+            "I like sencha",
+            "monday",
+            "alice",
+            json!({ "remember": true }),
+        ))
+        .await;
+    assert_eq!(
+        final_data(&events)["status"],
+        "succeeded",
+        "{:?}",
+        final_data(&events)
+    );
+    let (status, item) = app.get_json("/v1/memory/user/alice/session-monday").await;
+    assert_eq!(status, 200, "{item}");
+    assert_eq!(item["value"], "Alice prefers sencha tea, brewed cool.");
+    let written = (events.iter())
+        .find(|e| e.kind() == "tool_call" && e.json()["data"]["tool"] == "memory.put")
+        .expect("the write is a tool call");
+    assert!(
+        written.json()["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("seq/talk"),
+        "{:?}",
+        written.json()
+    );
+
+    // Tuesday, in another session: the agent's prompt carries what it recalled.
+    llm.push_for("agent keeper", Reply::text("Sencha, brewed cool."));
+    let events = app
+        .stream_run(run(
+            "Which tea should I brew?",
+            "tuesday",
+            "alice",
+            json!({ "recall": 2 }),
+        ))
+        .await;
+    assert_eq!(
+        final_data(&events)["status"],
+        "succeeded",
+        "{:?}",
+        final_data(&events)
+    );
+    let system = |r: &Value| {
+        r["messages"][0]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let asked = system(llm.requests().last().unwrap());
+    assert!(asked.starts_with("You are agent keeper."), "{asked}");
+    assert!(
+        asked.contains("- session-monday: Alice prefers sencha tea, brewed cool."),
+        "{asked}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind() == "tool_call" && e.json()["data"]["tool"] == "memory.search")
+    );
+    // Bob's agent recalls nothing of Alice's.
+    llm.push_for("agent keeper", Reply::text("No idea."));
+    let events = app
+        .stream_run(run(
+            "Which tea should I brew?",
+            "wednesday",
+            "bob",
+            json!({ "recall": 2 }),
+        ))
+        .await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+    let asked = system(llm.requests().last().unwrap());
+    assert_eq!(asked, "You are agent keeper.");
+    // A run of no user: the recall fails, is told, and the turn goes on.
+    llm.push_for("agent keeper", Reply::text("Fine."));
+    let body =
+        json!({ "input": "hi", "orchestration": "fixed", "plan": keeper(json!({ "recall": 2 })) });
+    let events = app.stream_run(body).await;
+    assert_eq!(final_data(&events)["status"], "succeeded");
+    let told = events
+        .iter()
+        .find(|e| e.kind() == "error")
+        .expect("an error event");
+    let told = told.json();
+    assert_eq!(told["data"]["code"], "memory_scope_unavailable", "{told}");
+}

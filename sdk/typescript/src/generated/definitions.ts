@@ -31,6 +31,20 @@ export interface components {
              * @enum {unknown}
              */
             kind?: "model" | "workflow";
+            /** @description What the agent remembers beyond the session (docs/memory.md): `recall` items of its memory found for its turn's request are put before it, and with `remember` a summary of its conversation is written to memory when its turn ends. */
+            memory?: {
+                /** @description A namespace below the scope, segments joined by `/`. */
+                namespace?: string;
+                /** @description Items recalled before each turn (1-20). */
+                recall?: number;
+                /** @description Write a summary of the conversation (by the `summarizer` function) to memory, key `session-<session id>` (or `run-<run id>`), when the turn ends. */
+                remember?: boolean;
+                /**
+                 * @description Whose memory: the run's user's (default), its session's, or the tenant's shared memory.
+                 * @enum {unknown}
+                 */
+                scope?: "user" | "session" | "shared";
+            };
             /** @description Free-form data kept with the agent. */
             metadata?: Record<string, unknown>;
             /** @description Middleware around the agent's turns and tool calls, outermost first: a built-in name, or `{name, config}`. */

@@ -356,7 +356,7 @@ async fn ask_human(
 /// A summary of `transcript` by the `summarizer` function, as the attempt at `at` (its text is
 /// not streamed: it is not the run's answer); a summary's attempt is held open until the turn
 /// that carries it is recorded, a failed one is closed at once.
-async fn summarize(
+pub(crate) async fn summarize(
     frame: &Frame<'_>,
     at: &StepPath,
     transcript: &[Message],

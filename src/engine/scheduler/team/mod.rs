@@ -7,6 +7,7 @@
 pub(crate) mod chain;
 pub(crate) mod chat;
 pub(crate) mod handoff;
+pub(crate) mod memory;
 pub(crate) mod spokes;
 pub(crate) mod turn;
 pub(crate) mod workflow;

@@ -75,7 +75,7 @@ async fn run_turn(
     }
     let setup = turn_setup(frame, agent, path)?;
     let convo_key = path.conversation();
-    let mut convo = opening(frame, agent, &convo_key, messages)?;
+    let mut convo = opening(frame, agent, &convo_key, messages, sink).await?;
     let mut progress = TurnHooks {
         frame,
         agent,
@@ -109,6 +109,9 @@ async fn run_turn(
         content: text.clone(),
         tool_calls: Vec::new(),
     });
+    if let Some(memory) = agent.memory.as_ref().filter(|m| m.remember) {
+        super::memory::remember(frame, memory, path, &convo.messages, sink).await?;
+    }
     Ok(TurnEnd::new(value, text, convo.messages))
 }
 
@@ -171,18 +174,26 @@ fn turn_setup(frame: &Frame<'_>, agent: &AgentSpec, path: &StepPath) -> Result<S
 }
 
 /// The conversation a checkpoint kept at `convo_key`, else a new one: the agent's
-/// instructions, then `messages`.
-fn opening(
+/// instructions (with what it recalls from memory), then `messages`.
+async fn opening(
     frame: &Frame<'_>,
     agent: &AgentSpec,
     convo_key: &StepPath,
     messages: Vec<Message>,
+    sink: &mut EventSink,
 ) -> Result<Conversation, RunError> {
     if let Some(convo) = frame.children.replay::<Conversation>(convo_key)? {
         return Ok(convo);
     }
+    let recalled = match &agent.memory {
+        Some(memory) => {
+            let turn = convo_key.parent();
+            super::memory::recalled(frame, memory, &turn, &messages, sink).await
+        }
+        None => String::new(),
+    };
     let mut opening = vec![Message::System {
-        content: agent.instructions.clone(),
+        content: format!("{}{recalled}", agent.instructions),
     }];
     opening.extend(messages);
     Ok(Conversation {

@@ -11,6 +11,39 @@ from typing_extensions import TypeAliasType
 Tool = TypeAliasType("Tool", Annotated[str, Field(min_length=1)])
 
 
+class Memory(BaseModel):
+    """
+    What the agent remembers beyond the session (docs/memory.md): `recall` items of its memory found for its turn's request are put before it, and with `remember` a summary of its conversation is written to memory when its turn ends.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    recall: Annotated[
+        int | None,
+        Field(description="Items recalled before each turn (1-20).", ge=1, le=20),
+    ] = None
+    scope: Annotated[
+        Literal["user", "session", "shared"] | None,
+        Field(
+            description="Whose memory: the run's user's (default), its session's, or the tenant's shared memory."
+        ),
+    ] = None
+    namespace: Annotated[
+        str | None,
+        Field(
+            description="A namespace below the scope, segments joined by `/`.",
+            pattern="^[A-Za-z0-9_.:@~-]{1,128}(/[A-Za-z0-9_.:@~-]{1,128}){0,6}$",
+        ),
+    ] = None
+    remember: Annotated[
+        bool | None,
+        Field(
+            description="Write a summary of the conversation (by the `summarizer` function) to memory, key `session-<session id>` (or `run-<run id>`), when the turn ends."
+        ),
+    ] = None
+
+
 Handoffs = TypeAliasType("Handoffs", Annotated[str, Field(min_length=1)])
 
 
@@ -98,6 +131,12 @@ class Agent(BaseModel):
         dict[str, Any] | None,
         Field(
             description="A JSON Schema the agent's answer must meet (structured output)."
+        ),
+    ] = None
+    memory: Annotated[
+        Memory | None,
+        Field(
+            description="What the agent remembers beyond the session (docs/memory.md): `recall` items of its memory found for its turn's request are put before it, and with `remember` a summary of its conversation is written to memory when its turn ends."
         ),
     ] = None
     handoffs: Annotated[
