@@ -91,6 +91,8 @@ pub struct Handles {
     pub sessions: crate::store::Sessions,
     /// Runs' completion webhook deliveries.
     pub webhooks: crate::store::Webhooks,
+    /// Users' data, exported and erased whole.
+    pub users: crate::store::users::Users,
     pub events: EventHub,
     pub config: Arc<Config>,
     /// Fired on server stop: open event streams end so the server can drain.
@@ -116,6 +118,7 @@ impl AppState {
             schedules: crate::store::Schedules::new(store.clone()),
             webhooks: crate::store::Webhooks::new(store.clone()),
             sessions: crate::store::Sessions::new(store.clone()),
+            users: crate::store::users::Users::new(store.clone()),
             events,
             config,
             shutdown,
@@ -151,6 +154,7 @@ impl AppState {
         workers::poll_tasks, workers::heartbeat_task, workers::complete_task, workers::fail_task, workers::get_task,
         workers::list_tasks, workers::list_workers,
         memory::put_item, memory::get_item, memory::delete_item, memory::list_items, memory::search,
+        users::export_user, users::erase_user,
     ),
     components(schemas(
         crate::domain::Run, crate::domain::Event, crate::domain::EventKind,
@@ -165,6 +169,7 @@ impl AppState {
         schedules::CreateSchedule, schedules::UpdateSchedule, crate::domain::schedule::Missed, crate::domain::schedule::ScheduleFire, crate::domain::run::ForkOrigin, usage::TenantUsage, crate::domain::quota::Quota, crate::domain::quota::Usage,
         workers::TaskView, workers::PollBody, workers::Polled, workers::HeartbeatBody, workers::Lease, workers::CompleteBody, workers::FailBody, workers::TaskList, workers::WorkerView, workers::WorkerList, crate::store::tasks::TaskStatus, crate::store::tasks::TaskError, crate::domain::event::TaskNote,
         memory::PutItem, memory::SearchBody, memory::SearchResult, memory::MemoryList, crate::domain::memory::MemoryItem, crate::domain::memory::SearchMode,
+        users::UserExport, users::SessionExport, users::UserErased,
     )),
     modifiers(&SecurityAddon),
     tags(
@@ -176,6 +181,7 @@ impl AppState {
         (name = "sessions", description = "What the runs sharing a session_id share: variables, history"),
         (name = "agents", description = "The agent registry"),
         (name = "definitions", description = "Versions, labels and diffs of workflows, agents, declared tools and declared functions; applying and exporting them as files"),
+        (name = "users", description = "A tenant's users: their data exported and erased whole"),
         (name = "memory", description = "Memory beyond one session: items by namespace and key, searched by text or meaning"),
         (name = "workers", description = "Tool workers: your own code polls a queue for a run's tool calls, heartbeats and completes them"),
         (name = "system", description = "Health, readiness, metrics"),
@@ -269,6 +275,7 @@ pub fn router(state: AppState) -> Router {
         .merge(schedules::routes())
         .merge(sessions::routes())
         .merge(memory::routes())
+        .merge(users::routes())
         .route("/runs/{id}/webhook", get(webhooks::run_webhook))
         .route("/workflows", get(workflows::list_workflows))
         .route(

@@ -133,3 +133,138 @@ pub(super) async fn confine(
         ))),
     }
 }
+
+/// `/v1/users/{id}`: a user's data exported and erased.
+pub fn routes() -> axum::Router<AppState> {
+    use axum::routing::{delete, get};
+    axum::Router::new()
+        .route("/users/{id}", delete(erase_user))
+        .route("/users/{id}/export", get(export_user))
+}
+
+/// One session of a user, in an export.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct SessionExport {
+    pub id: String,
+    #[schema(value_type = Object)]
+    pub variables: serde_json::Map<String, Value>,
+    /// The summary of its older turns, if one was made.
+    pub summary: Option<String>,
+}
+
+/// Everything orca keeps of one user of the tenant.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct UserExport {
+    pub user_id: String,
+    pub exported_at: chrono::DateTime<chrono::Utc>,
+    /// The user's runs, newest first (each run's events: `GET /v1/runs/{id}/events`).
+    pub runs: Vec<crate::domain::Run>,
+    pub sessions: Vec<SessionExport>,
+    pub memory: Vec<crate::domain::memory::MemoryItem>,
+}
+
+/// What erasing a user removed.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct UserErased {
+    pub user_id: String,
+    pub runs: u64,
+    pub sessions: u64,
+    pub memory_items: u64,
+}
+
+/// The most runs or sessions one export holds.
+const MAX_EXPORTED: u32 = 100_000;
+
+fn checked_user(id: &str) -> Result<(), ApiError> {
+    crate::domain::memory::check_user_id(id).map_err(|m| ApiError::validation("/path/id", m))
+}
+
+/// Export a user's data: their runs, the sessions of those runs (variables, summary) and
+/// their memory items, in one document.
+#[utoipa::path(get, path = "/v1/users/{id}/export", tag = "users",
+    params(("id" = String, Path, pattern = "^[A-Za-z0-9_.:@~-]{1,128}$", description = "The user id runs name as `user_id`")),
+    responses(
+        (status = 200, body = UserExport),
+        (status = 403, description = "A key bound to another user", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn export_user(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    super::extract::Path(id): super::extract::Path<String>,
+) -> Result<axum::Json<UserExport>, ApiError> {
+    checked_user(&id)?;
+    let filter = crate::store::RunFilter {
+        user_id: Some(id.clone()),
+        limit: MAX_EXPORTED,
+        ..Default::default()
+    };
+    let runs = state.runs.list(&tenant, &filter).await?;
+    let listed = (state.sessions)
+        .list(&tenant, None, Some(&id), MAX_EXPORTED)
+        .await?;
+    let mut sessions = Vec::with_capacity(listed.len());
+    for session in listed {
+        let variables = state.sessions.variables(&tenant, &session.id).await?;
+        let summary = state.sessions.summary(&tenant, &session.id).await?;
+        sessions.push(SessionExport {
+            id: session.id,
+            variables,
+            summary: summary.map(|s| s.text),
+        });
+    }
+    let memory = state.users.items(&tenant, &id).await?;
+    Ok(axum::Json(UserExport {
+        user_id: id,
+        exported_at: crate::domain::now(),
+        runs,
+        sessions,
+        memory,
+    }))
+}
+
+/// Erase a user: their runs with everything they own, the sessions of those runs, their
+/// memory; in one transaction, touching nothing of anyone else. 409 (and nothing erased)
+/// while a run of theirs has not finished. A tenant's key only.
+#[utoipa::path(delete, path = "/v1/users/{id}", tag = "users",
+    params(("id" = String, Path, pattern = "^[A-Za-z0-9_.:@~-]{1,128}$", description = "The user id runs name as `user_id`")),
+    responses(
+        (status = 200, body = UserErased),
+        (status = 403, description = "A key bound to a user", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A run of the user has not finished", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, body = super::error::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn erase_user(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    axum::Extension(bound): axum::Extension<BoundUser>,
+    super::extract::Path(id): super::extract::Path<String>,
+) -> Result<axum::Json<UserErased>, ApiError> {
+    checked_user(&id)?;
+    if bound.0.is_some() {
+        return Err(ApiError::Forbidden(
+            "erasing a user takes a tenant's key, not a key bound to a user".into(),
+        ));
+    }
+    match state.users.erase(&tenant, &id).await? {
+        crate::store::users::Erased::Done {
+            runs,
+            sessions,
+            items,
+        } => Ok(axum::Json(UserErased {
+            user_id: id,
+            runs,
+            sessions,
+            memory_items: items,
+        })),
+        crate::store::users::Erased::Unfinished(ids) => {
+            let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+            Err(ApiError::Conflict(format!(
+                "the user's runs {} have not finished; cancel them first",
+                ids.join(", ")
+            )))
+        }
+    }
+}

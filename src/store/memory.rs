@@ -92,7 +92,8 @@ pub enum Searched {
     Embedding(crate::llm::Error),
 }
 
-const COLUMNS: &str = "namespace, key, value, revision, user_id, session_id, size, created_at,
+pub(super) const COLUMNS: &str =
+    "namespace, key, value, revision, user_id, session_id, size, created_at,
     updated_at, expires_at_ms, written_by";
 
 fn now_ms() -> i64 {
@@ -540,7 +541,7 @@ fn within(ns: &str, len: &str, below: &str) -> String {
     format!("(m.namespace = {ns} OR substr(m.namespace, 1, CAST({len} AS INTEGER)) = {below})")
 }
 
-fn item_of(r: &AnyRow, score: Option<f64>) -> Result<MemoryItem> {
+pub(super) fn item_of(r: &AnyRow, score: Option<f64>) -> Result<MemoryItem> {
     let expires: Option<i64> = r.try_get("expires_at_ms")?;
     let written_by: Option<String> = r.try_get("written_by")?;
     Ok(MemoryItem {

@@ -45,6 +45,7 @@ mod sqlite_writer;
 mod statement;
 pub mod tasks;
 mod timeline;
+pub mod users;
 mod versions;
 mod webhooks;
 pub use cluster::{Claim, Listener, Notice, listen};

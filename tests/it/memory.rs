@@ -942,3 +942,141 @@ async fn an_agent_remembers_a_session_and_recalls_it_in_another() {
     let told = told.json();
     assert_eq!(told["data"]["code"], "memory_scope_unavailable", "{told}");
 }
+
+#[tokio::test]
+async fn erasing_a_user_removes_everything_of_theirs_and_nothing_of_anyone_elses() {
+    use reqwest::Method;
+    let app = spawn_app(users).await;
+    let (bob, admin) = (bearer_client(BOB), bearer_client(ADMIN));
+    let remember = |session: &str, user: &str, scope: &str| {
+        json!({ "input": "x", "orchestration": "fixed",
+        "session_id": session, "user_id": user, "plan": { "steps": [ { "id": "w", "kind": "tool",
+            "input": { "tool": "memory.put", "arguments": { "key": "k", "value": format!("of {user}"), "scope": scope } } } ] } })
+    };
+    for body in [
+        remember("s-a1", "alice", "user"),
+        remember("s-a2", "alice", "session"),
+        remember("s-b", "bob", "user"),
+        remember("s-b", "bob", "session"),
+    ] {
+        let (status, run) = call(&app, &admin, Method::POST, "/v1/runs", Some(body)).await;
+        assert_eq!(status, 201, "{run}");
+        let url = app.url(&format!("/v1/runs/{}", run["id"].as_str().unwrap()));
+        poll_json(&admin, &url, |r| r["status"] == "succeeded").await;
+    }
+    for session in ["s-a1", "s-b"] {
+        let path = format!("/v1/sessions/{session}");
+        let (status, _) = call(
+            &app,
+            &admin,
+            Method::PATCH,
+            &path,
+            Some(json!({ "variables": { "mood": "calm" } })),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let (status, _) = call(
+        &app,
+        &admin,
+        Method::PUT,
+        "/v1/memory/shared/kb/hours",
+        Some(json!({ "value": "9 to 5" })),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // A run of Alice's still waiting: nothing is erased until it ends.
+    let waiting = json!({ "input": "x", "orchestration": "fixed", "session_id": "s-a3", "user_id": "alice",
+        "plan": { "steps": [ { "id": "ask", "kind": "user_input", "input": { "prompt": "ok?" } } ] } });
+    let (_, waiting) = call(&app, &admin, Method::POST, "/v1/runs", Some(waiting)).await;
+    let waiting = waiting["id"].as_str().unwrap().to_owned();
+    poll_json(&admin, &app.url(&format!("/v1/runs/{waiting}")), |r| {
+        r["status"] == "waiting_input"
+    })
+    .await;
+
+    let (status, export) = call(&app, &admin, Method::GET, "/v1/users/alice/export", None).await;
+    assert_eq!(status, 200, "{export}");
+    assert_eq!(export["runs"].as_array().unwrap().len(), 3);
+    let sessions: Vec<&str> = (export["sessions"].as_array().unwrap())
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions, ["s-a3", "s-a2", "s-a1"]);
+    assert_eq!(
+        export["sessions"][2]["variables"],
+        json!({ "mood": "calm" })
+    );
+    assert_eq!(
+        keys_of(&export["memory"]),
+        ["session/s-a2/k", "user/alice/k"]
+    );
+
+    let (status, body) = call(&app, &admin, Method::DELETE, "/v1/users/alice", None).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains(&waiting),
+        "{body}"
+    );
+    let (_, still) = call(&app, &admin, Method::GET, "/v1/users/alice/export", None).await;
+    assert_eq!(
+        still["runs"].as_array().unwrap().len(),
+        3,
+        "a refused erase erased nothing"
+    );
+    let (status, _) = call(
+        &app,
+        &admin,
+        Method::POST,
+        &format!("/v1/runs/{waiting}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 202);
+    poll_json(&admin, &app.url(&format!("/v1/runs/{waiting}")), |r| {
+        r["status"] == "cancelled"
+    })
+    .await;
+    let (status, _) = call(&app, &bob, Method::DELETE, "/v1/users/bob", None).await;
+    assert_eq!(status, 403, "a user's own key does not erase");
+    let (status, erased) = call(&app, &admin, Method::DELETE, "/v1/users/alice", None).await;
+    assert_eq!(status, 200, "{erased}");
+    assert_eq!(
+        erased,
+        json!({ "user_id": "alice", "runs": 3, "sessions": 3, "memory_items": 2 })
+    );
+
+    let (_, gone) = call(&app, &admin, Method::GET, "/v1/users/alice/export", None).await;
+    assert_eq!(
+        (
+            gone["runs"].clone(),
+            gone["sessions"].clone(),
+            gone["memory"].clone()
+        ),
+        (json!([]), json!([]), json!([]))
+    );
+    for path in [
+        "/v1/sessions/s-a1",
+        "/v1/memory/user/alice/k",
+        "/v1/memory/session/s-a2/k",
+    ] {
+        let (status, _) = call(&app, &admin, Method::GET, path, None).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    // Bob's, and the tenant's, are all there.
+    let (_, bobs) = call(&app, &bob, Method::GET, "/v1/users/bob/export", None).await;
+    assert_eq!(bobs["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(bobs["sessions"][0]["variables"], json!({ "mood": "calm" }));
+    assert_eq!(keys_of(&bobs["memory"]), ["session/s-b/k", "user/bob/k"]);
+    let (status, _) = call(&app, &bob, Method::GET, "/v1/users/alice/export", None).await;
+    assert_eq!(status, 403);
+    let (status, _) = call(
+        &app,
+        &admin,
+        Method::GET,
+        "/v1/memory/shared/kb/hours",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+}

@@ -1279,6 +1279,22 @@ SessionConcurrency = TypeAliasType(
 )
 
 
+class SessionExport(BaseModel):
+    """
+    One session of a user, in an export.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str
+    summary: Annotated[
+        str | None,
+        Field(description="The summary of its older turns, if one was made."),
+    ] = None
+    variables: dict[str, Any]
+
+
 class SessionRunView(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -1933,6 +1949,20 @@ class UsageEvent(BaseModel):
     seq: Annotated[int, Field(ge=0)]
     step_id: str | None = None
     ts: AwareDatetime
+
+
+class UserErased(BaseModel):
+    """
+    What erasing a user removed.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    memory_items: Annotated[int, Field(ge=0)]
+    runs: Annotated[int, Field(ge=0)]
+    sessions: Annotated[int, Field(ge=0)]
+    user_id: str
 
 
 class VersionDiff(BaseModel):
@@ -2890,6 +2920,26 @@ class Trigger(BaseModel):
     step_id: Annotated[
         str | None, Field(description="The step that failed or surprised.")
     ] = None
+
+
+class UserExport(BaseModel):
+    """
+    Everything orca keeps of one user of the tenant.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    exported_at: AwareDatetime
+    memory: list[MemoryItem]
+    runs: Annotated[
+        list[Run],
+        Field(
+            description="The user's runs, newest first (each run's events: `GET /v1/runs/{id}/events`)."
+        ),
+    ]
+    sessions: list[SessionExport]
+    user_id: str
 
 
 class VersionDetail(VersionSummary):

@@ -972,6 +972,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Erase a user: their runs with everything they own, the sessions of those runs, their
+         *     memory; in one transaction, touching nothing of anyone else. 409 (and nothing erased)
+         *     while a run of theirs has not finished. A tenant's key only.
+         */
+        delete: operations["erase_user"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/users/{id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export a user's data: their runs, the sessions of those runs (variables, summary) and
+         *     their memory items, in one document.
+         */
+        get: operations["export_user"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/workers": {
         parameters: {
             query?: never;
@@ -2316,6 +2357,13 @@ export interface components {
          * @enum {string}
          */
         SessionConcurrency: "parallel" | "reject" | "enqueue" | "interrupt";
+        /** @description One session of a user, in an export. */
+        SessionExport: {
+            id: string;
+            /** @description The summary of its older turns, if one was made. */
+            summary?: string | null;
+            variables: Record<string, unknown>;
+        };
         /** @description A session's history: what its next run is given. */
         SessionHistory: {
             summary?: components["schemas"]["SummaryView"] | null;
@@ -2960,6 +3008,26 @@ export interface components {
             /** Format: date-time */
             ts: string;
         };
+        /** @description What erasing a user removed. */
+        UserErased: {
+            /** Format: int64 */
+            memory_items: number;
+            /** Format: int64 */
+            runs: number;
+            /** Format: int64 */
+            sessions: number;
+            user_id: string;
+        };
+        /** @description Everything orca keeps of one user of the tenant. */
+        UserExport: {
+            /** Format: date-time */
+            exported_at: string;
+            memory: components["schemas"]["MemoryItem"][];
+            /** @description The user's runs, newest first (each run's events: `GET /v1/runs/{id}/events`). */
+            runs: components["schemas"]["Run"][];
+            sessions: components["schemas"]["SessionExport"][];
+            user_id: string;
+        };
         /** @description One version with its definition. */
         VersionDetail: components["schemas"]["VersionSummary"] & {
             /** @description The definition as stored (a tool's header values hidden). */
@@ -3221,6 +3289,7 @@ export type SelectedBy = components['schemas']['SelectedBy'];
 export type Selection = components['schemas']['Selection'];
 export type Session = components['schemas']['Session'];
 export type SessionConcurrency = components['schemas']['SessionConcurrency'];
+export type SessionExport = components['schemas']['SessionExport'];
 export type SessionHistory = components['schemas']['SessionHistory'];
 export type SessionList = components['schemas']['SessionList'];
 export type SessionListItem = components['schemas']['SessionListItem'];
@@ -3265,6 +3334,8 @@ export type UpdateSession = components['schemas']['UpdateSession'];
 export type Usage = components['schemas']['Usage'];
 export type UsageData = components['schemas']['UsageData'];
 export type UsageEvent = components['schemas']['UsageEvent'];
+export type UserErased = components['schemas']['UserErased'];
+export type UserExport = components['schemas']['UserExport'];
 export type VersionDetail = components['schemas']['VersionDetail'];
 export type VersionDiff = components['schemas']['VersionDiff'];
 export type VersionList = components['schemas']['VersionList'];
@@ -6241,6 +6312,93 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TenantUsage"];
+                };
+            };
+        };
+    };
+    erase_user: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user id runs name as `user_id` */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserErased"];
+                };
+            };
+            /** @description A key bound to a user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A run of the user has not finished */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    export_user: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user id runs name as `user_id` */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserExport"];
+                };
+            };
+            /** @description A key bound to another user */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
         };
