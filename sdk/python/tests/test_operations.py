@@ -56,5 +56,7 @@ def test_async_faces_have_the_sync_signatures():
         s_params = [(p.name, p.kind, p.default) for p in inspect.signature(s).parameters.values()]
         a_params = [(p.name, p.kind, p.default) for p in inspect.signature(a).parameters.values()]
         assert s_params == a_params, f"{path}: {s_params} != {a_params}"
-        streams_or_pages = path in {"runs.stream", "runs.join", "runs.list", "runs.checkpoints", "sessions.list", "tasks.list"}
+        streams_or_pages = path in {
+            "runs.stream", "runs.join", "runs.list", "runs.checkpoints", "sessions.list", "tasks.list", "memory.list"
+        }
         assert inspect.iscoroutinefunction(a) != streams_or_pages, path

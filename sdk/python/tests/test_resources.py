@@ -195,6 +195,28 @@ async def test_sessions(client):
     assert "chat-1" not in [s.id for s in await collect(client.sessions.list())]
 
 
+async def test_memory_and_users(client):
+    user = f"u-{time.time_ns()}"  # both clients share the server: a user of this test's own
+    notes = f"user/{user}/notes"
+    item = await resolve(client.memory.put(notes, "tea", "Likes sencha in the morning"))
+    assert isinstance(item, models.MemoryItem) and item.revision == 1 and item.user_id == user
+    assert (await resolve(client.memory.get(notes, "tea"))).value == "Likes sencha in the morning"
+    await resolve(client.memory.put(notes, "city", {"name": "Lisbon"}, ttl_seconds=3600))
+    listed = await collect(client.memory.list(f"user/{user}", limit=1))
+    assert [i.key for i in listed] == ["city", "tea"]
+    found = await resolve(client.memory.search(f"user/{user}", "which sencha in the morning?", mode="text"))
+    assert found.mode == "text" and [i.key for i in found.items] == ["tea"]
+    await resolve(client.runs.run(input="hi", user_id=user, session_id=f"s-{user}"))
+    export = await resolve(client.users.export(user))
+    assert len(export.runs) == 1 and [i.key for i in export.memory] == ["city", "tea"]
+    erased = await resolve(client.users.erase(user))
+    assert (erased.runs, erased.sessions, erased.memory_items) == (1, 1, 2)
+    with pytest.raises(orca_client.NotFoundError):
+        await resolve(client.memory.get(notes, "tea"))
+    await resolve(client.memory.put("shared/kb", f"k-{user}", 1))
+    await resolve(client.memory.delete("shared/kb", f"k-{user}"))
+
+
 async def test_usage_and_models(client):
     usage = await resolve(client.usage.get())
     assert usage.tenant == "default"

@@ -4,6 +4,7 @@ import { Definitions, Models, UsageResource } from "./resources/misc.js";
 import { Registry } from "./resources/registry.js";
 import { Runs } from "./resources/runs.js";
 import { Schedules } from "./resources/schedules.js";
+import { Memory, Users } from "./resources/memory.js";
 import { Sessions } from "./resources/sessions.js";
 import { Tasks, Workers } from "./resources/tasks.js";
 import { Transport, type FetchLike, type RequestOptions } from "./transport.js";
@@ -47,6 +48,10 @@ export class Client {
   readonly functions: Registry<FunctionInfo, FunctionDetail, FunctionSpec>;
   readonly schedules: Schedules;
   readonly sessions: Sessions;
+  /** Memory beyond one session: items by namespace and key, listed and searched. */
+  readonly memory: Memory;
+  /** A user's data, exported or erased whole. */
+  readonly users: Users;
   /** Worker tools' tasks: list, get, and the worker protocol (poll, heartbeat, complete, fail). */
   readonly tasks: Tasks;
   /** The workers that polled recently. */
@@ -76,6 +81,8 @@ export class Client {
     this.functions = new Registry(t, "functions");
     this.schedules = new Schedules(t);
     this.sessions = new Sessions(t);
+    this.memory = new Memory(t);
+    this.users = new Users(t);
     this.tasks = new Tasks(t);
     this.workers = new Workers(t);
     this.usage = new UsageResource(t);

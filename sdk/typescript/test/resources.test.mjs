@@ -176,6 +176,29 @@ describe("resources", () => {
     await assert.rejects(client.sessions.get("chat-1"), NotFoundError);
   });
 
+  test("memory and users", async () => {
+    const notes = "user/ts-alice/notes";
+    const item = await client.memory.put(notes, "tea", "Likes sencha in the morning");
+    assert.equal(item.revision, 1);
+    assert.equal(item.user_id, "ts-alice");
+    assert.equal((await client.memory.get(notes, "tea")).value, "Likes sencha in the morning");
+    await client.memory.put(notes, "city", { name: "Lisbon" }, { ttl_seconds: 3600 });
+    const listed = await client.memory.list("user/ts-alice", { limit: 1 }).toArray();
+    assert.deepEqual(listed.map((i) => i.key), ["city", "tea"]);
+    const found = await client.memory.search({ namespace: "user/ts-alice", query: "which sencha in the morning?", mode: "text" });
+    assert.equal(found.mode, "text");
+    assert.deepEqual(found.items.map((i) => i.key), ["tea"]);
+    await client.runs.run({ input: "hi", user_id: "ts-alice", session_id: "ts-alice-s" });
+    const exported = await client.users.export("ts-alice");
+    assert.equal(exported.runs.length, 1);
+    assert.deepEqual(exported.memory.map((i) => i.key), ["city", "tea"]);
+    const erased = await client.users.erase("ts-alice");
+    assert.deepEqual([erased.runs, erased.sessions, erased.memory_items], [1, 1, 2]);
+    await assert.rejects(client.memory.get(notes, "tea"), NotFoundError);
+    await client.memory.put("shared/kb", "hours", "9 to 5");
+    await client.memory.delete("shared/kb", "hours");
+  });
+
   test("usage, models, definitions export and apply", async () => {
     const usage = await client.usage.get();
     assert.equal(typeof usage.tenant, "string");

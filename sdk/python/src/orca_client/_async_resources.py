@@ -235,6 +235,45 @@ class AsyncSessions:
         return await self._impl.history(session_id)
 
 
+class AsyncMemory:
+    """The async face of `Memory`: the same methods, awaited."""
+
+    def __init__(self, impl: Any) -> None:
+        self._impl = impl
+
+    async def put(self, namespace: str, key: str, value: Any, *, ttl_seconds: int | None = None) -> models.MemoryItem:
+        return await self._impl.put(namespace, key, value, ttl_seconds=ttl_seconds)
+
+    async def get(self, namespace: str, key: str) -> models.MemoryItem:
+        return await self._impl.get(namespace, key)
+
+    async def delete(self, namespace: str, key: str) -> None:
+        return await self._impl.delete(namespace, key)
+
+    def list(
+        self, namespace: str, *, key_prefix: str | None = None, limit: int | None = None
+    ) -> AsyncPager[models.MemoryItem]:
+        return self._impl.list(namespace, key_prefix=key_prefix, limit=limit)
+
+    async def search(
+        self, namespace: str, query: str, *, limit: int | None = None, mode: str | None = None
+    ) -> models.SearchResult:
+        return await self._impl.search(namespace, query, limit=limit, mode=mode)
+
+
+class AsyncUsers:
+    """The async face of `Users`: the same methods, awaited."""
+
+    def __init__(self, impl: Any) -> None:
+        self._impl = impl
+
+    async def export(self, user_id: str) -> models.UserExport:
+        return await self._impl.export(user_id)
+
+    async def erase(self, user_id: str) -> models.UserErased:
+        return await self._impl.erase(user_id)
+
+
 class AsyncUsage:
     """The async face of `Usage`: the same methods, awaited."""
 

@@ -14,10 +14,12 @@ from ._resources import (
     Models,
     Runs,
     Schedules,
+    Memory,
     Sessions,
     System,
     Tools,
     Usage,
+    Users,
     Workers,
     Tasks,
     Workflows,
@@ -28,9 +30,11 @@ from ._async_resources import (
     AsyncRegistry,
     AsyncRuns,
     AsyncSchedules,
+    AsyncMemory,
     AsyncSessions,
     AsyncSystem,
     AsyncUsage,
+    AsyncUsers,
     AsyncWorkers,
     AsyncTasks,
 )
@@ -63,6 +67,8 @@ class _Surface:
         self.functions = Functions(transport)
         self.schedules = Schedules(transport)
         self.sessions = Sessions(transport)
+        self.memory = Memory(transport)
+        self.users = Users(transport)
         self.usage = Usage(transport)
         self.workers = Workers(transport)
         self.tasks = Tasks(transport)
@@ -162,6 +168,8 @@ class AsyncClient:
         self.functions = AsyncRegistry(shared.functions)
         self.schedules = AsyncSchedules(shared.schedules)
         self.sessions = AsyncSessions(shared.sessions)
+        self.memory = AsyncMemory(shared.memory)
+        self.users = AsyncUsers(shared.users)
         self.usage = AsyncUsage(shared.usage)
         self.workers = AsyncWorkers(shared.workers)
         self.tasks = AsyncTasks(shared.tasks)

@@ -318,6 +318,60 @@ class Sessions(_Resource):
         return self._t(Call("GET", f"/v1/sessions/{_seg(session_id)}/history", cast=models.SessionHistory))
 
 
+def _namespace(namespace: str) -> str:
+    """A memory namespace as a path: each segment escaped, joined by `/`."""
+    return "/".join(_seg(part) for part in namespace.split("/"))
+
+
+class Memory(_Resource):
+    """`client.memory`: items by namespace and key (`user/ID/...`, `session/ID/...`, the
+    tenant's own), listed by prefix and searched by text or meaning."""
+
+    def put(self, namespace: str, key: str, value: Any, *, ttl_seconds: int | None = None) -> models.MemoryItem:
+        """Store `value` (any JSON) under `key`, replacing what was there; `ttl_seconds` forgets it."""
+        body: dict[str, Any] = {"value": value}
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        path = f"/v1/memory/{_namespace(namespace)}/{_seg(key)}"
+        return self._t(Call("PUT", path, body=body, cast=models.MemoryItem))
+
+    def get(self, namespace: str, key: str) -> models.MemoryItem:
+        return self._t(Call("GET", f"/v1/memory/{_namespace(namespace)}/{_seg(key)}", cast=models.MemoryItem))
+
+    def delete(self, namespace: str, key: str) -> None:
+        return self._t(Call("DELETE", f"/v1/memory/{_namespace(namespace)}/{_seg(key)}"))
+
+    def list(
+        self, namespace: str, *, key_prefix: str | None = None, limit: int | None = None
+    ) -> Pager[models.MemoryItem]:
+        """The items of `namespace` and the namespaces below it, by namespace then key."""
+        params = {"namespace": namespace, "key_prefix": key_prefix, "limit": limit}
+        return self._pager(Call("GET", "/v1/memory", params, cast=models.MemoryList), cursor_pages("items"))
+
+    def search(
+        self, namespace: str, query: str, *, limit: int | None = None, mode: str | None = None
+    ) -> models.SearchResult:
+        """The items closest to `query`, best first; `mode`: `auto`, `text` or `meaning`."""
+        body: dict[str, Any] = {"namespace": namespace, "query": query}
+        if limit is not None:
+            body["limit"] = limit
+        if mode is not None:
+            body["mode"] = mode
+        return self._t(Call("POST", "/v1/memory/search", body=body, cast=models.SearchResult))
+
+
+class Users(_Resource):
+    """`client.users`: a user's data, exported or erased whole."""
+
+    def export(self, user_id: str) -> models.UserExport:
+        return self._t(Call("GET", f"/v1/users/{_seg(user_id)}/export", cast=models.UserExport))
+
+    def erase(self, user_id: str) -> models.UserErased:
+        """Their runs, the sessions of those runs and their memory, in one transaction (409 while
+        a run of theirs is unfinished)."""
+        return self._t(Call("DELETE", f"/v1/users/{_seg(user_id)}", cast=models.UserErased))
+
+
 class Usage(_Resource):
     def get(self) -> models.TenantUsage:
         return self._t(Call("GET", "/v1/usage", cast=models.TenantUsage))

@@ -62,6 +62,14 @@ OPERATIONS: dict[str, str] = {
     "delete_session": "sessions.delete",
     "session_history": "sessions.history",
     "tenant_usage": "usage.get",
+    # memory and users
+    "put_item": "memory.put",
+    "get_item": "memory.get",
+    "delete_item": "memory.delete",
+    "list_items": "memory.list",
+    "search": "memory.search",
+    "export_user": "users.export",
+    "erase_user": "users.erase",
     # tool workers
     "poll_tasks": "workers.poll",
     "list_workers": "workers.list",
