@@ -107,6 +107,8 @@ impl Default for MemoryConfig {
 pub struct QuotasConfig {
     pub default: crate::domain::quota::Quota,
     pub tenants: std::collections::BTreeMap<String, crate::domain::quota::Quota>,
+    /// What each user of any tenant may use, beside the tenant's quota (`[quotas.user]`).
+    pub user: crate::domain::quota::UserQuota,
 }
 
 impl QuotasConfig {

@@ -86,6 +86,23 @@ impl Quota {
     }
 }
 
+/// What each user of a tenant may use (`[quotas.user]`), beside the tenant's own quota; 0 is
+/// no limit. Checked in a new run's insert, as the tenant's are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct UserQuota {
+    /// Runs of one user in progress at once.
+    pub running_runs: u64,
+    /// Runs of one user created in any 60 seconds.
+    pub runs_per_minute: u64,
+}
+
+impl UserQuota {
+    pub fn limits_anything(&self) -> bool {
+        self.running_runs > 0 || self.runs_per_minute > 0
+    }
+}
+
 /// What a tenant uses now, against its quota.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
 #[schema(as = QuotaUsage)]
@@ -168,6 +185,29 @@ impl Exceeded {
             })
     }
 
+    /// The first of a user's limits a new run of theirs would pass, with `usage` (the user's
+    /// runs in progress and of the last minute) as of `now`.
+    pub fn of_user(quota: &UserQuota, usage: &Usage, now: DateTime<Utc>) -> Option<Exceeded> {
+        let minute_frees = usage.oldest_in_minute.map_or(1, |oldest| {
+            let frees = oldest + chrono::Duration::seconds(60);
+            (frees - now).num_seconds().clamp(1, 60) as u64
+        });
+        hit(
+            "user_running_runs",
+            quota.running_runs,
+            usage.running_runs,
+            5,
+        )
+        .or_else(|| {
+            hit(
+                "user_runs_per_minute",
+                quota.runs_per_minute,
+                usage.runs_last_minute,
+                minute_frees,
+            )
+        })
+    }
+
     /// The first fork limit a fork copying `bytes` would pass, as of `now`, with `usage`;
     /// `None` when it fits (a run's own limits are [`Exceeded::of`]'s).
     pub fn of_fork(
@@ -199,8 +239,8 @@ impl Exceeded {
     /// The refusal in a sentence.
     pub fn describe(&self) -> String {
         let what = match self.quota {
-            "running_runs" => "runs in progress",
-            "runs_per_minute" => "runs created in the last minute",
+            "running_runs" | "user_running_runs" => "runs in progress",
+            "runs_per_minute" | "user_runs_per_minute" => "runs created in the last minute",
             "paused_runs" => "runs paused or pausing",
             "queued_runs" => "runs queued for a slot on this server",
             "forks_per_day" => "forks made today (UTC)",
@@ -211,8 +251,12 @@ impl Exceeded {
             "fork_bytes_per_day" => format!(", and this fork would copy {} more", self.asked),
             _ => String::new(),
         };
+        let whose = match self.quota.starts_with("user_") {
+            true => "user's",
+            false => "tenant's",
+        };
         format!(
-            "the tenant's quota `{}` is {}: it has {} {what}{this}; try again in {} s",
+            "the {whose} quota `{}` is {}: it has {} {what}{this}; try again in {} s",
             self.quota, self.limit, self.used, self.retry_after_secs
         )
     }

@@ -426,6 +426,7 @@ impl Engine {
                 .filter(|_| policy == Some(Reject)),
             quota: self.inner.services.quotas.of(&tenant.0),
             user: spec.request.user_id.as_deref(),
+            user_quota: self.inner.services.quotas.user,
         };
         let inserted = store
             .insert_run(tenant, &run, &spec, idempotency, guards, &history)

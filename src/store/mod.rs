@@ -739,6 +739,13 @@ impl Store {
         {
             return Ok(Inserted::SessionBusy);
         }
+        if let Some(user) = guards.user.filter(|_| guards.user_quota.limits_anything()) {
+            let usage = self.user_usage(tenant, user, now).await?;
+            let exceeded = Exceeded::of_user(&guards.user_quota, &usage, crate::domain::now());
+            if let Some(exceeded) = exceeded {
+                return Ok(Inserted::QuotaExceeded(exceeded));
+            }
+        }
         let q = &guards.quota;
         let fork = fork_bytes.filter(|_| q.limits_forks());
         if q.limits_anything() || fork.is_some() {

@@ -32,10 +32,13 @@ pub struct Guards<'a> {
     pub quota: Quota,
     /// Its user (`None`: no user): a session's runs are all one user's, or no user's.
     pub user: Option<&'a str>,
+    /// What its user may use (checked when it has a user).
+    pub user_quota: crate::domain::quota::UserQuota,
 }
 
 /// The guards as SQL: conditions over parameters numbered from `first`, and the locks to take
 /// before the insert (PostgreSQL).
+#[derive(Default)]
 pub(super) struct GuardSql {
     pub conditions: Vec<String>,
     pub params: Vec<Param>,
@@ -43,6 +46,45 @@ pub(super) struct GuardSql {
 }
 
 impl Guards<'_> {
+    /// The conditions that `user`'s runs stay within their quota, under a lock of the user's.
+    fn user_limits(
+        &self,
+        out: &mut GuardSql,
+        (backend, tenant, user): (Backend, &Tenant, &str),
+        first: usize,
+        now: DateTime<Utc>,
+    ) {
+        if backend == Backend::Postgres {
+            out.locks.push(Statement {
+                text: statement::Text::One("SELECT pg_advisory_xact_lock(hashtext($1))".into()),
+                params: vec![format!("quota:{}/{user}", tenant.0).into()],
+            });
+        }
+        let mut param = |p: Param| {
+            out.params.push(p);
+            format!("${}", first + out.params.len() - 1)
+        };
+        let (t, u) = (param(tenant.0.as_str().into()), param(user.into()));
+        let q = self.user_quota;
+        let mut conditions = Vec::new();
+        if q.running_runs > 0 {
+            let n = param((q.running_runs as i64).into());
+            conditions.push(format!(
+                "(SELECT COUNT(*) FROM runs WHERE tenant = {t} AND user_id = {u}
+                    AND status IN {IN_PROGRESS}) < {n}"
+            ));
+        }
+        if q.runs_per_minute > 0 {
+            let since = param(fmt_time(now - chrono::Duration::seconds(60)).into());
+            let n = param((q.runs_per_minute as i64).into());
+            conditions.push(format!(
+                "(SELECT COUNT(*) FROM runs WHERE tenant = {t} AND user_id = {u}
+                    AND created_at > {since}) < {n}"
+            ));
+        }
+        out.conditions.extend(conditions);
+    }
+
     /// The condition that `session`'s runs are all of this run's user (or of no user, as it).
     fn session_of_its_user(
         &self,
@@ -75,11 +117,7 @@ impl Guards<'_> {
         now: DateTime<Utc>,
         fork_bytes: Option<u64>,
     ) -> GuardSql {
-        let mut out = GuardSql {
-            conditions: Vec::new(),
-            params: Vec::new(),
-            locks: Vec::new(),
-        };
+        let mut out = GuardSql::default();
         let param = |out: &mut GuardSql, p: Param| {
             out.params.push(p);
             format!("${}", first + out.params.len() - 1)
@@ -115,6 +153,9 @@ impl Guards<'_> {
                 "NOT EXISTS (SELECT 1 FROM runs WHERE tenant = {t} AND session_id = {s}
                     AND status IN {IN_PROGRESS})"
             ));
+        }
+        if let Some(user) = self.user.filter(|_| self.user_quota.limits_anything()) {
+            self.user_limits(&mut out, (backend, tenant, user), first, now);
         }
         let q = self.quota;
         let fork_bytes = fork_bytes.filter(|_| q.limits_forks());
@@ -210,6 +251,38 @@ impl Store {
             forks_today: row.try_get::<i64, _>("forks")? as u64,
             fork_bytes_today: row.try_get::<i64, _>("fork_bytes")? as u64,
             oldest_in_minute: oldest.as_deref().map(parse_time).transpose()?,
+        })
+    }
+
+    /// What `user` of `tenant` uses now, against a user quota: runs in progress and of the
+    /// last minute.
+    pub async fn user_usage(
+        &self,
+        tenant: &Tenant,
+        user: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Usage> {
+        let sql = format!(
+            "SELECT
+                (SELECT COUNT(*) FROM runs WHERE tenant = $1 AND user_id = $2
+                    AND status IN {IN_PROGRESS}) AS running,
+                (SELECT COUNT(*) FROM runs WHERE tenant = $1 AND user_id = $2
+                    AND created_at > $3) AS minute,
+                (SELECT MIN(created_at) FROM runs WHERE tenant = $1 AND user_id = $2
+                    AND created_at > $3) AS oldest"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&tenant.0)
+            .bind(user)
+            .bind(fmt_time(now - chrono::Duration::seconds(60)))
+            .fetch_one(&self.pool())
+            .await?;
+        let oldest: Option<String> = row.try_get("oldest")?;
+        Ok(Usage {
+            running_runs: row.try_get::<i64, _>("running")? as u64,
+            runs_last_minute: row.try_get::<i64, _>("minute")? as u64,
+            oldest_in_minute: oldest.as_deref().map(parse_time).transpose()?,
+            ..Usage::default()
         })
     }
 

@@ -1080,3 +1080,75 @@ async fn erasing_a_user_removes_everything_of_theirs_and_nothing_of_anyone_elses
     .await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn a_user_at_their_quota_is_refused_and_other_users_go_on() {
+    use reqwest::Method;
+    let app = spawn_app(|c| {
+        users(c);
+        c.quotas.user.running_runs = 1;
+    })
+    .await;
+    let (alice, bob, admin) = (
+        bearer_client(ALICE),
+        bearer_client(BOB),
+        bearer_client(ADMIN),
+    );
+    let waiting = json!({ "input": "x", "orchestration": "fixed",
+        "plan": { "steps": [ { "id": "ask", "kind": "user_input", "input": { "prompt": "ok?" } } ] } });
+    let (status, first) = call(
+        &app,
+        &alice,
+        Method::POST,
+        "/v1/runs",
+        Some(waiting.clone()),
+    )
+    .await;
+    assert_eq!(status, 201, "{first}");
+    let resp = alice
+        .post(app.url("/v1/runs"))
+        .json(&waiting)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert!(resp.headers().contains_key("retry-after"));
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["code"], "quota_exceeded");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the user's quota `user_running_runs` is 1"),
+        "{body}"
+    );
+    // Bob, and a run of no user, are not held by Alice's quota.
+    let (status, _) = call(&app, &bob, Method::POST, "/v1/runs", Some(waiting.clone())).await;
+    assert_eq!(status, 201);
+    let (status, _) = call(
+        &app,
+        &admin,
+        Method::POST,
+        "/v1/runs",
+        Some(waiting.clone()),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // Once her run ends, she may start another.
+    let id = first["id"].as_str().unwrap();
+    let (status, _) = call(
+        &app,
+        &admin,
+        Method::POST,
+        &format!("/v1/runs/{id}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 202);
+    poll_json(&admin, &app.url(&format!("/v1/runs/{id}")), |r| {
+        r["status"] == "cancelled"
+    })
+    .await;
+    let (status, body) = call(&app, &alice, Method::POST, "/v1/runs", Some(waiting)).await;
+    assert_eq!(status, 201, "{body}");
+}

@@ -212,6 +212,11 @@ async fn the_images_default_serves_and_warns_that_it_has_no_keys() {
 
 /// Resident memory after a first model call (design 001: under 50 MB), and what the exact
 /// tokenizer would add: the default counts tokens without loading a vocabulary.
+///
+/// What is held is the server's own memory (`RssAnon`: heap, stacks, arenas), under 35 MB:
+/// 50 MB less the ~15 MB of a release binary's pages it touches. The pages of the executable
+/// itself are not counted: this suite runs a debug build, whose touched code and relocated
+/// data alone are ~40 MB and grow with every feature, while the server's memory does not.
 #[tokio::test]
 async fn memory_after_the_first_model_call_stays_under_50_mb() {
     const MB: u64 = 1024 * 1024;
@@ -236,15 +241,16 @@ async fn memory_after_the_first_model_call_stays_under_50_mb() {
             .await
             .unwrap();
         assert!(text.contains("\"succeeded\""), "{text}");
-        rss.push(server.rss_bytes());
+        eprintln!("{tokenizer}: VmRSS {} MB", server.rss_bytes() / MB);
+        rss.push(server.anonymous_rss_bytes());
     }
     let (estimate, bpe) = (rss[0], rss[1]);
     eprintln!(
-        "RSS after the first call: {} MB (estimate), {} MB (o200k_base)",
+        "the server's own memory after the first call: {} MB (estimate), {} MB (o200k_base)",
         estimate / MB,
         bpe / MB
     );
-    assert!(estimate < 50 * MB, "RSS {} MB", estimate / MB);
+    assert!(estimate < 35 * MB, "RssAnon {} MB", estimate / MB);
     // The measurement can tell: the BPE, when configured, is loaded by the same call.
     assert!(
         bpe > estimate + 20 * MB,

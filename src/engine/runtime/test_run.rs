@@ -106,6 +106,7 @@ impl TestRun {
             session_idle: None,
             quota: services.quotas.of(&tenant.0),
             user: None,
+            user_quota: Default::default(),
         };
         (services.store)
             .insert_run(&tenant, &run, &spec, None, guards, &[])

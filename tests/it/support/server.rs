@@ -149,14 +149,25 @@ impl Server {
 
     /// The server's resident memory in bytes (Linux: `VmRSS` of `/proc/PID/status`).
     pub fn rss_bytes(&self) -> u64 {
+        self.status_kb("VmRSS") * 1024
+    }
+
+    /// The server's own resident memory in bytes (Linux: `RssAnon`): heap, stacks, the
+    /// allocator's arenas; not the pages of its executable (`RssFile`), which a debug build
+    /// inflates several times over.
+    pub fn anonymous_rss_bytes(&self) -> u64 {
+        self.status_kb("RssAnon") * 1024
+    }
+
+    /// A `kB` field of `/proc/PID/status`.
+    fn status_kb(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .expect("/proc/PID/status");
-        let kb: u64 = status
+        status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS");
-        kb * 1024
+            .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
     }
 
     /// Starts a fixed run of `plan`; its id.
