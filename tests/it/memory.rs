@@ -516,38 +516,18 @@ async fn a_run_recalls_from_another_session_what_its_user_stored_at_any_depth() 
                 "arguments": { "key": "plays-{{ item }}", "value": "Alice plays the {{ item }}", "namespace": "facts" } } } ] } },
         { "id": "wf", "kind": "workflow", "input": { "workflow": "remember" } }
     ]});
-    let stored = app
-        .stream_run(
-            json!({ "input": "remember", "orchestration": "fixed", "plan": plan,
-            "session_id": "monday", "user_id": "alice" }),
-        )
-        .await;
-    assert_eq!(
-        final_data(&stored)["status"],
-        "succeeded",
-        "{:?}",
-        final_data(&stored)
-    );
+    remembered_by_alice(&app, plan).await;
     let (_, listed) = app.get_json("/v1/memory?namespace=user/alice/facts").await;
     assert_eq!(listed["items"].as_array().unwrap().len(), 7, "{listed}");
 
-    let recall = |user: &str, query: &str| {
-        json!({ "input": "recall", "orchestration": "fixed",
-        "session_id": format!("tuesday-{user}"), "user_id": user,
-        "plan": { "steps": [ { "id": "find", "kind": "tool", "input": { "tool": "memory.search",
-            "arguments": { "query": query, "limit": 3 } } } ],
-            "output": "{{ steps.find.output }}" } })
-    };
-    let events = app
-        .stream_run(recall(
-            "alice",
-            "what instrument does she play, the violin?",
-        ))
-        .await;
-    let fin = final_data(&events);
-    assert_eq!(fin["status"], "succeeded", "{fin}");
-    let items = fin["output"]["items"].as_array().expect("items");
-    assert_eq!(items[0]["key"], "plays-violin", "{fin}");
+    let (events, items) = recalls(
+        &app,
+        "alice",
+        "what instrument does she play, the violin?",
+        3,
+    )
+    .await;
+    assert_eq!(items[0]["key"], "plays-violin", "{items:?}");
     assert_eq!(items[0]["value"], "Alice plays the violin");
     // The read is a tool call like any: announced and answered in the run's events.
     assert!(
@@ -556,8 +536,8 @@ async fn a_run_recalls_from_another_session_what_its_user_stored_at_any_depth() 
             .any(|e| e.kind() == "tool_call" && e.json()["data"]["tool"] == "memory.search")
     );
     // Another user's run finds nothing of Alice's.
-    let fin = final_data(&app.stream_run(recall("bob", "violin")).await);
-    assert_eq!(fin["output"]["items"], json!([]), "{fin}");
+    let (_, items) = recalls(&app, "bob", "violin", 3).await;
+    assert!(items.is_empty(), "{items:?}");
     // A run of no user has no user memory: the call fails with its own code.
     let events = app
         .stream_run(json!({ "input": "x", "orchestration": "fixed", "plan": { "steps": [put_step("p", "k", "v")] } }))
@@ -679,6 +659,14 @@ async fn a_kill_9_between_a_memory_write_and_its_steps_end_does_not_write_twice(
     assert_eq!(item["revision"], 1, "written once: {item}");
 }
 
+/// Runs `plan` as Alice's, in session `monday`, to its success.
+async fn remembered_by_alice(app: &TestApp, plan: Value) {
+    let body = json!({ "input": "remember", "orchestration": "fixed", "plan": plan,
+        "session_id": "monday", "user_id": "alice" });
+    let fin = final_data(&app.stream_run(body).await);
+    assert_eq!(fin["status"], "succeeded", "{fin}");
+}
+
 /// Items of Alice's written by one run, in session `monday`.
 async fn alices_facts(app: &TestApp) {
     let plan = json!({ "steps": [
@@ -686,32 +674,35 @@ async fn alices_facts(app: &TestApp) {
         put_step("tea", "tea", "Alice drinks sencha every morning"),
         put_step("city", "city", "Alice lives in Lisbon"),
     ]});
-    let events = app
-        .stream_run(
-            json!({ "input": "remember", "orchestration": "fixed", "plan": plan,
-            "session_id": "monday", "user_id": "alice" }),
-        )
-        .await;
-    assert_eq!(
-        final_data(&events)["status"],
-        "succeeded",
-        "{:?}",
-        final_data(&events)
-    );
+    remembered_by_alice(app, plan).await;
 }
 
-/// What a run of Alice's in session `tuesday` finds for `query` with `memory.search`.
-async fn alice_recalls(app: &TestApp, query: &str) -> Vec<Value> {
-    let body = json!({ "input": "recall", "orchestration": "fixed", "session_id": "tuesday",
-        "user_id": "alice", "plan": { "steps": [ { "id": "find", "kind": "tool", "input": {
-            "tool": "memory.search", "arguments": { "query": query, "namespace": "facts", "limit": 1 } } } ],
+/// What a run of `user`'s in session `tuesday-USER` finds in its `facts` for `query` with
+/// `memory.search`: its events, and the items.
+async fn recalls(
+    app: &TestApp,
+    user: &str,
+    query: &str,
+    limit: u32,
+) -> (Vec<crate::support::app::SseMessage>, Vec<Value>) {
+    let body = json!({ "input": "recall", "orchestration": "fixed",
+        "session_id": format!("tuesday-{user}"), "user_id": user,
+        "plan": { "steps": [ { "id": "find", "kind": "tool", "input": { "tool": "memory.search",
+            "arguments": { "query": query, "namespace": "facts", "limit": limit } } } ],
             "output": "{{ steps.find.output }}" } });
-    let fin = final_data(&app.stream_run(body).await);
+    let events = app.stream_run(body).await;
+    let fin = final_data(&events);
     assert_eq!(fin["status"], "succeeded", "{fin}");
-    fin["output"]["items"]
+    let items = fin["output"]["items"]
         .as_array()
         .cloned()
-        .unwrap_or_default()
+        .unwrap_or_default();
+    (events, items)
+}
+
+/// What Alice's run finds first for `query` (see [`recalls`]).
+async fn alice_recalls(app: &TestApp, query: &str) -> Vec<Value> {
+    recalls(app, "alice", query, 1).await.1
 }
 
 #[tokio::test]
