@@ -230,6 +230,24 @@ pub fn unknown_parameter(name: &str, known: &[&str]) -> FieldError {
     )
 }
 
+/// `text`'s bytes in hex: a page cursor holding any text, safe in a query string.
+pub fn hex_of(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The text [`hex_of`] made, or any even run of hex digits read as text (bytes that are no
+/// text become U+FFFD: a cursor is only a place in an order); `None` for anything else.
+pub fn text_of_hex(hex: &str) -> Option<String> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

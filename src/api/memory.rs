@@ -293,23 +293,16 @@ pub async fn list_items(
 
 /// A page cursor: `namespace` and `key` joined by a newline, in hex.
 fn encode_cursor(namespace: &str, key: &str) -> String {
-    format!("{namespace}\n{key}")
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    super::extract::hex_of(&format!("{namespace}\n{key}"))
 }
 
 /// Any even run of hex digits is a place to start after: a cursor not made here starts
 /// wherever its text sorts.
 fn decode_cursor(text: &str) -> Option<(String, String)> {
-    if text.is_empty() || !text.len().is_multiple_of(2) {
+    if text.is_empty() {
         return None;
     }
-    let bytes: Option<Vec<u8>> = (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect();
-    let text = String::from_utf8_lossy(&bytes?).into_owned();
+    let text = super::extract::text_of_hex(text)?;
     let (namespace, key) = text.split_once('\n').unwrap_or((&text, ""));
     Some((namespace.replace('\0', ""), key.replace('\0', "")))
 }

@@ -202,8 +202,7 @@ fn encode_cursor(c: &SessionCursor) -> String {
     let last = c
         .last_run
         .map_or_else(|| "-".to_owned(), |id| id.to_string());
-    let hex: String = c.id.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{last}.{hex}")
+    format!("{last}.{}", super::extract::hex_of(&c.id))
 }
 
 fn decode_cursor(text: &str) -> Option<SessionCursor> {
@@ -212,15 +211,8 @@ fn decode_cursor(text: &str) -> Option<SessionCursor> {
         "-" => None,
         id => Some(crate::domain::RunId::parse(id)?),
     };
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
     // Only a place in the order: bytes that are no text still name one.
-    let id = String::from_utf8_lossy(&bytes).into_owned();
+    let id = super::extract::text_of_hex(hex)?;
     Some(SessionCursor { last_run, id })
 }
 

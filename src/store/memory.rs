@@ -495,49 +495,35 @@ impl Memory {
         }
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         ranked.truncate(limit as usize);
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The chosen items in one read, then put in their rank's order.
+        let placeholders: Vec<String> = (1..=ranked.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT m.id, {COLUMNS} FROM memory_items m WHERE m.id IN ({})",
+            placeholders.join(", ")
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for (_, id) in &ranked {
+            query = query.bind(*id);
+        }
+        let rows = query.fetch_all(&self.store.pool()).await?;
         let mut items = Vec::with_capacity(ranked.len());
         for (score, id) in ranked {
-            let sql = format!("SELECT {COLUMNS} FROM memory_items m WHERE m.id = $1");
-            let row = sqlx::query(AssertSqlSafe(sql))
-                .bind(id)
-                .fetch_optional(&self.store.pool())
-                .await?;
+            let row = rows
+                .iter()
+                .find(|r| r.try_get::<i64, _>("id").ok() == Some(id));
             if let Some(row) = row {
-                items.push(item_of(&row, Some(score))?);
+                items.push(item_of(row, Some(score))?);
             }
         }
         Ok(items)
     }
-
-    /// Forgets the items past their TTL, everywhere; how many.
-    pub async fn purge_expired(&self) -> Result<u64> {
-        let done = sqlx::query(
-            "DELETE FROM memory_items WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= $1",
-        )
-        .bind(now_ms())
-        .execute(&self.store.pool())
-        .await?;
-        Ok(done.rows_affected())
-    }
-
-    /// A tenant's items and bytes, live or not yet purged.
-    pub async fn usage(&self, tenant: &Tenant) -> Result<(u64, u64)> {
-        let row = sqlx::query(
-            "SELECT CAST(COALESCE(SUM(items), 0) AS BIGINT) AS items,
-                    CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes
-             FROM memory_usage WHERE tenant = $1",
-        )
-        .bind(&tenant.0)
-        .fetch_one(&self.store.pool())
-        .await?;
-        let items: i64 = row.try_get("items")?;
-        let bytes: i64 = row.try_get("bytes")?;
-        Ok((items.max(0) as u64, bytes.max(0) as u64))
-    }
 }
 
 /// `m.namespace` is `ns` or below it (`below` is `ns/`, of `len` characters).
-fn within(ns: &str, len: &str, below: &str) -> String {
+pub(super) fn within(ns: &str, len: &str, below: &str) -> String {
     format!("(m.namespace = {ns} OR substr(m.namespace, 1, CAST({len} AS INTEGER)) = {below})")
 }
 

@@ -38,68 +38,73 @@ pub struct Guards<'a> {
 
 /// The guards as SQL: conditions over parameters numbered from `first`, and the locks to take
 /// before the insert (PostgreSQL).
-#[derive(Default)]
 pub(super) struct GuardSql {
     pub conditions: Vec<String>,
     pub params: Vec<Param>,
     pub locks: Vec<Statement>,
+    backend: Backend,
+    first: usize,
+}
+
+impl GuardSql {
+    fn new(backend: Backend, first: usize) -> GuardSql {
+        GuardSql {
+            conditions: Vec::new(),
+            params: Vec::new(),
+            locks: Vec::new(),
+            backend,
+            first,
+        }
+    }
+
+    /// Binds `p`; its placeholder.
+    fn param(&mut self, p: Param) -> String {
+        self.params.push(p);
+        format!("${}", self.first + self.params.len() - 1)
+    }
+
+    /// Takes the advisory lock `key` before the insert (PostgreSQL; SQLite's writer is one).
+    fn lock(&mut self, key: String) {
+        if self.backend == Backend::Postgres {
+            self.locks.push(Statement {
+                text: statement::Text::One("SELECT pg_advisory_xact_lock(hashtext($1))".into()),
+                params: vec![key.into()],
+            });
+        }
+    }
 }
 
 impl Guards<'_> {
     /// The conditions that `user`'s runs stay within their quota, under a lock of the user's.
-    fn user_limits(
-        &self,
-        out: &mut GuardSql,
-        (backend, tenant, user): (Backend, &Tenant, &str),
-        first: usize,
-        now: DateTime<Utc>,
-    ) {
-        if backend == Backend::Postgres {
-            out.locks.push(Statement {
-                text: statement::Text::One("SELECT pg_advisory_xact_lock(hashtext($1))".into()),
-                params: vec![format!("quota:{}/{user}", tenant.0).into()],
-            });
-        }
-        let mut param = |p: Param| {
-            out.params.push(p);
-            format!("${}", first + out.params.len() - 1)
-        };
-        let (t, u) = (param(tenant.0.as_str().into()), param(user.into()));
+    fn user_limits(&self, out: &mut GuardSql, tenant: &Tenant, user: &str, now: DateTime<Utc>) {
+        out.lock(format!("quota:{}/{user}", tenant.0));
+        let (t, u) = (out.param(tenant.0.as_str().into()), out.param(user.into()));
         let q = self.user_quota;
-        let mut conditions = Vec::new();
         if q.running_runs > 0 {
-            let n = param((q.running_runs as i64).into());
-            conditions.push(format!(
+            let n = out.param((q.running_runs as i64).into());
+            out.conditions.push(format!(
                 "(SELECT COUNT(*) FROM runs WHERE tenant = {t} AND user_id = {u}
                     AND status IN {IN_PROGRESS}) < {n}"
             ));
         }
         if q.runs_per_minute > 0 {
-            let since = param(fmt_time(now - chrono::Duration::seconds(60)).into());
-            let n = param((q.runs_per_minute as i64).into());
-            conditions.push(format!(
+            let since = out.param(fmt_time(now - chrono::Duration::seconds(60)).into());
+            let n = out.param((q.runs_per_minute as i64).into());
+            out.conditions.push(format!(
                 "(SELECT COUNT(*) FROM runs WHERE tenant = {t} AND user_id = {u}
                     AND created_at > {since}) < {n}"
             ));
         }
-        out.conditions.extend(conditions);
     }
 
     /// The condition that `session`'s runs are all of this run's user (or of no user, as it).
-    fn session_of_its_user(
-        &self,
-        out: &mut GuardSql,
-        tenant: &Tenant,
-        session: &str,
-        first: usize,
-    ) {
-        let mut param = |p: Param| {
-            out.params.push(p);
-            format!("${}", first + out.params.len() - 1)
-        };
-        let (t, s) = (param(tenant.0.as_str().into()), param(session.into()));
+    fn session_of_its_user(&self, out: &mut GuardSql, tenant: &Tenant, session: &str) {
+        let (t, s) = (
+            out.param(tenant.0.as_str().into()),
+            out.param(session.into()),
+        );
         let other_user = match self.user {
-            Some(user) => format!("(user_id IS NULL OR user_id <> {})", param(user.into())),
+            Some(user) => format!("(user_id IS NULL OR user_id <> {})", out.param(user.into())),
             None => "user_id IS NOT NULL".to_owned(),
         };
         out.conditions.push(format!(
@@ -117,37 +122,25 @@ impl Guards<'_> {
         now: DateTime<Utc>,
         fork_bytes: Option<u64>,
     ) -> GuardSql {
-        let mut out = GuardSql::default();
-        let param = |out: &mut GuardSql, p: Param| {
-            out.params.push(p);
-            format!("${}", first + out.params.len() - 1)
-        };
-        let lock = |out: &mut GuardSql, key: String| {
-            if backend == Backend::Postgres {
-                out.locks.push(Statement {
-                    text: statement::Text::One("SELECT pg_advisory_xact_lock(hashtext($1))".into()),
-                    params: vec![key.into()],
-                });
-            }
-        };
+        let mut out = GuardSql::new(backend, first);
         if let Some(session) = self.session.or(self.session_idle) {
             // The lock a session's delete takes too (`Sessions::delete`).
-            lock(&mut out, session_lock(tenant, session));
+            out.lock(session_lock(tenant, session));
             let (t, s) = (
-                param(&mut out, tenant.0.as_str().into()),
-                param(&mut out, session.into()),
+                out.param(tenant.0.as_str().into()),
+                out.param(session.into()),
             );
             out.conditions.push(format!(
                 "NOT EXISTS (SELECT 1 FROM deleted_sessions WHERE tenant = {t} AND session_id = {s})"
             ));
         }
         if let Some(session) = self.session {
-            self.session_of_its_user(&mut out, tenant, session, first);
+            self.session_of_its_user(&mut out, tenant, session);
         }
         if let Some(session) = self.session_idle {
             let (t, s) = (
-                param(&mut out, tenant.0.as_str().into()),
-                param(&mut out, session.into()),
+                out.param(tenant.0.as_str().into()),
+                out.param(session.into()),
             );
             out.conditions.push(format!(
                 "NOT EXISTS (SELECT 1 FROM runs WHERE tenant = {t} AND session_id = {s}
@@ -155,51 +148,48 @@ impl Guards<'_> {
             ));
         }
         if let Some(user) = self.user.filter(|_| self.user_quota.limits_anything()) {
-            self.user_limits(&mut out, (backend, tenant, user), first, now);
+            self.user_limits(&mut out, tenant, user, now);
         }
         let q = self.quota;
         let fork_bytes = fork_bytes.filter(|_| q.limits_forks());
         if !q.limits_anything() && fork_bytes.is_none() {
             return out;
         }
-        lock(&mut out, format!("quota:{}", tenant.0));
-        let t = param(&mut out, tenant.0.as_str().into());
+        out.lock(format!("quota:{}", tenant.0));
+        let t = out.param(tenant.0.as_str().into());
         if q.running_runs > 0 {
-            let n = param(&mut out, (q.running_runs as i64).into());
+            let n = out.param((q.running_runs as i64).into());
             out.conditions.push(format!(
                 "(SELECT COUNT(*) FROM runs WHERE tenant = {t} AND status IN {IN_PROGRESS}) < {n}"
             ));
         }
         if q.runs_per_minute > 0 {
-            let since = param(
-                &mut out,
-                fmt_time(now - chrono::Duration::seconds(60)).into(),
-            );
-            let n = param(&mut out, (q.runs_per_minute as i64).into());
+            let since = out.param(fmt_time(now - chrono::Duration::seconds(60)).into());
+            let n = out.param((q.runs_per_minute as i64).into());
             out.conditions.push(format!(
                 "(SELECT COUNT(*) FROM usage_ledger WHERE tenant = {t} AND created_at > {since})
                     < {n}"
             ));
         }
         if q.tokens_per_day > 0 {
-            let day = param(&mut out, fmt_time(start_of_day(now)).into());
-            let n = param(&mut out, (q.tokens_per_day as i64).into());
+            let day = out.param(fmt_time(start_of_day(now)).into());
+            let n = out.param((q.tokens_per_day as i64).into());
             out.conditions.push(format!(
                 "(SELECT COALESCE(SUM(tokens), 0) FROM usage_ledger
                     WHERE tenant = {t} AND created_at >= {day}) < {n}"
             ));
         }
         if let Some(bytes) = fork_bytes {
-            let day = param(&mut out, fmt_time(start_of_day(now)).into());
+            let day = out.param(fmt_time(start_of_day(now)).into());
             let today = format!("FROM usage_ledger WHERE tenant = {t} AND created_at >= {day}");
             if q.forks_per_day > 0 {
-                let n = param(&mut out, (q.forks_per_day as i64).into());
+                let n = out.param((q.forks_per_day as i64).into());
                 out.conditions
                     .push(format!("(SELECT COUNT(*) {today} AND fork = 1) < {n}"));
             }
             if q.fork_bytes_per_day > 0 {
                 let room = q.fork_bytes_per_day.saturating_sub(bytes);
-                let n = param(&mut out, (room.min(i64::MAX as u64) as i64).into());
+                let n = out.param((room.min(i64::MAX as u64) as i64).into());
                 out.conditions.push(format!(
                     "(SELECT COALESCE(SUM(fork_bytes), 0) {today}) <= {n}"
                 ));

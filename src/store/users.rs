@@ -29,9 +29,12 @@ const RUNS_OF_USER: &str = "SELECT id FROM runs WHERE tenant = $1 AND user_id = 
 /// The sessions of the user's runs.
 const SESSIONS_OF_USER: &str =
     "SELECT session_id FROM runs WHERE tenant = $1 AND user_id = $2 AND session_id IS NOT NULL";
-/// The user's memory items, for a table aliased `m` (`$3` is `user/ID/`, `$4` its length).
-const ITEMS_OF_USER: &str = "m.tenant = $1 AND (m.user_id = $2 OR m.namespace = 'user/' || $2
-    OR substr(m.namespace, 1, CAST($4 AS INTEGER)) = $3)";
+/// The user's memory items, for a table aliased `m`: stored as theirs, or in `user/ID` and
+/// below (`$3` is `user/ID/`, `$4` its length).
+fn items_of_user() -> String {
+    let namespace = super::memory::within("'user/' || $2", "$4", "$3");
+    format!("m.tenant = $1 AND (m.user_id = $2 OR {namespace})")
+}
 
 /// Users as the API reads and erases them.
 #[derive(Clone)]
@@ -115,7 +118,8 @@ impl Users {
             .rows_affected();
         let below = format!("user/{user}/");
         let items = sqlx::query(AssertSqlSafe(format!(
-            "DELETE FROM memory_items WHERE id IN (SELECT m.id FROM memory_items m WHERE {ITEMS_OF_USER})"
+            "DELETE FROM memory_items WHERE id IN (SELECT m.id FROM memory_items m WHERE {})",
+            items_of_user()
         )))
         .bind(&tenant.0)
         .bind(user)
@@ -136,8 +140,9 @@ impl Users {
     pub async fn items(&self, tenant: &Tenant, user: &str) -> Result<Vec<MemoryItem>> {
         let below = format!("user/{user}/");
         let sql = format!(
-            "SELECT {} FROM memory_items m WHERE {ITEMS_OF_USER} ORDER BY m.namespace, m.key",
-            super::memory::COLUMNS
+            "SELECT {} FROM memory_items m WHERE {} ORDER BY m.namespace, m.key",
+            super::memory::COLUMNS,
+            items_of_user()
         );
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(&tenant.0)

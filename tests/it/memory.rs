@@ -934,6 +934,15 @@ async fn an_agent_remembers_a_session_and_recalls_it_in_another() {
     assert_eq!(told["data"]["code"], "memory_scope_unavailable", "{told}");
 }
 
+/// Cancels run `id` and waits until it is `cancelled`.
+async fn cancelled(app: &TestApp, client: &reqwest::Client, id: &str) {
+    let url = app.url(&format!("/v1/runs/{id}/cancel"));
+    let resp = client.post(url).send().await.expect("the server answers");
+    assert_eq!(resp.status(), 202);
+    let run = app.url(&format!("/v1/runs/{id}"));
+    poll_json(client, &run, |r| r["status"] == "cancelled").await;
+}
+
 #[tokio::test]
 async fn erasing_a_user_removes_everything_of_theirs_and_nothing_of_anyone_elses() {
     use reqwest::Method;
@@ -1015,19 +1024,7 @@ async fn erasing_a_user_removes_everything_of_theirs_and_nothing_of_anyone_elses
         3,
         "a refused erase erased nothing"
     );
-    let (status, _) = call(
-        &app,
-        &admin,
-        Method::POST,
-        &format!("/v1/runs/{waiting}/cancel"),
-        None,
-    )
-    .await;
-    assert_eq!(status, 202);
-    poll_json(&admin, &app.url(&format!("/v1/runs/{waiting}")), |r| {
-        r["status"] == "cancelled"
-    })
-    .await;
+    cancelled(&app, &admin, &waiting).await;
     let (status, _) = call(&app, &bob, Method::DELETE, "/v1/users/bob", None).await;
     assert_eq!(status, 403, "a user's own key does not erase");
     let (status, erased) = call(&app, &admin, Method::DELETE, "/v1/users/alice", None).await;
@@ -1127,19 +1124,7 @@ async fn a_user_at_their_quota_is_refused_and_other_users_go_on() {
     assert_eq!(status, 201);
     // Once her run ends, she may start another.
     let id = first["id"].as_str().unwrap();
-    let (status, _) = call(
-        &app,
-        &admin,
-        Method::POST,
-        &format!("/v1/runs/{id}/cancel"),
-        None,
-    )
-    .await;
-    assert_eq!(status, 202);
-    poll_json(&admin, &app.url(&format!("/v1/runs/{id}")), |r| {
-        r["status"] == "cancelled"
-    })
-    .await;
+    cancelled(&app, &admin, id).await;
     let (status, body) = call(&app, &alice, Method::POST, "/v1/runs", Some(waiting)).await;
     assert_eq!(status, 201, "{body}");
 }
