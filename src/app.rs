@@ -86,18 +86,19 @@ impl App {
         };
         load_shared_definitions(&config, &store, catalog).await?;
         let telemetry = telemetry(&config)?;
-        let embedder = embedder(&config, &llm)?;
         let (hub, writer) = EventHub::start(store.clone(), config.engine.event_buffer);
         let tracker = TaskTracker::new();
         let shutdown = CancellationToken::new();
         let webhook_due = Arc::new(tokio::sync::Notify::new());
+        let metrics = Metrics::new();
+        let memory = memory(&config, &llm, &store, &metrics)?;
         let services = Services {
             llm,
             tools,
             functions,
             hub: hub.clone(),
             store: store.clone(),
-            metrics: Metrics::new(),
+            metrics: metrics.clone(),
             inputs: Default::default(),
             replans: Default::default(),
             config: Arc::new(config.engine.clone()),
@@ -112,7 +113,7 @@ impl App {
             bodies: Arc::new(Bodies::new(config.webhooks.clone(), destinations.clone())),
             lease: crate::engine::runtime::lease::LeaseGate::for_store(&store),
             tasks: crate::store::tasks::Tasks::new(store.clone()),
-            memory: Memory::new(store.clone(), Arc::new(config.memory.clone()), embedder),
+            memory: memory.clone(),
         };
         let engine = start_engine(services, &config.database, &store, &tracker, &shutdown).await?;
         let bind = config.server.bind.clone();
@@ -120,8 +121,11 @@ impl App {
             .await
             .map_err(|e| bind_error(&bind, e))?;
         let limits = ServerLimits::from_config(&config.server);
-        let (sweeper, retention) =
-            Sweeper::new(store.clone(), config.retention.clone(), shutdown.clone());
+        let (sweeper, retention) = Sweeper::new(
+            (store.clone(), memory),
+            config.retention.clone(),
+            shutdown.clone(),
+        );
         let deliverer = crate::workers::webhooks::Deliverer::new(
             store.clone(),
             config.webhooks.clone(),
@@ -137,16 +141,7 @@ impl App {
             Arc::new(config),
             shutdown.clone(),
         );
-        let firing = crate::workers::schedules::Firing {
-            engine: engine.clone(),
-            schedules: crate::store::Schedules::new(store.clone()),
-            config: state.config.clone(),
-            shutdown: shutdown.clone(),
-        };
-        tracker.spawn(crate::workers::schedules::fire_due(firing));
-        tracker.spawn(deliverer.run());
-        let tasks = engine.tasks().clone();
-        tracker.spawn(crate::workers::tasks::sweep_tasks(tasks, shutdown.clone()));
+        spawn_loops(&tracker, &state, deliverer, &store);
         Ok(App {
             listener,
             router: api::router(state),
@@ -468,17 +463,52 @@ fn bind_error(bind: &str, e: std::io::Error) -> anyhow::Error {
 }
 
 /// The model `memory.embedding_model` names, if it names one.
-fn embedder(
+/// The memory store's handle, with `[memory]`'s limits and embedding model (an unknown
+/// alias stops the start), counting into `metrics`.
+fn memory(
     config: &Config,
     llm: &LlmRouter,
-) -> anyhow::Result<Option<crate::llm::embed::Embedder>> {
+    store: &Store,
+    metrics: &Metrics,
+) -> anyhow::Result<Memory> {
     let alias = &config.memory.embedding_model;
-    if alias.is_empty() {
-        return Ok(None);
-    }
-    let embedder = crate::llm::embed::Embedder::new(llm, alias)
-        .map_err(|e| anyhow::anyhow!("memory.embedding_model: {e} (llm.models)"))?;
-    Ok(Some(embedder))
+    let embedder = match alias.is_empty() {
+        true => None,
+        false => Some(
+            crate::llm::embed::Embedder::new(llm, alias)
+                .map_err(|e| anyhow::anyhow!("memory.embedding_model: {e} (llm.models)"))?,
+        ),
+    };
+    let limits = Arc::new(config.memory.clone());
+    Ok(Memory::new(
+        store.clone(),
+        limits,
+        embedder,
+        metrics.clone(),
+    ))
+}
+
+/// The loops beside the server: schedules firing, webhooks delivered, worker tasks swept.
+fn spawn_loops(
+    tracker: &TaskTracker,
+    state: &AppState,
+    deliverer: crate::workers::webhooks::Deliverer,
+    store: &Store,
+) {
+    let engine = &state.engine;
+    let firing = crate::workers::schedules::Firing {
+        engine: engine.clone(),
+        schedules: crate::store::Schedules::new(store.clone()),
+        config: state.config.clone(),
+        shutdown: state.shutdown.clone(),
+    };
+    tracker.spawn(crate::workers::schedules::fire_due(firing));
+    tracker.spawn(deliverer.run());
+    let tasks = engine.tasks().clone();
+    tracker.spawn(crate::workers::tasks::sweep_tasks(
+        tasks,
+        state.shutdown.clone(),
+    ));
 }
 
 /// The trace exporter `[telemetry]` asks for (a no-op without an endpoint).

@@ -959,6 +959,10 @@ pub struct ContextConfig {
     pub session_token_budget: u32,
     /// The most earlier turns (after the stored summary) a run loads.
     pub session_max_turns: u32,
+    /// Which earlier turns a run's prompt holds: the newest (`recent`, with the older ones
+    /// summarised) or the most relevant to its input (`relevant`, found by the memory
+    /// store's search), within `session_token_budget`.
+    pub session_history: SessionHistory,
     /// Bytes (as JSON text) one session variable's value may take. 0 = no limit.
     pub session_max_variable_bytes: u64,
     /// Variables one session may hold. 0 = no limit.
@@ -967,11 +971,24 @@ pub struct ContextConfig {
     pub session_max_total_bytes: u64,
 }
 
+/// Which of a session's earlier turns a run's prompt holds (`[context] session_history`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionHistory {
+    /// The newest turns within the budget, the older ones folded into a stored summary.
+    Recent,
+    /// The newest turn, then the turns most relevant to the run's input (by meaning with an
+    /// embedding model, else by text), then the newer of the rest, while they fit the
+    /// budget; shown in their order. Nothing is summarised.
+    Relevant,
+}
+
 impl Default for ContextConfig {
     fn default() -> Self {
         ContextConfig {
             session_token_budget: 4000,
             session_max_turns: 50,
+            session_history: SessionHistory::Recent,
             session_max_variable_bytes: 256 * 1024,
             session_max_variables: 256,
             session_max_total_bytes: 4 * 1024 * 1024,

@@ -26,6 +26,20 @@ pub struct QuotaLabel {
     pub quota: String,
 }
 
+/// A tenant's memory search by how it ranked (`text`, `meaning`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemoryLabel {
+    pub tenant: String,
+    pub mode: String,
+}
+
+/// A tenant's memory write by outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemoryWriteLabel {
+    pub tenant: String,
+    pub outcome: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
     pub outcome: String,
@@ -68,6 +82,8 @@ pub struct Scrape<'a> {
     pub tenants: &'a [(String, u64, u64)],
     /// Worker tools' queues by tenant: depth and the age of the oldest task.
     pub task_queues: &'a [QueueDepth],
+    /// By tenant: memory items and their bytes.
+    pub memory: &'a [(String, u64, u64)],
 }
 
 #[derive(Clone)]
@@ -84,6 +100,8 @@ struct Inner {
     quota_refusals: Family<QuotaLabel, Counter>,
     session_variable_bytes: Counter,
     tasks_finished: Family<OutcomeLabel, Counter>,
+    memory_searches: Family<MemoryLabel, Counter>,
+    memory_writes: Family<MemoryWriteLabel, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -139,8 +157,22 @@ impl Metrics {
             "Worker-tool tasks whose end a run took, by outcome (completed, failed, timed_out, cancelled)",
             tasks_finished.clone(),
         );
+        let memory_searches = Family::<MemoryLabel, Counter>::default();
+        registry.register(
+            "memory_searches",
+            "Memory searches (API, memory.search, agents' recall, history by relevance), by tenant and how they ranked (text, meaning)",
+            memory_searches.clone(),
+        );
+        let memory_writes = Family::<MemoryWriteLabel, Counter>::default();
+        registry.register(
+            "memory_writes",
+            "Memory puts by tenant and outcome (stored, replayed: a resumed run's write found stored, refused: past a limit)",
+            memory_writes.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
+                memory_searches,
+                memory_writes,
                 tasks_finished,
                 session_variable_bytes,
                 registry,
@@ -161,6 +193,24 @@ impl Metrics {
                 quota: quota.to_owned(),
             })
             .inc();
+    }
+
+    /// A memory search of `tenant`'s, ranked by `mode` (`text`, `meaning`).
+    pub fn memory_searched(&self, tenant: &str, mode: &str) {
+        let label = MemoryLabel {
+            tenant: tenant.to_owned(),
+            mode: mode.to_owned(),
+        };
+        self.inner.memory_searches.get_or_create(&label).inc();
+    }
+
+    /// A memory put of `tenant`'s: `stored`, `replayed` or `refused`.
+    pub fn memory_written(&self, tenant: &str, outcome: &str) {
+        let label = MemoryWriteLabel {
+            tenant: tenant.to_owned(),
+            outcome: outcome.to_owned(),
+        };
+        self.inner.memory_writes.get_or_create(&label).inc();
     }
 
     /// A run read `bytes` of its session's variables.
@@ -230,6 +280,7 @@ impl Metrics {
             store_commits,
             tenants,
             task_queues,
+            memory,
         } = *now;
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -282,29 +333,52 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
             ));
         }
-        type Read = fn(&(String, u64, u64)) -> u64;
-        let per_tenant: [(&str, &str, Read); 2] = [
-            (
-                "orca_tenant_runs_in_progress",
-                "Runs in progress (queued, running, waiting, paused), by tenant.",
-                |t| t.1,
-            ),
-            (
-                "orca_tenant_tokens_today",
-                "Tokens of the runs created today (UTC), by tenant.",
-                |t| t.2,
-            ),
-        ];
-        for (name, help, value) in per_tenant {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
-            for t in tenants {
-                let tenant = escape_label(&t.0);
-                out.push_str(&format!("{name}{{tenant=\"{tenant}\"}} {}\n", value(t)));
-            }
-        }
+        render_tenant_gauges(&mut out, tenants, memory);
         render_task_queues(&mut out, task_queues);
         let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
+    }
+}
+
+/// The gauges read at scrape time by tenant: runs in progress, tokens today, memory.
+fn render_tenant_gauges(
+    out: &mut String,
+    tenants: &[(String, u64, u64)],
+    memory: &[(String, u64, u64)],
+) {
+    type Read = fn(&(String, u64, u64)) -> u64;
+    let per_tenant: [(&str, &str, Read); 2] = [
+        (
+            "orca_tenant_runs_in_progress",
+            "Runs in progress (queued, running, waiting, paused), by tenant.",
+            |t| t.1,
+        ),
+        (
+            "orca_tenant_tokens_today",
+            "Tokens of the runs created today (UTC), by tenant.",
+            |t| t.2,
+        ),
+    ];
+    let memory_gauges: [(&str, &str, Read); 2] = [
+        (
+            "orca_tenant_memory_items",
+            "Memory items, by tenant (expired ones until they are swept).",
+            |t| t.1,
+        ),
+        (
+            "orca_tenant_memory_bytes",
+            "Bytes (values as JSON) of memory items, by tenant.",
+            |t| t.2,
+        ),
+    ];
+    let gauges =
+        (per_tenant.iter().map(|g| (g, tenants))).chain(memory_gauges.iter().map(|g| (g, memory)));
+    for ((name, help, value), rows) in gauges {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for t in rows {
+            let tenant = escape_label(&t.0);
+            out.push_str(&format!("{name}{{tenant=\"{tenant}\"}} {}\n", value(t)));
+        }
     }
 }
 
@@ -396,6 +470,7 @@ mod tests {
             store_statements: 0,
             store_commits: 0,
             tenants: &tenants,
+            memory: &[("a".to_owned(), 3, 120), ("ab".to_owned(), 5, 900)],
         };
         let all = metrics.render(&scrape, Audience::Operator);
         for series in [r#"tenant="ab""#, r#"tenant="b\"x""#, r#"tenant="a""#] {
@@ -408,6 +483,11 @@ mod tests {
         );
         assert!(
             mine.contains(r#"orca_quota_refusals_total{tenant="a",quota="running_runs"} 1"#),
+            "{mine}"
+        );
+        assert!(
+            mine.contains(r#"orca_tenant_memory_bytes{tenant="a"} 120"#)
+                && !mine.contains(r#"orca_tenant_memory_bytes{tenant="ab"}"#),
             "{mine}"
         );
         assert!(

@@ -50,13 +50,14 @@ pub async fn metrics(
     let by_status = state.runs.count_by_status().await?;
     let tenants = state.runs.usage_by_tenant().await?;
     let task_queues = state.engine.tasks().queue_depths().await?;
+    let memory = state.engine.memory().usage_by_tenant().await?;
     let audience = match &reader {
         super::Reader::Operator => Audience::Operator,
         super::Reader::Tenant(t) => Audience::Tenant(&t.0),
     };
     let text = state
         .engine
-        .render_metrics(&by_status, &tenants, &task_queues, audience);
+        .render_metrics(&by_status, &tenants, &task_queues, &memory, audience);
     Ok((
         StatusCode::OK,
         [(

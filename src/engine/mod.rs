@@ -234,6 +234,7 @@ impl Engine {
         runs_by_status: &[(String, i64)],
         tenants: &[(String, u64, u64)],
         task_queues: &[crate::metrics::QueueDepth],
+        memory: &[(String, u64, u64)],
         audience: crate::metrics::Audience<'_>,
     ) -> String {
         let services = &self.inner.services;
@@ -249,6 +250,7 @@ impl Engine {
                 store_commits: writes.commits,
                 tenants,
                 task_queues,
+                memory,
             },
             audience,
         )

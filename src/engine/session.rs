@@ -12,7 +12,11 @@
 //!   `context.session_token_budget`, the older ones are summarised by the `summarizer`
 //!   function and the summary is stored with the last turn it covers. Later runs reuse it and
 //!   summarise only turns after it. The summariser's call is an attempt of the step
-//!   `summarizer` and its usage counts toward the run's tokens.
+//!   `summarizer` and its usage counts toward the run's tokens. With `context.session_history
+//!   = "relevant"` the turns most relevant to the run's input are kept instead, and nothing is
+//!   summarised ([`relevant`]).
+
+pub mod relevant;
 
 use serde_json::{Map, Value, json};
 
@@ -186,6 +190,9 @@ pub async fn history(ctx: &RunContext) -> History {
     let Some(session) = ctx.spec.request.session_id.as_deref() else {
         return history;
     };
+    if ctx.services.context.session_history == crate::config::SessionHistory::Relevant {
+        return relevant::history(ctx, session).await;
+    }
     let (summary, turns) = match load(ctx, session).await {
         Ok(loaded) => loaded,
         Err(e) => {

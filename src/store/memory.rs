@@ -79,6 +79,8 @@ pub struct Memory {
     store: Store,
     limits: std::sync::Arc<MemoryConfig>,
     embedder: Option<Embedder>,
+    /// Searches and writes are counted here, by tenant.
+    metrics: crate::metrics::Metrics,
 }
 
 /// What a search found.
@@ -108,11 +110,13 @@ impl Memory {
         store: Store,
         limits: std::sync::Arc<MemoryConfig>,
         embedder: Option<Embedder>,
+        metrics: crate::metrics::Metrics,
     ) -> Memory {
         Memory {
             store,
             limits,
             embedder,
+            metrics,
         }
     }
 
@@ -143,6 +147,7 @@ impl Memory {
         let embedder = match (mode, &self.embedder) {
             (SearchMode::Text, _) | (SearchMode::Auto, None) => {
                 let items = self.search_text(tenant, namespace, query, limit).await?;
+                self.metrics.memory_searched(&tenant.0, "text");
                 return Ok(Searched::Found(items, SearchMode::Text));
             }
             (SearchMode::Meaning, None) => return Ok(Searched::NoEmbedder),
@@ -154,6 +159,7 @@ impl Memory {
         };
         let model = embedder.model_id();
         let items = (self.search_vector(tenant, namespace, (&vector, &model), limit)).await?;
+        self.metrics.memory_searched(&tenant.0, "meaning");
         Ok(Searched::Found(items, SearchMode::Meaning))
     }
 
@@ -167,6 +173,17 @@ impl Memory {
 
     /// Puts an item, within the limits, unless it is a run's write stored before.
     pub async fn put(&self, tenant: &Tenant, item: NewItem<'_>) -> Result<Put> {
+        let put = self.put_once(tenant, item).await?;
+        let outcome = match &put {
+            Put::Stored(..) => "stored",
+            Put::Replayed(_) => "replayed",
+            Put::TooLarge(_) => "refused",
+        };
+        self.metrics.memory_written(&tenant.0, outcome);
+        Ok(put)
+    }
+
+    async fn put_once(&self, tenant: &Tenant, item: NewItem<'_>) -> Result<Put> {
         let value_text = to_json(item.value);
         let size = value_text.len() as u64;
         let max = self.limits.max_item_bytes;
@@ -356,6 +373,76 @@ impl Memory {
         Ok(done.rows_affected() > 0)
     }
 
+    /// The keys of `namespace` (itself, not below) from `from` on, in order.
+    pub async fn keys_from(
+        &self,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        from: &str,
+    ) -> Result<Vec<String>> {
+        let keys = sqlx::query_scalar(
+            "SELECT key FROM memory_items
+             WHERE tenant = $1 AND namespace = $2 AND key >= $3 ORDER BY key",
+        )
+        .bind(&tenant.0)
+        .bind(namespace.as_str())
+        .bind(from)
+        .fetch_all(&self.store.pool())
+        .await?;
+        Ok(keys)
+    }
+
+    /// Deletes the items of `namespace` (itself, not below) whose key sorts before `key`;
+    /// how many there were.
+    pub async fn forget_before(
+        &self,
+        tenant: &Tenant,
+        namespace: &Namespace,
+        key: &str,
+    ) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM memory_items WHERE tenant = $1 AND namespace = $2 AND key < $3",
+        )
+        .bind(&tenant.0)
+        .bind(namespace.as_str())
+        .bind(key)
+        .execute(&self.store.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Deletes up to `batch` items whose time to live has passed, in every tenant; how many.
+    /// (A put forgets its own namespace's; this sweep, from `workers::retention`, forgets
+    /// the rest, so they stop counting toward `max_tenant_bytes`.)
+    pub async fn sweep_expired(&self, batch: u32) -> Result<u64> {
+        let done = sqlx::query(
+            "DELETE FROM memory_items WHERE id IN (SELECT id FROM memory_items
+                WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= $1 LIMIT $2)",
+        )
+        .bind(now_ms())
+        .bind(i64::from(batch))
+        .execute(&self.store.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// By tenant: the items and bytes its memory holds (expired items not yet swept
+    /// included), for `/metrics`.
+    pub async fn usage_by_tenant(&self) -> Result<Vec<(String, u64, u64)>> {
+        let rows = sqlx::query(
+            "SELECT tenant, CAST(SUM(items) AS BIGINT) AS items, CAST(SUM(bytes) AS BIGINT) AS bytes
+             FROM memory_usage GROUP BY tenant HAVING SUM(items) > 0 ORDER BY tenant",
+        )
+        .fetch_all(&self.store.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let n = |c: &str| r.try_get::<i64, _>(c).map(|v| v.max(0) as u64);
+                Ok((r.try_get("tenant")?, n("items")?, n("bytes")?))
+            })
+            .collect()
+    }
+
     /// The items of `namespace` and the namespaces below it whose key starts with
     /// `key_prefix`, by namespace then key, after the cursor `after`.
     pub async fn list(
@@ -522,6 +609,31 @@ impl Memory {
     }
 }
 
+/// Deletes the memory of `session` (`session/ID` and below), in the caller's transaction.
+pub(super) async fn forget_session(
+    conn: &mut sqlx::AnyConnection,
+    tenant: &Tenant,
+    session: &str,
+) -> Result<u64> {
+    let namespace = format!(
+        "session/{}",
+        crate::domain::memory::session_segment(session)
+    );
+    let below = format!("{namespace}/");
+    let done = sqlx::query(AssertSqlSafe(format!(
+        "DELETE FROM memory_items WHERE id IN (SELECT m.id FROM memory_items m
+            WHERE m.tenant = $1 AND {})",
+        within("$2", "$3", "$4")
+    )))
+    .bind(&tenant.0)
+    .bind(&namespace)
+    .bind(below.len() as i64)
+    .bind(&below)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// `m.namespace` is `ns` or below it (`below` is `ns/`, of `len` characters).
 pub(super) fn within(ns: &str, len: &str, below: &str) -> String {
     format!("(m.namespace = {ns} OR substr(m.namespace, 1, CAST({len} AS INTEGER)) = {below})")
@@ -584,7 +696,8 @@ mod tests {
         let name = uuid::Uuid::now_v7().simple();
         let url = format!("sqlite:file:orca-memory-{name}?mode=memory&cache=shared");
         let store = Store::connect(&url, 4).await.expect("a store");
-        Memory::new(store, std::sync::Arc::new(MemoryConfig::default()), None)
+        let limits = std::sync::Arc::new(MemoryConfig::default());
+        Memory::new(store, limits, None, crate::metrics::Metrics::new())
     }
 
     #[tokio::test]

@@ -691,7 +691,7 @@ impl Sessions {
     }
 
     /// Deletes the session whole, in one transaction: its runs with everything they own, its
-    /// variables and summary; or nothing, when a run of it has not finished. It stays deleted:
+    /// variables, summary and memory (`session/ID/…`); or nothing, when a run of it has not finished. It stays deleted:
     /// a new run naming it is refused, and a run being created in it as it is deleted either
     /// commits first (and the delete finds it unfinished) or is refused.
     pub async fn delete(&self, tenant: &Tenant, id: &str) -> Result<Deleted> {
@@ -746,6 +746,9 @@ impl Sessions {
             .execute(&mut *tx)
             .await?;
         }
+        // Its memory (`session/ID/…`: what its runs put there, and its turns as history by
+        // relevance keeps them).
+        super::memory::forget_session(&mut tx, tenant, id).await?;
         tx.commit().await?;
         Ok(Deleted::Whole)
     }

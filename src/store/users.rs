@@ -1,7 +1,8 @@
 //! A user's data, whole (issue 48): what `GET /v1/users/{id}/export` reads and what
 //! `DELETE /v1/users/{id}` erases in one transaction — the user's runs with everything they
-//! own ([`super::RUN_TABLES`]), the sessions of those runs (variables and summaries; each
-//! session stays deleted, as a session deleted alone does), and the user's memory items (its
+//! own ([`super::RUN_TABLES`]), the sessions of those runs (variables, summaries and their
+//! `session/ID/…` memory; each session stays deleted, as a session deleted alone does), and
+//! the user's memory items (its
 //! `user/ID/…` namespace and every item stored as the user's). Nothing of another user or of
 //! the tenant itself is touched.
 
@@ -116,8 +117,12 @@ impl Users {
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        let mut items = 0;
+        for session in &sessions {
+            items += super::memory::forget_session(&mut tx, tenant, session).await?;
+        }
         let below = format!("user/{user}/");
-        let items = sqlx::query(AssertSqlSafe(format!(
+        items += sqlx::query(AssertSqlSafe(format!(
             "DELETE FROM memory_items WHERE id IN (SELECT m.id FROM memory_items m WHERE {})",
             items_of_user()
         )))

@@ -1,6 +1,8 @@
 //! Retention: finished runs are deleted, with everything they own, `retention.finished_run_days`
-//! after they finished (0 keeps them forever). One [`Sweeper`] task, owned by the app, sweeps at
-//! start and then every `retention.sweep_interval_secs`; it stops on the app's shutdown token.
+//! after they finished (0 keeps them forever), and memory items past their time to live are
+//! deleted (so they stop counting toward `memory.max_tenant_bytes`). One [`Sweeper`] task,
+//! owned by the app, sweeps at start and then every `retention.sweep_interval_secs`; it stops
+//! on the app's shutdown token.
 //!
 //! A sweep deletes `retention.batch_runs` runs per transaction and pauses between batches, so
 //! the write lock is never held long enough to stall running runs' event writes. Unfinished
@@ -15,6 +17,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RetentionConfig;
+use crate::store::memory::Memory;
 use crate::store::{self, Store};
 
 /// Pause between two batches of one sweep: longer than SQLite's busy handler waits between
@@ -39,7 +42,8 @@ pub struct RetentionHandle {
 
 impl RetentionHandle {
     /// Sweeps now (after any sweep in progress) and returns how many runs were deleted.
-    /// With retention off (`finished_run_days = 0`) nothing is deleted.
+    /// With retention off (`finished_run_days = 0`) no run is deleted (expired memory items
+    /// still are).
     pub async fn sweep_now(&self) -> Result<u64, Error> {
         let (tx, rx) = oneshot::channel();
         self.commands.send(tx).await.map_err(|_| Error::Stopped)?;
@@ -50,6 +54,7 @@ impl RetentionHandle {
 /// The sweeper task's state: `Sweeper::new(..)`, then spawn [`Sweeper::run`].
 pub struct Sweeper {
     store: Store,
+    memory: Memory,
     config: RetentionConfig,
     commands: mpsc::Receiver<Reply>,
     stop: CancellationToken,
@@ -57,13 +62,14 @@ pub struct Sweeper {
 
 impl Sweeper {
     pub fn new(
-        store: Store,
+        (store, memory): (Store, Memory),
         config: RetentionConfig,
         stop: CancellationToken,
     ) -> (Sweeper, RetentionHandle) {
         let (tx, rx) = mpsc::channel(8);
         let sweeper = Sweeper {
             store,
+            memory,
             config,
             commands: rx,
             stop,
@@ -73,9 +79,8 @@ impl Sweeper {
 
     /// Sweeps at start and on every interval until `stop` fires; answers `sweep_now` between.
     pub async fn run(mut self) {
-        let enabled = self.config.finished_run_days > 0;
         // The start's sweep goes first: requests already waiting are answered after it.
-        if enabled && !self.sweep_logged().await {
+        if !self.sweep_logged().await {
             return;
         }
         let period = Duration::from_secs(self.config.sweep_interval_secs);
@@ -85,7 +90,7 @@ impl Sweeper {
         loop {
             tokio::select! {
                 _ = self.stop.cancelled() => return,
-                _ = tick.tick(), if enabled => {
+                _ = tick.tick() => {
                     if !self.sweep_logged().await {
                         return;
                     }
@@ -106,14 +111,16 @@ impl Sweeper {
         !self.stop.is_cancelled()
     }
 
-    /// Deletes every finished run that finished before `now - finished_run_days`, batch by
-    /// batch; stops early (between batches) when the app stops.
+    /// Deletes expired memory items, then every finished run that finished before
+    /// `now - finished_run_days`, batch by batch; stops early (between batches) when the app
+    /// stops.
     async fn sweep(&self, now: DateTime<Utc>) -> Result<u64, Error> {
         // The quota ledger outlives the runs it counts, for no longer than its windows (a
         // minute, a UTC day): two days back is past both.
         self.store
             .prune_usage_ledger(now - chrono::Duration::days(2))
             .await?;
+        self.sweep_memory().await?;
         let days = self.config.finished_run_days;
         let Some(cutoff) = cutoff(now, days) else {
             return Ok(0);
@@ -138,6 +145,26 @@ impl Sweeper {
             tracing::info!(runs = deleted, days, "deleted finished runs past retention");
         }
         Ok(deleted)
+    }
+}
+
+impl Sweeper {
+    /// Deletes the memory items past their time to live, `batch_runs` at a time.
+    async fn sweep_memory(&self) -> Result<u64, Error> {
+        let batch = self.config.batch_runs;
+        let mut swept = 0;
+        loop {
+            let n = self.memory.sweep_expired(batch).await?;
+            swept += n;
+            if n < u64::from(batch) || self.stop.is_cancelled() {
+                break;
+            }
+            tokio::time::sleep(BATCH_PAUSE).await;
+        }
+        if swept > 0 {
+            tracing::info!(items = swept, "deleted expired memory items");
+        }
+        Ok(swept)
     }
 }
 

@@ -29,6 +29,7 @@ mod llm_provider;
 mod loops;
 mod mcp;
 mod memory;
+mod memory_history;
 mod migrations;
 mod models;
 mod offline_samples;

@@ -178,7 +178,7 @@ pub fn namespace_of(
     named.map_err(|m| RunError::new(ErrorCode::InvalidToolArguments, m))
 }
 
-fn unavailable(e: crate::store::Error) -> RunError {
+pub(crate) fn unavailable(e: crate::store::Error) -> RunError {
     RunError::new(
         ErrorCode::StoreUnavailable,
         format!("the memory store failed: {e}"),

@@ -144,6 +144,7 @@ async fn services(config: &Config) -> Services {
             store.clone(),
             Arc::new(config.memory.clone()),
             None,
+            crate::metrics::Metrics::new(),
         ),
         store,
         metrics: crate::metrics::Metrics::new(),
