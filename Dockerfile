@@ -15,6 +15,7 @@ RUN mkdir -p src tests/it \
       target/release/.fingerprint/orca-*
 COPY src ./src
 COPY migrations ./migrations
+COPY build.rs ./
 COPY schemas ./schemas
 # Cargo.toml names the integration-test target; cargo wants its files present to read the manifest.
 COPY tests ./tests

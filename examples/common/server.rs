@@ -1,6 +1,6 @@
 //! The benchmarks' server: `orca serve` (a release binary) on a free loopback port, the
-//! offline provider, a SQLite file in a temp dir of its own, killed on drop. Shared by the
-//! examples through `#[path = "common/server.rs"] mod server;`.
+//! offline provider, a SQLite file in a temp dir of its own (or a database given), killed on
+//! drop. Shared by the examples through `#[path = "common/server.rs"] mod server;`.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -20,8 +20,19 @@ impl Drop for Server {
 
 /// Starts `bin` with `env` on top of the offline provider and quiet logs; returns once
 /// `/healthz` answers.
+#[allow(dead_code)] // a benchmark uses `start` or `start_on`
 pub async fn start(bin: &str, env: &[(&str, &str)]) -> Server {
+    start_on(bin, None, env).await
+}
+
+/// [`start`] on `database` (a `--database-url`), or on a SQLite file of its own for `None`.
+#[allow(dead_code)]
+pub async fn start_on(bin: &str, database: Option<&str>, env: &[(&str, &str)]) -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
+    let database = database.map_or_else(
+        || format!("sqlite://{}", dir.path().join("bench.db").display()),
+        str::to_owned,
+    );
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -32,10 +43,7 @@ pub async fn start(bin: &str, env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(&bin)
         .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
         .arg("--database-url")
-        .arg(format!(
-            "sqlite://{}",
-            dir.path().join("bench.db").display()
-        ))
+        .arg(&database)
         .env("ORCA_LLM__PROVIDER", "offline")
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())

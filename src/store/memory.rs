@@ -505,33 +505,7 @@ impl Memory {
         if words.is_empty() {
             return Ok(Vec::new());
         }
-        let (matches, from, score) = match self.backend() {
-            Backend::Sqlite => (
-                words
-                    .iter()
-                    .map(|w| format!("\"{w}\""))
-                    .collect::<Vec<_>>()
-                    .join(" OR "),
-                "memory_fts JOIN memory_items m ON m.id = memory_fts.rowid",
-                "memory_fts MATCH $1",
-            ),
-            Backend::Postgres => (
-                words.join(" | "),
-                "memory_items m, to_tsquery('english', $1) q",
-                "m.tsv @@ q",
-            ),
-        };
-        let rank = match self.backend() {
-            Backend::Sqlite => "-bm25(memory_fts)",
-            Backend::Postgres => "CAST(ts_rank_cd(m.tsv, q) AS DOUBLE PRECISION)",
-        };
-        let sql = format!(
-            "SELECT {COLUMNS}, {rank} AS score FROM {from}
-             WHERE {score} AND m.tenant = $2 AND {} AND {}
-             ORDER BY score DESC, m.updated_at DESC LIMIT $7",
-            within("$3", "$4", "$5"),
-            LIVE.replace("$NOW", "$6")
-        );
+        let (matches, sql) = text_search(self.backend(), &words);
         let below = format!("{}/", namespace.as_str());
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(matches)
@@ -564,24 +538,24 @@ impl Memory {
             LIVE.replace("$NOW", "$5")
         );
         let below = format!("{}/", namespace.as_str());
-        let rows = sqlx::query(AssertSqlSafe(sql))
+        let mut rows = sqlx::query(AssertSqlSafe(sql))
             .bind(&tenant.0)
             .bind(namespace.as_str())
             .bind(below.len() as i64)
             .bind(&below)
             .bind(now_ms())
             .bind(model)
-            .fetch_all(&self.store.pool())
-            .await?;
+            .fetch(&self.store.pool());
+        // Row by row, keeping the best `limit`: a search holds one stored vector at a time,
+        // not the namespace's (600 MB for 100,000 items of 1,536 dimensions).
         let query_norm = norm(vector);
-        let mut ranked: Vec<(f64, i64)> = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let bytes: Vec<u8> = r.try_get("embedding")?;
-            let id: i64 = r.try_get("id")?;
-            ranked.push((cosine(vector, query_norm, &bytes), id));
+        let mut best = Best::new(limit as usize);
+        while let Some(r) = futures::TryStreamExt::try_next(&mut rows).await? {
+            let bytes: &[u8] = r.try_get("embedding")?;
+            best.offer(cosine(vector, query_norm, bytes), r.try_get("id")?);
         }
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        ranked.truncate(limit as usize);
+        drop(rows);
+        let ranked = best.ranked();
         if ranked.is_empty() {
             return Ok(Vec::new());
         }
@@ -607,6 +581,40 @@ impl Memory {
         }
         Ok(items)
     }
+}
+
+/// A text search's match expression for `words` and its statement: `$1` the expression, `$2`
+/// the tenant, `$3`-`$5` the namespace (see [`within`]), `$6` now, `$7` the limit.
+fn text_search(backend: Backend, words: &[String]) -> (String, String) {
+    let (matches, from, score) = match backend {
+        Backend::Sqlite => (
+            (words.iter().map(|w| format!("\"{w}\"")))
+                .collect::<Vec<_>>()
+                .join(" OR "),
+            // CROSS JOIN: the full-text match first, then each match's row. Left to itself
+            // SQLite (3.50) walks the tenant's rows and seeks the index for each: 500 ms
+            // instead of 2.6 at 10,000 items.
+            "memory_fts CROSS JOIN memory_items m ON m.id = memory_fts.rowid",
+            "memory_fts MATCH $1",
+        ),
+        Backend::Postgres => (
+            words.join(" | "),
+            "memory_items m, to_tsquery('english', $1) q",
+            "m.tsv @@ q",
+        ),
+    };
+    let rank = match backend {
+        Backend::Sqlite => "-bm25(memory_fts)",
+        Backend::Postgres => "CAST(ts_rank_cd(m.tsv, q) AS DOUBLE PRECISION)",
+    };
+    let sql = format!(
+        "SELECT {COLUMNS}, {rank} AS score FROM {from}
+         WHERE {score} AND m.tenant = $2 AND {} AND {}
+         ORDER BY score DESC, m.updated_at DESC LIMIT $7",
+        within("$3", "$4", "$5"),
+        LIVE.replace("$NOW", "$6")
+    );
+    (matches, sql)
 }
 
 /// Deletes the memory of `session` (`session/ID` and below), in the caller's transaction.
@@ -671,21 +679,65 @@ fn norm(v: &[f32]) -> f64 {
 }
 
 /// The cosine similarity of `query` (of norm `query_norm`) and a stored vector; 0 when either
-/// is zero or their lengths differ.
+/// is zero or their lengths differ. Eight lanes of f32 sums, which the compiler turns into
+/// vector instructions, then the lanes summed in f64.
 fn cosine(query: &[f32], query_norm: f64, stored: &[u8]) -> f64 {
+    const LANES: usize = 8;
     if stored.len() != query.len() * 4 || query_norm == 0.0 {
         return 0.0;
     }
-    let (mut dot, mut sq) = (0.0f64, 0.0f64);
-    for (q, chunk) in query.iter().zip(stored.chunks_exact(4)) {
-        let s = f64::from(f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]));
-        dot += f64::from(*q) * s;
-        sq += s * s;
+    let float = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let (mut dot, mut sq) = ([0f32; LANES], [0f32; LANES]);
+    let (q_lanes, s_lanes) = (query.chunks_exact(LANES), stored.chunks_exact(LANES * 4));
+    let (q_rest, s_rest) = (q_lanes.remainder(), s_lanes.remainder());
+    for (q, s) in q_lanes.zip(s_lanes) {
+        for i in 0..LANES {
+            let x = float(&s[i * 4..i * 4 + 4]);
+            dot[i] += q[i] * x;
+            sq[i] += x * x;
+        }
+    }
+    let mut dot: f64 = dot.iter().map(|d| f64::from(*d)).sum();
+    let mut sq: f64 = sq.iter().map(|d| f64::from(*d)).sum();
+    for (q, s) in q_rest.iter().zip(s_rest.chunks_exact(4)) {
+        let x = f64::from(float(s));
+        dot += f64::from(*q) * x;
+        sq += x * x;
     }
     if sq == 0.0 {
         return 0.0;
     }
     dot / (query_norm * sq.sqrt())
+}
+
+/// The best `limit` of the (score, id) pairs offered: highest score first, then lowest id.
+struct Best {
+    limit: usize,
+    kept: Vec<(f64, i64)>,
+}
+
+impl Best {
+    fn new(limit: usize) -> Best {
+        Best {
+            limit,
+            kept: Vec::with_capacity(limit + 1),
+        }
+    }
+
+    fn offer(&mut self, score: f64, id: i64) {
+        let before = |a: &(f64, i64), b: &(f64, i64)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        let at = self
+            .kept
+            .partition_point(|k| before(k, &(score, id)).is_lt());
+        if at < self.limit {
+            self.kept.insert(at, (score, id));
+            self.kept.truncate(self.limit);
+        }
+    }
+
+    fn ranked(self) -> Vec<(f64, i64)> {
+        self.kept
+    }
 }
 
 #[cfg(test)]
@@ -698,6 +750,33 @@ mod tests {
         let store = Store::connect(&url, 4).await.expect("a store");
         let limits = std::sync::Arc::new(MemoryConfig::default());
         Memory::new(store, limits, None, crate::metrics::Metrics::new())
+    }
+
+    #[tokio::test]
+    async fn a_text_search_reads_the_full_text_index_first() {
+        let memory = memory().await;
+        let words = vec!["tea".to_owned(), "cat".to_owned()];
+        let (matches, sql) = text_search(Backend::Sqlite, &words);
+        let plan = sqlx::query(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+            .bind(matches)
+            .bind("t")
+            .bind("ns")
+            .bind(3i64)
+            .bind("ns/")
+            .bind(0i64)
+            .bind(10i64)
+            .fetch_all(&memory.store.pool())
+            .await
+            .unwrap();
+        let steps: Vec<String> = (plan.iter())
+            .map(|r| r.try_get::<String, _>("detail").unwrap())
+            .collect();
+        // The matches, then each one's row by its id: never the tenant's rows one by one.
+        assert!(steps[0].starts_with("SCAN memory_fts"), "{steps:?}");
+        assert!(
+            steps[1].contains("m USING INTEGER PRIMARY KEY"),
+            "{steps:?}"
+        );
     }
 
     #[tokio::test]
@@ -757,6 +836,18 @@ mod tests {
     }
 
     #[test]
+    fn the_best_few_are_kept_in_rank_order() {
+        let mut best = Best::new(3);
+        for (score, id) in [(0.1, 1), (0.9, 2), (0.5, 3), (0.9, 0), (0.2, 4), (0.7, 5)] {
+            best.offer(score, id);
+        }
+        assert_eq!(best.ranked(), vec![(0.9, 0), (0.9, 2), (0.7, 5)]);
+        let mut none = Best::new(0);
+        none.offer(1.0, 1);
+        assert!(none.ranked().is_empty());
+    }
+
+    #[test]
     fn cosine_of_stored_vectors() {
         let a = [1.0f32, 0.0, 0.0];
         let same = vector_bytes(&[2.0, 0.0, 0.0]);
@@ -764,5 +855,11 @@ mod tests {
         assert!((cosine(&a, norm(&a), &same) - 1.0).abs() < 1e-9);
         assert!(cosine(&a, norm(&a), &orthogonal).abs() < 1e-9);
         assert_eq!(cosine(&a, norm(&a), &vector_bytes(&[1.0])), 0.0);
+        // Past the eight lanes, with a remainder: as computed plainly.
+        let q: Vec<f32> = (0..19).map(|i| (i as f32 * 0.37).sin()).collect();
+        let s: Vec<f32> = (0..19).map(|i| (i as f32 * 0.11).cos()).collect();
+        let plain =
+            q.iter().zip(&s).map(|(a, b)| f64::from(a * b)).sum::<f64>() / (norm(&q) * norm(&s));
+        assert!((cosine(&q, norm(&q), &vector_bytes(&s)) - plain).abs() < 1e-5);
     }
 }
