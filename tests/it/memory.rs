@@ -709,10 +709,7 @@ async fn alice_recalls(app: &TestApp, query: &str) -> Vec<Value> {
 async fn a_run_recalls_by_meaning_through_an_embeddings_server_as_strict_as_openais() {
     let llm = ScriptedLlm::start().await;
     let app = spawn_app(|c| {
-        crate::support::app::use_scripted_openai(c, &llm);
-        let alias = orca::config::ModelAlias::new("openai", "text-embedding-3-small");
-        c.llm.models.insert("embedder".into(), alias);
-        c.memory.embedding_model = "embedder".into();
+        crate::support::app::use_scripted_embeddings(c, &llm);
     })
     .await;
     alices_facts(&app).await;

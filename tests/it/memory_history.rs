@@ -110,10 +110,7 @@ async fn kept_turns(app: &TestApp) -> Value {
 async fn turns_are_ranked_by_meaning_through_an_embeddings_server_as_strict_as_openais() {
     let llm = ScriptedLlm::start().await;
     let app = spawn_app(|c| {
-        crate::support::app::use_scripted_openai(c, &llm);
-        let alias = orca::config::ModelAlias::new("openai", "text-embedding-3-small");
-        c.llm.models.insert("embedder".into(), alias);
-        c.memory.embedding_model = "embedder".into();
+        crate::support::app::use_scripted_embeddings(c, &llm);
         relevant(c);
     })
     .await;

@@ -139,6 +139,15 @@ pub fn use_scripted(c: &mut Config, llm: &ScriptedLlm) {
 
 /// [`use_scripted`] with the OpenAI dialect whatever `ORCA_TEST_LLM` says, for tests of
 /// OpenAI's own rules.
+/// The scripted server's OpenAI dialect for chat and for embeddings (`text-embedding-3-small`
+/// as `memory.embedding_model`).
+pub fn use_scripted_embeddings(c: &mut Config, llm: &ScriptedLlm) {
+    use_scripted_openai(c, llm);
+    let alias = orca::config::ModelAlias::new("openai", "text-embedding-3-small");
+    c.llm.models.insert("embedder".into(), alias);
+    c.memory.embedding_model = "embedder".into();
+}
+
 pub fn use_scripted_openai(c: &mut Config, llm: &ScriptedLlm) {
     c.llm.provider = ProviderChoice::Openai;
     c.llm.openai.base_url = llm.base_url();
