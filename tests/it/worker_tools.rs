@@ -881,8 +881,9 @@ async fn a_call_cut_off_by_its_step_timeout_cancels_its_task_while_the_run_goes_
     // Nested, as users write it: the timed-out step sits inside a sequential step, and its
     // retry makes a new call (a new task with its own idempotency key).
     let mut timed = shout("s", "slow");
-    // Long enough for the retry to be claimed and completed on a loaded machine.
-    timed["timeout_ms"] = json!(2000);
+    // Long enough for the retry to be claimed and completed on a loaded machine: 2 s was not
+    // once, under the whole suite on two cores (the retry timed out too and the run failed).
+    timed["timeout_ms"] = json!(4000);
     timed["retry_policy"] = json!({"max_attempts": 2, "initial_delay_ms": 1,
                                    "retryable_errors": ["step_timeout"]});
     let plan = json!({"steps": [{"id": "seq", "kind": "sequential", "input": {"steps": [timed]}}]});
