@@ -472,12 +472,12 @@ fn memory(
     metrics: &Metrics,
 ) -> anyhow::Result<Memory> {
     let alias = &config.memory.embedding_model;
-    let embedder = match alias.is_empty() {
-        true => None,
-        false => Some(
-            crate::llm::embed::Embedder::new(llm, alias)
-                .map_err(|e| anyhow::anyhow!("memory.embedding_model: {e} (llm.models)"))?,
-        ),
+    let embedder = if alias.is_empty() {
+        None
+    } else {
+        let embedder = crate::llm::embed::Embedder::new(llm, alias)
+            .map_err(|e| anyhow::anyhow!("memory.embedding_model: {e} (llm.models)"))?;
+        Some(embedder)
     };
     let limits = Arc::new(config.memory.clone());
     Ok(Memory::new(

@@ -133,12 +133,8 @@ impl Sweeper {
                 break;
             }
             deleted += self.store.delete_runs(&ids).await?;
-            if ids.len() < batch as usize {
+            if ids.len() < batch as usize || !self.paused().await {
                 break;
-            }
-            tokio::select! {
-                _ = self.stop.cancelled() => break,
-                _ = tokio::time::sleep(BATCH_PAUSE) => {}
             }
         }
         if deleted > 0 {
@@ -146,9 +142,15 @@ impl Sweeper {
         }
         Ok(deleted)
     }
-}
 
-impl Sweeper {
+    /// The pause between two batches ([`BATCH_PAUSE`]); false, at once, when the app stops.
+    async fn paused(&self) -> bool {
+        tokio::select! {
+            _ = self.stop.cancelled() => false,
+            _ = tokio::time::sleep(BATCH_PAUSE) => true,
+        }
+    }
+
     /// Deletes the memory items past their time to live, `batch_runs` at a time.
     async fn sweep_memory(&self) -> Result<u64, Error> {
         let batch = self.config.batch_runs;
@@ -156,10 +158,9 @@ impl Sweeper {
         loop {
             let n = self.memory.sweep_expired(batch).await?;
             swept += n;
-            if n < u64::from(batch) || self.stop.is_cancelled() {
+            if n < u64::from(batch) || !self.paused().await {
                 break;
             }
-            tokio::time::sleep(BATCH_PAUSE).await;
         }
         if swept > 0 {
             tracing::info!(items = swept, "deleted expired memory items");

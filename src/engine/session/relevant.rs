@@ -107,11 +107,13 @@ async fn ranked(ctx: &RunContext, session: &str, turns: &[Turn]) -> Result<Vec<u
     }
     let namespace = Namespace::of_session(session, Some(TURNS))
         .map_err(|m| RunError::new(ErrorCode::InternalError, m))?;
-    keep(ctx, session, &namespace, turns).await?;
+    // Each turn's key: its run id.
+    let keys: Vec<String> = turns.iter().map(|t| t.run_id.to_string()).collect();
+    keep(ctx, session, &namespace, (turns, &keys)).await?;
     let query = input_text(&ctx.spec.request.input);
     let limit = u32::try_from(turns.len()).unwrap_or(u32::MAX);
     let found = memory_call::search(ctx, &namespace, &query, limit).await?;
-    let at = |key: &str| turns.iter().position(|t| t.run_id.to_string() == key);
+    let at = |key: &str| keys.iter().position(|k| k == key);
     // A search by meaning ranks every turn; one with nothing in common (a score of 0) is not
     // relevant, and is left to its place among the rest.
     let related = found
@@ -126,11 +128,11 @@ async fn keep(
     ctx: &RunContext,
     session: &str,
     namespace: &Namespace,
-    turns: &[Turn],
+    (turns, keys): (&[Turn], &[String]),
 ) -> Result<(), RunError> {
     let memory = &ctx.services.memory;
-    let oldest = turns[0].run_id.to_string();
-    let kept = memory.keys_from(&ctx.tenant, namespace, &oldest).await;
+    let oldest = &keys[0];
+    let kept = memory.keys_from(&ctx.tenant, namespace, oldest).await;
     let kept: HashSet<String> = kept.map_err(unavailable)?.into_iter().collect();
     let op = WriteOp {
         run: ctx.run_id,
@@ -138,17 +140,16 @@ async fn keep(
     };
     let max = memory.limits().max_item_bytes;
     let mut wrote = false;
-    for turn in turns {
-        let key = turn.run_id.to_string();
+    for (turn, key) in turns.iter().zip(keys) {
         let value = json!({ "input": turn.input, "output": turn.output });
-        if kept.contains(&key) || (max > 0 && value.to_string().len() as u64 > max) {
+        if kept.contains(key) || (max > 0 && value.to_string().len() as u64 > max) {
             continue;
         }
-        let embedding = memory.embedding_of(&key, &value).await;
+        let embedding = memory.embedding_of(key, &value).await;
         let embedding = embedding.map_err(|e| e.to_run_error())?;
         let item = NewItem {
             namespace,
-            key: &key,
+            key,
             value: &value,
             ttl_secs: None,
             user_id: ctx.spec.request.user_id.as_deref(),
@@ -162,7 +163,7 @@ async fn keep(
         wrote = true;
     }
     if wrote {
-        let forgot = memory.forget_before(&ctx.tenant, namespace, &oldest).await;
+        let forgot = memory.forget_before(&ctx.tenant, namespace, oldest).await;
         forgot.map_err(unavailable)?;
     }
     Ok(())
